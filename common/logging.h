@@ -1,0 +1,15 @@
+#pragma once
+
+// Logging setup for the daemon and tools: spdlog, one line per event, to stderr.
+
+#include "absl/strings/string_view.h"
+
+#include "absl/status/status.h"
+
+namespace cubed {
+
+// Sets the global spdlog level from a name: trace, debug, info, warn, error, off.
+// INVALID_ARGUMENT naming the text when it is not one of those.
+absl::Status SetLogLevel(absl::string_view level);
+
+}  // namespace cubed

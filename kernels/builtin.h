@@ -1,0 +1,53 @@
+#pragma once
+
+// The builtin kernel library: named kernels every backend implements, checked against their
+// bindings before they run. This header is the CPU entry point; docs/kernel-abi.md lists every
+// kernel with its buffers, scalars and element types.
+
+#include <cstdint>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "common/elem_type.h"
+
+namespace cubed::kernels {
+
+// One buffer binding resolved to host memory (offsets already applied).
+struct HostBuffer {
+  uint8_t* data = nullptr;
+  uint64_t size_bytes = 0;
+};
+
+// All scalars of one element type, packed little-endian, ElemSize(elem) bytes each.
+struct ScalarGroup {
+  ElemType elem = ElemType::kF32;
+  std::vector<uint8_t> bytes;
+};
+
+// A builtin kernel call, as the service edge decoded it.
+struct BuiltinCall {
+  std::string name;
+  ElemType dtype = ElemType::kF32;
+  ElemType out_dtype = ElemType::kF32;  // "cast" only.
+  uint32_t axis = 0;                    // Reductions only.
+  std::vector<uint32_t> metadata;       // CubeCL layout (common/kernel_metadata.h).
+  std::vector<ScalarGroup> scalars;
+};
+
+// Names of every builtin kernel, sorted.
+std::vector<std::string> BuiltinKernelNames();
+
+// Checks a call against its buffers' sizes without running it: known name (NOT_FOUND
+// otherwise), supported dtype, buffer count, metadata, shapes (broadcasting rules), scalars, and
+// that every tensor's strided extent fits in its buffer (INVALID_ARGUMENT naming which).
+// `buffer_bytes` holds the size of each bound buffer.
+absl::Status ValidateBuiltin(const BuiltinCall& call, absl::Span<const uint64_t> buffer_bytes);
+
+// Validates (as above) and runs the call on the host, in parallel across the machine's cores.
+// Returns when the outputs are written. Called on a device's server-loop thread.
+absl::Status RunBuiltinCpu(const BuiltinCall& call, absl::Span<const HostBuffer> buffers);
+
+}  // namespace cubed::kernels

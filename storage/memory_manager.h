@@ -1,0 +1,71 @@
+#pragma once
+
+// MemoryManager: the pools of one device, stacked on its ComputeStorage (see Note [Pool layout]
+// in memory_manager.cc). Small and medium requests are carved from sliced pages; large ones get a
+// page of their own; every reservation is aligned; a global limit caps bytes reserved.
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "storage/compute_storage.h"
+#include "common/memory_usage.h"
+
+namespace cubed {
+
+// Identifies one reservation (a slice). Never reused within a manager's lifetime (64-bit).
+using SliceId = uint64_t;
+
+// Where a slice lives inside storage.
+struct SliceLocation {
+  StorageId storage = 0;  // The page.
+  uint64_t offset = 0;    // Byte offset of the slice inside the page (aligned).
+  uint64_t size = 0;      // Requested bytes of the slice.
+};
+
+struct MemoryManagerOptions {
+  // Most bytes the manager may hold from storage at once (pages). Reservations that would pass it
+  // after a cleanup attempt fail with RESOURCE_EXHAUSTED.
+  uint64_t memory_limit = uint64_t{1} << 34;
+  // Largest single reservation; larger is INVALID_ARGUMENT... see Reserve.
+  uint64_t max_allocation = uint64_t{1} << 33;
+};
+
+// Owned by one device's server-loop thread; not thread-safe.
+class MemoryManager {
+ public:
+  // `storage` must outlive the manager.
+  MemoryManager(ComputeStorage* storage, MemoryManagerOptions options);
+  ~MemoryManager();  // Returns every page to storage.
+
+  MemoryManager(const MemoryManager&) = delete;
+  MemoryManager& operator=(const MemoryManager&) = delete;
+
+  // Reserves `size` bytes (1 .. max_allocation). INVALID_ARGUMENT for 0 or more than
+  // max_allocation; RESOURCE_EXHAUSTED (message names the limit, the request and what is
+  // reserved) when the limit would be passed even after freeing every free page.
+  // Memory is uninitialized. Safe to reuse a just-freed slice: the device runs one in-order stream.
+  absl::StatusOr<SliceId> Reserve(uint64_t size);
+
+  // Returns a slice to its pool. Unknown ids are ignored (logged): callers own their ids.
+  void Free(SliceId id);
+
+  // Where a live slice lives; NOT_FOUND for an unknown id.
+  absl::StatusOr<SliceLocation> Locate(SliceId id) const;
+
+  // Exact usage across all pools.
+  MemoryUsage Usage() const;
+
+  // Returns every free page to storage; bytes_reserved falls accordingly.
+  void Cleanup();
+
+  uint64_t alignment() const;
+  const MemoryManagerOptions& options() const { return options_; }
+
+ private:
+  class Impl;
+  MemoryManagerOptions options_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cubed

@@ -1,0 +1,112 @@
+#include "tests/testing/daemon_process.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace cubed::testing {
+namespace {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+std::string CubedBinaryPath() {
+  if (const char* env = getenv("CUBED_BINARY")) return env;
+  return CUBED_BINARY_PATH;
+}
+
+absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(Options options) {
+  std::unique_ptr<DaemonProcess> d(new DaemonProcess());
+  char tmpl[] = "/tmp/cubed-test-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) return absl::InternalError("mkdtemp failed");
+  d->dir_ = tmpl;
+  const std::string socket = d->dir_ + "/cubed.sock";
+  const std::string ready = d->dir_ + "/ready";
+  const std::string log = d->dir_ + "/log";
+  d->unix_address_ = "unix:" + socket;
+
+  std::vector<std::string> args = {CubedBinaryPath(), "--listen=" + socket,
+                                   "--ready_file=" + ready, "--backend=cpu"};
+  if (options.tcp) args.push_back("--tcp=127.0.0.1:0");
+  for (auto& f : options.flags) args.push_back(f);
+
+  pid_t pid = fork();
+  if (pid < 0) return absl::InternalError("fork failed");
+  if (pid == 0) {
+    FILE* out = freopen(log.c_str(), "w", stderr);
+    (void)out;
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  d->pid_ = pid;
+
+  const absl::Time deadline = absl::Now() + options.start_timeout;
+  while (absl::Now() < deadline) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      d->exited_ = true;
+      return absl::InternalError(
+          absl::StrCat("cubed exited before it served (status ", status, "):\n", d->Log()));
+    }
+    std::string contents = ReadFile(ready);
+    if (!contents.empty() && contents.back() == '\n') {
+      for (absl::string_view line : absl::StrSplit(contents, '\n')) {
+        if (absl::ConsumePrefix(&line, "tcp=")) d->tcp_address_ = std::string(line.data(), line.size());
+      }
+      return d;
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("cubed did not become ready in time:\n", d->Log()));
+}
+
+absl::StatusOr<int> DaemonProcess::Stop(int signal, absl::Duration timeout) {
+  if (exited_) return absl::FailedPreconditionError("daemon already stopped");
+  kill(pid_, signal);
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      exited_ = true;
+      if (WIFEXITED(status)) return WEXITSTATUS(status);
+      return 128 + WTERMSIG(status);
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("cubed did not exit within ", timeout));
+}
+
+std::string DaemonProcess::Log() const { return ReadFile(dir_ + "/log"); }
+
+DaemonProcess::~DaemonProcess() {
+  if (!exited_ && pid_ > 0) {
+    if (!Stop(SIGTERM, absl::Seconds(10)).ok()) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
+}  // namespace cubed::testing

@@ -1,0 +1,57 @@
+#pragma once
+
+// DaemonProcess: starts the real `cubed` binary for a test on a temporary Unix socket (and TCP
+// port 0 when asked), waits until it serves, and stops it when destroyed.
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace cubed::testing {
+
+class DaemonProcess {
+ public:
+  struct Options {
+    std::vector<std::string> flags;  // Extra flags, e.g. "--memory_limit=64MiB".
+    bool tcp = false;                // Also listen on 127.0.0.1:0.
+    absl::Duration start_timeout = absl::Seconds(20);
+  };
+
+  // Starts the daemon and waits for its ready file. The error carries the daemon's log.
+  static absl::StatusOr<std::unique_ptr<DaemonProcess>> Start(Options options);
+  static absl::StatusOr<std::unique_ptr<DaemonProcess>> Start() { return Start(Options{}); }
+
+  // Stops the daemon (SIGTERM, then SIGKILL after 10 s) if it still runs, and removes its files.
+  ~DaemonProcess();
+
+  // "unix:/tmp/cubed-test-XXXXXX/cubed.sock"
+  const std::string& unix_address() const { return unix_address_; }
+  // "127.0.0.1:PORT" when started with tcp, else empty.
+  const std::string& tcp_address() const { return tcp_address_; }
+  pid_t pid() const { return pid_; }
+
+  // Sends `signal` and waits up to `timeout` for the exit. Returns the exit code, or
+  // 128 + signal when the daemon died of a signal; DEADLINE_EXCEEDED if it did not exit.
+  absl::StatusOr<int> Stop(int signal, absl::Duration timeout = absl::Seconds(15));
+
+  // Everything the daemon wrote to stderr so far.
+  std::string Log() const;
+
+ private:
+  DaemonProcess() = default;
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  std::string dir_;
+  std::string unix_address_;
+  std::string tcp_address_;
+};
+
+// Path of the cubed binary under test (set by CMake).
+std::string CubedBinaryPath();
+
+}  // namespace cubed::testing
