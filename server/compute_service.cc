@@ -1,0 +1,309 @@
+#include "server/compute_service.h"
+
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "server/status_conversion.h"
+#include "spdlog/spdlog.h"
+
+namespace cubed {
+namespace {
+
+using Reactor = ComputeService::Reactor;
+
+// Finishes a call, logging failures at debug level (clients see the message themselves).
+void Finish(Reactor* reactor, const absl::Status& status) {
+  if (!status.ok()) spdlog::debug("request failed: {}", status.ToString());
+  reactor->Finish(ToGrpcStatus(status));
+}
+
+Reactor* FinishNow(grpc::CallbackServerContext* ctx, const absl::Status& status) {
+  Reactor* reactor = ctx->DefaultReactor();
+  Finish(reactor, status);
+  return reactor;
+}
+
+absl::Span<const uint8_t> Bytes(const std::string& s) {
+  return absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+}
+
+void ToWire(const MemoryUsage& usage, v1::MemoryUsage* out) {
+  out->set_number_allocs(usage.number_allocs);
+  out->set_bytes_in_use(usage.bytes_in_use);
+  out->set_bytes_padding(usage.bytes_padding);
+  out->set_bytes_reserved(usage.bytes_reserved);
+}
+
+void ToWire(const DeviceDescription& d, v1::DeviceInfo* out) {
+  out->set_device(d.index);
+  out->set_backend(d.backend == DeviceDescription::Backend::kCuda ? v1::DeviceInfo::BACKEND_CUDA
+                                                                   : v1::DeviceInfo::BACKEND_CPU);
+  out->set_name(d.name);
+  out->set_memory_total(d.memory_total);
+  out->set_memory_limit(d.memory_limit);
+  out->set_alignment(d.alignment);
+  out->set_max_allocation(d.max_allocation);
+  out->mutable_max_cube_count()->set_x(d.max_cube_count[0]);
+  out->mutable_max_cube_count()->set_y(d.max_cube_count[1]);
+  out->mutable_max_cube_count()->set_z(d.max_cube_count[2]);
+  out->mutable_max_cube_dim()->set_x(d.max_cube_dim[0]);
+  out->mutable_max_cube_dim()->set_y(d.max_cube_dim[1]);
+  out->mutable_max_cube_dim()->set_z(d.max_cube_dim[2]);
+  out->set_max_units_per_cube(d.max_units_per_cube);
+  out->set_compute_units(d.compute_units);
+  out->set_compute_capability(d.compute_capability);
+  for (ElemType t : d.elem_types) out->add_elem_types(static_cast<v1::ElemType>(t));
+  for (const std::string& k : d.builtin_kernels) out->add_builtin_kernels(k);
+  for (const std::string& f : d.features) out->add_features(f);
+}
+
+// Lease in the request (milliseconds) as a Duration; values past 100 years clamp (and are then
+// refused by the device as above its maximum).
+absl::Duration LeaseOf(uint64_t lease_ms) {
+  constexpr uint64_t kMaxMs = uint64_t{100} * 365 * 24 * 3600 * 1000;
+  return absl::Milliseconds(static_cast<int64_t>(std::min(lease_ms, kMaxMs)));
+}
+
+}  // namespace
+
+ComputeService::ComputeService(std::vector<DeviceLoop*> loops, RequestLimits limits)
+    : loops_(std::move(loops)), limits_(limits) {}
+
+template <typename Work>
+Reactor* ComputeService::OnDevice(Context* ctx, uint32_t device, absl::string_view what,
+                                  Work work) {
+  if (device >= loops_.size()) {
+    return FinishNow(ctx, absl::NotFoundError(absl::StrCat(what, ": device ", device,
+                                                           " does not exist (this daemon has ",
+                                                           loops_.size(), ")")));
+  }
+  Reactor* reactor = ctx->DefaultReactor();
+  if (!loops_[device]->Post(
+          [reactor, work = std::move(work)](Device& d) mutable { work(d, reactor); })) {
+    Finish(reactor, absl::UnavailableError("the daemon is shutting down"));
+  }
+  return reactor;
+}
+
+template <typename Work>
+Reactor* ComputeService::OnSession(Context* ctx, uint64_t session, Work work) {
+  const uint32_t device = DeviceOfSession(session);
+  if (device >= loops_.size()) {
+    return FinishNow(ctx, absl::NotFoundError(absl::StrCat(
+                              "session ", session,
+                              " is not open (closed, expired, or never opened)")));
+  }
+  return OnDevice(ctx, device, "session", std::move(work));
+}
+
+Reactor* ComputeService::OpenSession(Context* ctx, const v1::OpenSessionRequest* req,
+                                     v1::OpenSessionResponse* resp) {
+  return OnDevice(ctx, req->device(), "device", [req, resp](Device& d, Reactor* r) {
+    absl::StatusOr<SessionGrant> grant = d.OpenSession(LeaseOf(req->lease_ms()), absl::Now());
+    if (grant.ok()) {
+      resp->set_session(grant->session);
+      resp->set_lease_ms(absl::ToInt64Milliseconds(grant->lease));
+    }
+    Finish(r, grant.status());
+  });
+}
+
+Reactor* ComputeService::CloseSession(Context* ctx, const v1::CloseSessionRequest* req,
+                                      v1::CloseSessionResponse* resp) {
+  return OnSession(ctx, req->session(), [req, resp](Device& d, Reactor* r) {
+    absl::StatusOr<uint64_t> released = d.CloseSession(req->session());
+    if (released.ok()) resp->set_handles_released(*released);
+    Finish(r, released.status());
+  });
+}
+
+Reactor* ComputeService::Create(Context* ctx, const v1::CreateRequest* req,
+                                v1::CreateResponse* resp) {
+  if (req->data().empty()) {
+    return FinishNow(ctx, absl::InvalidArgumentError("data: empty; create needs at least 1 byte"));
+  }
+  return OnSession(ctx, req->session(), [req, resp](Device& d, Reactor* r) {
+    absl::StatusOr<NewHandle> h = d.Create(req->session(), Bytes(req->data()), absl::Now());
+    if (h.ok()) {
+      resp->set_handle(h->handle);
+      resp->set_size(h->size);
+    }
+    Finish(r, h.status());
+  });
+}
+
+Reactor* ComputeService::CreateTensor(Context* ctx, const v1::CreateTensorRequest* req,
+                                      v1::CreateTensorResponse* resp) {
+  if (absl::Status s = CheckCreateTensor(*req); !s.ok()) return FinishNow(ctx, s);
+  return OnSession(ctx, req->session(), [req, resp](Device& d, Reactor* r) {
+    const std::vector<uint64_t> shape(req->shape().begin(), req->shape().end());
+    absl::StatusOr<NewHandle> h =
+        d.CreateTensor(req->session(), Bytes(req->data()), shape, req->elem_size(), absl::Now());
+    if (h.ok()) {
+      resp->set_handle(h->handle);
+      resp->set_size(h->size);
+      for (uint64_t s : h->strides) resp->add_strides(s);
+    }
+    Finish(r, h.status());
+  });
+}
+
+Reactor* ComputeService::Empty(Context* ctx, const v1::EmptyRequest* req,
+                               v1::EmptyResponse* resp) {
+  if (req->size() == 0) {
+    return FinishNow(ctx, absl::InvalidArgumentError("size: 0; empty needs at least 1 byte"));
+  }
+  return OnSession(ctx, req->session(), [req, resp](Device& d, Reactor* r) {
+    absl::StatusOr<NewHandle> h = d.Empty(req->session(), req->size(), absl::Now());
+    if (h.ok()) {
+      resp->set_handle(h->handle);
+      resp->set_size(h->size);
+    }
+    Finish(r, h.status());
+  });
+}
+
+Reactor* ComputeService::EmptyTensor(Context* ctx, const v1::EmptyTensorRequest* req,
+                                     v1::EmptyTensorResponse* resp) {
+  std::vector<uint64_t> shape(req->shape().begin(), req->shape().end());
+  if (absl::Status s = CheckTensorShape(shape, req->elem_size(), "empty_tensor").status(); !s.ok()) {
+    return FinishNow(ctx, s);
+  }
+  return OnSession(ctx, req->session(), [req, resp, shape = std::move(shape)](Device& d, Reactor* r) {
+    absl::StatusOr<NewHandle> h = d.EmptyTensor(req->session(), shape, req->elem_size(), absl::Now());
+    if (h.ok()) {
+      resp->set_handle(h->handle);
+      resp->set_size(h->size);
+      for (uint64_t s : h->strides) resp->add_strides(s);
+    }
+    Finish(r, h.status());
+  });
+}
+
+Reactor* ComputeService::Read(Context* ctx, const v1::ReadRequest* req, v1::ReadResponse* resp) {
+  absl::StatusOr<std::vector<BindingRef>> bindings = ToReadBindings(*req, limits_);
+  if (!bindings.ok()) return FinishNow(ctx, bindings.status());
+  // The bytes land in `out`, owned by the task until the read completes, then move into the
+  // response without another copy.
+  return OnSession(ctx, req->session(), [req, resp, bindings = *std::move(bindings)](
+                                            Device& d, Reactor* r) {
+    auto out = std::make_shared<std::vector<std::string>>();
+    d.Read(req->session(), bindings, out.get(), absl::Now(), [resp, r, out](absl::Status s) {
+      if (s.ok()) {
+        for (std::string& bytes : *out) resp->add_data(std::move(bytes));
+      }
+      Finish(r, s);
+    });
+  });
+}
+
+Reactor* ComputeService::ReadTensor(Context* ctx, const v1::ReadTensorRequest* req,
+                                    v1::ReadTensorResponse* resp) {
+  absl::StatusOr<std::vector<TensorRef>> tensors = ToTensorRefs(*req, limits_);
+  if (!tensors.ok()) return FinishNow(ctx, tensors.status());
+  return OnSession(ctx, req->session(), [req, resp, tensors = *std::move(tensors)](
+                                            Device& d, Reactor* r) {
+    auto out = std::make_shared<std::vector<std::string>>();
+    d.ReadTensor(req->session(), tensors, out.get(), absl::Now(), [resp, r, out](absl::Status s) {
+      if (s.ok()) {
+        for (std::string& bytes : *out) resp->add_data(std::move(bytes));
+      }
+      Finish(r, s);
+    });
+  });
+}
+
+Reactor* ComputeService::GetResource(Context* ctx, const v1::GetResourceRequest* req,
+                                     v1::GetResourceResponse* resp) {
+  return OnSession(ctx, req->session(), [req, resp](Device& d, Reactor* r) {
+    absl::StatusOr<ResourceDescription> res =
+        d.GetResource(req->session(), ToBindingRef(req->binding()), absl::Now());
+    if (res.ok()) {
+      resp->set_storage_id(res->storage_id);
+      resp->set_offset(res->offset);
+      resp->set_size(res->size);
+      resp->set_device_pointer(res->device_pointer);
+      resp->set_ipc_handle(res->ipc_handle);
+    }
+    Finish(r, res.status());
+  });
+}
+
+Reactor* ComputeService::Execute(Context* ctx, const v1::ExecuteRequest* req,
+                                 v1::ExecuteResponse*) {
+  absl::StatusOr<ExecuteCommand> command = ToExecuteCommand(*req, limits_);
+  if (!command.ok()) return FinishNow(ctx, command.status());
+  return OnSession(ctx, req->session(), [req, command = *std::move(command)](
+                                            Device& d, Reactor* r) mutable {
+    Finish(r, d.Execute(req->session(), std::move(command), absl::Now()));
+  });
+}
+
+Reactor* ComputeService::Flush(Context* ctx, const v1::FlushRequest* req, v1::FlushResponse*) {
+  return OnSession(ctx, req->session(), [req](Device& d, Reactor* r) {
+    Finish(r, d.Flush(req->session(), absl::Now()));
+  });
+}
+
+Reactor* ComputeService::Sync(Context* ctx, const v1::SyncRequest* req, v1::SyncResponse*) {
+  return OnSession(ctx, req->session(), [req](Device& d, Reactor* r) {
+    d.Sync(req->session(), absl::Now(), [r](absl::Status s) { Finish(r, s); });
+  });
+}
+
+Reactor* ComputeService::MemoryUsage(Context* ctx, const v1::MemoryUsageRequest* req,
+                                     v1::MemoryUsageResponse* resp) {
+  return OnDevice(ctx, req->device(), "device", [resp](Device& d, Reactor* r) {
+    ToWire(d.Usage(), resp->mutable_usage());
+    Finish(r, absl::OkStatus());
+  });
+}
+
+Reactor* ComputeService::MemoryCleanup(Context* ctx, const v1::MemoryCleanupRequest* req,
+                                       v1::MemoryCleanupResponse* resp) {
+  return OnDevice(ctx, req->device(), "device", [resp](Device& d, Reactor* r) {
+    d.Cleanup();
+    ToWire(d.Usage(), resp->mutable_usage());
+    Finish(r, absl::OkStatus());
+  });
+}
+
+Reactor* ComputeService::StartProfile(Context* ctx, const v1::StartProfileRequest* req,
+                                      v1::StartProfileResponse*) {
+  return OnSession(ctx, req->session(), [req](Device& d, Reactor* r) {
+    Finish(r, d.StartProfile(req->session(), absl::Now()));
+  });
+}
+
+Reactor* ComputeService::EndProfile(Context* ctx, const v1::EndProfileRequest* req,
+                                    v1::EndProfileResponse* resp) {
+  return OnSession(ctx, req->session(), [req, resp](Device& d, Reactor* r) {
+    d.EndProfile(req->session(), absl::Now(), [resp, r](absl::StatusOr<absl::Duration> elapsed) {
+      if (elapsed.ok()) resp->set_duration_ns(absl::ToInt64Nanoseconds(*elapsed));
+      Finish(r, elapsed.status());
+    });
+  });
+}
+
+Reactor* ComputeService::GetInfo(Context* ctx, const v1::GetInfoRequest* req,
+                                 v1::GetInfoResponse* resp) {
+  const uint32_t devices = static_cast<uint32_t>(loops_.size());
+  return OnDevice(ctx, req->device(), "device", [resp, devices](Device& d, Reactor* r) {
+    ToWire(d.Description(), resp->mutable_info());
+    resp->set_devices(devices);
+    resp->set_version(CUBED_VERSION);
+    Finish(r, absl::OkStatus());
+  });
+}
+
+Reactor* ComputeService::Release(Context* ctx, const v1::ReleaseRequest* req,
+                                 v1::ReleaseResponse*) {
+  if (absl::Status s = CheckRelease(*req, limits_); !s.ok()) return FinishNow(ctx, s);
+  return OnSession(ctx, req->session(), [req](Device& d, Reactor* r) {
+    Finish(r, d.Release(req->session(), absl::MakeConstSpan(req->handles().data(), req->handles_size()), absl::Now()));
+  });
+}
+
+}  // namespace cubed

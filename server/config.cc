@@ -1,0 +1,107 @@
+#include "server/config.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+
+#include "absl/flags/flag.h"
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/status_macros.h"
+
+ABSL_FLAG(std::string, listen, cubed::DefaultUnixSocket(),
+          "Unix socket path to serve on; empty for none.");
+ABSL_FLAG(std::string, tcp, "",
+          "host:port to also serve on over TCP (port 0 picks a free port); empty for none.");
+ABSL_FLAG(std::string, backend, "auto", "auto, cpu or cuda.");
+ABSL_FLAG(uint32_t, device, 0, "Ordinal of the device to serve (cuda).");
+ABSL_FLAG(std::string, memory_limit, "0",
+          "Most device memory the pools may hold, e.g. 8GiB; 0 = half of RAM on cpu.");
+ABSL_FLAG(absl::Duration, session_lease, absl::Seconds(60),
+          "Default session lease: a session idle this long is closed and its memory freed.");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off.");
+ABSL_FLAG(std::string, max_message_bytes, "512MiB",
+          "Largest gRPC message received or sent (and so the largest Create or Read).");
+ABSL_FLAG(bool, allow_unchecked, false,
+          "Allow kernels in unchecked mode (no bounds checks; a bad kernel can corrupt memory).");
+ABSL_FLAG(std::string, ready_file, "",
+          "File written once the daemon serves, with lines unix=ADDRESS and tcp=HOST:PORT.");
+
+namespace cubed {
+
+std::string DefaultUnixSocket() {
+  const char* runtime = std::getenv("XDG_RUNTIME_DIR");
+  if (runtime != nullptr && runtime[0] != '\0') return absl::StrCat(runtime, "/cubed.sock");
+  return absl::StrCat("/tmp/cubed-", getuid(), "/cubed.sock");
+}
+
+absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text) {
+  absl::string_view number = absl::StripAsciiWhitespace(text);
+  uint64_t scale = 1;
+  struct Suffix {
+    const char* name;
+    uint64_t scale;
+  };
+  for (Suffix s : {Suffix{"KiB", uint64_t{1} << 10}, Suffix{"MiB", uint64_t{1} << 20},
+                   Suffix{"GiB", uint64_t{1} << 30}, Suffix{"TiB", uint64_t{1} << 40},
+                   Suffix{"B", 1}}) {
+    if (absl::ConsumeSuffix(&number, s.name)) {
+      scale = s.scale;
+      break;
+    }
+  }
+  double value = 0;
+  if (number.empty() || !absl::SimpleAtod(number, &value) || !(value >= 0) ||
+      value * static_cast<double>(scale) >= 1.8e19) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", text, "' is not a byte size (e.g. 1048576, 512KiB, 64MiB, 8GiB)"));
+  }
+  return static_cast<uint64_t>(std::llround(value * static_cast<double>(scale)));
+}
+
+absl::StatusOr<DaemonConfig> ConfigFromFlags() {
+  DaemonConfig c;
+  c.unix_socket = absl::GetFlag(FLAGS_listen);
+  c.tcp_address = absl::GetFlag(FLAGS_tcp);
+  if (c.unix_socket.empty() && c.tcp_address.empty()) {
+    return absl::InvalidArgumentError("--listen and --tcp are both empty: nothing to serve on");
+  }
+  const std::string backend = absl::AsciiStrToLower(absl::GetFlag(FLAGS_backend));
+  if (backend == "auto") {
+    c.backend = BackendChoice::kAuto;
+  } else if (backend == "cpu") {
+    c.backend = BackendChoice::kCpu;
+  } else if (backend == "cuda") {
+    c.backend = BackendChoice::kCuda;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backend=", backend, ": expected auto, cpu or cuda"));
+  }
+  c.device = absl::GetFlag(FLAGS_device);
+  absl::StatusOr<uint64_t> limit = ParseByteSize(absl::GetFlag(FLAGS_memory_limit));
+  if (!limit.ok()) return absl::InvalidArgumentError(absl::StrCat("--memory_limit: ", limit.status().message()));
+  c.memory_limit = *limit;
+  c.session_lease = absl::GetFlag(FLAGS_session_lease);
+  if (c.session_lease <= absl::ZeroDuration() || c.session_lease > absl::Hours(24 * 7)) {
+    return absl::InvalidArgumentError(absl::StrCat("--session_lease=",
+                                                   absl::FormatDuration(c.session_lease),
+                                                   ": expected more than 0 and at most 168h"));
+  }
+  c.log_level = absl::GetFlag(FLAGS_log_level);
+  absl::StatusOr<uint64_t> max_message = ParseByteSize(absl::GetFlag(FLAGS_max_message_bytes));
+  if (!max_message.ok() || *max_message < 4096 || *max_message > 0x7fffffff) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_message_bytes=", absl::GetFlag(FLAGS_max_message_bytes),
+        ": expected 4KiB .. 2GiB-1 (gRPC's limit)"));
+  }
+  c.max_message_bytes = static_cast<int>(*max_message);
+  c.allow_unchecked = absl::GetFlag(FLAGS_allow_unchecked);
+  c.ready_file = absl::GetFlag(FLAGS_ready_file);
+  return c;
+}
+
+}  // namespace cubed

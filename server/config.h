@@ -1,0 +1,39 @@
+#pragma once
+
+// DaemonConfig: everything the daemon is configured with, read from its flags (--flagfile
+// works too). Flags are defined in config.cc; `cubed --help` lists them.
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace cubed {
+
+enum class BackendChoice { kAuto, kCpu, kCuda };
+
+struct DaemonConfig {
+  std::string unix_socket;  // Path; empty = no Unix listener.
+  std::string tcp_address;  // host:port; empty = no TCP listener.
+  BackendChoice backend = BackendChoice::kAuto;
+  uint32_t device = 0;
+  uint64_t memory_limit = 0;  // Bytes; 0 = backend default.
+  absl::Duration session_lease = absl::Seconds(60);
+  std::string log_level = "info";
+  int max_message_bytes = 512 << 20;
+  bool allow_unchecked = false;
+  std::string ready_file;  // Written once serving; empty = none.
+};
+
+// Reads the flags (after absl::ParseCommandLine). INVALID_ARGUMENT naming the flag when a value
+// is malformed or out of range, or when no listener is configured.
+absl::StatusOr<DaemonConfig> ConfigFromFlags();
+
+// Parses "1048576", "64MiB", "8GiB", "512KiB", "1.5GiB" into bytes. INVALID_ARGUMENT otherwise.
+absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text);
+
+// The default Unix socket: $XDG_RUNTIME_DIR/cubed.sock, else /tmp/cubed-$UID/cubed.sock.
+std::string DefaultUnixSocket();
+
+}  // namespace cubed

@@ -1,0 +1,177 @@
+#include "server/daemon.h"
+
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "server/backend_registry.h"
+#include "server/compute_service.h"
+#include "server/device_loop.h"
+#include "server/health_service.h"
+#include "spdlog/spdlog.h"
+
+namespace cubed {
+namespace {
+
+// Makes the socket's directory (0700 when we create it) and removes a stale socket file. A live
+// daemon on the same path is an error rather than something to steal from.
+absl::Status PrepareUnixSocket(const std::string& path) {
+  if (path.size() >= sizeof(sockaddr_un{}.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat("--listen: socket path '", path, "' is longer than ",
+                                                   sizeof(sockaddr_un{}.sun_path) - 1, " bytes"));
+  }
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!dir.empty() && !std::filesystem::exists(dir, ec)) {
+    std::filesystem::create_directories(dir, ec);
+    if (ec) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--listen: cannot create directory ", dir.string(), ": ", ec.message()));
+    }
+    chmod(dir.c_str(), 0700);
+  }
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) return absl::OkStatus();
+  if (!S_ISSOCK(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--listen: ", path, " exists and is not a socket"));
+  }
+  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  const bool live = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  if (live) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--listen: another process already serves on ", path));
+  }
+  unlink(path.c_str());
+  return absl::OkStatus();
+}
+
+absl::Status WriteReadyFile(const std::string& path, const DaemonConfig& config, int tcp_port) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    if (!config.unix_socket.empty()) out << "unix=unix:" << config.unix_socket << "\n";
+    if (!config.tcp_address.empty()) {
+      const std::string host = config.tcp_address.substr(0, config.tcp_address.rfind(':'));
+      out << "tcp=" << host << ":" << tcp_port << "\n";
+    }
+    if (!out) return absl::FailedPreconditionError(absl::StrCat("--ready_file: cannot write ", tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat("--ready_file: cannot rename to ", path));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void Daemon::BlockTerminationSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+int Daemon::WaitForTerminationSignal() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  int signal = 0;
+  while (sigwait(&set, &signal) != 0) {
+  }
+  return signal;
+}
+
+absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config) {
+  std::unique_ptr<Daemon> d(new Daemon());
+  d->config_ = config;
+
+  ASSIGN_OR_RETURN(std::unique_ptr<ComputeServer> backend, CreateBackend(config));
+  const DeviceDescription& desc = backend->Description();
+  spdlog::info("device {}: {} ({} MiB limit, alignment {})", desc.index, desc.name,
+               desc.memory_limit >> 20, desc.alignment);
+  DeviceOptions device_options;
+  device_options.default_lease = config.session_lease;
+  device_options.allow_unchecked = config.allow_unchecked;
+  // A read's payload plus framing must fit in one message.
+  device_options.max_read_bytes = static_cast<uint64_t>(config.max_message_bytes) - 4096;
+  d->loops_.push_back(std::make_unique<DeviceLoop>(
+      std::make_unique<Device>(0, std::move(backend), device_options)));
+
+  std::vector<DeviceLoop*> loops;
+  for (auto& loop : d->loops_) loops.push_back(loop.get());
+  d->compute_ = std::make_unique<ComputeService>(loops, RequestLimits{});
+  d->health_ = std::make_unique<HealthService>();
+
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.SetMaxReceiveMessageSize(config.max_message_bytes);
+  builder.SetMaxSendMessageSize(config.max_message_bytes);
+  builder.RegisterService(d->compute_.get());
+  builder.RegisterService(d->health_.get());
+  if (!config.unix_socket.empty()) {
+    RETURN_IF_ERROR(PrepareUnixSocket(config.unix_socket));
+    builder.AddListeningPort("unix:" + config.unix_socket, grpc::InsecureServerCredentials());
+  }
+  int tcp_port = 0;
+  if (!config.tcp_address.empty()) {
+    spdlog::warn("serving plain TCP on {}: no authentication or encryption yet",
+                 config.tcp_address);
+    builder.AddListeningPort(config.tcp_address, grpc::InsecureServerCredentials(), &tcp_port);
+  }
+  d->server_ = builder.BuildAndStart();
+  if (d->server_ == nullptr || (!config.tcp_address.empty() && tcp_port == 0)) {
+    return absl::UnavailableError(absl::StrCat(
+        "could not start serving on ",
+        config.unix_socket.empty() ? "" : "unix:" + config.unix_socket, " ", config.tcp_address,
+        " (address in use, or a bad host:port?)"));
+  }
+  if (!config.unix_socket.empty()) {
+    chmod(config.unix_socket.c_str(), 0660);
+    spdlog::info("serving on unix:{}", config.unix_socket);
+  }
+  if (tcp_port != 0) spdlog::info("serving on tcp port {}", tcp_port);
+  d->health_->SetServing(true);
+  if (!config.ready_file.empty()) RETURN_IF_ERROR(WriteReadyFile(config.ready_file, config, tcp_port));
+  return d;
+}
+
+void Daemon::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  spdlog::info("shutting down: no new calls; waiting for calls in flight");
+  health_->SetServing(false);
+  health_->Shutdown();
+  // The loops keep running while the server drains, so queued calls can finish.
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server_->Wait();
+  for (auto& loop : loops_) loop->Stop();  // Closes every session, frees every page.
+  loops_.clear();
+  if (!config_.unix_socket.empty()) unlink(config_.unix_socket.c_str());
+  spdlog::info("shut down cleanly");
+}
+
+Daemon::~Daemon() {
+  if (server_ != nullptr) Shutdown();
+}
+
+}  // namespace cubed

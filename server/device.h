@@ -1,0 +1,99 @@
+#pragma once
+
+// Device: one device's ComputeServer together with the sessions that use it. Resolves handle ids
+// and offsets into slices, keeps refcounts, enforces leases, and guarantees that a failed request
+// leaves memory and handle tables exactly as they were.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/random/random.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/commands.h"
+#include "server/compute_server.h"
+#include "server/session.h"
+
+namespace cubed {
+
+struct DeviceOptions {
+  absl::Duration default_lease = absl::Seconds(60);
+  absl::Duration max_lease = absl::Hours(24 * 7);
+  bool allow_unchecked = false;
+  uint64_t max_read_bytes = uint64_t{512} << 20;  // Total bytes one Read may return.
+};
+
+struct SessionGrant {
+  uint64_t session = 0;
+  absl::Duration lease;
+};
+
+// Owned by the device's server-loop thread (device_loop.h); not thread-safe. Callbacks passed
+// in complete on the loop thread or a backend completion thread.
+class Device {
+ public:
+  Device(uint32_t index, std::unique_ptr<ComputeServer> server, DeviceOptions options);
+  // Releases every session's handles.
+  ~Device();
+
+  uint32_t index() const { return index_; }
+  const DeviceDescription& Description() const { return server_->Description(); }
+
+  // Sessions. A zero lease means the default; leases above max_lease are INVALID_ARGUMENT.
+  absl::StatusOr<SessionGrant> OpenSession(absl::Duration lease, absl::Time now);
+  // Returns the number of handles released. NOT_FOUND for an unknown session.
+  absl::StatusOr<uint64_t> CloseSession(uint64_t session);
+  // Closes every session whose lease has passed; returns how many.
+  size_t ExpireSessions(absl::Time now);
+  // The earliest lease expiry, or InfiniteFuture when no session is open.
+  absl::Time NextExpiry() const;
+  size_t session_count() const { return sessions_.size(); }
+
+  // Every method below first finds the session (NOT_FOUND) and renews its lease.
+  absl::StatusOr<NewHandle> Create(uint64_t session, absl::Span<const uint8_t> data, absl::Time now);
+  absl::StatusOr<NewHandle> CreateTensor(uint64_t session, absl::Span<const uint8_t> data,
+                                         absl::Span<const uint64_t> shape, uint32_t elem_size,
+                                         absl::Time now);
+  absl::StatusOr<NewHandle> Empty(uint64_t session, uint64_t size, absl::Time now);
+  absl::StatusOr<NewHandle> EmptyTensor(uint64_t session, absl::Span<const uint64_t> shape,
+                                        uint32_t elem_size, absl::Time now);
+  // `out` must outlive `done`. Errors found before any work is queued are passed to `done` too.
+  void Read(uint64_t session, const std::vector<BindingRef>& bindings,
+            std::vector<std::string>* out, absl::Time now, DoneCallback done);
+  void ReadTensor(uint64_t session, const std::vector<TensorRef>& tensors,
+                  std::vector<std::string>* out, absl::Time now, DoneCallback done);
+  absl::StatusOr<ResourceDescription> GetResource(uint64_t session, const BindingRef& binding,
+                                                  absl::Time now);
+  absl::Status Execute(uint64_t session, ExecuteCommand command, absl::Time now);
+  absl::Status Flush(uint64_t session, absl::Time now);
+  void Sync(uint64_t session, absl::Time now, DoneCallback done);
+  absl::Status StartProfile(uint64_t session, absl::Time now);
+  void EndProfile(uint64_t session, absl::Time now, DurationCallback done);
+  // All handles are checked before any reference is dropped.
+  absl::Status Release(uint64_t session, absl::Span<const uint64_t> handles, absl::Time now);
+
+  MemoryUsage Usage() const { return server_->Usage(); }
+  void Cleanup() { server_->Cleanup(); }
+
+ private:
+  absl::StatusOr<Session*> FindSession(uint64_t session, absl::Time now);
+  // Checks a binding against the session's handle table and the allocation's size.
+  absl::StatusOr<ResolvedBinding> Resolve(Session& session, const BindingRef& ref,
+                                          absl::string_view what) const;
+  absl::StatusOr<NewHandle> AddHandle(Session& session, absl::StatusOr<Allocation> allocation);
+  void CloseAll(Session& session);
+
+  uint32_t index_;
+  std::unique_ptr<ComputeServer> server_;
+  DeviceOptions options_;
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Session>> sessions_;
+  absl::BitGen random_;
+};
+
+// The device index a session id routes to (ids carry it in their low byte).
+inline uint32_t DeviceOfSession(uint64_t session) { return static_cast<uint32_t>(session & 0xff); }
+
+}  // namespace cubed
