@@ -8,7 +8,8 @@
 
 namespace cubed {
 
-// Sets the global spdlog level from a name: trace, debug, info, warn, error, off.
+// Sends logs to stderr and sets the global spdlog level from a name: trace, debug, info, warn,
+// error, off.
 // INVALID_ARGUMENT naming the text when it is not one of those.
 absl::Status SetLogLevel(absl::string_view level);
 
