@@ -6,10 +6,10 @@
 
 #include <cstdint>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/elem_type.h"
 
@@ -47,7 +47,10 @@ std::vector<std::string> BuiltinKernelNames();
 absl::Status ValidateBuiltin(const BuiltinCall& call, absl::Span<const uint64_t> buffer_bytes);
 
 // Validates (as above) and runs the call on the host, in parallel across the machine's cores.
-// Returns when the outputs are written. Called on a device's server-loop thread.
+// Returns when the outputs are written. Also INVALID_ARGUMENT when a buffer's address is not a
+// multiple of its element size, or when the output overlaps an input other than exactly (same
+// memory and layout) for an in-place elementwise kernel. Thread-safe; usually called on a
+// device's server-loop thread.
 absl::Status RunBuiltinCpu(const BuiltinCall& call, absl::Span<const HostBuffer> buffers);
 
 }  // namespace cubed::kernels

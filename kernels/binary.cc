@@ -1,0 +1,80 @@
+#include "kernels/binary.h"
+
+#include <cmath>
+#include <type_traits>
+
+#include "kernels/dtype_dispatch.h"
+#include "kernels/parallel_for.h"
+#include "kernels/scalar_ops.h"
+#include "kernels/strided_loop.h"
+
+namespace cubed::kernels {
+namespace {
+
+template <typename T, typename Op>
+void BinaryLoop(const KernelArgs& args, Op op) {
+  const TensorLayout& out = args.meta.tensors[2];
+  const StridedLoop<3> loop(out, {BroadcastStrides(args.meta.tensors[0]),
+                                  BroadcastStrides(args.meta.tensors[1]), out.strides});
+  const T* a = BufferAs<const T>(args, 0);
+  const T* b = BufferAs<const T>(args, 1);
+  T* c = BufferAs<T>(args, 2);
+  ParallelFor(loop.size(), kElementwiseGrain, [&](uint64_t begin, uint64_t end) {
+    loop.ForRuns(begin, end, [&](const auto& off, uint64_t n, const auto& step) {
+      const T* as = a + off[0];
+      const T* bs = b + off[1];
+      T* cs = c + off[2];
+      if (step[0] == 1 && step[1] == 1 && step[2] == 1) {
+        for (uint64_t i = 0; i < n; ++i) cs[i] = op(as[i], bs[i]);
+      } else if (step[0] == 1 && step[1] == 0 && step[2] == 1) {
+        const T bv = *bs;
+        for (uint64_t i = 0; i < n; ++i) cs[i] = op(as[i], bv);
+      } else if (step[0] == 0 && step[1] == 1 && step[2] == 1) {
+        const T av = *as;
+        for (uint64_t i = 0; i < n; ++i) cs[i] = op(av, bs[i]);
+      } else {
+        for (uint64_t i = 0; i < n; ++i) cs[i * step[2]] = op(as[i * step[0]], bs[i * step[1]]);
+      }
+    });
+  });
+}
+
+template <typename T>
+absl::Status RunTyped(const KernelArgs& args) {
+  switch (static_cast<BinaryOp>(args.op)) {
+    case BinaryOp::kAdd:
+      BinaryLoop<T>(args, [](T a, T b) { return Add(a, b); });
+      return absl::OkStatus();
+    case BinaryOp::kSub:
+      BinaryLoop<T>(args, [](T a, T b) { return Sub(a, b); });
+      return absl::OkStatus();
+    case BinaryOp::kMul:
+      BinaryLoop<T>(args, [](T a, T b) { return Mul(a, b); });
+      return absl::OkStatus();
+    case BinaryOp::kDiv:
+      BinaryLoop<T>(args, [](T a, T b) { return Div(a, b); });
+      return absl::OkStatus();
+    case BinaryOp::kMax:
+      BinaryLoop<T>(args, [](T a, T b) { return Max(a, b); });
+      return absl::OkStatus();
+    case BinaryOp::kMin:
+      BinaryLoop<T>(args, [](T a, T b) { return Min(a, b); });
+      return absl::OkStatus();
+    case BinaryOp::kPow:
+      if constexpr (std::is_floating_point_v<T>) {
+        BinaryLoop<T>(args, [](T a, T b) { return std::pow(a, b); });
+        return absl::OkStatus();
+      }
+      break;
+  }
+  return absl::InternalError("binary kernel: unsupported op/dtype pair passed validation");
+}
+
+}  // namespace
+
+absl::Status RunBinary(const KernelArgs& args) {
+  return DispatchDtype<kAllTypes>(args.call.dtype,
+                                  [&](auto tag) { return RunTyped<decltype(tag)>(args); });
+}
+
+}  // namespace cubed::kernels

@@ -1,0 +1,89 @@
+#include "kernels/elementwise.h"
+
+#include <cmath>
+#include <type_traits>
+
+#include "kernels/dtype_dispatch.h"
+#include "kernels/parallel_for.h"
+#include "kernels/scalar_ops.h"
+#include "kernels/strided_loop.h"
+
+namespace cubed::kernels {
+namespace {
+
+template <typename T>
+T Sigmoid(T x) {
+  // Both branches only ever exponentiate a non-positive number, so nothing overflows.
+  if (x >= 0) return T{1} / (T{1} + std::exp(-x));
+  const T e = std::exp(x);
+  return e / (T{1} + e);
+}
+
+template <typename T, typename Op>
+void UnaryLoop(const KernelArgs& args, Op op) {
+  const TensorLayout& in = args.meta.tensors[0];
+  const TensorLayout& out = args.meta.tensors[1];
+  const StridedLoop<2> loop(out, {in.strides, out.strides});
+  const T* x = BufferAs<const T>(args, 0);
+  T* y = BufferAs<T>(args, 1);
+  ParallelFor(loop.size(), kElementwiseGrain, [&](uint64_t begin, uint64_t end) {
+    loop.ForRuns(begin, end, [&](const auto& off, uint64_t n, const auto& step) {
+      const T* xs = x + off[0];
+      T* ys = y + off[1];
+      if (step[0] == 1 && step[1] == 1) {
+        for (uint64_t i = 0; i < n; ++i) ys[i] = op(xs[i]);
+      } else {
+        for (uint64_t i = 0; i < n; ++i) ys[i * step[1]] = op(xs[i * step[0]]);
+      }
+    });
+  });
+}
+
+template <typename T>
+absl::Status RunTyped(const KernelArgs& args) {
+  switch (static_cast<UnaryOp>(args.op)) {
+    case UnaryOp::kNeg:
+      UnaryLoop<T>(args, [](T x) { return Neg(x); });
+      return absl::OkStatus();
+    case UnaryOp::kAbs:
+      UnaryLoop<T>(args, [](T x) { return Abs(x); });
+      return absl::OkStatus();
+    case UnaryOp::kRelu:
+      // x < 0 is false for NaN, so NaN passes through.
+      UnaryLoop<T>(args, [](T x) { return x < 0 ? T{0} : x; });
+      return absl::OkStatus();
+    default:
+      break;
+  }
+  if constexpr (std::is_floating_point_v<T>) {
+    switch (static_cast<UnaryOp>(args.op)) {
+      case UnaryOp::kExp:
+        UnaryLoop<T>(args, [](T x) { return std::exp(x); });
+        return absl::OkStatus();
+      case UnaryOp::kLog:
+        UnaryLoop<T>(args, [](T x) { return std::log(x); });
+        return absl::OkStatus();
+      case UnaryOp::kSqrt:
+        UnaryLoop<T>(args, [](T x) { return std::sqrt(x); });
+        return absl::OkStatus();
+      case UnaryOp::kSigmoid:
+        UnaryLoop<T>(args, [](T x) { return Sigmoid(x); });
+        return absl::OkStatus();
+      case UnaryOp::kTanh:
+        UnaryLoop<T>(args, [](T x) { return std::tanh(x); });
+        return absl::OkStatus();
+      default:
+        break;
+    }
+  }
+  return absl::InternalError("unary kernel: unsupported op/dtype pair passed validation");
+}
+
+}  // namespace
+
+absl::Status RunUnary(const KernelArgs& args) {
+  return DispatchDtype<kSignedTypes>(args.call.dtype,
+                                     [&](auto tag) { return RunTyped<decltype(tag)>(args); });
+}
+
+}  // namespace cubed::kernels

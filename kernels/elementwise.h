@@ -1,0 +1,16 @@
+#pragma once
+
+// Unary elementwise kernels: [in, out] of the same shape, any strides.
+
+#include "absl/status/status.h"
+#include "kernels/kernel_def.h"
+
+namespace cubed::kernels {
+
+enum class UnaryOp { kNeg, kAbs, kRelu, kExp, kLog, kSqrt, kSigmoid, kTanh };
+
+// Runs the UnaryOp `args.op` (neg, abs, relu: f32 f64 i32 i64; the rest: f32 f64). The call has
+// been validated. In place is fine when out and in share memory and layout.
+absl::Status RunUnary(const KernelArgs& args);
+
+}  // namespace cubed::kernels

@@ -1,0 +1,61 @@
+#include "kernels/softmax.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/convert.h"
+#include "kernels/dtype_dispatch.h"
+#include "kernels/parallel_for.h"
+#include "kernels/scalar_ops.h"
+#include "kernels/strided_loop.h"
+
+namespace cubed::kernels {
+namespace {
+
+template <typename T>
+void SoftmaxRow(const T* x, uint64_t sx, T* y, uint64_t sy, uint64_t len) {
+  T m = -std::numeric_limits<T>::infinity();
+  for (uint64_t i = 0; i < len; ++i) m = Max(m, x[i * sx]);
+  double sum = 0;
+  for (uint64_t i = 0; i < len; ++i) {
+    const T e = std::exp(x[i * sx] - m);
+    y[i * sy] = e;
+    sum += e;
+  }
+  const T inv = Convert<T>(1.0 / sum);
+  for (uint64_t i = 0; i < len; ++i) y[i * sy] *= inv;
+}
+
+template <typename T>
+void SoftmaxLoop(const KernelArgs& args) {
+  const TensorLayout& in = args.meta.tensors[0];
+  const TensorLayout& out = args.meta.tensors[1];
+  const uint32_t last = out.rank - 1;
+  const uint64_t len = out.shape[last];
+  // Iterate over rows: the output shape with the last dim collapsed to 1.
+  TensorLayout rows = out;
+  rows.shape[last] = 1;
+  const StridedLoop<2> loop(rows, {in.strides, out.strides});
+  const T* x = BufferAs<const T>(args, 0);
+  T* y = BufferAs<T>(args, 1);
+  const uint64_t sx = in.strides[last], sy = out.strides[last];
+  const uint64_t grain = std::max<uint64_t>(1, kElementwiseGrain / 4 / std::max<uint64_t>(len, 1));
+  ParallelFor(len == 0 ? 0 : loop.size(), grain, [&](uint64_t begin, uint64_t end) {
+    loop.ForRuns(begin, end, [&](const auto& off, uint64_t n, const auto& step) {
+      for (uint64_t r = 0; r < n; ++r) {
+        SoftmaxRow(x + off[0] + r * step[0], sx, y + off[1] + r * step[1], sy, len);
+      }
+    });
+  });
+}
+
+}  // namespace
+
+absl::Status RunSoftmax(const KernelArgs& args) {
+  return DispatchDtype<kFloatTypes>(args.call.dtype, [&](auto tag) {
+    SoftmaxLoop<decltype(tag)>(args);
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace cubed::kernels

@@ -1,0 +1,37 @@
+#pragma once
+
+// Checks a builtin call against its registry entry: the rules docs/kernel-abi.md lists. Every
+// failure is INVALID_ARGUMENT naming the kernel and what was wrong.
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/kernel_metadata.h"
+#include "kernels/builtin.h"
+#include "kernels/kernel_def.h"
+
+namespace cubed::kernels {
+
+// Checks dtype, scalars, metadata, that each tensor fits its buffer (`buffer_bytes`, one per
+// buffer, count already matching `def`), output layouts and the shape rule. Returns the decoded
+// metadata.
+absl::StatusOr<KernelMetadata> ValidateCall(const KernelDef& def, const BuiltinCall& call,
+                                            absl::Span<const uint64_t> buffer_bytes);
+
+// Checks the host memory of a validated call: every non-empty buffer aligned to its element size,
+// and the output overlapping no input (except in place, where `def` allows it, with the very
+// same memory and layout).
+absl::Status CheckHostBuffers(const KernelDef& def, const BuiltinCall& call,
+                              const KernelMetadata& meta, absl::Span<const HostBuffer> buffers);
+
+// True when two different indices of `t` may address the same element (a conservative test:
+// dims sorted by stride must each step past everything the smaller dims span).
+bool MayOverlapItself(const TensorLayout& t);
+
+// "[2, 3]": the first `t.rank` values of `dims`.
+std::string FormatDims(const TensorLayout& t, const std::array<uint64_t, kMaxRank>& dims);
+
+}  // namespace cubed::kernels

@@ -1,0 +1,281 @@
+#include "kernels/validate.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/test_tensor.h"
+
+namespace cubed::kernels::testing {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+// The metadata of contiguous tensors of `shapes`, each buffer exactly as long as its tensor.
+std::vector<uint32_t> Meta(const std::vector<std::vector<uint64_t>>& shapes) {
+  std::vector<uint64_t> lens;
+  std::vector<TensorLayout> layouts;
+  for (const auto& s : shapes) {
+    layouts.push_back(TensorLayout::Contiguous(s));
+    lens.push_back(layouts.back().NumElements());
+  }
+  return *EncodeKernelMetadata(lens, layouts);
+}
+
+BuiltinCall Call(std::string name, ElemType dt, const std::vector<std::vector<uint64_t>>& shapes) {
+  BuiltinCall call = MakeCall(std::move(name), dt);
+  call.metadata = Meta(shapes);
+  return call;
+}
+
+// Byte sizes of contiguous tensors of `shapes` and element size `es`.
+std::vector<uint64_t> Bytes(const std::vector<std::vector<uint64_t>>& shapes, uint64_t es = 4) {
+  std::vector<uint64_t> b;
+  for (const auto& s : shapes) b.push_back(TensorLayout::Contiguous(s).NumElements() * es);
+  return b;
+}
+
+TEST(ValidateTest, NamesAreSortedUniqueAndComplete) {
+  const std::vector<std::string> names = BuiltinKernelNames();
+  EXPECT_TRUE(std::is_sorted(names.begin(), names.end()));
+  EXPECT_EQ(std::adjacent_find(names.begin(), names.end()), names.end());
+  for (const char* n : {"fill", "copy",    "cast", "neg",  "abs",    "relu",   "exp",    "log",
+                        "sqrt", "sigmoid", "tanh", "add",  "sub",    "mul",    "div",    "max",
+                        "min",  "pow",     "sum",  "mean", "argmax", "matmul", "softmax"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
+  }
+  EXPECT_EQ(names.size(), 23u);
+}
+
+TEST(ValidateTest, ValidCallPasses) {
+  const std::vector<std::vector<uint64_t>> s = {{2, 3}, {1, 3}, {2, 3}};
+  EXPECT_TRUE(ValidateBuiltin(Call("add", ElemType::kF32, s), Bytes(s)).ok());
+}
+
+TEST(ValidateTest, UnknownKernelIsNotFound) {
+  const absl::Status st = ValidateBuiltin(Call("frobnicate", ElemType::kF32, {{1}}), {4});
+  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(st.message(), HasSubstr("'frobnicate'"));
+}
+
+TEST(ValidateTest, UnsupportedDtypeNamesKernelAndDtype) {
+  const std::vector<std::vector<uint64_t>> s = {{4}, {4}};
+  const absl::Status st = ValidateBuiltin(Call("exp", ElemType::kI32, s), Bytes(s));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), AllOf(HasSubstr("'exp'"), HasSubstr("i32"), HasSubstr("f32, f64")));
+}
+
+TEST(ValidateTest, UnknownDtypeValue) {
+  const std::vector<std::vector<uint64_t>> s = {{4}, {4}};
+  BuiltinCall call = Call("cast", ElemType::kF32, s);
+  call.out_dtype = static_cast<ElemType>(77);
+  const absl::Status st = ValidateBuiltin(call, Bytes(s));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("out_dtype 77"));
+}
+
+TEST(ValidateTest, WrongBufferCount) {
+  const std::vector<std::vector<uint64_t>> s = {{4}, {4}};
+  absl::Status st = ValidateBuiltin(Call("add", ElemType::kF32, s), Bytes(s));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "kernel 'add' takes 3 buffers (lhs, rhs, out), got 2");
+  // "max" is a reduction with 2 buffers and elementwise with 3.
+  st = ValidateBuiltin(Call("max", ElemType::kF32, {{1}}), {4});
+  EXPECT_EQ(st.message(),
+            "kernel 'max' takes 2 buffers (in, out) or 3 buffers (lhs, rhs, out), got 1");
+}
+
+TEST(ValidateTest, MalformedMetadata) {
+  const std::vector<std::vector<uint64_t>> s = {{4}, {4}};
+  BuiltinCall call = Call("copy", ElemType::kF32, s);
+  call.metadata.resize(5);
+  const absl::Status st = ValidateBuiltin(call, Bytes(s));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), AllOf(HasSubstr("'copy'"), HasSubstr("metadata")));
+}
+
+TEST(ValidateTest, ShapeMismatchNamesTheDims) {
+  std::vector<std::vector<uint64_t>> s = {{2, 3}, {3, 2}};
+  absl::Status st = ValidateBuiltin(Call("copy", ElemType::kF32, s), Bytes(s));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), AllOf(HasSubstr("[3, 2]"), HasSubstr("[2, 3]"), HasSubstr("dim 0")));
+  s = {{2, 3}, {2, 2}, {2, 4}};
+  st = ValidateBuiltin(Call("mul", ElemType::kF32, s), Bytes(s));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), AllOf(HasSubstr("lhs shape [2, 3]"), HasSubstr("dim 1 is 3"),
+                                  HasSubstr("must be 4 or 1")));
+  s = {{3}, {2, 3}, {2, 3}};
+  st = ValidateBuiltin(Call("add", ElemType::kF32, s), Bytes(s));
+  EXPECT_THAT(st.message(), AllOf(HasSubstr("lhs has rank 1"), HasSubstr("out has rank 2")));
+}
+
+TEST(ValidateTest, MatmulShapeErrors) {
+  std::vector<std::vector<uint64_t>> s = {{2, 3}, {4, 5}, {2, 5}};
+  absl::Status st = ValidateBuiltin(Call("matmul", ElemType::kF32, s), Bytes(s));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), AllOf(HasSubstr("K = 3"), HasSubstr("(4)")));
+  s = {{2, 3}, {3, 5}, {2, 4}};
+  st = ValidateBuiltin(Call("matmul", ElemType::kF32, s), Bytes(s));
+  EXPECT_THAT(st.message(), HasSubstr("[M, N] = [2, 5]"));
+  s = {{3}, {3}, {1}};
+  st = ValidateBuiltin(Call("matmul", ElemType::kF32, s), Bytes(s));
+  EXPECT_THAT(st.message(), HasSubstr("needs rank >= 2"));
+  s = {{2, 2, 3}, {3, 3, 5}, {2, 2, 5}};
+  st = ValidateBuiltin(Call("matmul", ElemType::kF32, s), Bytes(s));
+  EXPECT_THAT(st.message(), AllOf(HasSubstr("b shape [3, 3, 5]"), HasSubstr("dim 0 is 3")));
+}
+
+TEST(ValidateTest, ReductionAxisAndShape) {
+  std::vector<std::vector<uint64_t>> s = {{2, 3}, {2, 1}};
+  BuiltinCall call = Call("sum", ElemType::kF32, s);
+  call.axis = 2;
+  absl::Status st = ValidateBuiltin(call, Bytes(s));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), AllOf(HasSubstr("axis 2"), HasSubstr("rank 2")));
+  call.axis = 0;
+  st = ValidateBuiltin(call, Bytes(s));
+  EXPECT_THAT(st.message(), AllOf(HasSubstr("out dim 0 is 2, must be 1")));
+  s = {{2, 0}, {2, 1}};
+  call = Call("max", ElemType::kF32, s);
+  call.axis = 1;
+  st = ValidateBuiltin(call, Bytes(s));
+  EXPECT_THAT(st.message(), HasSubstr("cannot reduce axis 1 of size 0"));
+  s = {{2, 3}, {2, 1}};
+  call = Call("argmax", ElemType::kF32, s);
+  call.axis = 1;
+  EXPECT_THAT(ValidateBuiltin(call, Bytes(s)).message(), HasSubstr("buffer 1 (out) holds 8 bytes"))
+      << "argmax writes i64";
+  EXPECT_TRUE(ValidateBuiltin(call, {24, 16}).ok());
+}
+
+TEST(ValidateTest, ScalarCountAndType) {
+  const std::vector<std::vector<uint64_t>> s = {{4}};
+  BuiltinCall call = Call("fill", ElemType::kF32, s);
+  absl::Status st = ValidateBuiltin(call, Bytes(s));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), AllOf(HasSubstr("exactly one scalar group"), HasSubstr("got 0")));
+  call.scalars.push_back(OneScalar(ElemType::kI32, 1));
+  st = ValidateBuiltin(call, Bytes(s));
+  EXPECT_THAT(st.message(), HasSubstr("scalar group is i32 but the dtype is f32"));
+  call.scalars[0] = OneScalar(ElemType::kF32, 1);
+  call.scalars[0].bytes.push_back(0);
+  st = ValidateBuiltin(call, Bytes(s));
+  EXPECT_THAT(st.message(), HasSubstr("holds 5 bytes"));
+  const std::vector<std::vector<uint64_t>> s2 = {{4}, {4}};
+  call = Call("neg", ElemType::kF32, s2);
+  call.scalars.push_back(OneScalar(ElemType::kF32, 1));
+  st = ValidateBuiltin(call, Bytes(s2));
+  EXPECT_THAT(st.message(), HasSubstr("'neg' takes no scalars"));
+}
+
+TEST(ValidateTest, BufferTooSmallForLayoutNamesBufferAndSizes) {
+  const std::vector<std::vector<uint64_t>> s = {{2, 3}, {2, 3}, {2, 3}};
+  absl::Status st = ValidateBuiltin(Call("add", ElemType::kF32, s), {24, 20, 24});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), AllOf(HasSubstr("buffer 1 (rhs) holds 20 bytes"),
+                                  HasSubstr("spans 6 f32 elements = 24 bytes")));
+  // A padded layout needs its whole span, not just its element count.
+  TensorLayout padded = TensorLayout::Contiguous(std::vector<uint64_t>{2, 3});
+  padded.strides[0] = 10;
+  BuiltinCall call = MakeCall("copy", ElemType::kF64);
+  call.metadata = *EncodeKernelMetadata(
+      {6, 6}, {padded, TensorLayout::Contiguous(std::vector<uint64_t>{2, 3})});
+  st = ValidateBuiltin(call, {48, 48});
+  EXPECT_THAT(st.message(), AllOf(HasSubstr("buffer 0 (in) holds 48 bytes"),
+                                  HasSubstr("strides [10, 1]"), HasSubstr("= 104 bytes")));
+}
+
+TEST(ValidateTest, BufferLenBeyondBufferIsRejected) {
+  BuiltinCall call = MakeCall("copy", ElemType::kF32);
+  const TensorLayout t = TensorLayout::Contiguous(std::vector<uint64_t>{4});
+  call.metadata = *EncodeKernelMetadata({4, 100}, {t, t});
+  const absl::Status st = ValidateBuiltin(call, {16, 16});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), AllOf(HasSubstr("buffer 1 (out)"), HasSubstr("buffer_len is 100"),
+                                  HasSubstr("400 bytes")));
+}
+
+TEST(ValidateTest, HugeStridesAreMeasuredExactly) {
+  TensorLayout t;
+  t.rank = 8;
+  for (uint32_t d = 0; d < 8; ++d) {
+    t.shape[d] = 2;
+    t.strides[d] = 0xFFFFFFFFu;
+  }
+  BuiltinCall call = MakeCall("copy", ElemType::kI64);
+  call.metadata =
+      *EncodeKernelMetadata({1, 256}, {t, TensorLayout::Contiguous(std::vector<uint64_t>(8, 2))});
+  const absl::Status st = ValidateBuiltin(call, {uint64_t{1} << 37, 2048});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  // 1 + 8 * (2^32 - 1) elements of 8 bytes.
+  EXPECT_THAT(st.message(),
+              AllOf(HasSubstr("buffer 0 (in) holds 137438953472 bytes"),
+                    HasSubstr("spans 34359738361 i64 elements = 274877906888 bytes")));
+}
+
+TEST(ValidateTest, OutputWithOverlappingStridesIsRejected) {
+  TensorLayout out = TensorLayout::Contiguous(std::vector<uint64_t>{4, 4});
+  out.strides[0] = 2;  // Rows overlap.
+  BuiltinCall call = MakeCall("fill", ElemType::kF32);
+  call.scalars.push_back(OneScalar(ElemType::kF32, 1));
+  call.metadata = *EncodeKernelMetadata({16}, {out});
+  const absl::Status st = ValidateBuiltin(call, {64});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), AllOf(HasSubstr("buffer 0 (out)"), HasSubstr("more than once")));
+  EXPECT_TRUE(MayOverlapItself(out));
+  out.strides[0] = 4;
+  EXPECT_FALSE(MayOverlapItself(out));
+  out.strides[1] = 0;  // Broadcast output.
+  EXPECT_TRUE(MayOverlapItself(out));
+}
+
+TEST(ValidateTest, MisalignedBufferIsRejectedAtRun) {
+  std::vector<uint64_t> storage(8);
+  uint8_t* base = reinterpret_cast<uint8_t*>(storage.data());
+  BuiltinCall call = Call("copy", ElemType::kF32, {{4}, {4}});
+  const absl::Status st =
+      RunBuiltinCpu(call, {HostBuffer{base + 2, 16}, HostBuffer{base + 32, 16}});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), AllOf(HasSubstr("buffer 0 (in)"), HasSubstr("aligned")));
+}
+
+TEST(ValidateTest, OutputOverlappingAnInputIsRejectedUnlessElementwiseInPlace) {
+  std::vector<float> storage(64);
+  uint8_t* base = reinterpret_cast<uint8_t*>(storage.data());
+  const std::vector<std::vector<uint64_t>> s = {{4, 4}, {4, 4}, {4, 4}};
+  BuiltinCall call = Call("matmul", ElemType::kF32, s);
+  absl::Status st =
+      RunBuiltinCpu(call, {HostBuffer{base, 64}, HostBuffer{base + 64, 64}, HostBuffer{base, 64}});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), AllOf(HasSubstr("buffer 2 (out) overlaps buffer 0 (a)")));
+  call.name = "add";
+  EXPECT_TRUE(
+      RunBuiltinCpu(call, {HostBuffer{base, 64}, HostBuffer{base + 64, 64}, HostBuffer{base, 64}})
+          .ok());
+  // Shifted by one element: not the same layout, so not in place.
+  st = RunBuiltinCpu(call,
+                     {HostBuffer{base, 64}, HostBuffer{base + 64, 64}, HostBuffer{base + 4, 64}});
+  EXPECT_THAT(st.message(), HasSubstr("overlaps buffer 0 (lhs)"));
+}
+
+TEST(ValidateTest, DocumentedAddExampleEncodesAsShown) {
+  // docs/kernel-abi.md, "Worked example".
+  const std::vector<uint32_t> words = Meta({{2, 3}, {1, 3}, {2, 3}});
+  EXPECT_EQ(words, (std::vector<uint32_t>{6,  3, 6, 6, 3, 6, 2, 2, 2, 15, 17, 19, 21, 23,
+                                          25, 2, 3, 1, 3, 2, 3, 3, 1, 3,  1,  3,  1}));
+  BuiltinCall call = MakeCall("add", ElemType::kF32);
+  call.metadata = words;
+  EXPECT_TRUE(ValidateBuiltin(call, {24, 12, 24}).ok());
+}
+
+TEST(ValidateTest, EmptyTensorsAreANoOp) {
+  const std::vector<std::vector<uint64_t>> s = {{0, 3}, {0, 3}};
+  BuiltinCall call = Call("exp", ElemType::kF32, s);
+  EXPECT_TRUE(RunBuiltinCpu(call, {HostBuffer{nullptr, 0}, HostBuffer{nullptr, 0}}).ok());
+}
+
+}  // namespace
+}  // namespace cubed::kernels::testing
