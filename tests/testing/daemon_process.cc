@@ -93,7 +93,7 @@ absl::StatusOr<int> DaemonProcess::Stop(int signal, absl::Duration timeout) {
     }
     absl::SleepFor(absl::Milliseconds(5));
   }
-  return absl::DeadlineExceededError(absl::StrCat("cubed did not exit within ", timeout));
+  return absl::DeadlineExceededError(absl::StrCat("cubed did not exit within ", absl::FormatDuration(timeout)));
 }
 
 std::string DaemonProcess::Log() const { return ReadFile(dir_ + "/log"); }
