@@ -31,7 +31,7 @@ class ComputeStorage {
   virtual uint64_t alignment() const = 0;
 
   // Allocates `size` (> 0) bytes, aligned to alignment(). RESOURCE_EXHAUSTED when the device
-  // (or the host) has no memory for it.
+  // (or the host) has no memory for it; INVALID_ARGUMENT for 0.
   virtual absl::StatusOr<StorageId> Alloc(uint64_t size) = 0;
 
   // Frees an allocation. Work already queued on the device that uses it completes first.

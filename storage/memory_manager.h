@@ -8,33 +8,24 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "storage/compute_storage.h"
 #include "common/memory_usage.h"
+#include "storage/compute_storage.h"
+#include "storage/slice.h"  // SliceId, SliceLocation.
 
 namespace cubed {
 
-// Identifies one reservation (a slice). Never reused within a manager's lifetime (64-bit).
-using SliceId = uint64_t;
-
-// Where a slice lives inside storage.
-struct SliceLocation {
-  StorageId storage = 0;  // The page.
-  uint64_t offset = 0;    // Byte offset of the slice inside the page (aligned).
-  uint64_t size = 0;      // Requested bytes of the slice.
-};
-
 struct MemoryManagerOptions {
-  // Most bytes the manager may hold from storage at once (pages). Reservations that would pass it
-  // after a cleanup attempt fail with RESOURCE_EXHAUSTED.
+  // Most bytes the manager may hold from storage at once (bytes_reserved). Reservations that would
+  // pass it even after returning every free page fail with RESOURCE_EXHAUSTED.
   uint64_t memory_limit = uint64_t{1} << 34;
-  // Largest single reservation; larger is INVALID_ARGUMENT... see Reserve.
+  // Largest single reservation (bytes); Reserve of more is INVALID_ARGUMENT.
   uint64_t max_allocation = uint64_t{1} << 33;
 };
 
 // Owned by one device's server-loop thread; not thread-safe.
 class MemoryManager {
  public:
-  // `storage` must outlive the manager.
+  // `storage` must outlive the manager; its alignment() (a power of two) is the manager's.
   MemoryManager(ComputeStorage* storage, MemoryManagerOptions options);
   ~MemoryManager();  // Returns every page to storage.
 
@@ -43,7 +34,10 @@ class MemoryManager {
 
   // Reserves `size` bytes (1 .. max_allocation). INVALID_ARGUMENT for 0 or more than
   // max_allocation; RESOURCE_EXHAUSTED (message names the limit, the request and what is
-  // reserved) when the limit would be passed even after freeing every free page.
+  // reserved) when the limit would be passed even after freeing every free page, or when the
+  // storage has no memory even after that. A failed Reserve leaves Usage() exactly as it was,
+  // unless the storage itself refused (then free pages were returned to retry). Free pages are
+  // returned only when that makes the request fit. O(log n) when a free slice fits.
   // Memory is uninitialized. Safe to reuse a just-freed slice: the device runs one in-order stream.
   absl::StatusOr<SliceId> Reserve(uint64_t size);
 
