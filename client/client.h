@@ -1,0 +1,236 @@
+#pragma once
+
+// cubed::Client: the C++ SDK. Mirrors CubeCL's ComputeServer trait over gRPC to a cubed daemon.
+//
+//   auto client = cubed::Client::Connect({.address = "unix:/run/user/1000/cubed.sock"});
+//   auto x = (*client)->CreateTensor(bytes, {2, 3}, 4);
+//   auto y = (*client)->EmptyTensor({2, 3}, 4);
+//   (*client)->Execute(cubed::Builtin("relu", cubed::ElemType::kF32), {*x}, {*y});
+//   auto out = (*client)->ReadTensor({*y}).get();
+//
+// Thread-safety: a Client may be used from many threads at once; commands sent from one thread
+// run in the order sent. Every call carries a deadline (ClientOptions::timeout). Handles must not
+// outlive their Client: the session they belong to ends with it.
+
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/elem_type.h"
+#include "common/memory_usage.h"
+#include "cubed/v1/types.pb.h"
+
+namespace cubed {
+
+struct ClientOptions {
+  // gRPC target: "unix:/path/to/cubed.sock" or "host:port".
+  std::string address;
+  // Deadline of each call.
+  absl::Duration timeout = absl::Seconds(60);
+  // Device to open the session on.
+  uint32_t device = 0;
+  // Session lease; 0 = the daemon's default. The daemon frees the session's handles when this
+  // long passes without a call.
+  absl::Duration lease = absl::ZeroDuration();
+  // Largest message sent or received, bytes.
+  int max_message_bytes = 1 << 30;
+  // Join an existing session instead of opening one (e.g. from `cubectl session open`). The
+  // client then does not close it; it still releases the handles it created.
+  uint64_t session = 0;
+  // Releases are sent in one RPC once this many are queued ...
+  size_t release_batch = 64;
+  // ... or this long after the first of a batch was queued.
+  absl::Duration release_delay = absl::Milliseconds(20);
+};
+
+class Client;
+class ReleaseBatcher;
+
+// A reference-counted handle to daemon memory (CubeCL's Handle). Copies share one reference on
+// the daemon; when the last copy is destroyed the SDK releases it (batched, asynchronously; see
+// Client::FlushReleases). A default-constructed Handle is empty. Thread-safe like shared_ptr.
+class Handle {
+ public:
+  Handle() = default;
+  // Daemon handle id; 0 when empty.
+  uint64_t id() const;
+  // Bytes of the allocation (padding included for tensors); 0 when empty.
+  uint64_t size() const;
+  explicit operator bool() const { return state_ != nullptr; }
+
+  // Keeps the handle alive on the daemon after the last copy goes (for tools that hand ids to
+  // another process); applies to every copy. Returns the id (0 when empty).
+  uint64_t Detach();
+
+  // Implementation detail (client/handle_state.h).
+  struct State;
+  explicit Handle(std::shared_ptr<State> state) : state_(std::move(state)) {}
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+// A byte view of a handle (CubeCL's Binding): offset_start bytes skipped at the front,
+// offset_end cut from the back.
+struct Binding {
+  Binding() = default;
+  Binding(Handle h) : handle(std::move(h)) {}  // NOLINT: implicit, like CubeCL's binding().
+  Binding(Handle h, uint64_t start, uint64_t end)
+      : handle(std::move(h)), offset_start(start), offset_end(end) {}
+  Handle handle;
+  uint64_t offset_start = 0;
+  uint64_t offset_end = 0;
+};
+
+// A tensor on the daemon: its handle plus layout. Strides are in elements and may be padded.
+struct Tensor {
+  Handle handle;
+  std::vector<uint64_t> shape;
+  std::vector<uint64_t> strides;
+  uint32_t elem_size = 0;
+
+  // Product of the shape (1 for rank 0).
+  uint64_t NumElements() const;
+};
+
+// A builtin kernel (docs/kernel-abi.md). `out_dtype` for cast; `axis` for reductions.
+struct BuiltinKernel {
+  std::string name;
+  ElemType dtype = ElemType::kF32;
+  ElemType out_dtype = ElemType::kF32;
+  uint32_t axis = 0;
+};
+// A builtin kernel whose output type equals its input type, axis 0.
+inline BuiltinKernel Builtin(std::string name, ElemType dtype) {
+  return BuiltinKernel{std::move(name), dtype, dtype, 0};
+}
+
+// Scalars of one element type passed to a kernel; values are converted to `elem` by the daemon.
+// Use `floats` for F32/F64, `ints` for I32/I64, `uints` for U32.
+struct Scalars {
+  ElemType elem = ElemType::kF32;
+  std::vector<double> floats;
+  std::vector<int64_t> ints;
+  std::vector<uint64_t> uints;
+};
+
+// A static cube count (CUDA grid).
+struct CubeCount {
+  uint32_t x = 1, y = 1, z = 1;
+};
+
+enum class ExecutionMode { kChecked, kUnchecked };
+
+// Raw launch description for Execute: buffers, metadata and scalars exactly as sent.
+struct LaunchBindings {
+  std::vector<Binding> buffers;
+  std::vector<uint32_t> metadata;
+  std::vector<Scalars> scalars;
+};
+
+// Storage behind a binding (trait: get_resource).
+struct Resource {
+  uint64_t storage_id = 0;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+  uint64_t device_pointer = 0;  // CUDA only.
+  std::string ipc_handle;       // CUDA only.
+};
+
+// Result of GetInfo.
+struct DaemonInfo {
+  v1::DeviceInfo device;
+  uint32_t devices = 0;  // Devices the daemon serves.
+  std::string version;   // Daemon version.
+};
+
+class Client {
+ public:
+  // Connects and opens a session (or joins options.session). UNAVAILABLE when the daemon cannot
+  // be reached; INVALID_ARGUMENT when the address is empty.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(ClientOptions options);
+
+  // Closes the session (unless joined; then it sends the pending releases instead). Blocks up to
+  // the deadline for that; errors are ignored. Handles still alive are no longer released.
+  ~Client();
+
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // The session id every request carries.
+  uint64_t session() const;
+  // The lease the daemon granted (zero for a joined session).
+  absl::Duration lease() const;
+  // The options the client was connected with.
+  const ClientOptions& options() const;
+
+  // trait: create. Stores `data` (1 byte or more) and returns a handle over exactly those bytes.
+  absl::StatusOr<Handle> Create(absl::Span<const uint8_t> data);
+  // trait: create_tensor. `data` is dense row-major, product(shape) * elem_size bytes; the
+  // returned strides are the daemon's (possibly padded).
+  absl::StatusOr<Tensor> CreateTensor(absl::Span<const uint8_t> data, std::vector<uint64_t> shape,
+                                      uint32_t elem_size);
+  // trait: empty. Uninitialized bytes.
+  absl::StatusOr<Handle> Empty(uint64_t size);
+  // trait: empty_tensor. Uninitialized.
+  absl::StatusOr<Tensor> EmptyTensor(std::vector<uint64_t> shape, uint32_t elem_size);
+
+  // Wraps handle `id` of this session (e.g. one Detach()ed by another client of the session) in
+  // a Handle whose last copy releases one reference. Makes no call; an unknown id fails at use
+  // (NOT_FOUND).
+  Handle Adopt(uint64_t id, uint64_t size);
+
+  // trait: read. The future is ready when the bytes of every binding arrived (after all earlier
+  // work of the device); no thread waits meanwhile. INVALID_ARGUMENT for an empty handle.
+  std::future<absl::StatusOr<std::vector<std::string>>> Read(std::vector<Binding> bindings);
+  // trait: read_tensor. Densely packed row-major bytes per tensor; ready like Read.
+  std::future<absl::StatusOr<std::vector<std::string>>> ReadTensor(std::vector<Tensor> tensors);
+  // trait: get_resource.
+  absl::StatusOr<Resource> GetResource(const Binding& binding);
+
+  // trait: execute, with a raw launch description. Returns once the launch is queued; kernel
+  // errors the daemon finds at validation come back here.
+  absl::Status Execute(const BuiltinKernel& kernel, CubeCount count, const LaunchBindings& bindings,
+                       ExecutionMode mode = ExecutionMode::kChecked);
+  // Runs a builtin kernel on tensors: inputs then outputs as buffers, metadata built from their
+  // layouts (buffer_len = handle bytes / elem size), cube count ceil(n / 256) for the first
+  // output's n elements.
+  absl::Status Execute(const BuiltinKernel& kernel, const std::vector<Tensor>& inputs,
+                       const std::vector<Tensor>& outputs, std::vector<Scalars> scalars = {});
+
+  // trait: flush.
+  absl::Status Flush();
+  // trait: sync. Ready when every earlier command of the device has finished; no thread waits.
+  std::future<absl::Status> Sync();
+
+  // trait: memory_usage of the session's device.
+  absl::StatusOr<MemoryUsage> GetMemoryUsage();
+  // trait: memory_cleanup; returns the usage afterwards.
+  absl::StatusOr<MemoryUsage> MemoryCleanup();
+
+  // trait: start_profile / end_profile. EndProfile returns the device time in between;
+  // FAILED_PRECONDITION from the daemon when no profile was started.
+  absl::Status StartProfile();
+  absl::StatusOr<absl::Duration> EndProfile();
+
+  // Limits and features of the session's device.
+  absl::StatusOr<DaemonInfo> GetInfo();
+
+  // Sends the batched releases now and waits until every release sent so far (also those in
+  // flight on the background flusher) has been answered. Returns the first release error since
+  // the previous call.
+  absl::Status FlushReleases();
+
+  class Impl;
+
+ private:
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cubed

@@ -1,0 +1,42 @@
+#pragma once
+
+// Every cubectl command. Each reads its operands and flags from `args` (positional()[0] is the
+// command word; "session" has a second word), prints its report to `out` and returns the first
+// error: a usage error (exit 2) or the SDK/daemon status (exit 1).
+
+#include <ostream>
+
+#include "absl/status/status.h"
+#include "client/cubectl/args.h"
+#include "client/cubectl/connection.h"
+
+namespace cubed::cubectl {
+
+// What a command runs with: the parsed global flags, the whole command line and stdout.
+struct Context {
+  GlobalOptions global;
+  Args args;
+  std::ostream* out;
+};
+
+// device_commands.cc
+absl::Status InfoCommand(const Context& ctx);
+absl::Status MemoryCommand(const Context& ctx);
+absl::Status CleanupCommand(const Context& ctx);
+
+// health_command.cc: UNAVAILABLE naming the services that are not SERVING.
+absl::Status HealthCommand(const Context& ctx);
+
+// session_commands.cc
+absl::Status SessionOpenCommand(const Context& ctx);
+absl::Status SessionCloseCommand(const Context& ctx);
+
+// tensor_commands.cc
+absl::Status CreateCommand(const Context& ctx);
+absl::Status ReadCommand(const Context& ctx);
+
+// run_commands.cc
+absl::Status RunCommand(const Context& ctx);
+absl::Status ProfileCommand(const Context& ctx);
+
+}  // namespace cubed::cubectl

@@ -1,0 +1,73 @@
+#include "client/cubectl/connection.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "client/handle_state.h"
+#include "common/status_macros.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+
+namespace cubed::cubectl {
+
+std::string DefaultAddress() {
+  const char* runtime_dir = std::getenv("XDG_RUNTIME_DIR");
+  if (runtime_dir != nullptr && runtime_dir[0] != '\0') {
+    return absl::StrCat("unix:", runtime_dir, "/cubed.sock");
+  }
+  return absl::StrCat("unix:/tmp/cubed-", getuid(), "/cubed.sock");
+}
+
+absl::StatusOr<GlobalOptions> ParseGlobalOptions(const Args& args) {
+  GlobalOptions options;
+  options.address = args.Get("address").value_or(DefaultAddress());
+  if (options.address.empty()) return UsageError("--address: must not be empty");
+  options.json = args.Has("json");
+  if (auto timeout = args.Get("timeout")) {
+    ASSIGN_OR_RETURN(options.timeout, ParseDurationFlag("--timeout", *timeout));
+  }
+  if (auto session = args.Get("session")) {
+    ASSIGN_OR_RETURN(options.session, ParseUint("--session", *session));
+    if (options.session == 0) return UsageError("--session: 0 is not a session id");
+  }
+  return options;
+}
+
+absl::StatusOr<std::unique_ptr<Client>> ConnectClient(const GlobalOptions& options) {
+  ClientOptions client_options;
+  client_options.address = options.address;
+  client_options.timeout = options.timeout;
+  client_options.session = options.session;
+  return Client::Connect(client_options);
+}
+
+absl::Status RequireSession(const GlobalOptions& options, absl::string_view what) {
+  if (options.session != 0) return absl::OkStatus();
+  return UsageError(absl::StrCat(what,
+                                 " needs --session=ID (from `cubectl session open`): handles of a "
+                                 "temporary session end with this process"));
+}
+
+std::shared_ptr<grpc::Channel> OpenChannel(const GlobalOptions& options) {
+  return grpc::CreateChannel(options.address, grpc::InsecureChannelCredentials());
+}
+
+void SetDeadline(const GlobalOptions& options, grpc::ClientContext* context) {
+  context->set_deadline(std::chrono::system_clock::now() +
+                        absl::ToChronoMilliseconds(options.timeout));
+}
+
+absl::StatusOr<Handle> AttachHandle(Client& client, uint64_t id) {
+  // A State without a release batcher is never released. Its size comes from GetResource, which
+  // also checks that the session holds the handle.
+  // TODO(lead): this belongs in the SDK (e.g. Client::AttachHandle) rather than on
+  // client/handle_state.h.
+  Handle probe(std::make_shared<Handle::State>(id, 0, nullptr));
+  ASSIGN_OR_RETURN(Resource resource, client.GetResource(Binding(probe)));
+  return Handle(std::make_shared<Handle::State>(id, resource.size, nullptr));
+}
+
+}  // namespace cubed::cubectl

@@ -1,0 +1,255 @@
+// Runs the real cubectl binary against the real daemon, as a user or a script would.
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/cubectl/npy.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/daemon_process.h"
+
+namespace cubed::cubectl {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+struct Result {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// The value of "key": "..." in a one-line JSON object, or "" when absent.
+std::string JsonString(const std::string& json, const std::string& key) {
+  const std::string prefix = absl::StrCat("\"", key, "\": \"");
+  size_t start = json.find(prefix);
+  if (start == std::string::npos) return "";
+  start += prefix.size();
+  return json.substr(start, json.find('"', start) - start);
+}
+
+std::string NpyF32(const std::vector<float>& values, std::vector<uint64_t> shape) {
+  std::string data(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+  auto file = EncodeNpy(ElemType::kF32, shape, data);
+  EXPECT_TRUE(file.ok()) << file.status();
+  return *file;
+}
+
+class CubectlTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto daemon = testing::DaemonProcess::Start();
+    ASSERT_TRUE(daemon.ok()) << daemon.status();
+    daemon_ = std::move(*daemon).release();
+    char tmpl[] = "/tmp/cubectl-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = new std::string(tmpl);
+  }
+  static void TearDownTestSuite() {
+    if (dir_ != nullptr) std::filesystem::remove_all(*dir_);
+    delete dir_;
+    delete daemon_;
+  }
+
+  static std::string Path(const std::string& name) { return absl::StrCat(*dir_, "/", name); }
+
+  // Runs `cubectl --address=<daemon> <args>` through the shell. $CUBECTL_BINARY overrides the
+  // binary (e.g. with a sanitizer build).
+  static Result Cubectl(const std::string& args) {
+    const char* binary = getenv("CUBECTL_BINARY");
+    const std::string err_path = Path("stderr");
+    const std::string command =
+        absl::StrCat(binary != nullptr ? binary : CUBECTL_BINARY_PATH,
+                     " --address=", daemon_->unix_address(), " ", args, " 2>", err_path);
+    Result r;
+    FILE* pipe = popen(command.c_str(), "r");
+    if (pipe == nullptr) return r;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) r.out.append(buf, n);
+    const int status = pclose(pipe);
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.err = ReadFile(err_path);
+    return r;
+  }
+
+  // Opens a session for one test; returns its id.
+  static std::string OpenSession() {
+    Result r = Cubectl("--json session open --lease=2m");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return JsonString(r.out, "session");
+  }
+
+  // Stores `npy_bytes` via `cubectl create`; returns the handle id.
+  static std::string Create(const std::string& session, const std::string& name,
+                            const std::string& npy_bytes) {
+    WriteFile(Path(name), npy_bytes);
+    Result r = Cubectl(absl::StrCat("--json --session=", session, " create ", Path(name)));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return JsonString(r.out, "handle");
+  }
+
+  static testing::DaemonProcess* daemon_;
+  static std::string* dir_;
+};
+
+testing::DaemonProcess* CubectlTest::daemon_ = nullptr;
+std::string* CubectlTest::dir_ = nullptr;
+
+TEST_F(CubectlTest, InfoShowsTheCpuDevice) {
+  Result r = Cubectl("info");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, MatchesRegex("(.|\n)*backend +cpu\n(.|\n)*"));
+  EXPECT_THAT(r.out, MatchesRegex("(.|\n)*builtin_kernels +.*add.*\n(.|\n)*"));
+  EXPECT_THAT(r.out, MatchesRegex("(.|\n)*elem_types +f32, f64, i32, u32, i64\n(.|\n)*"));
+  EXPECT_THAT(r.out, HasSubstr("memory_limit"));
+}
+
+TEST_F(CubectlTest, InfoJsonIsOneObject) {
+  Result r = Cubectl("--json info");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, StartsWith("{\"version\": "));
+  EXPECT_THAT(r.out, MatchesRegex("\\{[^\n]*\\}\n"));
+  EXPECT_THAT(r.out, HasSubstr("\"backend\": \"cpu\""));
+  EXPECT_THAT(r.out, MatchesRegex(".*\"builtin_kernels\": \\[[^]]*\"relu\".*"));
+  EXPECT_THAT(r.out, MatchesRegex(".*\"memory_total\": [0-9]+,.*"));
+}
+
+TEST_F(CubectlTest, HealthIsServing) {
+  Result r = Cubectl("health");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, MatchesRegex("server +SERVING\ncubed.v1.Compute +SERVING\n"));
+  r = Cubectl("--json health");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "{\"server\": \"SERVING\", \"cubed.v1.Compute\": \"SERVING\"}\n");
+}
+
+TEST_F(CubectlTest, UnreachableDaemonFailsWithUnavailable) {
+  Result r = Cubectl("--address=unix:/nonexistent/cubed.sock --timeout=5s health");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, StartsWith("cubectl: UNAVAILABLE: "));
+  r = Cubectl("--address=unix:/nonexistent/cubed.sock --timeout=5s info");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, StartsWith("cubectl: UNAVAILABLE: "));
+}
+
+TEST_F(CubectlTest, MemoryPrintsTheFourNumbers) {
+  Result r = Cubectl("memory");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* key : {"number_allocs", "bytes_in_use", "bytes_padding", "bytes_reserved"}) {
+    EXPECT_THAT(r.out, MatchesRegex(absl::StrCat("(.|\n)*", key, " +[0-9](.|\n)*"))) << key;
+  }
+  r = Cubectl("--json memory");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, MatchesRegex("\\{\"number_allocs\": [0-9]+, \"bytes_in_use\": [0-9]+, "
+                                  "\"bytes_padding\": [0-9]+, \"bytes_reserved\": [0-9]+\\}\n"));
+}
+
+TEST_F(CubectlTest, CreateRunReadAcrossInvocations) {
+  const std::string session = OpenSession();
+  ASSERT_THAT(session, MatchesRegex("[0-9]+"));
+  const std::string s = absl::StrCat("--session=", session, " ");
+  const std::string a = Create(session, "a.npy", NpyF32({-2, -1, 0, 1, 2, 3}, {2, 3}));
+  const std::string b = Create(session, "b.npy", NpyF32({.5, .5, .5, .5, .5, .5}, {2, 3}));
+  const std::string zeros = Create(session, "z.npy", NpyF32({0, 0, 0, 0, 0, 0}, {2, 3}));
+  ASSERT_FALSE(a.empty() || b.empty() || zeros.empty());
+
+  // add into a new output handle.
+  Result r = Cubectl(absl::StrCat("--json ", s, "run add --dtype=f32 --in=", a, ":2x3 --in=", b,
+                                  ":2,3 --out=new:2x3"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string sum = r.out.substr(r.out.find("\"outputs\": [\"") + 13);
+  const std::string sum_id = sum.substr(0, sum.find('"'));
+  r = Cubectl(absl::StrCat(s, "read ", sum_id, " --shape=2x3 --dtype=f32 --npy ", Path("sum.npy")));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(ReadFile(Path("sum.npy")), NpyF32({-1.5, -.5, .5, 1.5, 2.5, 3.5}, {2, 3}));
+
+  // relu into an existing handle, then read it as raw bytes and as printed values.
+  r = Cubectl(absl::StrCat(s, "run relu --dtype=f32 --in=", a, ":2x3 --out=", zeros, ":2x3"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = Cubectl(absl::StrCat(s, "read ", zeros, " -o ", Path("relu.raw")));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string relu_npy = NpyF32({0, 0, 0, 1, 2, 3}, {2, 3});
+  EXPECT_EQ(ReadFile(Path("relu.raw")), relu_npy.substr(relu_npy.size() - 24));
+  r = Cubectl(absl::StrCat(s, "read ", zeros, " --dtype=f32"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("values  0 0 0 1 2 3\n"));
+
+  // profile reports a duration.
+  r = Cubectl(
+      absl::StrCat("--json ", s, "profile relu --dtype=f32 --in=", a, ":6 --out=", zeros, ":6"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, MatchesRegex(".*\"duration_ns\": [0-9]+\\}\n"));
+
+  r = Cubectl("cleanup");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("bytes_reserved"));
+
+  r = Cubectl(absl::StrCat("--json session close ", session));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\"handles_released\": 4"));
+  r = Cubectl(absl::StrCat(s, "read ", a, " --dtype=f32"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, StartsWith("cubectl: NOT_FOUND: "));
+}
+
+TEST_F(CubectlTest, UnknownHandleIsNamed) {
+  const std::string session = OpenSession();
+  Result r = Cubectl(absl::StrCat("--session=", session, " read 987654321 --dtype=f32"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, StartsWith("cubectl: NOT_FOUND: "));
+  EXPECT_THAT(r.err, HasSubstr("987654321"));
+  r = Cubectl(
+      absl::StrCat("--session=", session, " run relu --dtype=f32 --in=987654321:2 --out=new:2"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("987654321"));
+  Cubectl(absl::StrCat("session close ", session));
+}
+
+TEST_F(CubectlTest, BadNpyIsRejectedBeforeTheDaemon) {
+  std::string fortran = NpyF32({1, 2, 3, 4}, {2, 2});
+  fortran.replace(fortran.find("False"), 5, "True ");
+  WriteFile(Path("fortran.npy"), fortran);
+  Result r = Cubectl(absl::StrCat("--session=1 create ", Path("fortran.npy")));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("Fortran"));
+}
+
+TEST_F(CubectlTest, UsageErrorsExitTwo) {
+  for (const char* args :
+       {"", "frobnicate", "info --bogus=1", "--timeout=soon info", "create x.npy",
+        "--session=1 run add --in=1:2x3", "--session=1 run relu --dtype=f99 --in=1:2 --out=new:2",
+        "--session=1 run relu --dtype=f32 --in=1:2x0 --out=new:2"}) {
+    Result r = Cubectl(args);
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
+    EXPECT_THAT(r.err, StartsWith("cubectl: ")) << args;
+    EXPECT_THAT(r.err, Not(HasSubstr("INTERNAL"))) << args;
+  }
+}
+
+}  // namespace
+}  // namespace cubed::cubectl

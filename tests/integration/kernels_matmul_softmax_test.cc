@@ -1,0 +1,151 @@
+// matmul (batched, broadcast batch dims) and softmax against host references.
+
+#include <cmath>
+
+#include "tests/integration/kernel_test_util.h"
+
+namespace cubed::integration {
+namespace {
+
+using MatmulSoftmaxTest = DaemonTest;
+
+struct MatmulCase {
+  std::vector<uint64_t> a, b, out;
+};
+
+const std::vector<MatmulCase> kMatmulCases = {
+    {{1, 1}, {1, 1}, {1, 1}},
+    {{3, 4}, {4, 5}, {3, 5}},
+    {{33, 17}, {17, 65}, {33, 65}},
+    {{1, 7}, {7, 1}, {1, 1}},
+    {{2, 3, 7}, {2, 7, 5}, {2, 3, 5}},
+    {{1, 3, 4}, {3, 4, 6}, {3, 3, 6}},      // a's batch broadcast.
+    {{2, 1, 5, 3}, {1, 4, 3, 2}, {2, 4, 5, 2}},  // Both broadcast.
+};
+
+template <typename T>
+std::vector<T> MatmulRef(const HostTensor<T>& a, const HostTensor<T>& b,
+                         const std::vector<uint64_t>& out_shape) {
+  const size_t r = out_shape.size();
+  const uint64_t m = out_shape[r - 2], n = out_shape[r - 1], k = a.shape[r - 1];
+  std::vector<uint64_t> batch_out(out_shape.begin(), out_shape.end() - 2);
+  std::vector<uint64_t> batch_a(a.shape.begin(), a.shape.end() - 2);
+  std::vector<uint64_t> batch_b(b.shape.begin(), b.shape.end() - 2);
+  std::vector<T> out(NumElements(out_shape));
+  const uint64_t batches = NumElements(batch_out);
+  for (uint64_t bi = 0; bi < batches; ++bi) {
+    auto idx = Unflatten(bi, batch_out);
+    const T* pa = a.data.data() + BroadcastOffset(idx, batch_a) * m * k;
+    const T* pb = b.data.data() + BroadcastOffset(idx, batch_b) * k * n;
+    T* po = out.data() + bi * m * n;
+    for (uint64_t i = 0; i < m; ++i) {
+      for (uint64_t j = 0; j < n; ++j) {
+        if constexpr (std::is_floating_point_v<T>) {
+          double acc = 0;
+          for (uint64_t p = 0; p < k; ++p) acc += double(pa[i * k + p]) * double(pb[p * n + j]);
+          po[i * n + j] = static_cast<T>(acc);
+        } else {
+          T acc = 0;
+          for (uint64_t p = 0; p < k; ++p) {
+            acc = WrapOp(acc, WrapOp(pa[i * k + p], pb[p * n + j], '*'), '+');
+          }
+          po[i * n + j] = acc;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+TEST_F(MatmulSoftmaxTest, MatmulEveryTypeAndBatchBroadcast) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  std::mt19937_64 rng(50);
+  for (ElemType t : kAllElemTypes) {
+    WithType(t, [&](auto zero) {
+      using T = decltype(zero);
+      for (const MatmulCase& c : kMatmulCases) {
+        SCOPED_TRACE(absl::StrCat("matmul ", ElemTypeName(t), " ", ShapeString(c.a), " x ",
+                                  ShapeString(c.b)));
+        const double lo = std::is_signed_v<T> ? -10 : 0;
+        auto a = RandomTensor<T>(rng, c.a, lo, 10);
+        auto b = RandomTensor<T>(rng, c.b, lo, 10);
+        Tensor x = Upload(*client, a);
+        Tensor y = Upload(*client, b);
+        Tensor z = Output(*client, c.out, sizeof(T));
+        absl::Status s = client->Execute(Builtin("matmul", t), {x, y}, {z});
+        ASSERT_TRUE(s.ok()) << s;
+        // The daemon may accumulate f32 in f32 and in another order: allow K * eps * sum|a*b|.
+        const bool f32 = std::is_same_v<T, float>;
+        ExpectNear(Download<T>(*client, z), MatmulRef(a, b, c.out), f32 ? 1e-4 : 1e-12,
+                   f32 ? 1e-2 : 1e-9);
+      }
+    });
+  }
+}
+
+TEST_F(MatmulSoftmaxTest, MatmulInnerDimensionMismatchIsInvalidArgument) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  Tensor a = Output(*client, {3, 4}, 4);
+  Tensor b = Output(*client, {5, 6}, 4);
+  Tensor out = Output(*client, {3, 6}, 4);
+  absl::Status s = client->Execute(Builtin("matmul", ElemType::kF32), {a, b}, {out});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+}
+
+template <typename T>
+std::vector<T> SoftmaxRef(const HostTensor<T>& in) {
+  const uint64_t n = in.shape.back();
+  std::vector<T> out(in.data.size());
+  for (uint64_t row = 0; row < in.data.size() / n; ++row) {
+    const T* x = in.data.data() + row * n;
+    double m = x[0];
+    for (uint64_t i = 1; i < n; ++i) m = std::max<double>(m, x[i]);
+    double sum = 0;
+    for (uint64_t i = 0; i < n; ++i) sum += std::exp(double(x[i]) - m);
+    for (uint64_t i = 0; i < n; ++i) out[row * n + i] = T(std::exp(double(x[i]) - m) / sum);
+  }
+  return out;
+}
+
+TEST_F(MatmulSoftmaxTest, SoftmaxOverTheLastAxis) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  std::mt19937_64 rng(51);
+  const std::vector<std::vector<uint64_t>> shapes = {{1}, {5}, {3, 7}, {2, 3, 129}, {1000, 2}};
+  for (ElemType t : {ElemType::kF32, ElemType::kF64}) {
+    WithType(t, [&](auto zero) {
+      using T = decltype(zero);
+      for (const auto& shape : shapes) {
+        SCOPED_TRACE(absl::StrCat("softmax ", ElemTypeName(t), " ", ShapeString(shape)));
+        // Large magnitudes: a naive exp would overflow.
+        auto in = RandomTensor<T>(rng, shape, -500, 500);
+        Tensor x = Upload(*client, in);
+        Tensor y = Output(*client, shape, sizeof(T));
+        absl::Status s = client->Execute(Builtin("softmax", t), {x}, {y});
+        ASSERT_TRUE(s.ok()) << s;
+        auto got = Download<T>(*client, y);
+        ExpectNear(got, SoftmaxRef(in), 1e-5, 1e-6);
+        // Each row sums to 1.
+        const uint64_t n = shape.back();
+        for (uint64_t row = 0; row < got.size() / n; ++row) {
+          double sum = 0;
+          for (uint64_t i = 0; i < n; ++i) sum += got[row * n + i];
+          EXPECT_NEAR(sum, 1.0, 1e-5) << "row " << row;
+        }
+      }
+    });
+  }
+}
+
+TEST_F(MatmulSoftmaxTest, SoftmaxOfIntegersIsRefused) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  Tensor x = Output(*client, {2, 3}, 4);
+  absl::Status s = client->Execute(Builtin("softmax", ElemType::kI32), {x}, {x});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+}
+
+}  // namespace
+}  // namespace cubed::integration
