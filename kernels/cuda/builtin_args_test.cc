@@ -1,0 +1,165 @@
+#include <cstring>
+#include <vector>
+
+#include "common/kernel_metadata.h"
+#include "gtest/gtest.h"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace cubed::kernels {
+namespace {
+
+TensorLayout Strided(std::vector<uint64_t> shape, std::vector<uint64_t> strides) {
+  TensorLayout t;
+  t.rank = static_cast<uint32_t>(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d) {
+    t.shape[d] = shape[d];
+    t.strides[d] = strides[d];
+  }
+  return t;
+}
+
+// A call of `name` on `tensors`, each in a buffer exactly as long as its span, of `elem` bytes.
+BuiltinCall Call(const char* name, ElemType dtype, const std::vector<TensorLayout>& tensors,
+                 std::vector<uint64_t>* bytes, uint32_t elem = 4) {
+  BuiltinCall call;
+  call.name = name;
+  call.dtype = dtype;
+  std::vector<uint64_t> lens;
+  for (const TensorLayout& t : tensors) {
+    lens.push_back(t.SpanElements());
+    bytes->push_back(t.SpanElements() * elem);
+  }
+  call.metadata = *EncodeKernelMetadata(lens, tensors);
+  return call;
+}
+
+TEST(MakeCudaBuiltinArgsTest, BroadcastBinaryCopiesLayoutsAndZeroesBroadcastStrides) {
+  std::vector<uint64_t> bytes;
+  const BuiltinCall call = Call("add", ElemType::kF32,
+                                {TensorLayout::Contiguous({2, 3}), TensorLayout::Contiguous({1, 3}),
+                                 TensorLayout::Contiguous({2, 3})},
+                                &bytes);
+  auto args = MakeCudaBuiltinArgs(call, bytes);
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_EQ(args->num_buffers, 3u);
+  EXPECT_EQ(args->count, 6u);
+  EXPECT_EQ(args->flags & CUBED_CUDA_DENSE, 0u);  // rhs has another shape.
+  EXPECT_EQ(args->buffers[0].bytes, 24u);
+  EXPECT_EQ(args->buffers[1].bytes, 12u);
+  EXPECT_EQ(args->buffers[1].rank, 2u);
+  EXPECT_EQ(args->buffers[1].shape[0], 1u);
+  EXPECT_EQ(args->buffers[1].shape[1], 3u);
+  EXPECT_EQ(args->buffers[1].strides[0], 0u);  // Broadcast.
+  EXPECT_EQ(args->buffers[1].strides[1], 1u);
+  EXPECT_EQ(args->buffers[2].strides[0], 3u);
+  EXPECT_EQ(args->buffers[0].ptr, 0u);  // Left to the caller.
+}
+
+TEST(MakeCudaBuiltinArgsTest, DenseOnlyWhenEveryBufferIsContiguous) {
+  std::vector<uint64_t> bytes;
+  const BuiltinCall neg =
+      Call("neg", ElemType::kF64,
+           {TensorLayout::Contiguous({4, 5}), TensorLayout::Contiguous({4, 5})}, &bytes, 8);
+  auto dense = MakeCudaBuiltinArgs(neg, bytes);
+  ASSERT_TRUE(dense.ok()) << dense.status();
+  EXPECT_NE(dense->flags & CUBED_CUDA_DENSE, 0u);
+  EXPECT_EQ(dense->buffers[0].bytes, 160u);
+  bytes.clear();
+  const BuiltinCall neg_t =
+      Call("neg", ElemType::kF64, {Strided({4, 5}, {1, 4}), TensorLayout::Contiguous({4, 5})},
+           &bytes, 8);
+  auto transposed = MakeCudaBuiltinArgs(neg_t, bytes);
+  ASSERT_TRUE(transposed.ok()) << transposed.status();
+  EXPECT_EQ(transposed->flags & CUBED_CUDA_DENSE, 0u);
+  EXPECT_EQ(transposed->buffers[0].strides[0], 1u);
+  EXPECT_EQ(transposed->buffers[0].strides[1], 4u);
+}
+
+TEST(MakeCudaBuiltinArgsTest, FillValueBits) {
+  std::vector<uint64_t> bytes;
+  BuiltinCall call = Call("fill", ElemType::kF64, {TensorLayout::Contiguous({7})}, &bytes, 8);
+  const double v = -2.5;
+  ScalarGroup g;
+  g.elem = ElemType::kF64;
+  g.bytes.resize(8);
+  std::memcpy(g.bytes.data(), &v, 8);
+  call.scalars.push_back(g);
+  auto args = MakeCudaBuiltinArgs(call, bytes);
+  ASSERT_TRUE(args.ok()) << args.status();
+  uint64_t bits;
+  std::memcpy(&bits, &v, 8);
+  EXPECT_EQ(args->scalar, bits);
+  EXPECT_EQ(args->count, 7u);
+}
+
+TEST(MakeCudaBuiltinArgsTest, ReductionSoftmaxAndMatmulCounts) {
+  std::vector<uint64_t> bytes;
+  BuiltinCall sum =
+      Call("sum", ElemType::kF32,
+           {TensorLayout::Contiguous({4, 5, 6}), TensorLayout::Contiguous({4, 1, 6})}, &bytes);
+  sum.axis = 1;
+  auto r = MakeCudaBuiltinArgs(sum, bytes);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->count, 24u);
+  EXPECT_EQ(r->axis, 1u);
+  EXPECT_EQ(r->variant, CUBED_CUDA_GROUP_WARP);
+  EXPECT_EQ(r->buffers[1].strides[1], 0u);
+
+  bytes.clear();
+  const BuiltinCall softmax = Call(
+      "softmax", ElemType::kF32,
+      {TensorLayout::Contiguous({3, 2, 5000}), TensorLayout::Contiguous({3, 2, 5000})}, &bytes);
+  auto s = MakeCudaBuiltinArgs(softmax, bytes);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->count, 6u);  // Rows.
+  EXPECT_EQ(s->axis, 2u);
+  EXPECT_EQ(s->variant, CUBED_CUDA_GROUP_BLOCK);
+
+  bytes.clear();
+  const BuiltinCall mm =
+      Call("matmul", ElemType::kF32,
+           {TensorLayout::Contiguous({2, 1, 100, 7}), TensorLayout::Contiguous({1, 3, 7, 130}),
+            TensorLayout::Contiguous({2, 3, 100, 130})},
+           &bytes);
+  auto m = MakeCudaBuiltinArgs(mm, bytes);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->count, 6u);  // Batches.
+  EXPECT_EQ(m->buffers[0].strides[1], 0u);
+  EXPECT_EQ(m->buffers[1].strides[0], 0u);
+  const CudaLaunchDims dims = BuiltinLaunchDims(mm, *m, 132);
+  EXPECT_EQ(dims.grid[0], 6u * 2 * 3);  // Batches x 64-row tiles x 64-column tiles.
+  EXPECT_EQ(dims.block[0], 256u);
+}
+
+TEST(MakeCudaBuiltinArgsTest, ValidationErrorsPassThrough) {
+  std::vector<uint64_t> bytes;
+  const BuiltinCall call =
+      Call("copy", ElemType::kF32, {TensorLayout::Contiguous({8}), TensorLayout::Contiguous({8})},
+           &bytes);
+  bytes[1] = 16;  // Too small for 8 floats.
+  EXPECT_EQ(MakeCudaBuiltinArgs(call, bytes).status().code(), absl::StatusCode::kInvalidArgument);
+  BuiltinCall unknown = call;
+  unknown.name = "nope";
+  EXPECT_EQ(MakeCudaBuiltinArgs(unknown, bytes).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(BuiltinLaunchDimsTest, FillsTheDeviceButNotMore) {
+  std::vector<uint64_t> bytes;
+  const BuiltinCall big =
+      Call("copy", ElemType::kF32,
+           {TensorLayout::Contiguous({1u << 28}), TensorLayout::Contiguous({1u << 28})}, &bytes);
+  auto args = MakeCudaBuiltinArgs(big, bytes);
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_EQ(BuiltinLaunchDims(big, *args, 132).grid[0], 132u * 32);
+  bytes.clear();
+  const BuiltinCall empty =
+      Call("copy", ElemType::kF32, {TensorLayout::Contiguous({0}), TensorLayout::Contiguous({0})},
+           &bytes);
+  args = MakeCudaBuiltinArgs(empty, bytes);
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_EQ(args->count, 0u);
+  EXPECT_EQ(BuiltinLaunchDims(empty, *args, 132).grid[0], 1u);
+}
+
+}  // namespace
+}  // namespace cubed::kernels

@@ -1,0 +1,231 @@
+#include "kernels/cuda/builtin_catalog.h"
+
+#include <algorithm>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace cubed::kernels {
+namespace {
+
+using Mask = uint32_t;
+constexpr Mask Bit(ElemType t) { return Mask{1} << static_cast<uint32_t>(t); }
+constexpr Mask kFloat = Bit(ElemType::kF32) | Bit(ElemType::kF64);
+constexpr Mask kSigned = kFloat | Bit(ElemType::kI32) | Bit(ElemType::kI64);
+constexpr Mask kAll = kSigned | Bit(ElemType::kU32);
+
+// One builtin (as builtin_registry.cc lists them, sorted by name) and its CUDA template.
+struct Row {
+  absl::string_view name;
+  size_t num_buffers;
+  CudaFamily family;
+  absl::string_view op;  // Template argument naming the operation (unary, binary, reduce).
+  Mask dtypes;
+};
+
+constexpr Row kRows[] = {
+    {"abs", 2, CudaFamily::kUnary, "cubed::AbsOp", kSigned},
+    {"add", 3, CudaFamily::kBinary, "cubed::AddOp", kAll},
+    {"argmax", 2, CudaFamily::kReduce, "cubed::ArgmaxR", kAll},
+    {"cast", 2, CudaFamily::kCast, "", kAll},
+    {"copy", 2, CudaFamily::kCopy, "", kAll},
+    {"div", 3, CudaFamily::kBinary, "cubed::DivOp", kAll},
+    {"exp", 2, CudaFamily::kUnary, "cubed::ExpOp", kFloat},
+    {"fill", 1, CudaFamily::kFill, "", kAll},
+    {"log", 2, CudaFamily::kUnary, "cubed::LogOp", kFloat},
+    {"matmul", 3, CudaFamily::kMatmul, "", kAll},
+    {"max", 2, CudaFamily::kReduce, "cubed::MaxR", kAll},
+    {"max", 3, CudaFamily::kBinary, "cubed::MaxOp", kAll},
+    {"mean", 2, CudaFamily::kReduce, "cubed::MeanR", kFloat},
+    {"min", 2, CudaFamily::kReduce, "cubed::MinR", kAll},
+    {"min", 3, CudaFamily::kBinary, "cubed::MinOp", kAll},
+    {"mul", 3, CudaFamily::kBinary, "cubed::MulOp", kAll},
+    {"neg", 2, CudaFamily::kUnary, "cubed::NegOp", kSigned},
+    {"pow", 3, CudaFamily::kBinary, "cubed::PowOp", kFloat},
+    {"relu", 2, CudaFamily::kUnary, "cubed::ReluOp", kSigned},
+    {"sigmoid", 2, CudaFamily::kUnary, "cubed::SigmoidOp", kFloat},
+    {"softmax", 2, CudaFamily::kSoftmax, "", kFloat},
+    {"sqrt", 2, CudaFamily::kUnary, "cubed::SqrtOp", kFloat},
+    {"sub", 3, CudaFamily::kBinary, "cubed::SubOp", kAll},
+    {"sum", 2, CudaFamily::kReduce, "cubed::SumR", kAll},
+    {"tanh", 2, CudaFamily::kUnary, "cubed::TanhOp", kFloat},
+};
+
+absl::string_view CudaType(ElemType t) {
+  switch (t) {
+    case ElemType::kF32:
+      return "float";
+    case ElemType::kF64:
+      return "double";
+    case ElemType::kI32:
+      return "int";
+    case ElemType::kU32:
+      return "unsigned int";
+    case ElemType::kI64:
+      return "long long";
+  }
+  return "void";
+}
+
+// fill and copy move bits: one kernel per element size.
+absl::string_view BitsType(ElemType t) {
+  return ElemSize(t) == 4 ? "unsigned int" : "unsigned long long";
+}
+
+// Note [Builtin program grouping]
+// A program holds one family's kernels for one input dtype: NVRTC pays a fixed cost per program
+// (front end, built-in headers) and ptxas a cost per kernel, so one program per family and dtype
+// compiles a first call's kernel (and its siblings, likely next) in well under a second, and the
+// whole catalog in a few dozen programs.
+std::string ProgramName(CudaFamily family, ElemType dtype) {
+  switch (family) {
+    case CudaFamily::kFill:
+    case CudaFamily::kCopy:
+      return "fill_copy";
+    case CudaFamily::kCast:
+      return absl::StrCat("cast_", ElemTypeName(dtype));
+    case CudaFamily::kUnary:
+      return absl::StrCat("unary_", ElemTypeName(dtype));
+    case CudaFamily::kBinary:
+      return absl::StrCat("binary_", ElemTypeName(dtype));
+    case CudaFamily::kReduce:
+      return absl::StrCat("reduce_", ElemTypeName(dtype));
+    case CudaFamily::kSoftmax:
+      return absl::StrCat("softmax_", ElemTypeName(dtype));
+    case CudaFamily::kMatmul:
+      return absl::StrCat("matmul_", ElemTypeName(dtype));
+  }
+  return "";
+}
+
+absl::string_view SourceFile(CudaFamily family) {
+  switch (family) {
+    case CudaFamily::kFill:
+    case CudaFamily::kCopy:
+    case CudaFamily::kCast:
+    case CudaFamily::kUnary:
+    case CudaFamily::kBinary:
+      return "elementwise.cuh";
+    case CudaFamily::kReduce:
+      return "reduce.cuh";
+    case CudaFamily::kSoftmax:
+      return "softmax.cuh";
+    case CudaFamily::kMatmul:
+      return "matmul.cuh";
+  }
+  return "";
+}
+
+std::string Expression(const Row& row, ElemType dtype, ElemType out_dtype) {
+  const absl::string_view t = CudaType(dtype);
+  switch (row.family) {
+    case CudaFamily::kFill:
+      return absl::StrCat("cubed::FillKernel<", BitsType(dtype), ">");
+    case CudaFamily::kCopy:
+      return absl::StrCat("cubed::CastKernel<", BitsType(dtype), ", ", BitsType(dtype), ">");
+    case CudaFamily::kCast:
+      return absl::StrCat("cubed::CastKernel<", t, ", ", CudaType(out_dtype), ">");
+    case CudaFamily::kUnary:
+      return absl::StrCat("cubed::UnaryKernel<", row.op, ", ", t, ">");
+    case CudaFamily::kBinary:
+      return absl::StrCat("cubed::BinaryKernel<", row.op, ", ", t, ">");
+    case CudaFamily::kReduce:
+      return absl::StrCat("cubed::ReduceKernel<", row.op, ", ", t, ">");
+    case CudaFamily::kSoftmax:
+      return absl::StrCat("cubed::SoftmaxKernel<", t, ">");
+    case CudaFamily::kMatmul:
+      return absl::StrCat("cubed::MatmulKernel<", t, ">");
+  }
+  return "";
+}
+
+absl::StatusOr<const Row*> FindRow(absl::string_view name, size_t num_buffers) {
+  std::vector<std::string> counts;
+  for (const Row& row : kRows) {
+    if (row.name != name) continue;
+    if (row.num_buffers == num_buffers) return &row;
+    counts.push_back(absl::StrCat(row.num_buffers));
+  }
+  if (counts.empty()) {
+    return absl::NotFoundError(absl::StrCat("unknown builtin kernel '", name.substr(0, 100),
+                                            "' (docs/kernel-abi.md lists the builtin kernels)"));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "kernel '", name, "' takes ", absl::StrJoin(counts, " or "), " buffers, got ", num_buffers));
+}
+
+struct Catalog {
+  std::vector<CudaBuiltinProgram> programs;
+  std::map<std::string, size_t> program_index;  // By name.
+};
+
+const Catalog& GetCatalog() {
+  static const Catalog* const catalog = [] {
+    auto* c = new Catalog;
+    for (const CudaBuiltinSignature& sig : CudaBuiltinSignatures()) {
+      const Row& row = **FindRow(sig.name, sig.num_buffers);
+      const std::string name = ProgramName(row.family, sig.dtype);
+      auto [it, inserted] = c->program_index.emplace(name, c->programs.size());
+      if (inserted) c->programs.push_back({name, std::string(SourceFile(row.family)), {}});
+      c->programs[it->second].expressions.push_back(Expression(row, sig.dtype, sig.out_dtype));
+    }
+    for (CudaBuiltinProgram& p : c->programs) {
+      std::sort(p.expressions.begin(), p.expressions.end());
+      p.expressions.erase(std::unique(p.expressions.begin(), p.expressions.end()),
+                          p.expressions.end());
+    }
+    return c;
+  }();
+  return *catalog;
+}
+
+}  // namespace
+
+const std::vector<CudaBuiltinProgram>& CudaBuiltinPrograms() { return GetCatalog().programs; }
+
+absl::StatusOr<CudaFamily> FindCudaFamily(absl::string_view name, size_t num_buffers) {
+  absl::StatusOr<const Row*> row = FindRow(name, num_buffers);
+  if (!row.ok()) return row.status();
+  return (*row)->family;
+}
+
+absl::StatusOr<CudaBuiltinKernel> FindCudaBuiltin(absl::string_view name, size_t num_buffers,
+                                                  ElemType dtype, ElemType out_dtype) {
+  absl::StatusOr<const Row*> found = FindRow(name, num_buffers);
+  if (!found.ok()) return found.status();
+  const Row& row = **found;
+  for (ElemType t : {dtype, out_dtype}) {
+    if ((row.dtypes & Bit(t)) == 0) {
+      std::vector<absl::string_view> names;
+      for (ElemType s : kAllElemTypes) {
+        if ((row.dtypes & Bit(s)) != 0) names.push_back(ElemTypeName(s));
+      }
+      return absl::InvalidArgumentError(
+          absl::StrCat("kernel '", name, "' does not support dtype ", ElemTypeName(t),
+                       " (supported: ", absl::StrJoin(names, ", "), ")"));
+    }
+    if (row.family != CudaFamily::kCast) break;
+  }
+  const Catalog& catalog = GetCatalog();
+  return CudaBuiltinKernel{row.family, catalog.program_index.at(ProgramName(row.family, dtype)),
+                           Expression(row, dtype, out_dtype)};
+}
+
+std::vector<CudaBuiltinSignature> CudaBuiltinSignatures() {
+  std::vector<CudaBuiltinSignature> out;
+  for (const Row& row : kRows) {
+    for (ElemType t : kAllElemTypes) {
+      if ((row.dtypes & Bit(t)) == 0) continue;
+      if (row.family == CudaFamily::kCast) {
+        for (ElemType to : kAllElemTypes)
+          out.push_back({std::string(row.name), row.num_buffers, t, to});
+      } else {
+        out.push_back({std::string(row.name), row.num_buffers, t, t});
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace cubed::kernels

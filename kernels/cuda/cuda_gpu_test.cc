@@ -1,0 +1,489 @@
+// Conformance of the builtin CUDA kernels against the CPU library (ggml's test-backend-ops
+// pattern): every builtin, for every dtype and cast pair, on dense, strided, broadcast and
+// misaligned layouts, run on the GPU through a minimal test-only driver binding and compared
+// with RunBuiltinCpu. Skipped where the CUDA driver (libcuda.so.1) or a GPU is missing.
+// CUBED_CUDA_BENCH=1 also measures elementwise bandwidth against a device-to-device copy.
+
+#include <cuda.h>
+#include <dlfcn.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/kernel_metadata.h"
+#include "gtest/gtest.h"
+#include "kernels/builtin.h"
+#include "kernels/cuda/builtin_catalog.h"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace cubed::kernels {
+namespace {
+
+// The few driver entry points the test needs, from libcuda.so.1.
+struct Driver {
+  decltype(&::cuInit) Init;
+  decltype(&::cuDeviceGet) DeviceGet;
+  decltype(&::cuDeviceGetAttribute) DeviceGetAttribute;
+  decltype(&::cuDevicePrimaryCtxRetain) PrimaryCtxRetain;
+  decltype(&::cuCtxSetCurrent) CtxSetCurrent;
+  decltype(&::cuCtxSynchronize) CtxSynchronize;
+  decltype(&::cuMemAlloc_v2) MemAlloc;
+  decltype(&::cuMemFree_v2) MemFree;
+  decltype(&::cuMemcpyHtoD_v2) MemcpyHtoD;
+  decltype(&::cuMemcpyDtoH_v2) MemcpyDtoH;
+  decltype(&::cuMemcpyDtoD_v2) MemcpyDtoD;
+  decltype(&::cuModuleLoadData) ModuleLoadData;
+  decltype(&::cuModuleGetFunction) ModuleGetFunction;
+  decltype(&::cuLaunchKernel) LaunchKernel;
+  int cc_major = 0, cc_minor = 0, sm_count = 0;
+
+  // A reason to skip, or "" once a context is current.
+  std::string Open() {
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) return "no CUDA driver (libcuda.so.1)";
+    bool ok = true;
+    auto get = [&](auto* fn, const char* name) {
+      *fn = reinterpret_cast<std::remove_pointer_t<decltype(fn)>>(dlsym(lib, name));
+      ok = ok && *fn != nullptr;
+    };
+    get(&Init, "cuInit");
+    get(&DeviceGet, "cuDeviceGet");
+    get(&DeviceGetAttribute, "cuDeviceGetAttribute");
+    get(&PrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+    get(&CtxSetCurrent, "cuCtxSetCurrent");
+    get(&CtxSynchronize, "cuCtxSynchronize");
+    get(&MemAlloc, "cuMemAlloc_v2");
+    get(&MemFree, "cuMemFree_v2");
+    get(&MemcpyHtoD, "cuMemcpyHtoD_v2");
+    get(&MemcpyDtoH, "cuMemcpyDtoH_v2");
+    get(&MemcpyDtoD, "cuMemcpyDtoD_v2");
+    get(&ModuleLoadData, "cuModuleLoadData");
+    get(&ModuleGetFunction, "cuModuleGetFunction");
+    get(&LaunchKernel, "cuLaunchKernel");
+    if (!ok) return "libcuda.so.1 lacks a symbol";
+    CUdevice dev;
+    CUcontext ctx;
+    if (Init(0) != CUDA_SUCCESS || DeviceGet(&dev, 0) != CUDA_SUCCESS) return "no CUDA device";
+    if (PrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS || CtxSetCurrent(ctx) != CUDA_SUCCESS) {
+      return "cannot create a CUDA context";
+    }
+    DeviceGetAttribute(&cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+    DeviceGetAttribute(&cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+    DeviceGetAttribute(&sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+    return "";
+  }
+};
+
+#define CU_OK(call) ASSERT_EQ((call), CUDA_SUCCESS) << #call
+
+class Gpu {
+ public:
+  Driver d;
+  std::unique_ptr<CudaKernelCompiler> compiler;
+  std::map<std::string, CUmodule> modules;  // By cache key.
+
+  CUfunction Function(const CompiledCudaKernel& k) {
+    CUmodule& m = modules[k.cache_key];
+    if (m == nullptr) {
+      EXPECT_EQ(d.ModuleLoadData(&m, k.image.data()), CUDA_SUCCESS);
+    }
+    CUfunction f = nullptr;
+    EXPECT_EQ(d.ModuleGetFunction(&f, m, k.entry_point.c_str()), CUDA_SUCCESS) << k.entry_point;
+    return f;
+  }
+};
+
+Gpu* TheGpu(std::string* skip) {
+  static std::string reason;
+  static Gpu* gpu = []() -> Gpu* {
+    auto g = std::make_unique<Gpu>();
+    reason = g->d.Open();
+    if (!reason.empty()) return nullptr;
+    auto c = CudaKernelCompiler::Create(CudaCompilerOptions{g->d.cc_major, g->d.cc_minor, "", 64});
+    if (!c.ok()) {
+      reason = std::string(c.status().message());
+      return nullptr;
+    }
+    g->compiler = *std::move(c);
+    return g.release();  // Lives for the process, like the context.
+  }();
+  *skip = reason;
+  return gpu;
+}
+
+TensorLayout Strided(std::vector<uint64_t> shape, std::vector<uint64_t> strides) {
+  TensorLayout t;
+  t.rank = static_cast<uint32_t>(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i) {
+    t.shape[i] = shape[i];
+    t.strides[i] = strides[i];
+  }
+  return t;
+}
+TensorLayout Dense(std::vector<uint64_t> shape) { return TensorLayout::Contiguous(shape); }
+
+uint64_t Rng(uint64_t* s) {
+  *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+  return *s >> 33;
+}
+
+// Random elements of `t`, with the values that exercise edge cases mixed in.
+// `tame`: no huge finite values (whose cancellation makes reordered float sums differ a lot).
+void FillRandom(ElemType t, uint8_t* p, uint64_t n, uint64_t* seed, bool tame = false) {
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint64_t r = Rng(seed);
+    const bool special = r % 13 == 0;
+    const double u = static_cast<double>(r % 100000) / 12500.0 - 4.0;
+    switch (t) {
+      case ElemType::kF32:
+      case ElemType::kF64: {
+        const double specials[] = {std::numeric_limits<double>::quiet_NaN(),
+                                   std::numeric_limits<double>::infinity(),
+                                   -std::numeric_limits<double>::infinity(),
+                                   -0.0,
+                                   0.0,
+                                   1e10,
+                                   -3e9,
+                                   5e38,
+                                   -1.5,
+                                   0.5};
+        double v = special ? specials[(r / 13) % 10] : u;
+        if (tame && std::isfinite(v) && std::fabs(v) > 100) v = 2.0;
+        if (t == ElemType::kF32) {
+          const float f = static_cast<float>(v);
+          std::memcpy(p + 4 * i, &f, 4);
+        } else {
+          std::memcpy(p + 8 * i, &v, 8);
+        }
+        break;
+      }
+      case ElemType::kI32:
+      case ElemType::kU32: {
+        const int32_t specials[] = {INT32_MIN, INT32_MAX, -1, 0, 1};
+        const int32_t v = special ? specials[(r / 13) % 5] : static_cast<int32_t>(r % 201) - 100;
+        std::memcpy(p + 4 * i, &v, 4);
+        break;
+      }
+      case ElemType::kI64: {
+        const int64_t specials[] = {INT64_MIN, INT64_MAX, -1, 0, int64_t{1} << 40};
+        const int64_t v = special ? specials[(r / 13) % 5] : static_cast<int64_t>(r % 201) - 100;
+        std::memcpy(p + 8 * i, &v, 8);
+        break;
+      }
+    }
+  }
+}
+
+struct Case {
+  std::string label;
+  BuiltinCall call;
+  std::vector<TensorLayout> tensors;
+  uint64_t misalign = 0;  // Elements of offset of every buffer from an aligned address.
+};
+
+// Relative tolerance for a kernel's float results; 0 = bitwise (NaN matches any NaN).
+double Tolerance(const std::string& name, ElemType t) {
+  static const char* exact[] = {"fill", "copy", "cast", "neg", "abs", "relu", "add",
+                                "sub",  "mul",  "div",  "max", "min", "sqrt", "argmax"};
+  for (const char* e : exact) {
+    if (name == e) return 0;
+  }
+  if (name == "matmul") return t == ElemType::kF32 ? 1e-4 : 1e-12;
+  return t == ElemType::kF32 ? 2e-6 : 1e-13;
+}
+
+std::string CompareOutput(const Case& c, ElemType out_t, const std::vector<uint8_t>& want,
+                          const std::vector<uint8_t>& got) {
+  const double tol = Tolerance(c.call.name, c.call.dtype);
+  const uint32_t es = ElemSize(out_t);
+  int reported = 0;
+  std::string err;
+  for (uint64_t i = 0; i * es < want.size(); ++i) {
+    if (std::memcmp(&want[i * es], &got[i * es], es) == 0) continue;
+    double w = 0, g = 0;
+    bool same = false;
+    if (out_t == ElemType::kF32) {
+      float a, b;
+      std::memcpy(&a, &want[i * es], 4);
+      std::memcpy(&b, &got[i * es], 4);
+      w = a;
+      g = b;
+    } else if (out_t == ElemType::kF64) {
+      std::memcpy(&w, &want[i * es], 8);
+      std::memcpy(&g, &got[i * es], 8);
+    } else {
+      if (reported++ < 5) {
+        int64_t a = 0, b = 0;
+        std::memcpy(&a, &want[i * es], es);
+        std::memcpy(&b, &got[i * es], es);
+        absl::StrAppend(&err, " [", i, "] want ", a, " got ", b, ";");
+      }
+      continue;
+    }
+    if (std::isnan(w) && std::isnan(g)) same = true;
+    if (w == g) same = true;  // +0 / -0 only where the kernel is not exact.
+    if (tol > 0 && std::isfinite(w) && std::fabs(w - g) <= tol * std::max(1.0, std::fabs(w))) {
+      same = true;
+    }
+    if (tol == 0 && w == g && std::signbit(w) != std::signbit(g)) same = false;
+    if (!same && reported++ < 5) absl::StrAppend(&err, " [", i, "] want ", w, " got ", g, ";");
+  }
+  if (reported > 5) absl::StrAppend(&err, " ... ", reported, " mismatches");
+  return err;
+}
+
+void RunCase(Gpu& gpu, const Case& c) {
+  SCOPED_TRACE(c.label);
+  BuiltinCall call = c.call;
+  const size_t n = c.tensors.size();
+  std::vector<uint64_t> lens, bytes;
+  std::vector<ElemType> types;
+  for (size_t i = 0; i < n; ++i) {
+    ElemType t = call.dtype;
+    if (i + 1 == n && call.name == "cast") t = call.out_dtype;
+    if (i + 1 == n && call.name == "argmax") t = ElemType::kI64;
+    types.push_back(t);
+    lens.push_back(c.tensors[i].SpanElements());
+    bytes.push_back(lens.back() * ElemSize(t));
+  }
+  auto meta = EncodeKernelMetadata(lens, c.tensors);
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  call.metadata = *meta;
+  uint64_t seed = 12345;
+  std::vector<std::vector<uint8_t>> host(n);
+  for (size_t i = 0; i < n; ++i) {
+    host[i].assign(bytes[i], 0x5a);
+    if (i + 1 < n) FillRandom(types[i], host[i].data(), lens[i], &seed, call.name == "matmul");
+  }
+  // CPU reference.
+  std::vector<std::vector<uint8_t>> cpu = host;
+  std::vector<HostBuffer> hb;
+  for (auto& b : cpu) hb.push_back({b.data(), b.size()});
+  const absl::Status cpu_status = RunBuiltinCpu(call, hb);
+  ASSERT_TRUE(cpu_status.ok()) << cpu_status;
+  // GPU.
+  auto args = MakeCudaBuiltinArgs(call, bytes);
+  ASSERT_TRUE(args.ok()) << args.status();
+  auto kernel = gpu.compiler->Builtin(call, n);
+  ASSERT_TRUE(kernel.ok()) << kernel.status();
+  CUfunction f = gpu.Function(**kernel);
+  ASSERT_NE(f, nullptr);
+  std::vector<CUdeviceptr> dev(n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t off = c.misalign * ElemSize(types[i]);
+    CU_OK(gpu.d.MemAlloc(&dev[i], bytes[i] + off + 16));
+    if (!host[i].empty()) {
+      CU_OK(gpu.d.MemcpyHtoD(dev[i] + off, host[i].data(), bytes[i]));
+    }
+    args->buffers[i].ptr = dev[i] + off;
+  }
+  const CudaLaunchDims dims = BuiltinLaunchDims(call, *args, gpu.d.sm_count);
+  void* params[] = {&*args};
+  CU_OK(gpu.d.LaunchKernel(f, dims.grid[0], dims.grid[1], dims.grid[2], dims.block[0],
+                           dims.block[1], dims.block[2], dims.shared_bytes, nullptr, params,
+                           nullptr));
+  CU_OK(gpu.d.CtxSynchronize());
+  std::vector<uint8_t> got(bytes[n - 1]);
+  if (!got.empty()) {
+    CU_OK(
+        gpu.d.MemcpyDtoH(got.data(), dev[n - 1] + c.misalign * ElemSize(types[n - 1]), got.size()));
+  }
+  for (CUdeviceptr p : dev) gpu.d.MemFree(p);
+  const std::string err = CompareOutput(c, types[n - 1], cpu[n - 1], got);
+  EXPECT_TRUE(err.empty()) << err;
+}
+
+BuiltinCall MakeCall(const CudaBuiltinSignature& s) {
+  BuiltinCall call;
+  call.name = s.name;
+  call.dtype = s.dtype;
+  call.out_dtype = s.out_dtype;
+  if (s.name == "fill") {
+    ScalarGroup g;
+    g.elem = s.dtype;
+    g.bytes.resize(ElemSize(s.dtype));
+    uint64_t seed = 99;
+    FillRandom(s.dtype, g.bytes.data(), 1, &seed);
+    call.scalars.push_back(g);
+  }
+  return call;
+}
+
+std::vector<Case> CasesFor(const CudaBuiltinSignature& s, CudaFamily family) {
+  const BuiltinCall call = MakeCall(s);
+  const std::string base =
+      absl::StrCat(s.name, "/", s.num_buffers, " ", ElemTypeName(s.dtype),
+                   s.name == "cast" ? absl::StrCat("->", ElemTypeName(s.out_dtype)) : "");
+  std::vector<Case> cases;
+  auto add = [&](const char* what, std::vector<TensorLayout> t, uint32_t axis = 0,
+                 uint64_t misalign = 0) {
+    Case c{absl::StrCat(base, " ", what), call, std::move(t), misalign};
+    c.call.axis = axis;
+    cases.push_back(std::move(c));
+  };
+  switch (family) {
+    case CudaFamily::kFill:
+      add("dense", {Dense({1003})});
+      add("misaligned", {Dense({1003})}, 0, 1);
+      add("strided", {Strided({7, 30}, {40, 1})});
+      break;
+    case CudaFamily::kCopy:
+    case CudaFamily::kCast:
+    case CudaFamily::kUnary:
+      add("dense", {Dense({3, 1001}), Dense({3, 1001})});
+      add("misaligned", {Dense({1003}), Dense({1003})}, 0, 1);
+      add("transposed", {Strided({30, 20}, {1, 30}), Strided({30, 20}, {24, 1})});
+      break;
+    case CudaFamily::kBinary:
+      add("dense", {Dense({3, 1001}), Dense({3, 1001}), Dense({3, 1001})});
+      add("misaligned", {Dense({1003}), Dense({1003}), Dense({1003})}, 0, 1);
+      add("broadcast", {Dense({7, 1}), Dense({1, 131}), Strided({7, 131}, {140, 1})});
+      add("transposed", {Strided({20, 30}, {1, 20}), Dense({20, 30}), Dense({20, 30})});
+      break;
+    case CudaFamily::kReduce:
+      add("warp", {Dense({37, 300}), Dense({37, 1})}, 1);
+      add("block", {Dense({3, 5000}), Dense({3, 1})}, 1);
+      add("thread", {Dense({50, 20000}), Dense({1, 20000})}, 0);
+      add("middle", {Dense({4, 9, 5}), Dense({4, 1, 5})}, 1);
+      add("transposed", {Strided({300, 37}, {1, 300}), Dense({1, 37})}, 0);
+      break;
+    case CudaFamily::kSoftmax:
+      add("warp", {Dense({33, 100}), Dense({33, 100})});
+      add("block", {Dense({3, 3000}), Dense({3, 3000})});
+      add("transposed", {Strided({20, 50}, {1, 20}), Dense({20, 50})});
+      break;
+    case CudaFamily::kMatmul:
+      add("batched", {Dense({2, 1, 70, 33}), Dense({1, 3, 33, 130}), Dense({2, 3, 70, 130})});
+      add("transposed", {Strided({65, 40}, {1, 65}), Strided({40, 66}, {1, 40}), Dense({65, 66})});
+      add("k0", {Dense({5, 0}), Dense({0, 6}), Dense({5, 6})});
+      add("tiny", {Dense({1, 1}), Dense({1, 1}), Dense({1, 1})});
+      break;
+  }
+  return cases;
+}
+
+TEST(CudaGpuTest, EveryBuiltinMatchesTheCpu) {
+  std::string skip;
+  Gpu* gpu = TheGpu(&skip);
+  if (gpu == nullptr) GTEST_SKIP() << skip;
+  int cases = 0;
+  for (const CudaBuiltinSignature& s : CudaBuiltinSignatures()) {
+    const CudaFamily family = *FindCudaFamily(s.name, s.num_buffers);
+    for (const Case& c : CasesFor(s, family)) {
+      RunCase(*gpu, c);
+      ++cases;
+    }
+  }
+  std::cout << cases << " cases on sm_" << gpu->d.cc_major << gpu->d.cc_minor << "\n";
+}
+
+// Bandwidth of dense copy / add / cast against cuMemcpyDtoD on 1 GiB f32 buffers.
+TEST(CudaGpuTest, Bandwidth) {
+  if (std::getenv("CUBED_CUDA_BENCH") == nullptr) GTEST_SKIP() << "set CUBED_CUDA_BENCH=1";
+  std::string skip;
+  Gpu* gpu = TheGpu(&skip);
+  if (gpu == nullptr) GTEST_SKIP() << skip;
+  const uint64_t elems = uint64_t{1} << 28;
+  CUdeviceptr a, b, c;
+  CU_OK(gpu->d.MemAlloc(&a, elems * 4));
+  CU_OK(gpu->d.MemAlloc(&b, elems * 4));
+  CU_OK(gpu->d.MemAlloc(&c, elems * 4));
+  auto time = [&](auto&& fn) {
+    fn();
+    gpu->d.CtxSynchronize();
+    const auto start = std::chrono::steady_clock::now();
+    const int reps = 20;
+    for (int i = 0; i < reps; ++i) fn();
+    gpu->d.CtxSynchronize();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / reps;
+  };
+  const double memcpy_s = time([&] { gpu->d.MemcpyDtoD(b, a, elems * 4); });
+  const double memcpy_bw = 2.0 * elems * 4 / memcpy_s / 1e9;
+  std::cout << "cuMemcpyDtoD: " << memcpy_bw << " GB/s\n";
+  // Runs `call` on `t` (buffers a, b, c) and returns seconds per launch.
+  auto run = [&](BuiltinCall call, std::vector<TensorLayout> t, uint32_t* grid) -> double {
+    std::vector<uint64_t> lens, sizes;
+    for (const TensorLayout& l : t) {
+      lens.push_back(l.SpanElements());
+      sizes.push_back(l.SpanElements() * ElemSize(call.dtype));
+    }
+    call.metadata = *EncodeKernelMetadata(lens, t);
+    if (call.name == "fill") call.scalars.push_back({ElemType::kF32, {0, 0, 128, 63}});
+    auto args = MakeCudaBuiltinArgs(call, sizes);
+    EXPECT_TRUE(args.ok()) << args.status();
+    if (!args.ok()) return 1;
+    const CUdeviceptr ptrs[] = {a, b, c};
+    for (size_t i = 0; i < t.size(); ++i) args->buffers[i].ptr = ptrs[i];
+    auto k = gpu->compiler->Builtin(call, t.size());
+    EXPECT_TRUE(k.ok()) << k.status();
+    CUfunction f = gpu->Function(**k);
+    const CudaLaunchDims dims = BuiltinLaunchDims(call, *args, gpu->d.sm_count);
+    *grid = dims.grid[0];
+    void* params[] = {&*args};
+    return time([&] {
+      gpu->d.LaunchKernel(f, dims.grid[0], 1, 1, dims.block[0], 1, 1, 0, nullptr, params, nullptr);
+    });
+  };
+  auto bench = [&](const char* name, ElemType out_t, int buffers, double bytes_per_elem) {
+    BuiltinCall call;
+    call.name = name;
+    call.dtype = ElemType::kF32;
+    call.out_dtype = out_t;
+    uint32_t grid = 0;
+    const double s = run(call, std::vector<TensorLayout>(buffers, Dense({elems})), &grid);
+    const double bw = bytes_per_elem * elems / s / 1e9;
+    std::cout << name << ": " << bw << " GB/s = " << bw / memcpy_bw << " x memcpy (grid " << grid
+              << ")\n";
+  };
+  bench("copy", ElemType::kF32, 2, 8);
+  bench("cast", ElemType::kF32, 2, 8);
+  bench("neg", ElemType::kF32, 2, 8);
+  bench("add", ElemType::kF32, 3, 12);
+  bench("fill", ElemType::kF32, 1, 4);
+  // Reductions and softmax over 2^28 f32 elements, by shape of the reduced axis.
+  const std::vector<std::vector<uint64_t>> shapes = {
+      {1u << 14, 1u << 14}, {1u << 20, 256}, {1u << 8, 1u << 20}};
+  for (const auto& shape : shapes) {
+    for (uint32_t axis = 0; axis < 2; ++axis) {
+      BuiltinCall call;
+      call.name = "sum";
+      call.axis = axis;
+      std::vector<uint64_t> out = shape;
+      out[axis] = 1;
+      uint32_t grid = 0;
+      const double s = run(call, {Dense(shape), Dense(out)}, &grid);
+      std::cout << "sum [" << shape[0] << ", " << shape[1] << "] axis " << axis << ": "
+                << 4.0 * elems / s / 1e9 << " GB/s (grid " << grid << ")\n";
+    }
+    BuiltinCall call;
+    call.name = "softmax";
+    uint32_t grid = 0;
+    const double s = run(call, {Dense(shape), Dense(shape)}, &grid);
+    std::cout << "softmax [" << shape[0] << ", " << shape[1] << "]: " << 8.0 * elems / s / 1e9
+              << " GB/s of in+out (grid " << grid << ")\n";
+  }
+  for (ElemType t : {ElemType::kF32, ElemType::kF64}) {
+    const uint64_t n = 4096;
+    BuiltinCall call;
+    call.name = "matmul";
+    call.dtype = t;
+    uint32_t grid = 0;
+    const double s = run(call, {Dense({n, n}), Dense({n, n}), Dense({n, n})}, &grid);
+    std::cout << "matmul " << ElemTypeName(t) << " 4096^3: " << 2.0 * n * n * n / s / 1e12
+              << " TFLOP/s\n";
+  }
+  gpu->d.MemFree(a);
+  gpu->d.MemFree(b);
+  gpu->d.MemFree(c);
+}
+
+}  // namespace
+}  // namespace cubed::kernels

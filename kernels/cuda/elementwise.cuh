@@ -1,0 +1,177 @@
+// Elementwise builtin kernels: fill, copy, cast, unary (neg abs relu exp log sqrt sigmoid tanh)
+// and binary with broadcasting (add sub mul div max min pow). One grid-stride loop over the
+// output's elements; when every buffer is dense with the output's shape (CUBED_CUDA_DENSE) all
+// buffers share the linear index and, when aligned, move 4 elements per load and store.
+#include "common.cuh"
+
+namespace cubed {
+
+template <class T, int N>
+struct __align__(sizeof(T) * N) Pack {
+  T v[N];
+};
+
+// Calls f with the first kIn of (x0, x1).
+template <int kIn, class F, class In>
+__device__ __forceinline__ auto Apply(const F& f, In x0, In x1) {
+  if constexpr (kIn == 0) {
+    return f();
+  } else if constexpr (kIn == 1) {
+    return f(x0);
+  } else {
+    return f(x0, x1);
+  }
+}
+
+template <class T>
+__device__ __forceinline__ bool Aligned(const T* p, u64 bytes) {
+  return reinterpret_cast<u64>(p) % bytes == 0;
+}
+
+// out[i] = f(in0[i], in1[i]) over the output's elements: buffers 0 .. kIn - 1 are inputs of type
+// In, buffer kIn is the output of type Out. Inputs are read through their broadcast strides.
+template <int kIn, class In, class Out, class F>
+__device__ __forceinline__ void Map(const CudaBuiltinArgs& a, const F& f) {
+  const Buf<const In> x0 = BufOf<const In>(a.buffers[0]);
+  const Buf<const In> x1 = BufOf<const In>(a.buffers[kIn > 1 ? 1 : 0]);
+  const Buf<Out> y = BufOf<Out>(a.buffers[kIn]);
+  const u64 count = a.count;
+  const u64 first = GlobalThread(), step = GridThreads();
+  const bool in_bounds = count <= y.n && (kIn < 1 || count <= x0.n) && (kIn < 2 || count <= x1.n);
+  if ((a.flags & CUBED_CUDA_DENSE) != 0 && in_bounds) {
+    constexpr int V = 4;
+    u64 done = 0;
+    if (Aligned(y.p, sizeof(Out) * V) && (kIn < 1 || Aligned(x0.p, sizeof(In) * V)) &&
+        (kIn < 2 || Aligned(x1.p, sizeof(In) * V))) {
+      const u64 packs = count / V;
+      const Pack<In, V>* p0 = reinterpret_cast<const Pack<In, V>*>(x0.p);
+      const Pack<In, V>* p1 = reinterpret_cast<const Pack<In, V>*>(x1.p);
+      Pack<Out, V>* q = reinterpret_cast<Pack<Out, V>*>(y.p);
+      for (u64 j = first; j < packs; j += step) {
+        Pack<In, V> v0, v1;
+        if constexpr (kIn > 0) v0 = p0[j];
+        if constexpr (kIn > 1) v1 = p1[j];
+        Pack<Out, V> r;
+#pragma unroll
+        for (int k = 0; k < V; ++k) r.v[k] = Apply<kIn>(f, v0.v[k], v1.v[k]);
+        q[j] = r;
+      }
+      done = packs * V;
+    }
+    for (u64 i = done + first; i < count; i += step) {
+      In v0 = In(0), v1 = In(0);
+      if constexpr (kIn > 0) v0 = x0.p[i];
+      if constexpr (kIn > 1) v1 = x1.p[i];
+      y.p[i] = Apply<kIn>(f, v0, v1);
+    }
+    return;
+  }
+  const int tensors[3] = {0, kIn > 1 ? 1 : 0, kIn};
+  const u32 rank = a.buffers[kIn].rank;
+  for (u64 i = first; i < count; i += step) {
+    u64 off[3];
+    Unravel<3>(a, tensors, kIn, rank, CUBED_CUDA_MAX_RANK, i, off);
+    In v0 = In(0), v1 = In(0);
+    if constexpr (kIn > 0) v0 = Load(x0, off[0]);
+    if constexpr (kIn > 1) v1 = Load(x1, off[1]);
+    Store(y, off[2], Apply<kIn>(f, v0, v1));
+  }
+}
+
+// fill and copy move bits: instantiated for unsigned int and unsigned long long only.
+template <class T>
+struct FillValue {
+  T value;
+  __device__ T operator()() const { return value; }
+};
+template <class T>
+__global__ void FillKernel(const __grid_constant__ CudaBuiltinArgs a) {
+  Map<0, T, T>(a, FillValue<T>{static_cast<T>(a.scalar)});
+}
+
+template <class From, class To>
+struct CastOp {
+  __device__ To operator()(From x) const { return Convert<To>(x); }
+};
+template <class From, class To>
+__global__ void CastKernel(const __grid_constant__ CudaBuiltinArgs a) {
+  Map<1, From, To>(a, CastOp<From, To>());
+}
+
+template <class T>
+struct NegOp {
+  __device__ T operator()(T x) const { return Neg(x); }
+};
+template <class T>
+struct AbsOp {
+  __device__ T operator()(T x) const { return Abs(x); }
+};
+template <class T>
+struct ReluOp {
+  // x < 0 is false for NaN and -0.0: both pass through.
+  __device__ T operator()(T x) const { return x < T(0) ? T(0) : x; }
+};
+template <class T>
+struct ExpOp {
+  __device__ T operator()(T x) const { return Exp(x); }
+};
+template <class T>
+struct LogOp {
+  __device__ T operator()(T x) const { return Log(x); }
+};
+template <class T>
+struct SqrtOp {
+  __device__ T operator()(T x) const { return Sqrt(x); }
+};
+template <class T>
+struct SigmoidOp {
+  // Only ever exponentiates a non-positive number, so nothing overflows.
+  __device__ T operator()(T x) const {
+    if (x >= T(0)) return T(1) / (T(1) + Exp(-x));
+    const T e = Exp(x);
+    return e / (T(1) + e);
+  }
+};
+template <class T>
+struct TanhOp {
+  __device__ T operator()(T x) const { return Tanh(x); }
+};
+template <template <class> class Op, class T>
+__global__ void UnaryKernel(const __grid_constant__ CudaBuiltinArgs a) {
+  Map<1, T, T>(a, Op<T>());
+}
+
+template <class T>
+struct AddOp {
+  __device__ T operator()(T x, T y) const { return Add(x, y); }
+};
+template <class T>
+struct SubOp {
+  __device__ T operator()(T x, T y) const { return Sub(x, y); }
+};
+template <class T>
+struct MulOp {
+  __device__ T operator()(T x, T y) const { return Mul(x, y); }
+};
+template <class T>
+struct DivOp {
+  __device__ T operator()(T x, T y) const { return Div(x, y); }
+};
+template <class T>
+struct MaxOp {
+  __device__ T operator()(T x, T y) const { return Max(x, y); }
+};
+template <class T>
+struct MinOp {
+  __device__ T operator()(T x, T y) const { return Min(x, y); }
+};
+template <class T>
+struct PowOp {
+  __device__ T operator()(T x, T y) const { return Pow(x, y); }
+};
+template <template <class> class Op, class T>
+__global__ void BinaryKernel(const __grid_constant__ CudaBuiltinArgs a) {
+  Map<2, T, T>(a, Op<T>());
+}
+
+}  // namespace cubed
