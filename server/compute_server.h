@@ -51,7 +51,8 @@ struct CudaKernel {
   std::vector<std::string> options;
 };
 
-// What Execute runs: exactly one of the two.
+// What Execute runs: a builtin (`builtin`) or client CUDA code (`cuda`). `builtin.metadata` and
+// `builtin.scalars` carry the launch's metadata and scalars for both kinds.
 struct KernelCall {
   bool is_builtin = true;
   kernels::BuiltinCall builtin;

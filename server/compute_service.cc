@@ -74,6 +74,9 @@ ComputeService::ComputeService(std::vector<DeviceLoop*> loops, RequestLimits lim
 template <typename Work>
 Reactor* ComputeService::OnDevice(Context* ctx, uint32_t device, absl::string_view what,
                                   Work work) {
+  if (draining_.load(std::memory_order_acquire)) {
+    return FinishNow(ctx, absl::UnavailableError("the daemon is shutting down"));
+  }
   if (device >= loops_.size()) {
     return FinishNow(ctx, absl::NotFoundError(absl::StrCat(what, ": device ", device,
                                                            " does not exist (this daemon has ",

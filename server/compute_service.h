@@ -4,6 +4,7 @@
 // validates its request (request_conversion.h), posts the work to the device's loop, and
 // finishes when the loop (or a backend completion) is done. Reactors never block on device work.
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -17,6 +18,10 @@ namespace cubed {
 class ComputeService final : public v1::Compute::CallbackService {
  public:
   ComputeService(std::vector<DeviceLoop*> loops, RequestLimits limits);
+
+  // From now on every new call is answered UNAVAILABLE at once; calls already posted finish.
+  // Called first in shutdown, so that no call races the gRPC server's own cancellation.
+  void StartDraining() { draining_.store(true, std::memory_order_release); }
 
   using Reactor = grpc::ServerUnaryReactor;
   using Context = grpc::CallbackServerContext;
@@ -65,6 +70,7 @@ class ComputeService final : public v1::Compute::CallbackService {
 
   std::vector<DeviceLoop*> loops_;
   RequestLimits limits_;
+  std::atomic<bool> draining_{false};
 };
 
 }  // namespace cubed

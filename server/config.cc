@@ -31,6 +31,10 @@ ABSL_FLAG(bool, allow_unchecked, false,
 ABSL_FLAG(std::string, ready_file, "",
           "File written once the daemon serves, with lines unix=ADDRESS and tcp=HOST:PORT.");
 
+ABSL_FLAG(std::string, kernel_cache_dir, "",
+          "Directory caching CUDA kernels compiled by NVRTC across restarts (created if "
+          "missing); empty = memory only.");
+
 namespace cubed {
 
 std::string DefaultUnixSocket() {
@@ -101,6 +105,7 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   c.max_message_bytes = static_cast<int>(*max_message);
   c.allow_unchecked = absl::GetFlag(FLAGS_allow_unchecked);
   c.ready_file = absl::GetFlag(FLAGS_ready_file);
+  c.kernel_cache_dir = absl::GetFlag(FLAGS_kernel_cache_dir);
   return c;
 }
 

@@ -24,6 +24,7 @@ struct DaemonConfig {
   int max_message_bytes = 512 << 20;
   bool allow_unchecked = false;
   std::string ready_file;  // Written once serving; empty = none.
+  std::string kernel_cache_dir;  // On-disk cache of compiled CUDA kernels; empty = memory only.
 };
 
 // Reads the flags (after absl::ParseCommandLine). INVALID_ARGUMENT naming the flag when a value

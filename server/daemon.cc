@@ -10,21 +10,36 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "server/backend_registry.h"
 #include "server/compute_service.h"
 #include "server/device_loop.h"
 #include "server/health_service.h"
 #include "spdlog/spdlog.h"
+#ifdef CUBED_WITH_CUDA
+#include "server/cuda/cuda_server.h"
+#endif
 
 namespace cubed {
 namespace {
+
+#ifdef CUBED_WITH_CUDA
+// Exit status after a device was lost (docs/error-model.md rule 5): non-zero, so that systemd's
+// Restart=on-failure starts a fresh daemon with a fresh CUDA context.
+constexpr int kDeviceLostExitCode = 3;
+// Between NOT_SERVING and the exit, so that calls in flight get their UNAVAILABLE answers and
+// health checks can see NOT_SERVING.
+constexpr absl::Duration kDeviceLostGrace = absl::Seconds(1);
+#endif
 
 // Makes the socket's directory (0700 when we create it) and removes a stale socket file. A live
 // daemon on the same path is an error rather than something to steal from.
@@ -80,6 +95,24 @@ absl::Status WriteReadyFile(const std::string& path, const DaemonConfig& config,
   return absl::OkStatus();
 }
 
+#ifdef CUBED_WITH_CUDA
+// Note [Device lost] (server/cuda/cuda_server.h): health NOT_SERVING, then exit non-zero after
+// a grace period. No orderly Shutdown: the device's context is unusable, and Shutdown must not
+// run on the loop or completion thread that calls this.
+void ExitAfterDeviceLost(HealthService* health, const std::string& unix_socket,
+                         const absl::Status& status) {
+  spdlog::critical("device lost ({}): health NOT_SERVING; exiting with status {} in {}",
+                   std::string(status.message()), kDeviceLostExitCode, absl::FormatDuration(kDeviceLostGrace));
+  if (health != nullptr) health->SetServing(false);
+  std::thread([unix_socket] {
+    absl::SleepFor(kDeviceLostGrace);
+    if (!unix_socket.empty()) unlink(unix_socket.c_str());
+    spdlog::default_logger()->flush();
+    _exit(kDeviceLostExitCode);
+  }).detach();
+}
+#endif
+
 }  // namespace
 
 void Daemon::BlockTerminationSignals() {
@@ -106,6 +139,14 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   d->config_ = config;
 
   ASSIGN_OR_RETURN(std::unique_ptr<ComputeServer> backend, CreateBackend(config));
+#ifdef CUBED_WITH_CUDA
+  if (auto* cuda = dynamic_cast<CudaServer*>(backend.get())) {
+    Daemon* self = d.get();
+    cuda->SetDeviceLostCallback([self](const absl::Status& status) {
+      ExitAfterDeviceLost(self->health_.get(), self->config_.unix_socket, status);
+    });
+  }
+#endif
   const DeviceDescription& desc = backend->Description();
   spdlog::info("device {}: {} ({} MiB limit, alignment {})", desc.index, desc.name,
                desc.memory_limit >> 20, desc.alignment);
@@ -159,8 +200,17 @@ void Daemon::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   spdlog::info("shutting down: no new calls; waiting for calls in flight");
+  compute_->StartDraining();
   health_->SetServing(false);
   health_->Shutdown();
+  // Calls already inside gRPC's pipeline reach the service during this grace period and are
+  // answered UNAVAILABLE, instead of being cancelled by the server's shutdown below. Then let
+  // the loops finish what was posted before the drain began (bounded).
+  absl::SleepFor(absl::Milliseconds(100));
+  const absl::Time give_up = absl::Now() + absl::Seconds(5);
+  for (auto& loop : loops_) {
+    while (loop->queued() > 0 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
+  }
   // The loops keep running while the server drains, so queued calls can finish.
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server_->Wait();

@@ -34,7 +34,8 @@ class Daemon {
   static int WaitForTerminationSignal();
   static void BlockTerminationSignals();
 
-  // Health NOT_SERVING; stop accepting; let in-flight calls finish (up to 5 s, then cancel);
+  // New calls answered UNAVAILABLE; health NOT_SERVING; queued work finishes; stop accepting
+  // and let in-flight calls finish (up to 5 s, then cancel);
   // stop the device loops, which closes every session and frees every page. Idempotent.
   void Shutdown();
 

@@ -243,21 +243,21 @@ absl::StatusOr<ExecuteCommand> ToExecuteCommand(const v1::ExecuteRequest& reques
                                                    " words; at most ", limits.max_metadata_words));
   }
   for (const v1::Binding& buffer : b.buffers()) command.buffers.push_back(ToBindingRef(buffer));
-  if (command.kernel.is_builtin) {
-    command.kernel.builtin.metadata.assign(b.metadata().begin(), b.metadata().end());
-    bool seen[8] = {};
-    for (int i = 0; i < b.scalars_size(); ++i) {
-      const std::string field = absl::StrCat("bindings.scalars[", i, "]");
-      ASSIGN_OR_RETURN(kernels::ScalarGroup group, ToScalarGroup(b.scalars(i), field));
-      bool& dup = seen[static_cast<int>(group.elem)];
-      if (dup) {
-        return absl::InvalidArgumentError(absl::StrCat(field, ": a second group of ",
-                                                       ElemTypeName(group.elem),
-                                                       " scalars; put all of them in one group"));
-      }
-      dup = true;
-      command.kernel.builtin.scalars.push_back(std::move(group));
+  // Metadata and scalars travel in the builtin call for every kind of kernel: client CUDA
+  // kernels receive them too (docs/kernel-abi.md).
+  command.kernel.builtin.metadata.assign(b.metadata().begin(), b.metadata().end());
+  bool seen[8] = {};
+  for (int i = 0; i < b.scalars_size(); ++i) {
+    const std::string field = absl::StrCat("bindings.scalars[", i, "]");
+    ASSIGN_OR_RETURN(kernels::ScalarGroup group, ToScalarGroup(b.scalars(i), field));
+    bool& dup = seen[static_cast<int>(group.elem)];
+    if (dup) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": a second group of ",
+                                                     ElemTypeName(group.elem),
+                                                     " scalars; put all of them in one group"));
     }
+    dup = true;
+    command.kernel.builtin.scalars.push_back(std::move(group));
   }
   return command;
 }
