@@ -201,9 +201,10 @@ absl::StatusOr<SliceId> MemoryManager::Reserve(uint64_t size) {
     return absl::InvalidArgumentError("cannot reserve 0 bytes: size must be at least 1");
   }
   if (size > options_.max_allocation) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot reserve ", size,
-                                                   " bytes: more than max_allocation (",
-                                                   options_.max_allocation, " bytes)"));
+    // Can never fit: the same code as any other request over the memory limit.
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot reserve ", size, " bytes: more than max_allocation (", options_.max_allocation,
+        " bytes), the largest allocation the memory limit allows"));
   }
   return impl_->Reserve(size);
 }

@@ -32,8 +32,8 @@ class MemoryManager {
   MemoryManager(const MemoryManager&) = delete;
   MemoryManager& operator=(const MemoryManager&) = delete;
 
-  // Reserves `size` bytes (1 .. max_allocation). INVALID_ARGUMENT for 0 or more than
-  // max_allocation; RESOURCE_EXHAUSTED (message names the limit, the request and what is
+  // Reserves `size` bytes (1 .. max_allocation). INVALID_ARGUMENT for 0; RESOURCE_EXHAUSTED
+  // for more than max_allocation, and (message names the limit, the request and what is
   // reserved) when the limit would be passed even after freeing every free page, or when the
   // storage has no memory even after that. A failed Reserve leaves Usage() exactly as it was,
   // unless the storage itself refused (then free pages were returned to retry). Free pages are

@@ -48,7 +48,7 @@ class MemoryManagerTest : public testing::Test {
   HostStorage storage_;
 };
 
-TEST_F(MemoryManagerTest, ZeroAndTooLargeAreInvalidArgument) {
+TEST_F(MemoryManagerTest, ZeroIsInvalidArgumentAndTooLargeIsResourceExhausted) {
   MemoryManagerOptions options;
   options.max_allocation = 1000;
   MemoryManager manager(&storage_, options);
@@ -56,7 +56,7 @@ TEST_F(MemoryManagerTest, ZeroAndTooLargeAreInvalidArgument) {
   EXPECT_EQ(zero.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(zero.status().message(), HasSubstr("0 bytes"));
   absl::StatusOr<SliceId> big = manager.Reserve(1001);
-  EXPECT_EQ(big.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(big.status().message(), HasSubstr("1001"));
   EXPECT_THAT(big.status().message(), HasSubstr("max_allocation (1000 bytes)"));
   EXPECT_TRUE(manager.Reserve(1000).ok());
