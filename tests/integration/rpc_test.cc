@@ -9,14 +9,14 @@ namespace {
 
 using RpcTest = DaemonTest;
 
-TEST_F(RpcTest, GetInfoDescribesTheCpuDevice) {
+TEST_F(RpcTest, GetInfoDescribesTheDeviceUnderTest) {
   auto client = Connect();
   ASSERT_NE(client, nullptr);
   auto info = client->GetInfo();
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_GE(info->devices, 1u);
   EXPECT_FALSE(info->version.empty());
-  EXPECT_EQ(info->device.backend(), v1::DeviceInfo::BACKEND_CPU);
+  EXPECT_EQ(info->device.backend(), testing::TestBackendWire());
   EXPECT_GT(info->device.alignment(), 0u);
   EXPECT_GT(info->device.max_allocation(), 0u);
   EXPECT_GT(info->device.compute_units(), 0u);
@@ -168,8 +168,13 @@ TEST_F(RpcTest, GetResourceDescribesTheBindingInsideItsPage) {
   auto whole = client->GetResource(*h);
   ASSERT_TRUE(whole.ok()) << whole.status();
   EXPECT_EQ(whole->size, 100u);
-  EXPECT_EQ(whole->device_pointer, 0u) << "CPU backend exposes no daemon addresses";
-  EXPECT_TRUE(whole->ipc_handle.empty());
+  if (testing::TestBackend() == "cpu") {
+    EXPECT_EQ(whole->device_pointer, 0u) << "CPU backend exposes no daemon addresses";
+    EXPECT_TRUE(whole->ipc_handle.empty());
+  } else {
+    EXPECT_NE(whole->device_pointer, 0u) << "CUDA: the binding's device pointer";
+    EXPECT_EQ(whole->ipc_handle.size(), 64u) << "CUDA: a cuIpcGetMemHandle of the page";
+  }
   auto view = client->GetResource(Binding(*h, 10, 20));
   ASSERT_TRUE(view.ok()) << view.status();
   EXPECT_EQ(view->storage_id, whole->storage_id);

@@ -4,8 +4,9 @@
 #   package_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$1 src=$2
+daemon=""
 tmp=$(mktemp -d)
-trap 'kill $daemon 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$tmp"' EXIT
+trap '[[ -n $daemon ]] && kill $daemon 2>/dev/null; wait 2>/dev/null || true; rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 cmake -S "$src/tests/package/consumer" -B "$tmp/consumer" -G Ninja \
   -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null

@@ -26,6 +26,13 @@ std::string ReadFile(const std::string& path) {
 
 }  // namespace
 
+std::string TestBackend() {
+  const char* env = getenv("CUBED_TEST_BACKEND");
+  return env != nullptr && env[0] != '\0' ? env : "cpu";
+}
+
+int TestBackendWire() { return TestBackend() == "cuda" ? 2 : 1; }
+
 std::string CubedBinaryPath() {
   if (const char* env = getenv("CUBED_BINARY")) return env;
   return CUBED_BINARY_PATH;
@@ -42,7 +49,7 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(Options opti
   d->unix_address_ = "unix:" + socket;
 
   std::vector<std::string> args = {CubedBinaryPath(), "--listen=" + socket,
-                                   "--ready_file=" + ready, "--backend=cpu"};
+                                   "--ready_file=" + ready, "--backend=" + TestBackend()};
   if (options.tcp) args.push_back("--tcp=127.0.0.1:0");
   for (auto& f : options.flags) args.push_back(f);
 

@@ -51,7 +51,14 @@ class DaemonProcess {
   std::string tcp_address_;
 };
 
-// Path of the cubed binary under test (set by CMake).
+// Path of the cubed binary under test: $CUBED_BINARY, else the one CMake built.
 std::string CubedBinaryPath();
+
+// Backend the daemon under test runs: $CUBED_TEST_BACKEND (cpu or cuda), default cpu. The same
+// suite runs against every backend present (the GPU runs set it to cuda).
+std::string TestBackend();
+
+// The wire enum value of TestBackend() (cubed.v1.DeviceInfo.Backend: 1 = cpu, 2 = cuda).
+int TestBackendWire();
 
 }  // namespace cubed::testing

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Runs every test: installs what is missing (deploy/setup.sh), builds `build` (RelWithDebInfo)
+# and runs the whole ctest suite, then builds `build-asan` (-DCUBED_SANITIZE=ON: address and
+# undefined-behaviour sanitizers) and runs the whole suite again. Exits non-zero if either fails.
+#
+#   tests/run.sh            both configurations (what CI runs)
+#   tests/run.sh --no-asan  the plain configuration only (quicker, for development)
+#
+# Environment: JOBS (build parallelism, default nproc), CTEST_ARGS (extra ctest arguments,
+# e.g. "-R bad_input").
+set -uo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+
+asan=1
+for arg in "$@"; do
+  case $arg in
+    --no-asan) asan=0 ;;
+    *) echo "usage: tests/run.sh [--no-asan]" >&2; exit 2 ;;
+  esac
+done
+
+bash deploy/setup.sh || { echo "tests/run.sh: deploy/setup.sh failed" >&2; exit 1; }
+
+jobs=${JOBS:-$(nproc)}
+read -r -a ctest_extra <<<"${CTEST_ARGS:-}"
+start=$SECONDS
+declare -A result
+total_passed=0 total_failed=0 total_skipped=0
+
+# suite NAME BUILD_DIR CMAKE_ARGS...: configures, builds and runs every test in BUILD_DIR.
+suite() {
+  local name=$1 dir=$2
+  shift 2
+  local t0=$SECONDS
+  echo "=== $name: configure + build ($dir) ==="
+  if ! cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null; then
+    echo "=== $name: configure FAILED ===" >&2
+    return 1
+  fi
+  if ! cmake --build "$dir" -j"$jobs"; then
+    echo "=== $name: build FAILED ===" >&2
+    return 1
+  fi
+  echo "=== $name: built in $((SECONDS - t0)) s; running ctest ==="
+  ctest --test-dir "$dir" --output-on-failure --no-tests=error -j2 --timeout 300 \
+    "${ctest_extra[@]}" 2>&1 | tee "$dir/ctest.log"
+  local rc=${PIPESTATUS[0]}
+  # "100% tests passed, 0 tests failed out of 42" and "  12 - name (Skipped)".
+  local line
+  line=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$dir/ctest.log" | tail -1)
+  if [[ $line =~ ([0-9]+)\ tests?\ failed\ out\ of\ ([0-9]+) ]]; then
+    local failed=${BASH_REMATCH[1]} total=${BASH_REMATCH[2]}
+    local skipped
+    skipped=$(grep -cE '^ *[0-9]+ - .*\(Skipped\)$' "$dir/ctest.log")
+    total_failed=$((total_failed + failed))
+    total_skipped=$((total_skipped + skipped))
+    total_passed=$((total_passed + total - failed - skipped))
+  fi
+  echo "=== $name: finished in $((SECONDS - t0)) s (ctest exit $rc) ==="
+  return $rc
+}
+
+suite plain build
+result[plain]=$?
+
+if ((asan)); then
+  # detect_leaks needs ptrace-like stop-the-world support; it works as root on our machines.
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    suite sanitize build-asan -DCUBED_SANITIZE=ON
+  result[sanitize]=$?
+fi
+
+echo
+echo "=== summary ($((SECONDS - start)) s) ==="
+status=0
+for name in plain sanitize; do
+  [[ -v "result[$name]" ]] || continue
+  if ((result[$name] == 0)); then
+    echo "$name: passed"
+  else
+    echo "$name: FAILED"
+    status=1
+  fi
+done
+echo "tests: $total_passed passed, $total_failed failed, $total_skipped skipped"
+exit $status
