@@ -24,6 +24,7 @@
 #include "server/compute_service.h"
 #include "server/device_loop.h"
 #include "server/health_service.h"
+#include "server/session_stream.h"
 #include "spdlog/spdlog.h"
 #ifdef CUBED_WITH_CUDA
 #include "server/cuda/cuda_server.h"
@@ -169,6 +170,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   builder.SetMaxSendMessageSize(config.max_message_bytes);
   builder.RegisterService(d->compute_.get());
   builder.RegisterService(d->health_.get());
+  d->streams_ = std::make_unique<SessionStreamService>(loops, RequestLimits{});
+  builder.RegisterService(d->streams_.get());
   if (!config.unix_socket.empty()) {
     RETURN_IF_ERROR(PrepareUnixSocket(config.unix_socket));
     builder.AddListeningPort("unix:" + config.unix_socket, grpc::InsecureServerCredentials());
@@ -201,6 +204,7 @@ void Daemon::Shutdown() {
   shut_down_ = true;
   spdlog::info("shutting down: no new calls; waiting for calls in flight");
   compute_->StartDraining();
+  streams_->StartDraining();
   health_->SetServing(false);
   health_->Shutdown();
   // Calls already inside gRPC's pipeline reach the service during this grace period and are
@@ -222,6 +226,7 @@ void Daemon::Shutdown() {
 
 Daemon::~Daemon() {
   if (server_ != nullptr) Shutdown();
+  server_.reset();  // Before the services registered with it.
 }
 
 }  // namespace cubed

@@ -18,6 +18,7 @@ namespace cubed {
 class ComputeService;
 class DeviceLoop;
 class HealthService;
+class SessionStreamService;
 
 class Daemon {
  public:
@@ -46,6 +47,7 @@ class Daemon {
   std::vector<std::unique_ptr<DeviceLoop>> loops_;
   std::unique_ptr<ComputeService> compute_;
   std::unique_ptr<HealthService> health_;
+  std::unique_ptr<SessionStreamService> streams_;
   std::unique_ptr<grpc::Server> server_;
   bool shut_down_ = false;
 };

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "common/checked_math.h"
 #include "common/status_macros.h"
@@ -14,6 +15,12 @@ namespace {
 absl::Status SessionNotFound(uint64_t session) {
   return absl::NotFoundError(absl::StrCat("session ", session,
                                           " is not open (closed, expired, or never opened)"));
+}
+
+// Note [Poisoned handles] (session.h): the payload marks the error as a poison.
+absl::Status MarkPoison(absl::Status error) {
+  error.SetPayload(kPoisonPayload, absl::Cord("1"));
+  return error;
 }
 
 }  // namespace
@@ -90,6 +97,7 @@ absl::StatusOr<Session*> Device::FindSession(uint64_t session, absl::Time now) {
 
 absl::StatusOr<ResolvedBinding> Device::Resolve(Session& session, const BindingRef& ref,
                                                 absl::string_view what) const {
+  if (const absl::Status* poison = session.PoisonOf(ref.handle)) return *poison;
   const HandleEntry* entry = session.Find(ref.handle);
   if (entry == nullptr) {
     return absl::NotFoundError(
@@ -310,6 +318,13 @@ absl::Status Device::Release(uint64_t session, absl::Span<const uint64_t> handle
   absl::flat_hash_map<uint64_t, uint32_t> drops;
   for (size_t i = 0; i < handles.size(); ++i) {
     const HandleEntry* entry = s->Find(handles[i]);
+    if (entry == nullptr && s->PoisonOf(handles[i]) != nullptr) {
+      if (++drops[handles[i]] > 1) {
+        return absl::InvalidArgumentError(absl::StrCat("handles[", i, "]: poisoned id ",
+                                                       handles[i], " is released twice"));
+      }
+      continue;
+    }
     if (entry == nullptr) {
       return absl::NotFoundError(absl::StrCat("handles[", i, "]: handle ", handles[i],
                                               " is not a handle of this session"));
@@ -322,6 +337,10 @@ absl::Status Device::Release(uint64_t session, absl::Span<const uint64_t> handle
   }
   for (const auto& [handle, count] : drops) {
     HandleEntry* entry = s->Find(handle);
+    if (entry == nullptr) {  // A poisoned id without a handle.
+      s->ClearPoison(handle);
+      continue;
+    }
     entry->refcount -= count;
     if (entry->refcount == 0) {
       server_->Free(entry->slice);
@@ -329,6 +348,82 @@ absl::Status Device::Release(uint64_t session, absl::Span<const uint64_t> handle
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status Device::CheckClientId(const Session& session, uint64_t id) const {
+  if (id < kFirstClientId) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "id: ", id, " is not a client id; client ids have the top bit set (>= ", kFirstClientId,
+        ")"));
+  }
+  if (session.InUse(id)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "id: ", id, " is already in use in this session; release it before reusing it"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Device::CheckClientId(uint64_t session, uint64_t id, absl::Time now) {
+  ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
+  return CheckClientId(*s, id);
+}
+
+absl::StatusOr<NewHandle> Device::AddHandleWithId(Session& session, uint64_t id,
+                                                  absl::StatusOr<Allocation> allocation) {
+  if (!allocation.ok()) return allocation.status();
+  NewHandle h;
+  h.handle = id;
+  h.size = allocation->size;
+  h.strides = std::move(allocation->strides);
+  session.AddHandleWithId(id, allocation->slice, allocation->size);
+  return h;
+}
+
+absl::StatusOr<NewHandle> Device::CreateWithId(uint64_t session, uint64_t id,
+                                               absl::Span<const uint8_t> data, absl::Time now) {
+  ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
+  RETURN_IF_ERROR(CheckClientId(*s, id));
+  return AddHandleWithId(*s, id, server_->Create(data));
+}
+
+absl::StatusOr<NewHandle> Device::CreateTensorWithId(uint64_t session, uint64_t id,
+                                                     absl::Span<const uint8_t> data,
+                                                     absl::Span<const uint64_t> shape,
+                                                     uint32_t elem_size, absl::Time now) {
+  ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
+  RETURN_IF_ERROR(CheckClientId(*s, id));
+  return AddHandleWithId(*s, id, server_->CreateTensor(data, shape, elem_size));
+}
+
+absl::StatusOr<NewHandle> Device::EmptyWithId(uint64_t session, uint64_t id, uint64_t size,
+                                              absl::Time now) {
+  ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
+  RETURN_IF_ERROR(CheckClientId(*s, id));
+  return AddHandleWithId(*s, id, server_->Empty(size));
+}
+
+absl::StatusOr<NewHandle> Device::EmptyTensorWithId(uint64_t session, uint64_t id,
+                                                    absl::Span<const uint64_t> shape,
+                                                    uint32_t elem_size, absl::Time now) {
+  ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
+  RETURN_IF_ERROR(CheckClientId(*s, id));
+  return AddHandleWithId(*s, id, server_->EmptyTensor(shape, elem_size));
+}
+
+void Device::PoisonId(uint64_t session, uint64_t id, absl::Status error) {
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) return;
+  it->second->Poison(id, MarkPoison(std::move(error)));
+}
+
+void Device::PoisonHandles(uint64_t session, absl::Span<const uint64_t> handles,
+                           absl::Status error) {
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) return;
+  const absl::Status marked = MarkPoison(std::move(error));
+  for (uint64_t h : handles) {
+    if (it->second->Find(h) != nullptr) it->second->Poison(h, marked);
+  }
 }
 
 }  // namespace cubed

@@ -51,6 +51,8 @@ class Device {
   // The earliest lease expiry, or InfiniteFuture when no session is open.
   absl::Time NextExpiry() const;
   size_t session_count() const { return sessions_.size(); }
+  // Whether `session` is open (does not renew its lease).
+  bool HasSession(uint64_t session) const { return sessions_.contains(session); }
 
   // Every method below first finds the session (NOT_FOUND) and renews its lease.
   absl::StatusOr<NewHandle> Create(uint64_t session, absl::Span<const uint8_t> data, absl::Time now);
@@ -72,8 +74,30 @@ class Device {
   void Sync(uint64_t session, absl::Time now, DoneCallback done);
   absl::Status StartProfile(uint64_t session, absl::Time now);
   void EndProfile(uint64_t session, absl::Time now, DurationCallback done);
-  // All handles are checked before any reference is dropped.
+  // All handles are checked before any reference is dropped. A poisoned id that is not a live
+  // handle counts as one reference (Note [Poisoned handles], session.h).
   absl::Status Release(uint64_t session, absl::Span<const uint64_t> handles, absl::Time now);
+
+  // Client-chosen ids (the session stream). CheckClientId: INVALID_ARGUMENT when `id` lacks the
+  // top bit (>= kFirstClientId), FAILED_PRECONDITION when it is in use (live or poisoned).
+  absl::Status CheckClientId(uint64_t session, uint64_t id, absl::Time now);
+  // As Create/CreateTensor/Empty/EmptyTensor, but the new handle gets `id` (checked as above).
+  absl::StatusOr<NewHandle> CreateWithId(uint64_t session, uint64_t id,
+                                         absl::Span<const uint8_t> data, absl::Time now);
+  absl::StatusOr<NewHandle> CreateTensorWithId(uint64_t session, uint64_t id,
+                                               absl::Span<const uint8_t> data,
+                                               absl::Span<const uint64_t> shape,
+                                               uint32_t elem_size, absl::Time now);
+  absl::StatusOr<NewHandle> EmptyWithId(uint64_t session, uint64_t id, uint64_t size,
+                                        absl::Time now);
+  absl::StatusOr<NewHandle> EmptyTensorWithId(uint64_t session, uint64_t id,
+                                              absl::Span<const uint64_t> shape,
+                                              uint32_t elem_size, absl::Time now);
+  // Note [Poisoned handles]. PoisonId enters `id` (a valid client id whose allocation failed);
+  // PoisonHandles marks those of `handles` that are live handles of the session. `error` gets
+  // kPoisonPayload. An unknown session is ignored.
+  void PoisonId(uint64_t session, uint64_t id, absl::Status error);
+  void PoisonHandles(uint64_t session, absl::Span<const uint64_t> handles, absl::Status error);
 
   MemoryUsage Usage() const { return server_->Usage(); }
   void Cleanup() { server_->Cleanup(); }
@@ -84,6 +108,9 @@ class Device {
   absl::StatusOr<ResolvedBinding> Resolve(Session& session, const BindingRef& ref,
                                           absl::string_view what) const;
   absl::StatusOr<NewHandle> AddHandle(Session& session, absl::StatusOr<Allocation> allocation);
+  absl::StatusOr<NewHandle> AddHandleWithId(Session& session, uint64_t id,
+                                            absl::StatusOr<Allocation> allocation);
+  absl::Status CheckClientId(const Session& session, uint64_t id) const;
   void CloseAll(Session& session);
 
   uint32_t index_;

@@ -21,11 +21,15 @@ Session::Session(uint64_t id, absl::Duration lease, absl::Time now, uint64_t id_
 
 uint64_t Session::AddHandle(SliceId slice, uint64_t size) {
   uint64_t id;
-  do {
-    id = Mix(next_serial_++ ^ id_key_);
-  } while (id == 0);  // 0 means "no handle" on the wire.
+  do {  // 0 means "no handle" on the wire; ids with the top bit set are the client's.
+    id = Mix(next_serial_++ ^ id_key_) & ~kFirstClientId;
+  } while (id == 0 || InUse(id));
   handles_.emplace(id, HandleEntry{slice, size, 1});
   return id;
+}
+
+void Session::AddHandleWithId(uint64_t id, SliceId slice, uint64_t size) {
+  handles_.emplace(id, HandleEntry{slice, size, 1});
 }
 
 HandleEntry* Session::Find(uint64_t handle) {

@@ -1,0 +1,245 @@
+#include "server/session_stream_runner.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "spdlog/spdlog.h"
+
+namespace cubed {
+namespace {
+
+using Kind = StreamCommand::Kind;
+
+absl::Span<const uint8_t> Bytes(const std::string& s) {
+  return absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+}
+
+bool IsTensor(Kind kind) { return kind == Kind::kCreateTensor || kind == Kind::kEmptyTensor; }
+
+bool IsNewAllocation(Kind kind) {
+  return kind == Kind::kCreate || kind == Kind::kEmpty || IsTensor(kind);
+}
+
+v1::Reply ErrorReply(uint64_t seq, const absl::Status& status) {
+  v1::Reply reply;
+  reply.set_seq(seq);
+  reply.set_code(static_cast<int32_t>(status.code()));
+  reply.set_message(std::string(status.message()));
+  return reply;
+}
+
+void ToWire(const MemoryUsage& usage, v1::MemoryUsage* out) {
+  out->set_number_allocs(usage.number_allocs);
+  out->set_bytes_in_use(usage.bytes_in_use);
+  out->set_bytes_padding(usage.bytes_padding);
+  out->set_bytes_reserved(usage.bytes_reserved);
+}
+
+// The error a failed command poisons with and sync reports (Note [Poisoned handles]): the
+// original code, the message prefixed with the command, unless it already is a poison.
+absl::Status Prefixed(const StreamCommand& command, const absl::Status& status) {
+  if (status.GetPayload(kPoisonPayload).has_value()) return status;
+  return absl::Status(status.code(), absl::StrCat("command ", command.seq, " (",
+                                                  KindName(command.kind),
+                                                  ") failed: ", status.message()));
+}
+
+}  // namespace
+
+absl::StatusOr<v1::SessionResponse::Opened> StreamRunner::Open(Device& device,
+                                                               uint64_t lease_ms) {
+  constexpr uint64_t kMaxMs = uint64_t{100} * 365 * 24 * 3600 * 1000;  // Clamp; refused below.
+  const absl::Duration lease = absl::Milliseconds(static_cast<int64_t>(std::min(lease_ms, kMaxMs)));
+  absl::StatusOr<SessionGrant> grant = device.OpenSession(lease, absl::Now());
+  if (!grant.ok()) return grant.status();
+  session_ = grant->session;
+  v1::SessionResponse::Opened opened;
+  opened.set_session(grant->session);
+  opened.set_first_client_id(kFirstClientId);
+  opened.set_lease_ms(static_cast<uint64_t>(absl::ToInt64Milliseconds(grant->lease)));
+  return opened;
+}
+
+void StreamRunner::Close(Device& device) {
+  if (session_ == 0) return;
+  (void)device.CloseSession(session_);  // NOT_FOUND when it expired meanwhile: nothing to do.
+  session_ = 0;
+}
+
+void StreamRunner::Fail(Device& device, const StreamCommand& command, const absl::Status& status,
+                        ReplySink& sink, bool id_ok) {
+  if (Answers(command.kind)) {  // Reports its own failure, as it happened.
+    sink.Fill(sink.Reserve(), ErrorReply(command.seq, status));
+    return;
+  }
+  const absl::Status error = Prefixed(command, status);
+  spdlog::debug("session {}: {}", session_, error.ToString());
+  if (IsNewAllocation(command.kind) && id_ok) device.PoisonId(session_, command.id, error);
+  if (command.kind == Kind::kExecute) device.PoisonHandles(session_, command.outputs, error);
+  if (IsTensor(command.kind)) sink.Fill(sink.Reserve(), ErrorReply(command.seq, error));
+  if (failed_++ == 0) first_error_ = error;
+}
+
+void StreamRunner::Run(Device& device, StreamCommand& command,
+                       const std::shared_ptr<ReplySink>& sink) {
+  absl::Status status = command.invalid;
+  if (have_seq_ && command.seq <= last_seq_) {
+    status = absl::InvalidArgumentError(absl::StrCat("seq: ", command.seq,
+                                                     " is not greater than the previous seq ",
+                                                     last_seq_, "; seq must strictly increase"));
+  } else {
+    have_seq_ = true;
+    last_seq_ = command.seq;
+  }
+  const absl::Time now = absl::Now();
+  if (IsNewAllocation(command.kind)) {
+    // A bad id is not entered; any other failure poisons it.
+    if (absl::Status id = device.CheckClientId(session_, command.id, now); !id.ok()) {
+      Fail(device, command, id, *sink, /*id_ok=*/false);
+      return;
+    }
+    if (!status.ok()) {
+      Fail(device, command, status, *sink, /*id_ok=*/true);
+      return;
+    }
+    RunCreate(device, command, *sink);
+    return;
+  }
+  if (!status.ok()) {
+    Fail(device, command, status, *sink, /*id_ok=*/false);
+    return;
+  }
+  switch (command.kind) {
+    case Kind::kExecute:
+      status = device.Execute(session_, std::move(command.execute), now);
+      break;
+    case Kind::kRelease:
+      RunRelease(device, command, *sink);
+      return;
+    case Kind::kFlush:
+      status = device.Flush(session_, now);
+      break;
+    case Kind::kMemoryCleanup:
+      device.Cleanup();
+      break;
+    case Kind::kStartProfile:
+      status = device.StartProfile(session_, now);
+      break;
+    default:
+      RunAnswering(device, command, sink);
+      return;
+  }
+  if (!status.ok()) Fail(device, command, status, *sink, /*id_ok=*/false);
+}
+
+void StreamRunner::RunCreate(Device& device, StreamCommand& command, ReplySink& sink) {
+  const absl::Time now = absl::Now();
+  absl::StatusOr<NewHandle> h;
+  switch (command.kind) {
+    case Kind::kCreate:
+      h = device.CreateWithId(session_, command.id, Bytes(command.data), now);
+      break;
+    case Kind::kCreateTensor:
+      h = device.CreateTensorWithId(session_, command.id, Bytes(command.data), command.shape,
+                                    command.elem_size, now);
+      break;
+    case Kind::kEmpty:
+      h = device.EmptyWithId(session_, command.id, command.size, now);
+      break;
+    default:
+      h = device.EmptyTensorWithId(session_, command.id, command.shape, command.elem_size, now);
+      break;
+  }
+  if (!h.ok()) {
+    Fail(device, command, h.status(), sink, /*id_ok=*/true);
+    return;
+  }
+  if (IsTensor(command.kind)) {
+    v1::Reply reply;
+    reply.set_seq(command.seq);
+    for (uint64_t s : h->strides) reply.mutable_tensor()->add_strides(s);
+    reply.mutable_tensor()->set_size(h->size);
+    sink.Fill(sink.Reserve(), std::move(reply));
+  }
+}
+
+void StreamRunner::RunRelease(Device& device, StreamCommand& command, ReplySink& sink) {
+  // One by one: an unknown id does not keep the others.
+  absl::Status first;
+  const absl::Time now = absl::Now();
+  for (size_t i = 0; i < command.ids.size(); ++i) {
+    absl::Status s = device.Release(session_, absl::MakeConstSpan(&command.ids[i], 1), now);
+    if (!s.ok() && first.ok()) {
+      first = absl::Status(s.code(), absl::StrCat("ids[", i, "]: ", s.message()));
+    }
+  }
+  if (!first.ok()) Fail(device, command, first, sink, /*id_ok=*/false);
+}
+
+void StreamRunner::RunAnswering(Device& device, StreamCommand& command,
+                                const std::shared_ptr<ReplySink>& sink) {
+  const uint64_t slot = sink->Reserve();
+  const uint64_t seq = command.seq;
+  const absl::Time now = absl::Now();
+  switch (command.kind) {
+    case Kind::kRead:
+    case Kind::kReadTensor: {
+      // The bytes land in `out`, kept alive by the completion, then move into the reply.
+      auto out = std::make_shared<std::vector<std::string>>();
+      auto done = [sink, slot, seq, out](absl::Status s) {
+        v1::Reply reply = ErrorReply(seq, s);
+        if (s.ok()) {
+          v1::ReadResponse* read = reply.mutable_read();
+          for (std::string& bytes : *out) read->add_data(std::move(bytes));
+        }
+        sink->Fill(slot, std::move(reply));
+      };
+      if (command.kind == Kind::kRead) {
+        device.Read(session_, command.read, out.get(), now, std::move(done));
+      } else {
+        device.ReadTensor(session_, command.read_tensor, out.get(), now, std::move(done));
+      }
+      return;
+    }
+    case Kind::kSync: {
+      const absl::Status first = std::exchange(first_error_, absl::OkStatus());
+      const uint64_t failed = std::exchange(failed_, 0);
+      device.Sync(session_, now, [sink, slot, seq, first, failed](absl::Status s) {
+        v1::Reply reply;
+        if (failed > 0) {
+          reply = ErrorReply(seq, absl::Status(first.code(), absl::StrCat(
+              first.message(), " (", failed, failed == 1 ? " command" : " commands",
+              " failed since the previous sync)")));
+          reply.set_failed_commands(failed);
+        } else {
+          reply = ErrorReply(seq, s);
+        }
+        sink->Fill(slot, std::move(reply));
+      });
+      return;
+    }
+    case Kind::kMemoryUsage: {
+      v1::Reply reply = ErrorReply(seq, absl::OkStatus());
+      ToWire(device.Usage(), reply.mutable_memory_usage());
+      sink->Fill(slot, std::move(reply));
+      return;
+    }
+    case Kind::kEndProfile:
+      device.EndProfile(session_, now, [sink, slot, seq](absl::StatusOr<absl::Duration> d) {
+        v1::Reply reply = ErrorReply(seq, d.status());
+        if (d.ok()) reply.set_duration_ns(static_cast<uint64_t>(absl::ToInt64Nanoseconds(*d)));
+        sink->Fill(slot, std::move(reply));
+      });
+      return;
+    default:
+      sink->Fill(slot, ErrorReply(seq, absl::InternalError(absl::StrCat(
+                                           "command ", seq, ": kind ", KindName(command.kind),
+                                           " has no runner"))));
+      return;
+  }
+}
+
+}  // namespace cubed
