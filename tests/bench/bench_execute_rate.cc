@@ -1,0 +1,77 @@
+// Measurement 3: tiny unary Execute rate through the daemon vs in-process launches.
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/kernel_metadata.h"
+#include "common/status_macros.h"
+#include "kernels/builtin.h"
+#include "tests/bench/bench_measure.h"
+
+namespace cubed::bench {
+namespace {
+
+// Calls/s of kernels::RunBuiltinCpu("fill") on one f32 in this process.
+absl::StatusOr<std::vector<double>> InProcessFillRate(int count, int repeats) {
+  kernels::BuiltinCall call;
+  call.name = "fill";
+  const uint64_t len[] = {1};
+  const TensorLayout layout[] = {TensorLayout::Contiguous({1})};
+  ASSIGN_OR_RETURN(call.metadata, EncodeKernelMetadata(len, layout));
+  const float one = 1.0f;
+  kernels::ScalarGroup group;
+  group.bytes.resize(sizeof(float));
+  std::memcpy(group.bytes.data(), &one, sizeof(float));
+  call.scalars.push_back(group);
+  float target = 0;
+  const kernels::HostBuffer buffer{reinterpret_cast<uint8_t*>(&target), sizeof(float)};
+  std::vector<double> samples;
+  for (int r = -1; r < repeats; ++r) {  // r = -1: warm-up.
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < count; ++i) RETURN_IF_ERROR(kernels::RunBuiltinCpu(call, {buffer}));
+    if (r >= 0) samples.push_back(count / SecondsSince(t0));
+  }
+  if (target != 1.0f) return absl::InternalError("in-process fill did not write 1");
+  return samples;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Row>> MeasureExecuteRate(Client& client, CudaBaseline* cuda,
+                                                    const BenchOptions& options) {
+  ASSIGN_OR_RETURN(Tensor t, CreatePatternTensor(client, {1}));
+  const BuiltinKernel fill = Builtin("fill", ElemType::kF32);
+  const std::vector<Scalars> scalars = {Scalars{ElemType::kF32, {1.0}, {}, {}}};
+  auto run = [&] { return client.Execute(fill, {}, {t}, scalars); };
+  for (int i = 0; i < 200; ++i) RETURN_IF_ERROR(run());
+  RETURN_IF_ERROR(client.Sync().get());
+
+  std::vector<double> figure;
+  for (int r = 0; r < options.repeats; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < options.execute_count; ++i) RETURN_IF_ERROR(run());
+    RETURN_IF_ERROR(client.Sync().get());
+    figure.push_back(options.execute_count / SecondsSince(t0));
+  }
+  Row row;
+  row.id = "P2u";
+  row.name = "unary Execute fill(1 x f32) via SDK";
+  row.unit = "cmd/s";
+  row.figure = Summarize(figure);
+  row.goal = "report (P2 >= 0.9x is for the session stream)";
+  row.note = absl::StrCat(options.execute_count,
+                          " commands + Sync per sample, one thread, each a unary gRPC round trip");
+  if (cuda != nullptr) {
+    ASSIGN_OR_RETURN(std::vector<double> rate,
+                     cuda->EmptyLaunchRate(options.execute_count, options.repeats));
+    row.baseline = Summarize(rate);
+    row.baseline_name = "in-process cuLaunchKernel, empty kernel";
+  } else {
+    ASSIGN_OR_RETURN(std::vector<double> rate,
+                     InProcessFillRate(options.execute_count, options.repeats));
+    row.baseline_name = "in-process RunBuiltinCpu fill";
+    row.baseline = Summarize(rate);
+  }
+  return std::vector<Row>{row};
+}
+
+}  // namespace cubed::bench
