@@ -1,6 +1,7 @@
 #include "server/cuda/cuda_server.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/status/status.h"
@@ -70,6 +71,18 @@ absl::Status CudaServer::Init() {
   compiler.cache_dir = options_.kernel_cache_dir;
   ASSIGN_OR_RETURN(compiler_, kernels::CudaKernelCompiler::Create(compiler));
 
+  // cuBLAS is optional: loaded (dlopen only) once per process; CUBED_DISABLE_CUBLAS=1 (any value
+  // but "" and "0") keeps this server on the NVRTC matmul kernel.
+  const char* disable = std::getenv("CUBED_DISABLE_CUBLAS");
+  const CublasApi* cublas = nullptr;
+  if (disable != nullptr && disable[0] != '\0' && std::strcmp(disable, "0") != 0) {
+    spdlog::info("cuda device {}: CUBED_DISABLE_CUBLAS is set: builtin matmul uses cubed's own "
+                 "kernel", options_.ordinal);
+  } else if (absl::StatusOr<const CublasApi*> loaded = LoadCublas(); loaded.ok()) {
+    cublas = *loaded;
+  }
+  cublas_ = std::make_unique<CublasMatmul>(cublas, stream_);
+
   DeviceDescription& d = description_;
   d.backend = DeviceDescription::Backend::kCuda;
   d.index = options_.index;
@@ -108,6 +121,7 @@ absl::Status CudaServer::Init() {
                           d.builtin_kernels.end());
   d.features = {"builtin_kernels", "cuda_source",     "ptx",        "dynamic_cube_count",
                 "profiling",       "pitched_tensors", "ipc_handles"};
+  if (cublas != nullptr) d.features.push_back("cublas_matmul");
   spdlog::info("cuda device {}: {} (sm_{}{}, {} SMs, {} MiB, {} MiB free), driver {}",
                options_.ordinal, d.name, major, minor, sm_count_, total >> 20, free >> 20,
                Cu().version);
@@ -117,6 +131,7 @@ absl::Status CudaServer::Init() {
 CudaServer::~CudaServer() {
   if (context_ == nullptr) return;
   if (context_->MakeCurrent().ok() && stream_ != nullptr) Cu().StreamSynchronize(stream_);
+  cublas_.reset();  // Its handle frees device memory: the context is current.
   completion_.reset();  // Runs every pending callback.
   for (auto& [token, event] : profiles_) Cu().EventDestroy(event);
   compiler_.reset();

@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "server/compute_server.h"
+#include "server/cuda/cublas_matmul.h"
 #include "server/cuda/cuda_completion.h"
 #include "server/cuda/cuda_context.h"
 #include "server/cuda/cuda_launch.h"
@@ -81,7 +82,8 @@ class CudaServer final : public ComputeServer {
                   DoneCallback done) override;
   // The binding's device pointer and the page's IPC handle (empty where CUDA IPC is refused).
   absl::StatusOr<ResourceDescription> GetResource(const ResolvedBinding& binding) override;
-  // Builtin: ValidateBuiltin, address checks, NVRTC (cached), one by-value argument. cuda_source
+  // Builtin: ValidateBuiltin, address checks, then f32/f64 matmul through cuBLAS where it can
+  // (cublas_matmul.h), everything else NVRTC (cached) with one by-value argument. cuda_source
   // and ptx: docs/kernel-abi.md, "CUDA kernels". Returns once the launch is queued.
   absl::Status Execute(Launch launch) override;
   // Every command is on the stream when its call returns: nothing is held back to push.
@@ -94,9 +96,10 @@ class CudaServer final : public ComputeServer {
   absl::StatusOr<ProfileToken> StartProfile() override;
   void EndProfile(ProfileToken token, DurationCallback done) override;
 
-  // For tests: the pinned staging pool and the NVRTC compiler.
+  // For tests: the pinned staging pool, the NVRTC compiler and the cuBLAS matmul runner.
   const PinnedStagingPool& staging() const { return *staging_; }
   kernels::CudaKernelCompiler& compiler() { return *compiler_; }
+  const CublasMatmul& cublas() const { return *cublas_; }
 
  private:
   struct PendingRead;
@@ -144,6 +147,9 @@ class CudaServer final : public ComputeServer {
   std::unique_ptr<CudaCompletionQueue> completion_;
   std::unique_ptr<CudaModuleCache> modules_;
   std::unique_ptr<kernels::CudaKernelCompiler> compiler_;
+  // Note [cuBLAS matmul] in cublas_matmul.h; declines everything when cuBLAS did not load or
+  // CUBED_DISABLE_CUBLAS is set.
+  std::unique_ptr<CublasMatmul> cublas_;
 
   CUdeviceptr metadata_ring_ = 0;  // Note [Metadata ring] in cuda_server.cc.
   uint64_t metadata_ring_head_ = 0;
