@@ -1,5 +1,7 @@
 #include "client/client.h"
 
+#include <cstdlib>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -33,7 +35,35 @@ void InitGrpcOnce() {
   (void)initialized;
 }
 
+// ClientOptions::transport after CUBED_CLIENT_TRANSPORT and joining.
+Transport ChooseTransport(const ClientOptions& options) {
+  if (options.session != 0) return Transport::kUnary;
+  const char* env = std::getenv("CUBED_CLIENT_TRANSPORT");
+  if (env != nullptr && std::strcmp(env, "unary") == 0) return Transport::kUnary;
+  if (env != nullptr && std::strcmp(env, "stream") == 0) return Transport::kStream;
+  return options.transport;
+}
+
+// Copies a tensor layout reply into `t`.
+absl::Status TakeLayout(const absl::StatusOr<v1::Reply*>& reply, Tensor* t, uint64_t* size) {
+  RETURN_IF_ERROR(ReplyStatus(reply));
+  const v1::Reply& r = **reply;
+  t->strides.assign(r.tensor().strides().begin(), r.tensor().strides().end());
+  *size = r.tensor().size();
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::Status ReplyStatus(const absl::StatusOr<v1::Reply*>& reply) {
+  if (!reply.ok()) return reply.status();
+  const v1::Reply& r = **reply;
+  if (r.code() == 0) return absl::OkStatus();
+  const absl::StatusCode code = (r.code() >= 1 && r.code() <= 16)
+                                    ? static_cast<absl::StatusCode>(r.code())
+                                    : absl::StatusCode::kUnknown;
+  return absl::Status(code, r.message());
+}
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   InitGrpcOnce();
@@ -44,6 +74,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   }
   auto impl = std::make_unique<Impl>();
   impl->options = std::move(options);
+  impl->options.transport = ChooseTransport(impl->options);
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(impl->options.max_message_bytes);
   args.SetMaxSendMessageSize(impl->options.max_message_bytes);
@@ -53,6 +84,14 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
 
   if (impl->options.session != 0) {
     impl->session = impl->options.session;
+  } else if (impl->options.transport == Transport::kStream) {
+    ASSIGN_OR_RETURN(impl->stream,
+                     StreamTransport::Open(
+                         impl->channel, impl->options.device,
+                         static_cast<uint64_t>(absl::ToInt64Milliseconds(impl->options.lease))));
+    impl->session = impl->stream->opened().session();
+    impl->owns_session = true;
+    impl->lease = absl::Milliseconds(static_cast<int64_t>(impl->stream->opened().lease_ms()));
   } else {
     v1::OpenSessionRequest request;
     request.set_device(impl->options.device);
@@ -65,6 +104,17 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   }
 
   Impl* raw = impl.get();
+  if (impl->stream != nullptr) {
+    // Releases go into the stream, behind every command that used the handles.
+    impl->batcher = std::make_shared<ReleaseBatcher>(
+        [raw](const std::vector<uint64_t>& ids) {
+          v1::Command command;
+          command.mutable_release()->mutable_ids()->Add(ids.begin(), ids.end());
+          return raw->stream->Send(std::move(command));
+        },
+        impl->options.release_batch, impl->options.release_delay);
+    return std::unique_ptr<Client>(new Client(std::move(impl)));
+  }
   impl->batcher = std::make_shared<ReleaseBatcher>(
       [raw](const std::vector<uint64_t>& ids) {
         v1::ReleaseRequest request;
@@ -80,6 +130,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Client::~Client() {
+  if (impl_->stream != nullptr) {
+    // The stream's end closes the session and releases every handle, queued or not.
+    impl_->batcher->Close();
+    impl_->stream->Close(impl_->options.timeout);
+    return;
+  }
   if (impl_->owns_session) {
     // Closing the session releases every handle, queued or not.
     impl_->batcher->Close();
@@ -99,7 +155,18 @@ absl::Duration Client::lease() const { return impl_->lease; }
 
 const ClientOptions& Client::options() const { return impl_->options; }
 
+Transport Client::transport() const { return impl_->options.transport; }
+
 absl::StatusOr<Handle> Client::Create(absl::Span<const uint8_t> data) {
+  if (impl_->stream != nullptr) {
+    if (data.empty()) return absl::InvalidArgumentError("create: data is empty (need >= 1 byte)");
+    v1::Command command;
+    const uint64_t id = impl_->stream->NextId();
+    command.mutable_create()->set_id(id);
+    command.mutable_create()->set_data(data.data(), data.size());
+    RETURN_IF_ERROR(impl_->stream->Send(std::move(command)));
+    return impl_->MakeHandle(id, data.size());
+  }
   v1::CreateRequest request;
   request.set_session(impl_->session);
   request.set_data(data.data(), data.size());
@@ -110,6 +177,16 @@ absl::StatusOr<Handle> Client::Create(absl::Span<const uint8_t> data) {
 
 absl::StatusOr<Tensor> Client::CreateTensor(absl::Span<const uint8_t> data,
                                             std::vector<uint64_t> shape, uint32_t elem_size) {
+  if (impl_->stream != nullptr) {
+    v1::Command command;
+    const uint64_t id = impl_->stream->NextId();
+    v1::Command::CreateTensor* c = command.mutable_create_tensor();
+    c->set_id(id);
+    c->set_data(data.data(), data.size());
+    c->mutable_shape()->Add(shape.begin(), shape.end());
+    c->set_elem_size(elem_size);
+    return impl_->StreamTensor(std::move(command), id, std::move(shape), elem_size);
+  }
   v1::CreateTensorRequest request;
   request.set_session(impl_->session);
   request.set_data(data.data(), data.size());
@@ -126,6 +203,15 @@ absl::StatusOr<Tensor> Client::CreateTensor(absl::Span<const uint8_t> data,
 }
 
 absl::StatusOr<Handle> Client::Empty(uint64_t size) {
+  if (impl_->stream != nullptr) {
+    if (size == 0) return absl::InvalidArgumentError("empty: size is 0 (need >= 1 byte)");
+    v1::Command command;
+    const uint64_t id = impl_->stream->NextId();
+    command.mutable_empty()->set_id(id);
+    command.mutable_empty()->set_size(size);
+    RETURN_IF_ERROR(impl_->stream->Send(std::move(command)));
+    return impl_->MakeHandle(id, size);
+  }
   v1::EmptyRequest request;
   request.set_session(impl_->session);
   request.set_size(size);
@@ -135,6 +221,15 @@ absl::StatusOr<Handle> Client::Empty(uint64_t size) {
 }
 
 absl::StatusOr<Tensor> Client::EmptyTensor(std::vector<uint64_t> shape, uint32_t elem_size) {
+  if (impl_->stream != nullptr) {
+    v1::Command command;
+    const uint64_t id = impl_->stream->NextId();
+    v1::Command::EmptyTensor* c = command.mutable_empty_tensor();
+    c->set_id(id);
+    c->mutable_shape()->Add(shape.begin(), shape.end());
+    c->set_elem_size(elem_size);
+    return impl_->StreamTensor(std::move(command), id, std::move(shape), elem_size);
+  }
   v1::EmptyTensorRequest request;
   request.set_session(impl_->session);
   request.mutable_shape()->Add(shape.begin(), shape.end());
@@ -152,6 +247,8 @@ absl::StatusOr<Tensor> Client::EmptyTensor(std::vector<uint64_t> shape, uint32_t
 Handle Client::Adopt(uint64_t id, uint64_t size) { return impl_->MakeHandle(id, size); }
 
 absl::StatusOr<Resource> Client::GetResource(const Binding& binding) {
+  // The unary call must see every allocation queued on the stream so far.
+  if (impl_->stream != nullptr) RETURN_IF_ERROR(impl_->StreamBarrier());
   v1::GetResourceRequest request;
   request.set_session(impl_->session);
   RETURN_IF_ERROR(ToProto(binding, request.mutable_binding()));
@@ -181,6 +278,15 @@ absl::Status Client::Execute(const BuiltinKernel& kernel, CubeCount count,
   for (const Scalars& s : bindings.scalars) RETURN_IF_ERROR(ToProto(s, b->add_scalars()));
   request.set_mode(mode == ExecutionMode::kUnchecked ? v1::EXECUTION_MODE_UNCHECKED
                                                      : v1::EXECUTION_MODE_CHECKED);
+  if (impl_->stream != nullptr) {
+    v1::Command command;
+    v1::Command::Execute* e = command.mutable_execute();
+    e->mutable_kernel()->Swap(request.mutable_kernel());
+    e->mutable_count()->Swap(request.mutable_count());
+    e->mutable_bindings()->Swap(request.mutable_bindings());
+    e->set_mode(request.mode());
+    return impl_->stream->Send(std::move(command));
+  }
   v1::ExecuteResponse response;
   return impl_->Call("Execute", &Impl::Stub::Execute, request, &response);
 }
@@ -192,6 +298,13 @@ absl::Status Client::Execute(const BuiltinKernel& kernel, const std::vector<Tens
 }
 
 absl::Status Client::Flush() {
+  if (impl_->stream != nullptr) {
+    v1::Command command;
+    command.mutable_flush();
+    RETURN_IF_ERROR(impl_->stream->Send(std::move(command)));
+    impl_->stream->Push();
+    return absl::OkStatus();
+  }
   v1::FlushRequest request;
   request.set_session(impl_->session);
   v1::FlushResponse response;
@@ -199,6 +312,7 @@ absl::Status Client::Flush() {
 }
 
 absl::StatusOr<MemoryUsage> Client::GetMemoryUsage() {
+  if (impl_->stream != nullptr) return impl_->StreamMemoryUsage();
   v1::MemoryUsageRequest request;
   request.set_device(impl_->options.device);
   v1::MemoryUsageResponse response;
@@ -207,6 +321,12 @@ absl::StatusOr<MemoryUsage> Client::GetMemoryUsage() {
 }
 
 absl::StatusOr<MemoryUsage> Client::MemoryCleanup() {
+  if (impl_->stream != nullptr) {
+    v1::Command command;
+    command.mutable_memory_cleanup();
+    RETURN_IF_ERROR(impl_->stream->Send(std::move(command)));
+    return impl_->StreamMemoryUsage();
+  }
   v1::MemoryCleanupRequest request;
   request.set_device(impl_->options.device);
   v1::MemoryCleanupResponse response;
@@ -215,6 +335,11 @@ absl::StatusOr<MemoryUsage> Client::MemoryCleanup() {
 }
 
 absl::Status Client::StartProfile() {
+  if (impl_->stream != nullptr) {
+    v1::Command command;
+    command.mutable_start_profile();
+    return impl_->stream->Send(std::move(command));
+  }
   v1::StartProfileRequest request;
   request.set_session(impl_->session);
   v1::StartProfileResponse response;
@@ -222,6 +347,18 @@ absl::Status Client::StartProfile() {
 }
 
 absl::StatusOr<absl::Duration> Client::EndProfile() {
+  if (impl_->stream != nullptr) {
+    v1::Command command;
+    command.mutable_end_profile();
+    return impl_
+        ->Ask<absl::StatusOr<absl::Duration>>(
+            std::move(command),
+            [](absl::StatusOr<v1::Reply*> reply) -> absl::StatusOr<absl::Duration> {
+              RETURN_IF_ERROR(ReplyStatus(reply));
+              return absl::Nanoseconds(static_cast<int64_t>((*reply)->duration_ns()));
+            })
+        .get();
+  }
   v1::EndProfileRequest request;
   request.set_session(impl_->session);
   v1::EndProfileResponse response;
@@ -241,6 +378,45 @@ absl::StatusOr<DaemonInfo> Client::GetInfo() {
   return info;
 }
 
-absl::Status Client::FlushReleases() { return impl_->batcher->Flush(); }
+absl::Status Client::FlushReleases() {
+  if (impl_->stream == nullptr) return impl_->batcher->Flush();
+  RETURN_IF_ERROR(impl_->batcher->Flush());
+  return impl_->StreamBarrier();
+}
+
+absl::StatusOr<Tensor> Client::Impl::StreamTensor(v1::Command command, uint64_t id,
+                                                  std::vector<uint64_t> shape, uint32_t elem_size) {
+  Tensor t;
+  t.shape = std::move(shape);
+  t.elem_size = elem_size;
+  uint64_t size = 0;
+  absl::Status status =
+      Ask<absl::Status>(std::move(command), [&t, &size](absl::StatusOr<v1::Reply*> reply) {
+        return TakeLayout(reply, &t, &size);
+      }).get();
+  if (!status.ok()) {
+    // The id is in use (poisoned) until released.
+    v1::Command release;
+    release.mutable_release()->add_ids(id);
+    (void)stream->Send(std::move(release));
+    return status;
+  }
+  t.handle = MakeHandle(id, size);
+  return t;
+}
+
+absl::StatusOr<MemoryUsage> Client::Impl::StreamMemoryUsage() {
+  v1::Command command;
+  command.mutable_memory_usage();
+  return Ask<absl::StatusOr<MemoryUsage>>(
+             std::move(command),
+             [](absl::StatusOr<v1::Reply*> reply) -> absl::StatusOr<MemoryUsage> {
+               RETURN_IF_ERROR(ReplyStatus(reply));
+               return FromProto((*reply)->memory_usage());
+             })
+      .get();
+}
+
+absl::Status Client::Impl::StreamBarrier() { return StreamMemoryUsage().status(); }
 
 }  // namespace cubed

@@ -9,8 +9,9 @@
 //   auto out = (*client)->ReadTensor({*y}).get();
 //
 // Thread-safety: a Client may be used from many threads at once; commands sent from one thread
-// run in the order sent. Every call carries a deadline (ClientOptions::timeout). Handles must not
-// outlive their Client: the session they belong to ends with it.
+// run in the order sent. Every unary call carries a deadline (ClientOptions::timeout); on the
+// session stream (the default, see Transport) commands have none, only closing waits at most
+// that long. Handles must not outlive their Client: the session they belong to ends with it.
 
 #include <cstdint>
 #include <future>
@@ -27,6 +28,13 @@
 
 namespace cubed {
 
+// How a Client talks to the daemon. kStream: one pipelined session stream
+// (proto/cubed/v1/session.proto): allocations, executes, flushes and releases return at once
+// and their errors surface at the next read or sync touching what they wrote (the handle is
+// poisoned; docs/api.md, "The session stream"). kUnary: one blocking RPC per call; errors come
+// back from the call itself.
+enum class Transport { kStream, kUnary };
+
 struct ClientOptions {
   // gRPC target: "unix:/path/to/cubed.sock" or "host:port".
   std::string address;
@@ -42,6 +50,10 @@ struct ClientOptions {
   // Join an existing session instead of opening one (e.g. from `cubectl session open`). The
   // client then does not close it; it still releases the handles it created.
   uint64_t session = 0;
+  // kStream unless the environment variable CUBED_CLIENT_TRANSPORT is "unary" (it may also say
+  // "stream"; it overrides this field either way). A joined session (`session` != 0) always uses
+  // kUnary: the stream opens its own session.
+  Transport transport = Transport::kStream;
   // Releases are sent in one RPC once this many are queued ...
   size_t release_batch = 64;
   // ... or this long after the first of a batch was queued.
@@ -168,9 +180,15 @@ class Client {
   absl::Duration lease() const;
   // The options the client was connected with.
   const ClientOptions& options() const;
+  // The transport in use (options().transport after the environment and joining applied).
+  Transport transport() const;
 
   // trait: create. Stores `data` (1 byte or more) and returns a handle over exactly those bytes.
   absl::StatusOr<Handle> Create(absl::Span<const uint8_t> data);
+  // Allocations: on the stream, Create and Empty return at once (bad sizes the daemon finds then
+  // surface at the next read/sync of the handle); CreateTensor and EmptyTensor wait for the
+  // daemon's layout reply and so return its errors (which the next Sync reports once more).
+  //
   // trait: create_tensor. `data` is dense row-major, product(shape) * elem_size bytes; the
   // returned strides are the daemon's (possibly padded).
   absl::StatusOr<Tensor> CreateTensor(absl::Span<const uint8_t> data, std::vector<uint64_t> shape,
@@ -193,8 +211,9 @@ class Client {
   // trait: get_resource.
   absl::StatusOr<Resource> GetResource(const Binding& binding);
 
-  // trait: execute, with a raw launch description. Returns once the launch is queued; kernel
-  // errors the daemon finds at validation come back here.
+  // trait: execute, with a raw launch description. Returns once the launch is queued. Unary:
+  // kernel errors the daemon finds at validation come back here. Stream: they poison the outputs
+  // and come back from the next Sync and from reads of those outputs.
   absl::Status Execute(const BuiltinKernel& kernel, CubeCount count, const LaunchBindings& bindings,
                        ExecutionMode mode = ExecutionMode::kChecked);
   // Runs a builtin kernel on tensors: inputs then outputs as buffers, metadata built from their
@@ -223,7 +242,7 @@ class Client {
 
   // Sends the batched releases now and waits until every release sent so far (also those in
   // flight on the background flusher) has been answered. Returns the first release error since
-  // the previous call.
+  // the previous call (unary; on the stream release errors are reported by Sync instead).
   absl::Status FlushReleases();
 
   class Impl;

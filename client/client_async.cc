@@ -36,6 +36,13 @@ ReadResult TakeData(absl::Status status, Response* response, int expected) {
   return out;
 }
 
+// Stream mode: a read reply's data.
+ReadResult TakeReplyData(absl::StatusOr<v1::Reply*> reply, int expected) {
+  absl::Status status = ReplyStatus(reply);
+  if (!status.ok()) return status;
+  return TakeData(absl::OkStatus(), (*reply)->mutable_read(), expected);
+}
+
 }  // namespace
 
 std::future<ReadResult> Client::Read(std::vector<Binding> bindings) {
@@ -46,6 +53,13 @@ std::future<ReadResult> Client::Read(std::vector<Binding> bindings) {
     if (!s.ok()) return ReadyFuture<ReadResult>(std::move(s));
   }
   const int expected = request.bindings_size();
+  if (impl_->stream != nullptr) {
+    v1::Command command;
+    command.mutable_read()->mutable_bindings()->Swap(request.mutable_bindings());
+    return impl_->Ask<ReadResult>(std::move(command), [expected](absl::StatusOr<v1::Reply*> r) {
+      return TakeReplyData(std::move(r), expected);
+    });
+  }
   v1::Compute::Stub::async_interface* async = impl_->stub->async();
   return AsyncUnaryCall<ReadResult, v1::ReadRequest, v1::ReadResponse>(
       "Read", impl_->options.timeout, std::move(request),
@@ -65,6 +79,13 @@ std::future<ReadResult> Client::ReadTensor(std::vector<Tensor> tensors) {
     if (!s.ok()) return ReadyFuture<ReadResult>(std::move(s));
   }
   const int expected = request.bindings_size();
+  if (impl_->stream != nullptr) {
+    v1::Command command;
+    command.mutable_read_tensor()->mutable_bindings()->Swap(request.mutable_bindings());
+    return impl_->Ask<ReadResult>(std::move(command), [expected](absl::StatusOr<v1::Reply*> r) {
+      return TakeReplyData(std::move(r), expected);
+    });
+  }
   v1::Compute::Stub::async_interface* async = impl_->stub->async();
   return AsyncUnaryCall<ReadResult, v1::ReadTensorRequest, v1::ReadTensorResponse>(
       "ReadTensor", impl_->options.timeout, std::move(request),
@@ -77,6 +98,12 @@ std::future<ReadResult> Client::ReadTensor(std::vector<Tensor> tensors) {
 }
 
 std::future<absl::Status> Client::Sync() {
+  if (impl_->stream != nullptr) {
+    v1::Command command;
+    command.mutable_sync();
+    return impl_->Ask<absl::Status>(std::move(command),
+                                    [](absl::StatusOr<v1::Reply*> r) { return ReplyStatus(r); });
+  }
   v1::SyncRequest request;
   request.set_session(impl_->session);
   v1::Compute::Stub::async_interface* async = impl_->stub->async();

@@ -3,7 +3,10 @@
 // Client::Impl: the channel, stub, session and release batcher behind a cubed::Client.
 
 #include <cstdint>
+#include <future>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -11,6 +14,7 @@
 #include "client/client.h"
 #include "client/release_batcher.h"
 #include "client/status_conversion.h"
+#include "client/stream_transport.h"
 #include "cubed/v1/compute.grpc.pb.h"
 #include "grpcpp/channel.h"
 
@@ -42,6 +46,34 @@ class Client::Impl {
   bool owns_session = false;
   absl::Duration lease = absl::ZeroDuration();
   std::shared_ptr<ReleaseBatcher> batcher;
+  // The session stream; null in unary mode.
+  std::unique_ptr<StreamTransport> stream;
+
+  // Stream mode: sends an allocation of a tensor and waits for its layout; on failure releases
+  // the (poisoned) id and returns the daemon's error.
+  absl::StatusOr<Tensor> StreamTensor(v1::Command command, uint64_t id, std::vector<uint64_t> shape,
+                                      uint32_t elem_size);
+  // Stream mode: the memory_usage command, waited for.
+  absl::StatusOr<MemoryUsage> StreamMemoryUsage();
+  // Stream mode: returns once the daemon ran every command queued before (a memory_usage).
+  absl::Status StreamBarrier();
+
+  // Stream mode: queues `command` and returns a future of `convert(reply or stream error)`.
+  template <typename Result, typename Convert>
+  std::future<Result> Ask(v1::Command command, Convert convert) const {
+    auto promise = std::make_shared<std::promise<Result>>();
+    auto convert_ptr = std::make_shared<Convert>(std::move(convert));
+    std::future<Result> future = promise->get_future();
+    absl::Status sent =
+        stream->Send(std::move(command), [promise, convert_ptr](absl::StatusOr<v1::Reply*> reply) {
+          promise->set_value((*convert_ptr)(std::move(reply)));
+        });
+    if (!sent.ok()) promise->set_value((*convert_ptr)(absl::StatusOr<v1::Reply*>(sent)));
+    return future;
+  }
 };
+
+// The status a reply carries (code 0: OK), or the stream's error.
+absl::Status ReplyStatus(const absl::StatusOr<v1::Reply*>& reply);
 
 }  // namespace cubed

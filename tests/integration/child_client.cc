@@ -30,8 +30,10 @@ constexpr char kBytesFlag[] = "--child_bytes=";
     _exit(1);
   }
   auto h = (*client)->Empty(bytes);
-  if (!h.ok()) {
-    fprintf(stderr, "child: %s\n", h.status().ToString().c_str());
+  // On the session stream the allocation is only queued: the sync makes sure the daemon ran it.
+  const absl::Status s = h.ok() ? (*client)->Sync().get() : h.status();
+  if (!s.ok()) {
+    fprintf(stderr, "child: %s\n", s.ToString().c_str());
     _exit(1);
   }
   printf("ready\n");

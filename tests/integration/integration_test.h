@@ -39,6 +39,13 @@ class DaemonTest : public ::testing::Test {
   static std::string start_error_;
 };
 
+// The outcome of a command whose errors may arrive late: `s` when it failed, else what the next
+// Sync reports (on the session stream a failed execute or create is reported there).
+inline absl::Status Settled(Client& client, absl::Status s) {
+  if (!s.ok()) return s;
+  return client.Sync().get();
+}
+
 // Bytes of a vector of trivially copyable values.
 template <typename T>
 std::vector<uint8_t> ToBytes(const std::vector<T>& values) {

@@ -149,13 +149,13 @@ TEST_F(BinaryKernelTest, ShapesThatDoNotBroadcastAreInvalidArgument) {
   Tensor a = Output(*client, {3, 4}, 4);
   Tensor b = Output(*client, {2, 4}, 4);
   Tensor out = Output(*client, {3, 4}, 4);
-  absl::Status s = client->Execute(Builtin("add", ElemType::kF32), {a, b}, {out});
+  absl::Status s = Settled(*client, client->Execute(Builtin("add", ElemType::kF32), {a, b}, {out}));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   Tensor rank1 = Output(*client, {4}, 4);
-  s = client->Execute(Builtin("add", ElemType::kF32), {a, rank1}, {out});
+  s = Settled(*client, client->Execute(Builtin("add", ElemType::kF32), {a, rank1}, {out}));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "ranks differ: " << s;
   Tensor ints = Output(*client, {3, 4}, 4);
-  s = client->Execute(Builtin("pow", ElemType::kI32), {ints, ints}, {ints});
+  s = Settled(*client, client->Execute(Builtin("pow", ElemType::kI32), {ints, ints}, {ints}));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "pow i32: " << s;
 }
 

@@ -33,7 +33,7 @@ TEST_F(DataKernelTest, FillWithoutItsScalarIsInvalidArgument) {
   auto client = Connect();
   ASSERT_NE(client, nullptr);
   Tensor out = Output(*client, {4}, 4);
-  absl::Status s = client->Execute(Builtin("fill", ElemType::kF32), {}, {out});
+  absl::Status s = Settled(*client, client->Execute(Builtin("fill", ElemType::kF32), {}, {out}));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
 }
 

@@ -138,16 +138,16 @@ TEST_F(ReduceKernelTest, BadAxisOrOutputShapeIsInvalidArgument) {
   Tensor out = Output(*client, {3, 1}, 4);
   BuiltinKernel k = Builtin("sum", ElemType::kF32);
   k.axis = 2;
-  absl::Status s = client->Execute(k, {in}, {out});
+  absl::Status s = Settled(*client, client->Execute(k, {in}, {out}));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "axis 2 of rank 2: " << s;
   k.axis = 0;  // Out should then be [1, 4].
-  s = client->Execute(k, {in}, {out});
+  s = Settled(*client, client->Execute(k, {in}, {out}));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "wrong out shape: " << s;
   Tensor ints = Output(*client, {3, 4}, 4);
   Tensor ints_out = Output(*client, {3, 1}, 4);
   BuiltinKernel mean = Builtin("mean", ElemType::kI32);
   mean.axis = 1;
-  s = client->Execute(mean, {ints}, {ints_out});
+  s = Settled(*client, client->Execute(mean, {ints}, {ints_out}));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "mean i32: " << s;
 }
 

@@ -1,0 +1,185 @@
+#include "client/stream_transport.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/status_conversion.h"
+
+namespace cubed {
+
+absl::StatusOr<std::unique_ptr<StreamTransport>> StreamTransport::Open(
+    const std::shared_ptr<grpc::Channel>& channel, uint32_t device, uint64_t lease_ms) {
+  std::unique_ptr<StreamTransport> t(new StreamTransport());
+  t->stub_ = v1::SessionStream::NewStub(channel);
+  t->stream_ = t->stub_->Session(&t->context_);
+  v1::SessionRequest open;
+  open.mutable_open()->set_device(device);
+  open.mutable_open()->set_lease_ms(lease_ms);
+  v1::SessionResponse response;
+  if (!t->stream_->Write(open) || !t->stream_->Read(&response)) {
+    t->context_.TryCancel();
+    absl::Status s = FromGrpcStatus(t->stream_->Finish(), "SessionStream");
+    if (s.ok()) s = absl::UnavailableError("SessionStream: the daemon ended the stream at open");
+    t->closed_ = true;
+    return s;
+  }
+  if (!response.has_opened()) {
+    t->context_.TryCancel();
+    (void)t->stream_->Finish();
+    t->closed_ = true;
+    return absl::InternalError("SessionStream: the first response carries no `opened`");
+  }
+  t->opened_ = response.opened();
+  {
+    absl::MutexLock lock(&t->mu_);
+    t->next_id_ = t->opened_.first_client_id();
+  }
+  StreamTransport* raw = t.get();
+  t->writer_ = std::thread([raw] { raw->WriterLoop(); });
+  t->reader_ = std::thread([raw] { raw->ReaderLoop(); });
+  return t;
+}
+
+StreamTransport::~StreamTransport() {
+  if (!closed_) Close(absl::Seconds(60));
+}
+
+void StreamTransport::Close(absl::Duration timeout) {
+  if (closed_) return;
+  closed_ = true;
+  {
+    absl::MutexLock lock(&mu_);
+    closing_ = true;
+    wake_writer_.SignalAll();
+  }
+  if (writer_.joinable()) writer_.join();
+  bool ended = false;
+  {
+    absl::MutexLock lock(&mu_);
+    ended = mu_.AwaitWithTimeout(absl::Condition(&ended_), timeout);
+  }
+  if (!ended) context_.TryCancel();
+  if (reader_.joinable()) reader_.join();
+}
+
+uint64_t StreamTransport::NextId() {
+  absl::MutexLock lock(&mu_);
+  return next_id_++;
+}
+
+absl::Status StreamTransport::Send(v1::Command command, Callback on_reply) {
+  absl::MutexLock lock(&mu_);
+  if (ended_) return end_status_;
+  if (closing_) return absl::FailedPreconditionError("session stream is closing");
+  while (queue_.size() >= kMaxQueued && !broken_) space_.Wait(&mu_);
+  const uint64_t seq = next_seq_++;
+  command.set_seq(seq);
+  if (queue_.empty()) first_queued_ = absl::Now();
+  queue_.push_back(std::move(command));
+  if (on_reply != nullptr) {
+    pending_.emplace(seq, std::move(on_reply));
+    push_now_ = true;
+    wake_writer_.Signal();
+  } else if (queue_.size() == 1 || queue_.size() >= kBatchCommands) {
+    wake_writer_.Signal();
+  }
+  return absl::OkStatus();
+}
+
+void StreamTransport::Push() {
+  absl::MutexLock lock(&mu_);
+  if (queue_.empty()) return;
+  push_now_ = true;
+  wake_writer_.Signal();
+}
+
+void StreamTransport::WriterLoop() {
+  absl::MutexLock lock(&mu_);
+  while (!broken_) {
+    if (queue_.empty()) {
+      if (closing_) break;
+      wake_writer_.Wait(&mu_);
+      continue;
+    }
+    if (!closing_ && !push_now_ && queue_.size() < kBatchCommands) {
+      const absl::Time due = first_queued_ + kBatchDelay;
+      if (absl::Now() < due) {
+        wake_writer_.WaitWithDeadline(&mu_, due);
+        continue;
+      }
+    }
+    v1::SessionRequest request;
+    const size_t n = std::min(queue_.size(), kMaxPerRequest);
+    request.mutable_commands()->Reserve(static_cast<int>(n));
+    for (size_t i = 0; i < n; ++i) {
+      *request.add_commands() = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    if (queue_.empty()) {
+      push_now_ = false;
+    } else {
+      first_queued_ = absl::Now();
+    }
+    space_.SignalAll();
+    mu_.Unlock();
+    const bool ok = stream_->Write(request);
+    mu_.Lock();
+    if (!ok) broken_ = true;
+  }
+  if (!broken_) {
+    mu_.Unlock();
+    stream_->WritesDone();
+    mu_.Lock();
+  }
+  writer_done_ = true;
+  space_.SignalAll();
+}
+
+void StreamTransport::ReaderLoop() {
+  v1::SessionResponse response;
+  while (stream_->Read(&response)) {
+    for (v1::Reply& reply : *response.mutable_replies()) {
+      Callback callback;
+      {
+        absl::MutexLock lock(&mu_);
+        auto it = pending_.find(reply.seq());
+        if (it == pending_.end()) continue;
+        callback = std::move(it->second);
+        pending_.erase(it);
+      }
+      callback(&reply);
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    broken_ = true;
+    wake_writer_.SignalAll();
+    space_.SignalAll();
+    mu_.Await(absl::Condition(&writer_done_));
+  }
+  absl::Status status = FromGrpcStatus(stream_->Finish(), "SessionStream");
+  if (status.ok()) status = absl::FailedPreconditionError("the session stream is closed");
+  {
+    absl::MutexLock lock(&mu_);
+    ended_ = true;
+    end_status_ = status;
+  }
+  FailAll(status);
+}
+
+void StreamTransport::FailAll(const absl::Status& status) {
+  std::unordered_map<uint64_t, Callback> pending;
+  {
+    absl::MutexLock lock(&mu_);
+    pending.swap(pending_);
+  }
+  std::vector<std::pair<uint64_t, Callback>> ordered(std::make_move_iterator(pending.begin()),
+                                                     std::make_move_iterator(pending.end()));
+  std::sort(ordered.begin(), ordered.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [seq, callback] : ordered) callback(status);
+}
+
+}  // namespace cubed

@@ -1,0 +1,100 @@
+#pragma once
+
+// StreamTransport: the client end of the session stream (proto/cubed/v1/session.proto), which
+// cubed::Client uses unless ClientOptions::transport is kUnary.
+//
+// Note [Stream batching]: commands are queued and a writer thread sends them as one
+// SessionRequest when kBatchCommands are queued, as soon as a command that answers is queued
+// (reads and syncs should not wait), or kBatchDelay after the first command of a batch was
+// queued. A reader thread resolves the callbacks of answering commands by their seq. When the
+// stream ends (error or close) every pending callback gets the stream's status, and so does every
+// command queued later.
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <unordered_map>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "cubed/v1/session.grpc.pb.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
+
+namespace cubed {
+
+class StreamTransport {
+ public:
+  // Receives the reply of one answering command, or the stream's error when it ended first.
+  using Callback = std::function<void(absl::StatusOr<v1::Reply*>)>;
+
+  static constexpr size_t kBatchCommands = 256;
+  static constexpr absl::Duration kBatchDelay = absl::Microseconds(200);
+  // Commands per SessionRequest allowed by the daemon.
+  static constexpr size_t kMaxPerRequest = 4096;
+  // Queued commands past which Send() waits for the writer (bounds client memory).
+  static constexpr size_t kMaxQueued = 65536;
+
+  // Opens the stream on `channel` and the session on `device`; returns once `opened` arrived.
+  static absl::StatusOr<std::unique_ptr<StreamTransport>> Open(
+      const std::shared_ptr<grpc::Channel>& channel, uint32_t device, uint64_t lease_ms);
+
+  // Half-closes the stream (the daemon runs what was sent, then closes the session) and waits up
+  // to `timeout` for it to end; cancels it after that.
+  void Close(absl::Duration timeout);
+  // Close(60 s) unless closed.
+  ~StreamTransport();
+
+  StreamTransport(const StreamTransport&) = delete;
+  StreamTransport& operator=(const StreamTransport&) = delete;
+
+  const v1::SessionResponse::Opened& opened() const { return opened_; }
+
+  // A fresh client id (first_client_id upward). Thread-safe.
+  uint64_t NextId();
+
+  // Queues `command` (its seq is assigned here). `on_reply`, if set, receives its reply; then the
+  // queue is sent at once. Returns the stream's error once it ended (then `on_reply` is not
+  // called). Thread-safe; commands queued by one thread go out in that order.
+  absl::Status Send(v1::Command command, Callback on_reply = nullptr);
+
+  // Sends what is queued now (without waiting for the interval).
+  void Push();
+
+ private:
+  StreamTransport() = default;
+  void WriterLoop();
+  void ReaderLoop();
+  // Resolves every pending callback with `status` (the stream ended).
+  void FailAll(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+
+  grpc::ClientContext context_;
+  std::unique_ptr<v1::SessionStream::Stub> stub_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionResponse>> stream_;
+  v1::SessionResponse::Opened opened_;
+
+  absl::Mutex mu_;
+  absl::CondVar wake_writer_;
+  absl::CondVar space_;
+  std::deque<v1::Command> queue_ ABSL_GUARDED_BY(mu_);
+  absl::Time first_queued_ ABSL_GUARDED_BY(mu_);
+  bool push_now_ ABSL_GUARDED_BY(mu_) = false;
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  bool writer_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;       // The reader saw the stream's end.
+  absl::Status end_status_ ABSL_GUARDED_BY(mu_);  // Set when ended_ or a write failed.
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;      // A write failed or the stream ended.
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
+  std::unordered_map<uint64_t, Callback> pending_ ABSL_GUARDED_BY(mu_);
+  bool closed_ = false;  // Close() ran; only touched by the owner.
+  std::thread writer_;
+  std::thread reader_;
+};
+
+}  // namespace cubed

@@ -1,0 +1,112 @@
+// The SDK over the session stream (ClientOptions::transport kStream): ordering while commands are
+// pipelined, a failed execute surfacing later with the daemon's error, and that tiny commands
+// are batched rather than paid for one round trip each.
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "tests/integration/integration_test.h"
+
+namespace cubed::integration {
+namespace {
+
+using StreamClientTest = DaemonTest;
+
+// A stream-mode client, or nullptr (and the test skipped) when CUBED_CLIENT_TRANSPORT=unary.
+std::unique_ptr<Client> StreamClient(std::unique_ptr<Client> client) {
+  if (client != nullptr && client->transport() != Transport::kStream) return nullptr;
+  return client;
+}
+
+Tensor Scalar(Client& client, float v) {
+  auto t = client.CreateTensor(ToBytes(std::vector<float>{v}), {1}, 4);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? *t : Tensor{};
+}
+
+float ReadScalar(Client& client, const Tensor& t) {
+  std::vector<float> v = FromBytes<float>(ReadTensorOrDie(client, t));
+  return v.size() == 1 ? v[0] : -1.f;
+}
+
+TEST_F(StreamClientTest, TheDefaultTransportIsTheStreamUnlessTheEnvironmentSaysUnary) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  const char* env = std::getenv("CUBED_CLIENT_TRANSPORT");
+  const bool unary = env != nullptr && std::string(env) == "unary";
+  EXPECT_EQ(client->transport(), unary ? Transport::kUnary : Transport::kStream);
+  ClientOptions joined;
+  joined.session = client->session();
+  auto second = Connect(joined);
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(second->transport(), Transport::kUnary) << "joining a session uses unary calls";
+}
+
+TEST_F(StreamClientTest, AThousandPipelinedExecutesRunInOrderBeforeTheRead) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  Tensor one = Scalar(*client, 1.f);
+  Tensor a = Scalar(*client, 0.f);
+  Tensor b = Scalar(*client, 0.f);
+  // a -> b -> a ...: each execute depends on the one before; any reordering changes the sum.
+  for (int i = 0; i < 1000; ++i) {
+    const bool even = i % 2 == 0;
+    ASSERT_TRUE(
+        client->Execute(Builtin("add", ElemType::kF32), {even ? a : b, one}, {even ? b : a}).ok());
+  }
+  EXPECT_EQ(ReadScalar(*client, a), 1000.f);
+  EXPECT_EQ(ReadScalar(*client, b), 999.f);
+}
+
+TEST_F(StreamClientTest, AFailedExecuteSurfacesAtTheNextReadWithTheDaemonsError) {
+  auto client = StreamClient(Connect());
+  if (client == nullptr) GTEST_SKIP() << "unary transport: errors come back from Execute";
+  Tensor in = Scalar(*client, 2.f);
+  Tensor out = Scalar(*client, 0.f);
+  Tensor fine = Scalar(*client, 5.f);
+  // Returns at once; the daemon finds the unknown kernel later and poisons `out`.
+  ASSERT_TRUE(client->Execute(Builtin("no_such_kernel", ElemType::kF32), {in}, {out}).ok());
+  auto read = client->ReadTensor({out}).get();
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kNotFound) << read.status();
+  EXPECT_TRUE(absl::StrContains(read.status().message(), "(execute) failed: ")) << read.status();
+  EXPECT_TRUE(absl::StrContains(read.status().message(), "no_such_kernel")) << read.status();
+  // Other handles are unaffected; the next sync reports the same original error once.
+  EXPECT_EQ(ReadScalar(*client, fine), 5.f);
+  absl::Status sync = client->Sync().get();
+  EXPECT_EQ(sync.code(), read.status().code());
+  EXPECT_TRUE(absl::StartsWith(sync.message(), read.status().message())) << sync;
+  EXPECT_TRUE(absl::StrContains(sync.message(), "(1 command failed")) << sync;
+  EXPECT_TRUE(client->Sync().get().ok()) << "sync forgets reported errors";
+  // An execute reading the poisoned handle fails the same way and poisons its output.
+  Tensor next = Scalar(*client, 0.f);
+  ASSERT_TRUE(client->Execute(Builtin("copy", ElemType::kF32), {out}, {next}).ok());
+  auto second = client->ReadTensor({next}).get();
+  EXPECT_EQ(second.status(), read.status());
+}
+
+TEST_F(StreamClientTest, TenThousandTinyExecutesAndASyncFinishQuickly) {
+  auto client = StreamClient(Connect());
+  if (client == nullptr) GTEST_SKIP() << "unary transport: one round trip per execute";
+  Tensor one = Scalar(*client, 1.f);
+  Tensor a = Scalar(*client, 0.f);
+  Tensor b = Scalar(*client, 0.f);
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < 10000; ++i) {
+    const bool even = i % 2 == 0;
+    ASSERT_TRUE(
+        client->Execute(Builtin("add", ElemType::kF32), {even ? a : b, one}, {even ? b : a}).ok());
+  }
+  absl::Status sync = client->Sync().get();
+  const absl::Duration took = absl::Now() - start;
+  ASSERT_TRUE(sync.ok()) << sync;
+  EXPECT_LT(took, absl::Seconds(10)) << "10,000 executes + sync took " << took;
+  EXPECT_EQ(ReadScalar(*client, a), 10000.f);
+}
+
+}  // namespace
+}  // namespace cubed::integration
