@@ -88,7 +88,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
     ASSIGN_OR_RETURN(impl->stream,
                      StreamTransport::Open(
                          impl->channel, impl->options.device,
-                         static_cast<uint64_t>(absl::ToInt64Milliseconds(impl->options.lease))));
+                         static_cast<uint64_t>(absl::ToInt64Milliseconds(impl->options.lease)),
+                         impl->options.timeout));
     impl->session = impl->stream->opened().session();
     impl->owns_session = true;
     impl->lease = absl::Milliseconds(static_cast<int64_t>(impl->stream->opened().lease_ms()));

@@ -9,9 +9,10 @@
 //   auto out = (*client)->ReadTensor({*y}).get();
 //
 // Thread-safety: a Client may be used from many threads at once; commands sent from one thread
-// run in the order sent. Every unary call carries a deadline (ClientOptions::timeout); on the
-// session stream (the default, see Transport) commands have none, only closing waits at most
-// that long. Handles must not outlive their Client: the session they belong to ends with it.
+// run in the order sent. Every call carries a deadline (ClientOptions::timeout): a unary call's
+// own, and on the session stream (the default, see Transport) each answering command's future
+// resolves DEADLINE_EXCEEDED when no reply came in time. Handles must not outlive their Client:
+// the session they belong to ends with it.
 
 #include <cstdint>
 #include <future>

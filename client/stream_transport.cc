@@ -10,8 +10,10 @@
 namespace cubed {
 
 absl::StatusOr<std::unique_ptr<StreamTransport>> StreamTransport::Open(
-    const std::shared_ptr<grpc::Channel>& channel, uint32_t device, uint64_t lease_ms) {
+    const std::shared_ptr<grpc::Channel>& channel, uint32_t device, uint64_t lease_ms,
+    absl::Duration call_timeout) {
   std::unique_ptr<StreamTransport> t(new StreamTransport());
+  t->call_timeout_ = call_timeout;
   t->stub_ = v1::SessionStream::NewStub(channel);
   t->stream_ = t->stub_->Session(&t->context_);
   v1::SessionRequest open;
@@ -39,6 +41,7 @@ absl::StatusOr<std::unique_ptr<StreamTransport>> StreamTransport::Open(
   StreamTransport* raw = t.get();
   t->writer_ = std::thread([raw] { raw->WriterLoop(); });
   t->reader_ = std::thread([raw] { raw->ReaderLoop(); });
+  t->watchdog_ = std::thread([raw] { raw->WatchdogLoop(); });
   return t;
 }
 
@@ -62,6 +65,11 @@ void StreamTransport::Close(absl::Duration timeout) {
   }
   if (!ended) context_.TryCancel();
   if (reader_.joinable()) reader_.join();
+  {
+    absl::MutexLock lock(&mu_);
+    stop_watchdog_ = true;
+  }
+  if (watchdog_.joinable()) watchdog_.join();
 }
 
 uint64_t StreamTransport::NextId() {
@@ -80,6 +88,7 @@ absl::Status StreamTransport::Send(v1::Command command, Callback on_reply) {
   queue_.push_back(std::move(command));
   if (on_reply != nullptr) {
     pending_.emplace(seq, std::move(on_reply));
+    deadlines_.emplace(seq, absl::Now() + call_timeout_);
     push_now_ = true;
     wake_writer_.Signal();
   } else if (queue_.size() == 1 || queue_.size() >= kBatchCommands) {
@@ -148,6 +157,7 @@ void StreamTransport::ReaderLoop() {
         if (it == pending_.end()) continue;
         callback = std::move(it->second);
         pending_.erase(it);
+        deadlines_.erase(reply.seq());
       }
       callback(&reply);
     }
@@ -167,6 +177,30 @@ void StreamTransport::ReaderLoop() {
     end_status_ = status;
   }
   FailAll(status);
+}
+
+void StreamTransport::WatchdogLoop() {
+  for (;;) {
+    std::vector<std::pair<uint64_t, Callback>> expired;
+    {
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(&stop_watchdog_), absl::Milliseconds(20))) return;
+      const absl::Time now = absl::Now();
+      while (!deadlines_.empty() && deadlines_.begin()->second <= now) {
+        const uint64_t seq = deadlines_.begin()->first;
+        deadlines_.erase(deadlines_.begin());
+        auto it = pending_.find(seq);
+        if (it == pending_.end()) continue;
+        expired.emplace_back(seq, std::move(it->second));
+        pending_.erase(it);
+      }
+    }
+    for (auto& [seq, callback] : expired) {
+      callback(absl::DeadlineExceededError(absl::StrCat(
+          "SessionStream: no reply to command ", seq, " within ",
+          absl::FormatDuration(call_timeout_), " (ClientOptions::timeout)")));
+    }
+  }
 }
 
 void StreamTransport::FailAll(const absl::Status& status) {

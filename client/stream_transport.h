@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <thread>
 #include <unordered_map>
@@ -41,8 +42,12 @@ class StreamTransport {
   static constexpr size_t kMaxQueued = 65536;
 
   // Opens the stream on `channel` and the session on `device`; returns once `opened` arrived.
+  // A command that answers and gets no reply within `call_timeout` of being queued has its
+  // callback resolved with DEADLINE_EXCEEDED (a later reply is dropped): every call has a
+  // deadline, as on the unary path. The stream itself has none.
   static absl::StatusOr<std::unique_ptr<StreamTransport>> Open(
-      const std::shared_ptr<grpc::Channel>& channel, uint32_t device, uint64_t lease_ms);
+      const std::shared_ptr<grpc::Channel>& channel, uint32_t device, uint64_t lease_ms,
+      absl::Duration call_timeout);
 
   // Half-closes the stream (the daemon runs what was sent, then closes the session) and waits up
   // to `timeout` for it to end; cancels it after that.
@@ -70,6 +75,8 @@ class StreamTransport {
   StreamTransport() = default;
   void WriterLoop();
   void ReaderLoop();
+  // Fails pending callbacks whose deadline passed, until the stream ends or closes.
+  void WatchdogLoop();
   // Resolves every pending callback with `status` (the stream ended).
   void FailAll(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -92,6 +99,11 @@ class StreamTransport {
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
   std::unordered_map<uint64_t, Callback> pending_ ABSL_GUARDED_BY(mu_);
+  // Deadline of each pending callback, by seq (deadlines grow with seq: one timeout for all).
+  std::map<uint64_t, absl::Time> deadlines_ ABSL_GUARDED_BY(mu_);
+  absl::Duration call_timeout_ = absl::Seconds(60);
+  bool stop_watchdog_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread watchdog_;
   bool closed_ = false;  // Close() ran; only touched by the owner.
   std::thread writer_;
   std::thread reader_;

@@ -108,5 +108,26 @@ TEST_F(StreamClientTest, TenThousandTinyExecutesAndASyncFinishQuickly) {
   EXPECT_EQ(ReadScalar(*client, a), 10000.f);
 }
 
+TEST_F(StreamClientTest, AnAnsweringCommandWithoutAReplyInTimeIsDeadlineExceeded) {
+  ClientOptions options;
+  options.timeout = absl::Milliseconds(20);
+  auto client = StreamClient(Connect(options));
+  if (client == nullptr) GTEST_SKIP() << "stream transport only";
+  // A 1024^3 matmul keeps the CPU backend busy far longer than the 20 ms deadline, so the sync
+  // queued behind it cannot answer in time.
+  auto a = client->EmptyTensor({1024, 1024}, 4);
+  auto b = client->EmptyTensor({1024, 1024}, 4);
+  auto c = client->EmptyTensor({1024, 1024}, 4);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(client->Execute(Builtin("matmul", ElemType::kF32), {*a, *b}, {*c}).ok());
+  }
+  const absl::Time start = absl::Now();
+  absl::Status synced = client->Sync().get();
+  EXPECT_EQ(synced.code(), absl::StatusCode::kDeadlineExceeded) << synced;
+  EXPECT_TRUE(absl::StrContains(synced.message(), "within")) << synced;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
 }  // namespace
 }  // namespace cubed::integration
