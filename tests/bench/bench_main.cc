@@ -125,6 +125,16 @@ absl::Status Run() {
   measure("1", "builtin add bandwidth", MeasureElementwise);
   measure("2", "Create + Read", MeasureTransfer);
   measure("3", "tiny Execute rate", MeasureExecuteRate);
+  if (selected("3") && client->transport() == Transport::kStream) {
+    // The same measurement over unary calls, for comparison.
+    ClientOptions unary_options = client_options;
+    unary_options.transport = Transport::kUnary;
+    absl::StatusOr<std::unique_ptr<Client>> unary = Client::Connect(unary_options);
+    if (unary.ok()) {
+      absl::StatusOr<std::vector<Row>> got = MeasureExecuteRate(**unary, cuda.get(), options);
+      if (got.ok()) rows.insert(rows.end(), got->begin(), got->end());
+    }
+  }
   if (options.cuda) {
     measure("4", "matmul", MeasureMatmul);
   } else if (selected("4")) {
