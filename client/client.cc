@@ -5,9 +5,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "client/bulk_transfer.h"
 #include "client/client_impl.h"
 #include "client/handle_state.h"
 #include "client/proto_conversion.h"
+#include "client/secure_channel.h"
 #include "client/tensor_launch.h"
 #include "common/status_macros.h"
 #include "grpc/grpc.h"
@@ -78,8 +80,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(impl->options.max_message_bytes);
   args.SetMaxSendMessageSize(impl->options.max_message_bytes);
-  impl->channel = grpc::CreateCustomChannel(impl->options.address,
-                                            grpc::InsecureChannelCredentials(), args);
+  const ClientOptions& o = impl->options;
+  ASSIGN_OR_RETURN(impl->channel,
+                   CreateSecureChannel(o.address,
+                                       ChannelSecurity{o.tls_ca_file, o.tls_cert_file,
+                                                       o.tls_key_file, o.tls_server_name, o.token},
+                                       args));
   impl->stub = v1::Compute::NewStub(impl->channel);
 
   if (impl->options.session != 0) {
@@ -164,6 +170,19 @@ absl::StatusOr<Handle> Client::Create(absl::Span<const uint8_t> data) {
     v1::Command command;
     const uint64_t id = impl_->stream->NextId();
     command.mutable_create()->set_id(id);
+    if (impl_->Bulk(data.size())) {  // Note [Bulk transfers]: the bytes follow on Upload.
+      command.mutable_create()->set_bulk_size(data.size());
+      uint64_t seq = 0;
+      RETURN_IF_ERROR(impl_->stream->Send(std::move(command), nullptr, &seq));
+      impl_->stream->Push();
+      absl::Status uploaded = BulkUpload(impl_->channel, impl_->session, seq, data,
+                                         impl_->options.bulk_chunk, impl_->options.timeout);
+      if (!uploaded.ok()) {
+        impl_->ReleasePoisoned(id);
+        return uploaded;
+      }
+      return impl_->MakeHandle(id, data.size());
+    }
     command.mutable_create()->set_data(data.data(), data.size());
     RETURN_IF_ERROR(impl_->stream->Send(std::move(command)));
     return impl_->MakeHandle(id, data.size());
@@ -183,9 +202,13 @@ absl::StatusOr<Tensor> Client::CreateTensor(absl::Span<const uint8_t> data,
     const uint64_t id = impl_->stream->NextId();
     v1::Command::CreateTensor* c = command.mutable_create_tensor();
     c->set_id(id);
-    c->set_data(data.data(), data.size());
     c->mutable_shape()->Add(shape.begin(), shape.end());
     c->set_elem_size(elem_size);
+    if (impl_->Bulk(data.size())) {  // Note [Bulk transfers]: the bytes follow on Upload.
+      c->set_bulk(true);
+      return impl_->StreamTensor(std::move(command), id, std::move(shape), elem_size, data);
+    }
+    c->set_data(data.data(), data.size());
     return impl_->StreamTensor(std::move(command), id, std::move(shape), elem_size);
   }
   v1::CreateTensorRequest request;
@@ -385,21 +408,32 @@ absl::Status Client::FlushReleases() {
   return impl_->StreamBarrier();
 }
 
+void Client::Impl::ReleasePoisoned(uint64_t id) const {
+  v1::Command release;
+  release.mutable_release()->add_ids(id);
+  (void)stream->Send(std::move(release));
+}
+
 absl::StatusOr<Tensor> Client::Impl::StreamTensor(v1::Command command, uint64_t id,
-                                                  std::vector<uint64_t> shape, uint32_t elem_size) {
+                                                  std::vector<uint64_t> shape, uint32_t elem_size,
+                                                  absl::Span<const uint8_t> bulk) {
   Tensor t;
   t.shape = std::move(shape);
   t.elem_size = elem_size;
   uint64_t size = 0;
-  absl::Status status =
+  uint64_t seq = 0;
+  std::future<absl::Status> answer =
       Ask<absl::Status>(std::move(command), [&t, &size](absl::StatusOr<v1::Reply*> reply) {
         return TakeLayout(reply, &t, &size);
-      }).get();
+      }, &seq, bulk.empty() ? absl::ZeroDuration() : BulkDeadline(options.timeout, bulk.size()));
+  absl::Status uploaded;
+  if (!bulk.empty()) {
+    uploaded = BulkUpload(channel, session, seq, bulk, options.bulk_chunk, options.timeout);
+  }
+  absl::Status status = answer.get();
+  if (status.ok()) status = uploaded;
   if (!status.ok()) {
-    // The id is in use (poisoned) until released.
-    v1::Command release;
-    release.mutable_release()->add_ids(id);
-    (void)stream->Send(std::move(release));
+    ReleasePoisoned(id);  // The id is in use (poisoned) until released.
     return status;
   }
   t.handle = MakeHandle(id, size);

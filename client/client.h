@@ -48,6 +48,17 @@ struct ClientOptions {
   absl::Duration lease = absl::ZeroDuration();
   // Largest message sent or received, bytes.
   int max_message_bytes = 1 << 30;
+  // Security of a "host:port" address (docs/security.md); a Unix socket needs none (the daemon
+  // knows the peer's uid). TLS when tls_ca_file is set: PEM file of the CA that signed the
+  // daemon's certificate; otherwise plain TCP (a daemon started with --insecure_tcp).
+  std::string tls_ca_file;
+  // mTLS: PEM files of this client's certificate (chain) and its key.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // Name the daemon's certificate is checked against; empty = the host of `address`.
+  std::string tls_server_name;
+  // Bearer token sent as "authorization: Bearer TOKEN" on every call; empty = none.
+  std::string token;
   // Join an existing session instead of opening one (e.g. from `cubectl session open`). The
   // client then does not close it; it still releases the handles it created.
   uint64_t session = 0;
@@ -55,6 +66,14 @@ struct ClientOptions {
   // "stream"; it overrides this field either way). A joined session (`session` != 0) always uses
   // kUnary: the stream opens its own session.
   Transport transport = Transport::kStream;
+  // Session stream only: creates and reads of this many bytes or more move their bytes in
+  // chunks on the stream's Upload / Download RPCs (docs/api.md, "Bulk transfers"), so their
+  // size is not bounded by max_message_bytes and neither side holds more than a few chunks
+  // besides the data itself. Such a Create / CreateTensor returns once every byte is on the
+  // daemon, with the daemon's error if the create failed. 0 = never.
+  uint64_t bulk_threshold = uint64_t{4} << 20;
+  // Chunk size of those transfers, 1 byte .. 4 MiB.
+  uint64_t bulk_chunk = uint64_t{4} << 20;
   // Releases are sent in one RPC once this many are queued ...
   size_t release_batch = 64;
   // ... or this long after the first of a batch was queued.

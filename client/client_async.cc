@@ -6,6 +6,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include <thread>
+
+#include "client/bulk_transfer.h"
 #include "client/client.h"
 #include "client/client_impl.h"
 #include "client/proto_conversion.h"
@@ -43,6 +46,30 @@ ReadResult TakeReplyData(absl::StatusOr<v1::Reply*> reply, int expected) {
   return TakeData(absl::OkStatus(), (*reply)->mutable_read(), expected);
 }
 
+// Stream mode, Note [Bulk transfers]: sends the bulk read `command` and downloads its bytes on a
+// thread of its own (the future is ready when both the download and the read's reply are in).
+std::future<ReadResult> BulkRead(const Client::Impl& impl, v1::Command command, uint64_t bytes) {
+  uint64_t seq = 0;
+  const absl::Duration deadline = BulkDeadline(impl.options.timeout, bytes);
+  std::future<absl::Status> answer = impl.Ask<absl::Status>(
+      std::move(command), [](absl::StatusOr<v1::Reply*> r) { return ReplyStatus(r); }, &seq,
+      deadline);
+  auto promise = std::make_shared<std::promise<ReadResult>>();
+  std::future<ReadResult> result = promise->get_future();
+  std::thread([channel = impl.channel, session = impl.session, seq, chunk = impl.options.bulk_chunk,
+               bytes, timeout = impl.options.timeout, answer = std::move(answer),
+               promise]() mutable {
+    ReadResult data = BulkDownload(channel, session, seq, chunk, bytes, timeout);
+    absl::Status status = answer.get();  // The read's own verdict first.
+    if (!status.ok()) {
+      promise->set_value(std::move(status));
+    } else {
+      promise->set_value(std::move(data));
+    }
+  }).detach();
+  return result;
+}
+
 }  // namespace
 
 std::future<ReadResult> Client::Read(std::vector<Binding> bindings) {
@@ -56,6 +83,16 @@ std::future<ReadResult> Client::Read(std::vector<Binding> bindings) {
   if (impl_->stream != nullptr) {
     v1::Command command;
     command.mutable_read()->mutable_bindings()->Swap(request.mutable_bindings());
+    uint64_t bytes = 0;
+    for (const Binding& b : bindings) {
+      const uint64_t size = b.handle.size();
+      const uint64_t cut = b.offset_start + b.offset_end;
+      bytes += size > cut ? size - cut : 0;
+    }
+    if (impl_->Bulk(bytes)) {
+      command.mutable_read()->set_bulk(true);
+      return BulkRead(*impl_, std::move(command), bytes);
+    }
     return impl_->Ask<ReadResult>(std::move(command), [expected](absl::StatusOr<v1::Reply*> r) {
       return TakeReplyData(std::move(r), expected);
     });
@@ -82,6 +119,12 @@ std::future<ReadResult> Client::ReadTensor(std::vector<Tensor> tensors) {
   if (impl_->stream != nullptr) {
     v1::Command command;
     command.mutable_read_tensor()->mutable_bindings()->Swap(request.mutable_bindings());
+    uint64_t bytes = 0;
+    for (const Tensor& t : tensors) bytes += t.NumElements() * t.elem_size;
+    if (impl_->Bulk(bytes)) {
+      command.mutable_read_tensor()->set_bulk(true);
+      return BulkRead(*impl_, std::move(command), bytes);
+    }
     return impl_->Ask<ReadResult>(std::move(command), [expected](absl::StatusOr<v1::Reply*> r) {
       return TakeReplyData(std::move(r), expected);
     });

@@ -50,9 +50,16 @@ class Client::Impl {
   std::unique_ptr<StreamTransport> stream;
 
   // Stream mode: sends an allocation of a tensor and waits for its layout; on failure releases
-  // the (poisoned) id and returns the daemon's error.
+  // the (poisoned) id and returns the daemon's error. A bulk create_tensor's bytes are `bulk`,
+  // uploaded before waiting.
   absl::StatusOr<Tensor> StreamTensor(v1::Command command, uint64_t id, std::vector<uint64_t> shape,
-                                      uint32_t elem_size);
+                                      uint32_t elem_size, absl::Span<const uint8_t> bulk = {});
+  // Stream mode: whether a transfer of `bytes` goes through Upload / Download.
+  bool Bulk(uint64_t bytes) const {
+    return stream != nullptr && options.bulk_threshold != 0 && bytes >= options.bulk_threshold;
+  }
+  // Stream mode: releases a poisoned id (it stays in use until released).
+  void ReleasePoisoned(uint64_t id) const;
   // Stream mode: the memory_usage command, waited for.
   absl::StatusOr<MemoryUsage> StreamMemoryUsage();
   // Stream mode: returns once the daemon ran every command queued before (a memory_usage).
@@ -60,14 +67,15 @@ class Client::Impl {
 
   // Stream mode: queues `command` and returns a future of `convert(reply or stream error)`.
   template <typename Result, typename Convert>
-  std::future<Result> Ask(v1::Command command, Convert convert) const {
+  std::future<Result> Ask(v1::Command command, Convert convert, uint64_t* seq_out = nullptr,
+                          absl::Duration timeout = absl::ZeroDuration()) const {
     auto promise = std::make_shared<std::promise<Result>>();
     auto convert_ptr = std::make_shared<Convert>(std::move(convert));
     std::future<Result> future = promise->get_future();
     absl::Status sent =
         stream->Send(std::move(command), [promise, convert_ptr](absl::StatusOr<v1::Reply*> reply) {
           promise->set_value((*convert_ptr)(std::move(reply)));
-        });
+        }, seq_out, timeout);
     if (!sent.ok()) promise->set_value((*convert_ptr)(absl::StatusOr<v1::Reply*>(sent)));
     return future;
   }

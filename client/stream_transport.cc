@@ -21,7 +21,8 @@ absl::StatusOr<std::unique_ptr<StreamTransport>> StreamTransport::Open(
   open.mutable_open()->set_lease_ms(lease_ms);
   v1::SessionResponse response;
   if (!t->stream_->Write(open) || !t->stream_->Read(&response)) {
-    t->context_.TryCancel();
+    // The call is over (a failed Write or Read says so): Finish returns the daemon's status
+    // (e.g. UNAUTHENTICATED), which a TryCancel here would replace with CANCELLED.
     absl::Status s = FromGrpcStatus(t->stream_->Finish(), "SessionStream");
     if (s.ok()) s = absl::UnavailableError("SessionStream: the daemon ended the stream at open");
     t->closed_ = true;
@@ -77,18 +78,21 @@ uint64_t StreamTransport::NextId() {
   return next_id_++;
 }
 
-absl::Status StreamTransport::Send(v1::Command command, Callback on_reply) {
+absl::Status StreamTransport::Send(v1::Command command, Callback on_reply, uint64_t* seq_out,
+                                   absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   if (ended_) return end_status_;
   if (closing_) return absl::FailedPreconditionError("session stream is closing");
   while (queue_.size() >= kMaxQueued && !broken_) space_.Wait(&mu_);
   const uint64_t seq = next_seq_++;
+  if (seq_out != nullptr) *seq_out = seq;
   command.set_seq(seq);
   if (queue_.empty()) first_queued_ = absl::Now();
   queue_.push_back(std::move(command));
   if (on_reply != nullptr) {
     pending_.emplace(seq, std::move(on_reply));
-    deadlines_.emplace(seq, absl::Now() + call_timeout_);
+    deadlines_.emplace(seq, absl::Now() + (timeout != absl::ZeroDuration() ? timeout
+                                                                           : call_timeout_));
     push_now_ = true;
     wake_writer_.Signal();
   } else if (queue_.size() == 1 || queue_.size() >= kBatchCommands) {

@@ -65,8 +65,12 @@ class StreamTransport {
 
   // Queues `command` (its seq is assigned here). `on_reply`, if set, receives its reply; then the
   // queue is sent at once. Returns the stream's error once it ended (then `on_reply` is not
-  // called). Thread-safe; commands queued by one thread go out in that order.
-  absl::Status Send(v1::Command command, Callback on_reply = nullptr);
+  // called). Thread-safe; commands queued by one thread go out in that order. `seq_out`, if set,
+  // receives the command's seq (for joining a bulk transfer to it). `timeout` replaces the
+  // call timeout for this reply when not zero (a bulk command's reply comes after its transfer);
+  // replies are due in seq order, so a later command's DEADLINE_EXCEEDED may come that late.
+  absl::Status Send(v1::Command command, Callback on_reply = nullptr, uint64_t* seq_out = nullptr,
+                    absl::Duration timeout = absl::ZeroDuration());
 
   // Sends what is queued now (without waiting for the interval).
   void Push();

@@ -10,10 +10,14 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config ninja-build
   libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev grpc-proto
-  libabsl-dev libspdlog-dev libfmt-dev
+  libabsl-dev libspdlog-dev libfmt-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  clang-14 libclang-rt-14-dev  # tests/fuzz: the libFuzzer build (clang + the fuzzer runtime)
   python3 python3-pip python3-grpcio python3-grpc-tools python3-protobuf python3-numpy
+  python3-prometheus-client
+  python3-venv python3-pytest python3-setuptools python3-wheel
   ca-certificates openssl
+  systemd  # systemd-analyze: tests/systemd checks the unit with it (no systemd as PID 1 needed)
 )
 
 sudo=""

@@ -105,6 +105,15 @@ struct ResourceDescription {
 // Identifies an open profile (trait: start_profile / end_profile); many may be open at once.
 using ProfileToken = uint64_t;
 
+// Statistics of a backend's kernel compilation cache (GetStats, metrics): zero where the backend
+// compiles nothing (CPU).
+struct KernelCacheStats {
+  uint64_t hits = 0;             // Found compiled in memory.
+  uint64_t misses = 0;           // Compiled (or, for PTX, first seen).
+  uint64_t disk_hits = 0;        // Read from the on-disk cache.
+  uint64_t compile_time_us = 0;  // Spent compiling, microseconds.
+};
+
 // Completion callbacks run on the loop thread or on a backend completion thread; they must not
 // block.
 using DoneCallback = absl::AnyInvocable<void(absl::Status)>;
@@ -128,6 +137,15 @@ class ComputeServer {
 
   // Returns a slice to the pools. Work already queued that uses it completes first.
   virtual void Free(SliceId slice) = 0;
+
+  // Bulk upload (Note [Bulk transfers], session_stream.h): writes `bytes` as the dense row-major
+  // bytes [dense_offset, dense_offset + bytes.size()) of `target`, a whole allocation laid out as
+  // this backend's Empty (shape {size}, strides {1}, elem_size 1) or EmptyTensor laid it out.
+  // Queued in stream order: every later command sees the bytes. `bytes` must stay alive until
+  // `done` runs (once they are no longer needed, possibly before Write returns). INTERNAL for a
+  // layout the backend never produces; the range is checked by the caller.
+  virtual void Write(const ResolvedTensor& target, uint64_t dense_offset,
+                     absl::Span<const uint8_t> bytes, DoneCallback done) = 0;
 
   // trait: read. Fills (*out)[i] with the bytes of bindings[i] after all earlier work; `out`
   // must stay alive until `done` runs. `done` may run before Read returns.
@@ -155,6 +173,9 @@ class ComputeServer {
   // trait: start_profile / end_profile: device time of the work between the two.
   virtual absl::StatusOr<ProfileToken> StartProfile() = 0;
   virtual void EndProfile(ProfileToken token, DurationCallback done) = 0;
+
+  // Optional: kernel cache statistics; zeros by default.
+  virtual KernelCacheStats KernelCache() const { return {}; }
 };
 
 }  // namespace cubed

@@ -1,10 +1,12 @@
 #include "server/compute_service.h"
 
+#include <type_traits>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "server/stats_collector.h"
 #include "server/status_conversion.h"
 #include "spdlog/spdlog.h"
 
@@ -13,14 +15,51 @@ namespace {
 
 using Reactor = ComputeService::Reactor;
 
+// The reactor of every call of this service: records the call in the metrics registry (Note
+// [Metrics hot path], metrics.h) at arrival, when the loop starts it and when it finishes.
+class MeteredReactor final : public Reactor {
+ public:
+  MeteredReactor(grpc::CallbackServerContext* ctx, MethodMetrics* metrics,
+                 const google::protobuf::MessageLite& request,
+                 const google::protobuf::MessageLite* response)
+      : ctx_(ctx), metrics_(metrics), response_(response), arrival_(absl::Now()) {
+    metrics_->bytes_received.fetch_add(request.ByteSizeLong(), std::memory_order_relaxed);
+  }
+  // The device loop starts the call: ends its queue time.
+  void Started() {
+    start_ = absl::Now();
+    metrics_->queue.Observe(start_ - arrival_);
+  }
+  void Done(const absl::Status& status) {
+    if (start_ != absl::InfinitePast()) metrics_->execution.Observe(absl::Now() - start_);
+    metrics_->codes.Count(status.code());
+    if (status.ok() && response_ != nullptr) {
+      metrics_->bytes_sent.fetch_add(response_->ByteSizeLong(), std::memory_order_relaxed);
+    }
+    Finish(ToGrpcStatus(status));
+  }
+  void OnDone() override { delete this; }
+  grpc::CallbackServerContext* context() const { return ctx_; }
+  // The RPC's name ("Create"), for authorization.
+  absl::string_view rpc() const { return rpc_; }
+  void set_rpc(absl::string_view rpc) { rpc_ = rpc; }
+
+ private:
+  grpc::CallbackServerContext* const ctx_;
+  MethodMetrics* const metrics_;
+  const google::protobuf::MessageLite* const response_;
+  const absl::Time arrival_;
+  absl::Time start_ = absl::InfinitePast();
+  absl::string_view rpc_;
+};
+
 // Finishes a call, logging failures at debug level (clients see the message themselves).
 void Finish(Reactor* reactor, const absl::Status& status) {
   if (!status.ok()) spdlog::debug("request failed: {}", status.ToString());
-  reactor->Finish(ToGrpcStatus(status));
+  static_cast<MeteredReactor*>(reactor)->Done(status);  // Every reactor here is one.
 }
 
-Reactor* FinishNow(grpc::CallbackServerContext* ctx, const absl::Status& status) {
-  Reactor* reactor = ctx->DefaultReactor();
+Reactor* FinishNow(Reactor* reactor, const absl::Status& status) {
   Finish(reactor, status);
   return reactor;
 }
@@ -59,6 +98,11 @@ void ToWire(const DeviceDescription& d, v1::DeviceInfo* out) {
   for (const std::string& f : d.features) out->add_features(f);
 }
 
+absl::Status SessionNotOpen(uint64_t session) {
+  return absl::NotFoundError(
+      absl::StrCat("session ", session, " is not open (closed, expired, or never opened)"));
+}
+
 // Lease in the request (milliseconds) as a Duration; values past 100 years clamp (and are then
 // refused by the device as above its maximum).
 absl::Duration LeaseOf(uint64_t lease_ms) {
@@ -68,43 +112,92 @@ absl::Duration LeaseOf(uint64_t lease_ms) {
 
 }  // namespace
 
-ComputeService::ComputeService(std::vector<DeviceLoop*> loops, RequestLimits limits)
-    : loops_(std::move(loops)), limits_(limits) {}
+ComputeService::ComputeService(std::vector<DeviceLoop*> loops, RequestLimits limits,
+                               Metrics* metrics, const StatsCollector* stats)
+    : loops_(std::move(loops)),
+      limits_(limits),
+      own_metrics_(metrics == nullptr ? std::make_unique<Metrics>() : nullptr),
+      metrics_(metrics == nullptr ? own_metrics_.get() : metrics),
+      stats_(stats) {}
+
+Reactor* ComputeService::StartCall(Context* ctx, Method method,
+                                   const google::protobuf::MessageLite& request,
+                                   const google::protobuf::MessageLite* response) {
+  auto* reactor = new MeteredReactor(ctx, &metrics_->method(method), request, response);
+  reactor->set_rpc(MethodName(method));
+  return reactor;
+}
+
+absl::StatusOr<PrincipalPtr> ComputeService::Authorize(Reactor* call) const {
+  if (auth_ == nullptr) return PrincipalPtr();
+  const auto* metered = static_cast<MeteredReactor*>(call);
+  return auth_->Authorize(*metered->context(), metered->rpc());
+}
 
 template <typename Work>
-Reactor* ComputeService::OnDevice(Context* ctx, uint32_t device, absl::string_view what,
+Reactor* ComputeService::OnDevice(Reactor* call, uint32_t device, absl::string_view what,
                                   Work work) {
   if (draining_.load(std::memory_order_acquire)) {
-    return FinishNow(ctx, absl::UnavailableError("the daemon is shutting down"));
+    return FinishNow(call, absl::UnavailableError("the daemon is shutting down"));
   }
+  absl::StatusOr<PrincipalPtr> principal = Authorize(call);
+  if (!principal.ok()) return FinishNow(call, principal.status());
   if (device >= loops_.size()) {
-    return FinishNow(ctx, absl::NotFoundError(absl::StrCat(what, ": device ", device,
-                                                           " does not exist (this daemon has ",
-                                                           loops_.size(), ")")));
+    return FinishNow(call, absl::NotFoundError(absl::StrCat(what, ": device ", device,
+                                                            " does not exist (this daemon has ",
+                                                            loops_.size(), ")")));
   }
-  Reactor* reactor = ctx->DefaultReactor();
-  if (!loops_[device]->Post(
-          [reactor, work = std::move(work)](Device& d) mutable { work(d, reactor); })) {
+  // Quota max_inflight_commands: a slot from here until the loop starts the call.
+  const PrincipalPtr p = *std::move(principal);
+  if (p != nullptr) {
+    if (absl::Status s = p->AcquireInflight(); !s.ok()) return FinishNow(call, s);
+  }
+  Reactor* reactor = call;
+  if (!loops_[device]->Post([reactor, p, work = std::move(work)](Device& d) mutable {
+        if (p != nullptr) p->ReleaseInflight();
+        static_cast<MeteredReactor*>(reactor)->Started();
+        if constexpr (std::is_invocable_v<Work&, Device&, Reactor*, const PrincipalPtr&>) {
+          work(d, reactor, p);
+        } else {
+          work(d, reactor);
+        }
+      })) {
+    if (p != nullptr) p->ReleaseInflight();
     Finish(reactor, absl::UnavailableError("the daemon is shutting down"));
   }
   return reactor;
 }
 
 template <typename Work>
-Reactor* ComputeService::OnSession(Context* ctx, uint64_t session, Work work) {
+Reactor* ComputeService::OnSession(Reactor* call, uint64_t session, Work work) {
   const uint32_t device = DeviceOfSession(session);
   if (device >= loops_.size()) {
-    return FinishNow(ctx, absl::NotFoundError(absl::StrCat(
-                              "session ", session,
-                              " is not open (closed, expired, or never opened)")));
+    if (absl::Status s = Authorize(call).status(); !s.ok()) return FinishNow(call, s);
+    return FinishNow(call, SessionNotOpen(session));
   }
-  return OnDevice(ctx, device, "session", std::move(work));
+  // Note [Session ownership] (device.h): another principal's session is answered as unknown.
+  return OnDevice(call, device, "session",
+                  [session, work = std::move(work)](Device& d, Reactor* r,
+                                                    const PrincipalPtr& p) mutable {
+                    if (!d.IsOwnedBy(session, p.get())) {
+                      Finish(r, SessionNotOpen(session));
+                      return;
+                    }
+                    if constexpr (std::is_invocable_v<Work&, Device&, Reactor*,
+                                                      const PrincipalPtr&>) {
+                      work(d, r, p);
+                    } else {
+                      work(d, r);
+                    }
+                  });
 }
 
 Reactor* ComputeService::OpenSession(Context* ctx, const v1::OpenSessionRequest* req,
                                      v1::OpenSessionResponse* resp) {
-  return OnDevice(ctx, req->device(), "device", [req, resp](Device& d, Reactor* r) {
-    absl::StatusOr<SessionGrant> grant = d.OpenSession(LeaseOf(req->lease_ms()), absl::Now());
+  Reactor* call = StartCall(ctx, Method::kOpenSession, *req, resp);
+  return OnDevice(call, req->device(), "device",
+                  [req, resp](Device& d, Reactor* r, const PrincipalPtr& p) {
+    absl::StatusOr<SessionGrant> grant = d.OpenSession(LeaseOf(req->lease_ms()), absl::Now(), p);
     if (grant.ok()) {
       resp->set_session(grant->session);
       resp->set_lease_ms(absl::ToInt64Milliseconds(grant->lease));
@@ -115,7 +208,8 @@ Reactor* ComputeService::OpenSession(Context* ctx, const v1::OpenSessionRequest*
 
 Reactor* ComputeService::CloseSession(Context* ctx, const v1::CloseSessionRequest* req,
                                       v1::CloseSessionResponse* resp) {
-  return OnSession(ctx, req->session(), [req, resp](Device& d, Reactor* r) {
+  Reactor* call = StartCall(ctx, Method::kCloseSession, *req, resp);
+  return OnSession(call, req->session(), [req, resp](Device& d, Reactor* r) {
     absl::StatusOr<uint64_t> released = d.CloseSession(req->session());
     if (released.ok()) resp->set_handles_released(*released);
     Finish(r, released.status());
@@ -124,10 +218,11 @@ Reactor* ComputeService::CloseSession(Context* ctx, const v1::CloseSessionReques
 
 Reactor* ComputeService::Create(Context* ctx, const v1::CreateRequest* req,
                                 v1::CreateResponse* resp) {
+  Reactor* call = StartCall(ctx, Method::kCreate, *req, resp);
   if (req->data().empty()) {
-    return FinishNow(ctx, absl::InvalidArgumentError("data: empty; create needs at least 1 byte"));
+    return FinishNow(call, absl::InvalidArgumentError("data: empty; create needs at least 1 byte"));
   }
-  return OnSession(ctx, req->session(), [req, resp](Device& d, Reactor* r) {
+  return OnSession(call, req->session(), [req, resp](Device& d, Reactor* r) {
     absl::StatusOr<NewHandle> h = d.Create(req->session(), Bytes(req->data()), absl::Now());
     if (h.ok()) {
       resp->set_handle(h->handle);
@@ -139,8 +234,9 @@ Reactor* ComputeService::Create(Context* ctx, const v1::CreateRequest* req,
 
 Reactor* ComputeService::CreateTensor(Context* ctx, const v1::CreateTensorRequest* req,
                                       v1::CreateTensorResponse* resp) {
-  if (absl::Status s = CheckCreateTensor(*req); !s.ok()) return FinishNow(ctx, s);
-  return OnSession(ctx, req->session(), [req, resp](Device& d, Reactor* r) {
+  Reactor* call = StartCall(ctx, Method::kCreateTensor, *req, resp);
+  if (absl::Status s = CheckCreateTensor(*req); !s.ok()) return FinishNow(call, s);
+  return OnSession(call, req->session(), [req, resp](Device& d, Reactor* r) {
     const std::vector<uint64_t> shape(req->shape().begin(), req->shape().end());
     absl::StatusOr<NewHandle> h =
         d.CreateTensor(req->session(), Bytes(req->data()), shape, req->elem_size(), absl::Now());
@@ -155,10 +251,11 @@ Reactor* ComputeService::CreateTensor(Context* ctx, const v1::CreateTensorReques
 
 Reactor* ComputeService::Empty(Context* ctx, const v1::EmptyRequest* req,
                                v1::EmptyResponse* resp) {
+  Reactor* call = StartCall(ctx, Method::kEmpty, *req, resp);
   if (req->size() == 0) {
-    return FinishNow(ctx, absl::InvalidArgumentError("size: 0; empty needs at least 1 byte"));
+    return FinishNow(call, absl::InvalidArgumentError("size: 0; empty needs at least 1 byte"));
   }
-  return OnSession(ctx, req->session(), [req, resp](Device& d, Reactor* r) {
+  return OnSession(call, req->session(), [req, resp](Device& d, Reactor* r) {
     absl::StatusOr<NewHandle> h = d.Empty(req->session(), req->size(), absl::Now());
     if (h.ok()) {
       resp->set_handle(h->handle);
@@ -170,11 +267,12 @@ Reactor* ComputeService::Empty(Context* ctx, const v1::EmptyRequest* req,
 
 Reactor* ComputeService::EmptyTensor(Context* ctx, const v1::EmptyTensorRequest* req,
                                      v1::EmptyTensorResponse* resp) {
+  Reactor* call = StartCall(ctx, Method::kEmptyTensor, *req, resp);
   std::vector<uint64_t> shape(req->shape().begin(), req->shape().end());
   if (absl::Status s = CheckTensorShape(shape, req->elem_size(), "empty_tensor").status(); !s.ok()) {
-    return FinishNow(ctx, s);
+    return FinishNow(call, s);
   }
-  return OnSession(ctx, req->session(), [req, resp, shape = std::move(shape)](Device& d, Reactor* r) {
+  return OnSession(call, req->session(), [req, resp, shape = std::move(shape)](Device& d, Reactor* r) {
     absl::StatusOr<NewHandle> h = d.EmptyTensor(req->session(), shape, req->elem_size(), absl::Now());
     if (h.ok()) {
       resp->set_handle(h->handle);
@@ -186,11 +284,12 @@ Reactor* ComputeService::EmptyTensor(Context* ctx, const v1::EmptyTensorRequest*
 }
 
 Reactor* ComputeService::Read(Context* ctx, const v1::ReadRequest* req, v1::ReadResponse* resp) {
+  Reactor* call = StartCall(ctx, Method::kRead, *req, resp);
   absl::StatusOr<std::vector<BindingRef>> bindings = ToReadBindings(*req, limits_);
-  if (!bindings.ok()) return FinishNow(ctx, bindings.status());
+  if (!bindings.ok()) return FinishNow(call, bindings.status());
   // The bytes land in `out`, owned by the task until the read completes, then move into the
   // response without another copy.
-  return OnSession(ctx, req->session(), [req, resp, bindings = *std::move(bindings)](
+  return OnSession(call, req->session(), [req, resp, bindings = *std::move(bindings)](
                                             Device& d, Reactor* r) {
     auto out = std::make_shared<std::vector<std::string>>();
     d.Read(req->session(), bindings, out.get(), absl::Now(), [resp, r, out](absl::Status s) {
@@ -204,9 +303,10 @@ Reactor* ComputeService::Read(Context* ctx, const v1::ReadRequest* req, v1::Read
 
 Reactor* ComputeService::ReadTensor(Context* ctx, const v1::ReadTensorRequest* req,
                                     v1::ReadTensorResponse* resp) {
+  Reactor* call = StartCall(ctx, Method::kReadTensor, *req, resp);
   absl::StatusOr<std::vector<TensorRef>> tensors = ToTensorRefs(*req, limits_);
-  if (!tensors.ok()) return FinishNow(ctx, tensors.status());
-  return OnSession(ctx, req->session(), [req, resp, tensors = *std::move(tensors)](
+  if (!tensors.ok()) return FinishNow(call, tensors.status());
+  return OnSession(call, req->session(), [req, resp, tensors = *std::move(tensors)](
                                             Device& d, Reactor* r) {
     auto out = std::make_shared<std::vector<std::string>>();
     d.ReadTensor(req->session(), tensors, out.get(), absl::Now(), [resp, r, out](absl::Status s) {
@@ -220,7 +320,8 @@ Reactor* ComputeService::ReadTensor(Context* ctx, const v1::ReadTensorRequest* r
 
 Reactor* ComputeService::GetResource(Context* ctx, const v1::GetResourceRequest* req,
                                      v1::GetResourceResponse* resp) {
-  return OnSession(ctx, req->session(), [req, resp](Device& d, Reactor* r) {
+  Reactor* call = StartCall(ctx, Method::kGetResource, *req, resp);
+  return OnSession(call, req->session(), [req, resp](Device& d, Reactor* r) {
     absl::StatusOr<ResourceDescription> res =
         d.GetResource(req->session(), ToBindingRef(req->binding()), absl::Now());
     if (res.ok()) {
@@ -236,29 +337,40 @@ Reactor* ComputeService::GetResource(Context* ctx, const v1::GetResourceRequest*
 
 Reactor* ComputeService::Execute(Context* ctx, const v1::ExecuteRequest* req,
                                  v1::ExecuteResponse*) {
+  Reactor* call = StartCall(ctx, Method::kExecute, *req, nullptr);
   absl::StatusOr<ExecuteCommand> command = ToExecuteCommand(*req, limits_);
-  if (!command.ok()) return FinishNow(ctx, command.status());
-  return OnSession(ctx, req->session(), [req, command = *std::move(command)](
-                                            Device& d, Reactor* r) mutable {
+  if (!command.ok()) return FinishNow(call, command.status());
+  return OnSession(call, req->session(), [req, command = *std::move(command)](
+                                            Device& d, Reactor* r, const PrincipalPtr& p) mutable {
+    if (p != nullptr) {
+      if (absl::Status s = p->CheckExecute(!command.kernel.is_builtin, command.unchecked);
+          !s.ok()) {
+        Finish(r, s);
+        return;
+      }
+    }
     Finish(r, d.Execute(req->session(), std::move(command), absl::Now()));
   });
 }
 
 Reactor* ComputeService::Flush(Context* ctx, const v1::FlushRequest* req, v1::FlushResponse*) {
-  return OnSession(ctx, req->session(), [req](Device& d, Reactor* r) {
+  Reactor* call = StartCall(ctx, Method::kFlush, *req, nullptr);
+  return OnSession(call, req->session(), [req](Device& d, Reactor* r) {
     Finish(r, d.Flush(req->session(), absl::Now()));
   });
 }
 
 Reactor* ComputeService::Sync(Context* ctx, const v1::SyncRequest* req, v1::SyncResponse*) {
-  return OnSession(ctx, req->session(), [req](Device& d, Reactor* r) {
+  Reactor* call = StartCall(ctx, Method::kSync, *req, nullptr);
+  return OnSession(call, req->session(), [req](Device& d, Reactor* r) {
     d.Sync(req->session(), absl::Now(), [r](absl::Status s) { Finish(r, s); });
   });
 }
 
 Reactor* ComputeService::MemoryUsage(Context* ctx, const v1::MemoryUsageRequest* req,
                                      v1::MemoryUsageResponse* resp) {
-  return OnDevice(ctx, req->device(), "device", [resp](Device& d, Reactor* r) {
+  Reactor* call = StartCall(ctx, Method::kMemoryUsage, *req, resp);
+  return OnDevice(call, req->device(), "device", [resp](Device& d, Reactor* r) {
     ToWire(d.Usage(), resp->mutable_usage());
     Finish(r, absl::OkStatus());
   });
@@ -266,7 +378,8 @@ Reactor* ComputeService::MemoryUsage(Context* ctx, const v1::MemoryUsageRequest*
 
 Reactor* ComputeService::MemoryCleanup(Context* ctx, const v1::MemoryCleanupRequest* req,
                                        v1::MemoryCleanupResponse* resp) {
-  return OnDevice(ctx, req->device(), "device", [resp](Device& d, Reactor* r) {
+  Reactor* call = StartCall(ctx, Method::kMemoryCleanup, *req, resp);
+  return OnDevice(call, req->device(), "device", [resp](Device& d, Reactor* r) {
     d.Cleanup();
     ToWire(d.Usage(), resp->mutable_usage());
     Finish(r, absl::OkStatus());
@@ -275,14 +388,16 @@ Reactor* ComputeService::MemoryCleanup(Context* ctx, const v1::MemoryCleanupRequ
 
 Reactor* ComputeService::StartProfile(Context* ctx, const v1::StartProfileRequest* req,
                                       v1::StartProfileResponse*) {
-  return OnSession(ctx, req->session(), [req](Device& d, Reactor* r) {
+  Reactor* call = StartCall(ctx, Method::kStartProfile, *req, nullptr);
+  return OnSession(call, req->session(), [req](Device& d, Reactor* r) {
     Finish(r, d.StartProfile(req->session(), absl::Now()));
   });
 }
 
 Reactor* ComputeService::EndProfile(Context* ctx, const v1::EndProfileRequest* req,
                                     v1::EndProfileResponse* resp) {
-  return OnSession(ctx, req->session(), [req, resp](Device& d, Reactor* r) {
+  Reactor* call = StartCall(ctx, Method::kEndProfile, *req, resp);
+  return OnSession(call, req->session(), [req, resp](Device& d, Reactor* r) {
     d.EndProfile(req->session(), absl::Now(), [resp, r](absl::StatusOr<absl::Duration> elapsed) {
       if (elapsed.ok()) resp->set_duration_ns(absl::ToInt64Nanoseconds(*elapsed));
       Finish(r, elapsed.status());
@@ -292,8 +407,9 @@ Reactor* ComputeService::EndProfile(Context* ctx, const v1::EndProfileRequest* r
 
 Reactor* ComputeService::GetInfo(Context* ctx, const v1::GetInfoRequest* req,
                                  v1::GetInfoResponse* resp) {
+  Reactor* call = StartCall(ctx, Method::kGetInfo, *req, resp);
   const uint32_t devices = static_cast<uint32_t>(loops_.size());
-  return OnDevice(ctx, req->device(), "device", [resp, devices](Device& d, Reactor* r) {
+  return OnDevice(call, req->device(), "device", [resp, devices](Device& d, Reactor* r) {
     ToWire(d.Description(), resp->mutable_info());
     resp->set_devices(devices);
     resp->set_version(CUBED_VERSION);
@@ -303,10 +419,30 @@ Reactor* ComputeService::GetInfo(Context* ctx, const v1::GetInfoRequest* req,
 
 Reactor* ComputeService::Release(Context* ctx, const v1::ReleaseRequest* req,
                                  v1::ReleaseResponse*) {
-  if (absl::Status s = CheckRelease(*req, limits_); !s.ok()) return FinishNow(ctx, s);
-  return OnSession(ctx, req->session(), [req](Device& d, Reactor* r) {
+  Reactor* call = StartCall(ctx, Method::kRelease, *req, nullptr);
+  if (absl::Status s = CheckRelease(*req, limits_); !s.ok()) return FinishNow(call, s);
+  return OnSession(call, req->session(), [req](Device& d, Reactor* r) {
     Finish(r, d.Release(req->session(), absl::MakeConstSpan(req->handles().data(), req->handles_size()), absl::Now()));
   });
+}
+
+Reactor* ComputeService::GetStats(Context* ctx, const v1::GetStatsRequest* req,
+                                  v1::GetStatsResponse* resp) {
+  Reactor* call = StartCall(ctx, Method::kGetStats, *req, resp);
+  if (draining_.load(std::memory_order_acquire)) {
+    return FinishNow(call, absl::UnavailableError("the daemon is shutting down"));
+  }
+  if (absl::Status s = Authorize(call).status(); !s.ok()) return FinishNow(call, s);
+  if (stats_ == nullptr) {
+    return FinishNow(call, absl::UnimplementedError("GetStats: this server keeps no statistics"));
+  }
+  // Reads every device's gauges on its loop; answers from the last loop to reply.
+  static_cast<MeteredReactor*>(call)->Started();
+  stats_->Collect([call, resp](absl::StatusOr<v1::GetStatsResponse> stats) {
+    if (stats.ok()) *resp = *std::move(stats);
+    Finish(call, stats.status());
+  });
+  return call;
 }
 
 }  // namespace cubed

@@ -9,19 +9,30 @@
 #include <vector>
 
 #include "cubed/v1/compute.grpc.pb.h"
+#include "server/authenticator.h"
 #include "server/device_loop.h"
+#include "server/metrics.h"
 #include "server/request_conversion.h"
 
 namespace cubed {
 
+class StatsCollector;
+
 // Thread-safe: gRPC calls it from its own threads. The loops must outlive the service.
 class ComputeService final : public v1::Compute::CallbackService {
  public:
-  ComputeService(std::vector<DeviceLoop*> loops, RequestLimits limits);
+  // Records every call in `metrics` (null: a registry of its own). GetStats answers from `stats`
+  // (null: UNIMPLEMENTED). Both must outlive the service.
+  ComputeService(std::vector<DeviceLoop*> loops, RequestLimits limits,
+                 Metrics* metrics = nullptr, const StatsCollector* stats = nullptr);
 
   // From now on every new call is answered UNAVAILABLE at once; calls already posted finish.
   // Called first in shutdown, so that no call races the gRPC server's own cancellation.
   void StartDraining() { draining_.store(true, std::memory_order_release); }
+  // Every later call is authorized by `auth` (authenticator.h), which must outlive the service;
+  // sessions belong to the principal that opened them. Without one (unit tests) every call is
+  // allowed and sessions have no owner. Call before serving.
+  void SetAuthenticator(const Authenticator* auth) { auth_ = auth; }
 
   using Reactor = grpc::ServerUnaryReactor;
   using Context = grpc::CallbackServerContext;
@@ -57,20 +68,33 @@ class ComputeService final : public v1::Compute::CallbackService {
                    v1::GetInfoResponse* resp) override;
   Reactor* Release(Context* ctx, const v1::ReleaseRequest* req,
                    v1::ReleaseResponse* resp) override;
+  Reactor* GetStats(Context* ctx, const v1::GetStatsRequest* req,
+                    v1::GetStatsResponse* resp) override;
 
  private:
   // Posts `work` (void(Device&, Reactor*)) to the loop of `device`; finishes the call with
   // NOT_FOUND for an unknown device and UNAVAILABLE when the daemon is shutting down. `work`
   // must finish the reactor exactly once.
+  // `work` may also take (Device&, Reactor*, const PrincipalPtr&): the caller's principal.
   template <typename Work>
-  Reactor* OnDevice(Context* ctx, uint32_t device, absl::string_view what, Work work);
+  Reactor* OnDevice(Reactor* call, uint32_t device, absl::string_view what, Work work);
+  // The principal of `call` allowed to call its RPC; null principal without an authenticator.
+  absl::StatusOr<PrincipalPtr> Authorize(Reactor* call) const;
   // Same, for a request naming a session: routes by the session id.
   template <typename Work>
-  Reactor* OnSession(Context* ctx, uint64_t session, Work work);
+  Reactor* OnSession(Reactor* call, uint64_t session, Work work);
+  // The reactor of a new call of `method`: counts it in the metrics (arrival, bytes received)
+  // and, when finished, its code, latency and the size of `response` (may be null).
+  Reactor* StartCall(Context* ctx, Method method, const google::protobuf::MessageLite& request,
+                     const google::protobuf::MessageLite* response);
 
   std::vector<DeviceLoop*> loops_;
   RequestLimits limits_;
+  std::unique_ptr<Metrics> own_metrics_;
+  Metrics* metrics_;
+  const StatsCollector* stats_;
   std::atomic<bool> draining_{false};
+  const Authenticator* auth_ = nullptr;
 };
 
 }  // namespace cubed

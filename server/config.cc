@@ -35,6 +35,26 @@ ABSL_FLAG(std::string, kernel_cache_dir, "",
           "Directory caching CUDA kernels compiled by NVRTC across restarts (created if "
           "missing); empty = memory only.");
 
+ABSL_FLAG(absl::Duration, loop_stall_timeout, absl::Seconds(10),
+          "A device loop that has not run a task for this long (a wedged or overlong task) "
+          "makes health NOT_SERVING until it runs tasks again.");
+
+ABSL_FLAG(std::string, metrics_listen, "",
+          "HOST:PORT to serve Prometheus metrics on over HTTP (GET /metrics; port 0 picks a free "
+          "port; no authentication: bind loopback); empty = off.");
+
+ABSL_FLAG(std::string, auth_config, "",
+          "Principals, permissions and quotas (textproto of cubed.v1.AuthConfig, see "
+          "docs/security.md); empty = Unix peers with the daemon's uid or root may do anything.");
+ABSL_FLAG(std::string, listen_group, "",
+          "Group (name or number) that owns the Unix socket (mode 0660); empty = the daemon's.");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain of the TCP listener (TLS).");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA bundle; when set, TCP clients must present a certificate it signed (mTLS).");
+ABSL_FLAG(bool, insecure_tcp, false,
+          "Serve --tcp without TLS (tokens and data travel in clear text; logs a warning).");
+
 namespace cubed {
 
 std::string DefaultUnixSocket() {
@@ -65,6 +85,27 @@ absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text) {
         "'", text, "' is not a byte size (e.g. 1048576, 512KiB, 64MiB, 8GiB)"));
   }
   return static_cast<uint64_t>(std::llround(value * static_cast<double>(scale)));
+}
+
+absl::Status CheckTransportSecurity(const DaemonConfig& c) {
+  const bool tls = !c.tls_cert.empty() || !c.tls_key.empty() || !c.tls_client_ca.empty();
+  if (tls && (c.tls_cert.empty() || c.tls_key.empty())) {
+    return absl::InvalidArgumentError(
+        "--tls_cert and --tls_key go together (and --tls_client_ca needs both)");
+  }
+  if (tls && c.tcp_address.empty()) {
+    return absl::InvalidArgumentError("--tls_cert/--tls_key/--tls_client_ca need --tcp");
+  }
+  if (tls && c.insecure_tcp) {
+    return absl::InvalidArgumentError("--insecure_tcp and --tls_cert: choose one for --tcp");
+  }
+  if (!c.tcp_address.empty() && !tls && !c.insecure_tcp) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tcp=", c.tcp_address,
+        " needs TLS (--tls_cert and --tls_key, optionally --tls_client_ca) or, to serve plain "
+        "TCP anyway, --insecure_tcp"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<DaemonConfig> ConfigFromFlags() {
@@ -106,6 +147,20 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   c.allow_unchecked = absl::GetFlag(FLAGS_allow_unchecked);
   c.ready_file = absl::GetFlag(FLAGS_ready_file);
   c.kernel_cache_dir = absl::GetFlag(FLAGS_kernel_cache_dir);
+  c.auth_config = absl::GetFlag(FLAGS_auth_config);
+  c.listen_group = absl::GetFlag(FLAGS_listen_group);
+  c.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  c.tls_key = absl::GetFlag(FLAGS_tls_key);
+  c.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  c.insecure_tcp = absl::GetFlag(FLAGS_insecure_tcp);
+  RETURN_IF_ERROR(CheckTransportSecurity(c));
+  c.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  c.loop_stall_timeout = absl::GetFlag(FLAGS_loop_stall_timeout);
+  if (c.loop_stall_timeout < absl::Milliseconds(10) || c.loop_stall_timeout > absl::Hours(1)) {
+    return absl::InvalidArgumentError(absl::StrCat("--loop_stall_timeout=",
+                                                   absl::FormatDuration(c.loop_stall_timeout),
+                                                   ": expected 10ms .. 1h"));
+  }
   return c;
 }
 

@@ -25,11 +25,25 @@ struct DaemonConfig {
   bool allow_unchecked = false;
   std::string ready_file;  // Written once serving; empty = none.
   std::string kernel_cache_dir;  // On-disk cache of compiled CUDA kernels; empty = memory only.
+  // Authentication and authorization (docs/security.md).
+  std::string auth_config;    // Textproto of cubed.v1.AuthConfig; empty = the default policy.
+  std::string listen_group;   // Group (name or number) of the Unix socket; empty = ours.
+  std::string tls_cert;       // PEM server certificate (chain) of the TCP listener.
+  std::string tls_key;        // PEM private key of tls_cert.
+  std::string tls_client_ca;  // PEM CA bundle: clients must present a certificate it signed.
+  bool insecure_tcp = false;  // Plain TCP (no TLS) allowed on --tcp.
+  std::string metrics_listen;    // HOST:PORT of the Prometheus endpoint; empty = off.
+  // A device loop that has not run a task this long makes health NOT_SERVING (liveness_monitor.h).
+  absl::Duration loop_stall_timeout = absl::Seconds(10);
 };
 
 // Reads the flags (after absl::ParseCommandLine). INVALID_ARGUMENT naming the flag when a value
 // is malformed or out of range, or when no listener is configured.
 absl::StatusOr<DaemonConfig> ConfigFromFlags();
+
+// The TCP listener is TLS (cert and key), or plain with insecure_tcp, never neither or both; TLS
+// flags need --tcp. INVALID_ARGUMENT naming the flags otherwise.
+absl::Status CheckTransportSecurity(const DaemonConfig& config);
 
 // Parses "1048576", "64MiB", "8GiB", "512KiB", "1.5GiB" into bytes. INVALID_ARGUMENT otherwise.
 absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text);

@@ -149,6 +149,30 @@ absl::StatusOr<Allocation> CpuServer::CreateTensor(absl::Span<const uint8_t> dat
 
 void CpuServer::Free(SliceId slice) { memory_->Free(slice); }
 
+void CpuServer::Write(const ResolvedTensor& target, uint64_t dense_offset,
+                      absl::Span<const uint8_t> bytes, DoneCallback done) {
+  uint64_t stride = 1;  // Dense row-major strides, as EmptyTensor lays tensors out.
+  for (size_t i = target.shape.size(); i-- > 0;) {
+    if (target.strides[i] != stride && target.shape[i] != 1) {
+      done(absl::InternalError("cpu Write: the target layout is not dense"));
+      return;
+    }
+    stride *= target.shape[i];
+  }
+  if (dense_offset > target.binding.size || bytes.size() > target.binding.size - dense_offset) {
+    done(absl::InternalError(absl::StrCat("cpu Write: [", dense_offset, ", +", bytes.size(),
+                                          ") exceeds the ", target.binding.size, "-byte target")));
+    return;
+  }
+  absl::StatusOr<uint8_t*> dst = Address(target.binding);
+  if (!dst.ok()) {
+    done(dst.status());
+    return;
+  }
+  Timed([&] { std::memcpy(*dst + dense_offset, bytes.data(), bytes.size()); });
+  done(absl::OkStatus());
+}
+
 void CpuServer::Read(std::vector<ResolvedBinding> bindings, std::vector<std::string>* out,
                      DoneCallback done) {
   out->resize(bindings.size());

@@ -7,9 +7,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
@@ -21,10 +23,20 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "server/backend_registry.h"
+#include "server/auth_config.h"
+#include "server/authenticator.h"
 #include "server/compute_service.h"
 #include "server/device_loop.h"
 #include "server/health_service.h"
+#include "server/liveness_monitor.h"
+#include "server/request_log.h"
+#include "server/metrics.h"
+#include "server/metrics_http.h"
+#include "server/metrics_text.h"
+#include "server/stats_collector.h"
 #include "server/session_stream.h"
+#include "server/systemd_notify.h"
+#include "server/unix_listener.h"
 #include "spdlog/spdlog.h"
 #ifdef CUBED_WITH_CUDA
 #include "server/cuda/cuda_server.h"
@@ -79,7 +91,43 @@ absl::Status PrepareUnixSocket(const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::Status WriteReadyFile(const std::string& path, const DaemonConfig& config, int tcp_port) {
+absl::StatusOr<std::string> ReadPem(const std::string& path, absl::string_view flag) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (!in || ss.str().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read ", path));
+  }
+  return ss.str();
+}
+
+// TLS (optionally requiring a client certificate) or, with --insecure_tcp, plain TCP.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(
+    const DaemonConfig& config) {
+  if (config.insecure_tcp) {
+    spdlog::warn(
+        "--insecure_tcp: serving plain TCP on {}: no encryption, and bearer tokens travel in "
+        "clear text; use --tls_cert/--tls_key outside a trusted network",
+        config.tcp_address);
+    return grpc::InsecureServerCredentials();
+  }
+  grpc::SslServerCredentialsOptions options;
+  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+  ASSIGN_OR_RETURN(pair.cert_chain, ReadPem(config.tls_cert, "--tls_cert"));
+  ASSIGN_OR_RETURN(pair.private_key, ReadPem(config.tls_key, "--tls_key"));
+  options.pem_key_cert_pairs.push_back(std::move(pair));
+  if (!config.tls_client_ca.empty()) {
+    ASSIGN_OR_RETURN(options.pem_root_certs, ReadPem(config.tls_client_ca, "--tls_client_ca"));
+    options.client_certificate_request =
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  spdlog::info("TCP {}: TLS{}", config.tcp_address,
+               config.tls_client_ca.empty() ? "" : " with client certificates (mTLS)");
+  return grpc::SslServerCredentials(options);
+}
+
+absl::Status WriteReadyFile(const std::string& path, const DaemonConfig& config, int tcp_port,
+                            const std::string& metrics_address) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp);
@@ -88,6 +136,7 @@ absl::Status WriteReadyFile(const std::string& path, const DaemonConfig& config,
       const std::string host = config.tcp_address.substr(0, config.tcp_address.rfind(':'));
       out << "tcp=" << host << ":" << tcp_port << "\n";
     }
+    if (!metrics_address.empty()) out << "metrics=" << metrics_address << "\n";
     if (!out) return absl::FailedPreconditionError(absl::StrCat("--ready_file: cannot write ", tmp));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
@@ -105,6 +154,9 @@ void ExitAfterDeviceLost(HealthService* health, const std::string& unix_socket,
   spdlog::critical("device lost ({}): health NOT_SERVING; exiting with status {} in {}",
                    std::string(status.message()), kDeviceLostExitCode, absl::FormatDuration(kDeviceLostGrace));
   if (health != nullptr) health->SetServing(false);
+  (void)SystemdNotifier::FromEnvironment().Notify(
+      absl::StrCat("STATUS=device lost: ", status.message(), "; exiting with status ",
+                   kDeviceLostExitCode));
   std::thread([unix_socket] {
     absl::SleepFor(kDeviceLostGrace);
     if (!unix_socket.empty()) unlink(unix_socket.c_str());
@@ -161,7 +213,13 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
 
   std::vector<DeviceLoop*> loops;
   for (auto& loop : d->loops_) loops.push_back(loop.get());
-  d->compute_ = std::make_unique<ComputeService>(loops, RequestLimits{});
+  d->metrics_ = std::make_unique<Metrics>();
+  Daemon* self_for_stats = d.get();
+  d->stats_ = std::make_unique<StatsCollector>(loops, d->metrics_.get(), [self_for_stats] {
+    return self_for_stats->streams_ == nullptr ? size_t{0} : self_for_stats->streams_->open_streams();
+  });
+  d->compute_ = std::make_unique<ComputeService>(loops, RequestLimits{}, d->metrics_.get(),
+                                                 d->stats_.get());
   d->health_ = std::make_unique<HealthService>();
 
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -170,17 +228,35 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   builder.SetMaxSendMessageSize(config.max_message_bytes);
   builder.RegisterService(d->compute_.get());
   builder.RegisterService(d->health_.get());
-  d->streams_ = std::make_unique<SessionStreamService>(loops, RequestLimits{});
+  {
+    // One log line per failed call, with method, session and request id (request_log.h).
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
+    creators.push_back(RequestLogFactory());
+    builder.experimental().SetInterceptorCreators(std::move(creators));
+  }
+  d->streams_ = std::make_unique<SessionStreamService>(loops, RequestLimits{},
+                                                      SessionStreamLimits{}, d->metrics_.get());
   builder.RegisterService(d->streams_.get());
+  // docs/security.md. The Unix socket is ours (Note [Unix peer credentials], unix_listener.h).
+  AuthPolicy policy = DefaultAuthPolicy();
+  if (!config.auth_config.empty()) {
+    ASSIGN_OR_RETURN(policy, LoadAuthConfig(config.auth_config));
+    spdlog::info("--auth_config {}: {} principals", config.auth_config, policy.principals.size());
+  }
+  if (!config.insecure_tcp) policy.anonymous_tcp = nullptr;
   if (!config.unix_socket.empty()) {
     RETURN_IF_ERROR(PrepareUnixSocket(config.unix_socket));
-    builder.AddListeningPort("unix:" + config.unix_socket, grpc::InsecureServerCredentials());
+    ASSIGN_OR_RETURN(d->unix_listener_,
+                     UnixListener::Listen(config.unix_socket, config.listen_group));
   }
+  d->auth_ = std::make_unique<Authenticator>(std::move(policy), d->unix_listener_.get());
+  d->compute_->SetAuthenticator(d->auth_.get());
+  d->streams_->SetAuthenticator(d->auth_.get());
   int tcp_port = 0;
   if (!config.tcp_address.empty()) {
-    spdlog::warn("serving plain TCP on {}: no authentication or encryption yet",
-                 config.tcp_address);
-    builder.AddListeningPort(config.tcp_address, grpc::InsecureServerCredentials(), &tcp_port);
+    ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                     TcpCredentials(config));
+    builder.AddListeningPort(config.tcp_address, credentials, &tcp_port);
   }
   d->server_ = builder.BuildAndStart();
   if (d->server_ == nullptr || (!config.tcp_address.empty() && tcp_port == 0)) {
@@ -189,13 +265,47 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
         config.unix_socket.empty() ? "" : "unix:" + config.unix_socket, " ", config.tcp_address,
         " (address in use, or a bad host:port?)"));
   }
-  if (!config.unix_socket.empty()) {
-    chmod(config.unix_socket.c_str(), 0660);
+  if (d->unix_listener_ != nullptr) {
+    d->unix_listener_->Start(d->server_.get());
     spdlog::info("serving on unix:{}", config.unix_socket);
   }
   if (tcp_port != 0) spdlog::info("serving on tcp port {}", tcp_port);
   d->health_->SetServing(true);
-  if (!config.ready_file.empty()) RETURN_IF_ERROR(WriteReadyFile(config.ready_file, config, tcp_port));
+  std::string metrics_address;
+  if (!config.metrics_listen.empty()) {
+    const StatsCollector* stats = d->stats_.get();
+    ASSIGN_OR_RETURN(d->metrics_http_,
+                     MetricsHttpServer::Start(config.metrics_listen,
+                                              [stats]() -> absl::StatusOr<std::string> {
+                                                ASSIGN_OR_RETURN(v1::GetStatsResponse s,
+                                                                 stats->CollectFor(absl::Seconds(5)));
+                                                return PrometheusText(s);
+                                              }));
+    metrics_address = d->metrics_http_->address();
+    spdlog::info("serving metrics on http://{}/metrics", metrics_address);
+  }
+  if (!config.ready_file.empty()) {
+    RETURN_IF_ERROR(WriteReadyFile(config.ready_file, config, tcp_port, metrics_address));
+  }
+  const SystemdNotifier notifier = SystemdNotifier::FromEnvironment();
+  LivenessOptions liveness;
+  liveness.stall_timeout = config.loop_stall_timeout;
+  // TEST ONLY (tests/systemd): an environment variable, never a flag or an RPC.
+  if (const char* wedge = std::getenv("CUBED_TEST_WEDGE_FILE")) liveness.wedge_file = wedge;
+  HealthService* health = d->health_.get();
+  d->liveness_ = std::make_unique<LivenessMonitor>(
+      loops, liveness, notifier, [health](bool responsive) { health->SetLoopsResponsive(responsive); });
+  if (notifier.watchdog_interval().has_value()) {
+    spdlog::info("systemd watchdog on: WATCHDOG=1 every {} while every device loop answers",
+                 absl::FormatDuration(d->liveness_->period()));
+  }
+  const std::string where = absl::StrCat(
+      config.unix_socket.empty() ? "" : " unix:" + config.unix_socket,
+      tcp_port == 0 ? "" : absl::StrCat(" tcp port ", tcp_port));
+  if (absl::Status s = notifier.Notify(absl::StrCat("READY=1\nSTATUS=serving on", where));
+      !s.ok()) {
+    spdlog::warn("systemd notify: {}", std::string(s.message()));
+  }
   return d;
 }
 
@@ -203,6 +313,9 @@ void Daemon::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   spdlog::info("shutting down: no new calls; waiting for calls in flight");
+  (void)SystemdNotifier::FromEnvironment().Notify("STOPPING=1\nSTATUS=shutting down");
+  if (liveness_ != nullptr) liveness_->Stop();  // Before the loops stop; ends WATCHDOG=1.
+  if (metrics_http_ != nullptr) metrics_http_->Stop();  // Scrapes read the loops: before they stop.
   compute_->StartDraining();
   streams_->StartDraining();
   health_->SetServing(false);
@@ -216,6 +329,7 @@ void Daemon::Shutdown() {
     while (loop->queued() > 0 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
   }
   // The loops keep running while the server drains, so queued calls can finish.
+  if (unix_listener_ != nullptr) unix_listener_->Stop();  // No new connections.
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server_->Wait();
   for (auto& loop : loops_) loop->Stop();  // Closes every session, frees every page.

@@ -15,15 +15,22 @@ class Server;
 
 namespace cubed {
 
+class Authenticator;
 class ComputeService;
 class DeviceLoop;
 class HealthService;
+class LivenessMonitor;
+class Metrics;
+class MetricsHttpServer;
+class StatsCollector;
 class SessionStreamService;
+class UnixListener;
 
 class Daemon {
  public:
   // Builds the backend and the device loop, starts serving on the configured listeners, sets
-  // health to SERVING and writes the ready file. FAILED_PRECONDITION / INVALID_ARGUMENT /
+  // health to SERVING, writes the ready file, starts the liveness monitor and tells systemd
+  // READY=1 (when started as Type=notify). FAILED_PRECONDITION / INVALID_ARGUMENT /
   // UNAVAILABLE (a listener could not bind) with the reason.
   static absl::StatusOr<std::unique_ptr<Daemon>> Start(const DaemonConfig& config);
 
@@ -35,7 +42,8 @@ class Daemon {
   static int WaitForTerminationSignal();
   static void BlockTerminationSignals();
 
-  // New calls answered UNAVAILABLE; health NOT_SERVING; queued work finishes; stop accepting
+  // Tells systemd STOPPING=1 and stops the liveness monitor (no more WATCHDOG=1); new calls
+  // answered UNAVAILABLE; health NOT_SERVING; queued work finishes; stop accepting
   // and let in-flight calls finish (up to 5 s, then cancel);
   // stop the device loops, which closes every session and frees every page. Idempotent.
   void Shutdown();
@@ -44,11 +52,19 @@ class Daemon {
   Daemon() = default;
 
   DaemonConfig config_;
+  // Before the loops: tasks the loops still run at their end may report to these.
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<StatsCollector> stats_;
   std::vector<std::unique_ptr<DeviceLoop>> loops_;
+  // Before the services, which use them (docs/security.md).
+  std::unique_ptr<UnixListener> unix_listener_;  // Null without --listen.
+  std::unique_ptr<Authenticator> auth_;
   std::unique_ptr<ComputeService> compute_;
   std::unique_ptr<HealthService> health_;
   std::unique_ptr<SessionStreamService> streams_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<LivenessMonitor> liveness_;
+  std::unique_ptr<MetricsHttpServer> metrics_http_;  // --metrics_listen; null when off.
   bool shut_down_ = false;
 };
 

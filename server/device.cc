@@ -23,6 +23,35 @@ absl::Status MarkPoison(absl::Status error) {
   return error;
 }
 
+// Checks that a tensor layout addresses only the `view` bytes of its binding.
+absl::Status CheckTensorSpan(const TensorRef& t, uint64_t view, absl::string_view what) {
+  uint64_t span = 1;
+  for (size_t d = 0; d < t.shape.size(); ++d) {
+    if (t.shape[d] == 0) return absl::OkStatus();  // No elements: addresses nothing.
+    std::optional<uint64_t> extent = CheckedMul(t.shape[d] - 1, t.strides[d]);
+    std::optional<uint64_t> next = extent ? CheckedAdd(span, *extent) : std::nullopt;
+    if (!next) return absl::InvalidArgumentError(absl::StrCat(what, ": layout overflows"));
+    span = *next;
+  }
+  std::optional<uint64_t> span_bytes = CheckedMul(span, t.elem_size);
+  if (!span_bytes || *span_bytes > view) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": shape and strides address ",
+                                                   span_bytes ? *span_bytes : UINT64_MAX,
+                                                   " bytes but the binding holds ", view));
+  }
+  return absl::OkStatus();
+}
+
+// Whether shape/strides are dense row-major (dims of size 1 may have any stride).
+bool IsDense(absl::Span<const uint64_t> shape, absl::Span<const uint64_t> strides) {
+  uint64_t stride = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    if (strides[i] != stride && shape[i] != 1) return false;
+    stride *= shape[i];
+  }
+  return true;
+}
+
 }  // namespace
 
 Device::Device(uint32_t index, std::unique_ptr<ComputeServer> server, DeviceOptions options)
@@ -33,19 +62,33 @@ Device::~Device() {
   sessions_.clear();
 }
 
-absl::StatusOr<SessionGrant> Device::OpenSession(absl::Duration lease, absl::Time now) {
+absl::StatusOr<SessionGrant> Device::OpenSession(absl::Duration lease, absl::Time now,
+                                                 PrincipalPtr owner) {
   if (lease == absl::ZeroDuration()) lease = options_.default_lease;
   if (lease < absl::ZeroDuration() || lease > options_.max_lease) {
     return absl::InvalidArgumentError(absl::StrCat("lease_ms: ", absl::ToInt64Milliseconds(lease),
                                                    " ms is outside 1 .. ",
                                                    absl::ToInt64Milliseconds(options_.max_lease)));
   }
+  if (owner != nullptr && owner->quotas.max_sessions != 0) {
+    auto it = owners_.find(owner.get());
+    const uint64_t open = it == owners_.end() ? 0 : it->second.sessions;
+    if (open >= owner->quotas.max_sessions) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "quota max_sessions of principal '", owner->name, "' (", owner->quotas.max_sessions,
+          ") reached: close a session first"));
+    }
+  }
   uint64_t id;
   do {  // Random, unguessable, low byte = device index; never 0 above the low byte.
     id = (absl::Uniform<uint64_t>(random_) & ~uint64_t{0xff}) | index_;
   } while ((id >> 8) == 0 || sessions_.contains(id));
-  sessions_.emplace(id, std::make_unique<Session>(id, lease, now, absl::Uniform<uint64_t>(random_)));
-  spdlog::info("session {} opened on device {} (lease {})", id, index_, absl::FormatDuration(lease));
+  if (owner != nullptr) ++owners_[owner.get()].sessions;
+  const std::string owner_name = owner != nullptr ? owner->name : "-";
+  sessions_.emplace(id, std::make_unique<Session>(id, lease, now, absl::Uniform<uint64_t>(random_),
+                                                  std::move(owner)));
+  spdlog::info("session {} opened on device {} by {} (lease {})", id, index_, owner_name,
+               absl::FormatDuration(lease));
   return SessionGrant{id, lease};
 }
 
@@ -55,6 +98,67 @@ void Device::CloseAll(Session& session) {
     session.profile().reset();
   }
   for (const auto& [handle, entry] : session.handles()) server_->Free(entry.slice);
+  if (session.owner() == nullptr) return;
+  auto it = owners_.find(session.owner().get());
+  if (it == owners_.end()) return;
+  it->second.sessions -= 1;
+  it->second.handles -= session.handles().size();
+  it->second.bytes -= session.bytes();
+  if (it->second.sessions == 0 && it->second.handles == 0 && it->second.bytes == 0) {
+    owners_.erase(it);
+  }
+}
+
+bool Device::IsOwnedBy(uint64_t session, const Principal* principal) const {
+  auto it = sessions_.find(session);
+  return it != sessions_.end() && it->second->owner().get() == principal;
+}
+
+absl::Status Device::CheckQuota(const Session& session, uint64_t bytes) const {
+  const Principal* owner = session.owner().get();
+  if (owner == nullptr) return absl::OkStatus();
+  const Quotas& q = owner->quotas;
+  const std::string who = absl::StrCat(" of principal '", owner->name, "'");
+  if (q.max_session_handles != 0 && session.handles().size() >= q.max_session_handles) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "quota max_session_handles", who, " (", q.max_session_handles,
+        ") reached: this session holds ", session.handles().size(), " handles"));
+  }
+  if (q.max_session_bytes != 0 && (bytes > q.max_session_bytes ||
+                                   session.bytes() > q.max_session_bytes - bytes)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "quota max_session_bytes", who, " (", q.max_session_bytes, "): this session holds ",
+        session.bytes(), " bytes and ", bytes, " more would exceed it"));
+  }
+  auto it = owners_.find(owner);
+  const OwnerUsage usage = it == owners_.end() ? OwnerUsage{} : it->second;
+  if (q.max_handles != 0 && usage.handles >= q.max_handles) {
+    return absl::ResourceExhaustedError(absl::StrCat("quota max_handles", who, " (", q.max_handles,
+                                                     ") reached over all its sessions"));
+  }
+  if (q.max_bytes != 0 && (bytes > q.max_bytes || usage.bytes > q.max_bytes - bytes)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "quota max_bytes", who, " (", q.max_bytes, "): its sessions hold ", usage.bytes,
+        " bytes and ", bytes, " more would exceed it"));
+  }
+  return absl::OkStatus();
+}
+
+void Device::Account(Session& session, uint64_t bytes, int sign) {
+  if (sign > 0) {
+    session.AddBytes(bytes);
+  } else {
+    session.SubtractBytes(bytes);
+  }
+  if (session.owner() == nullptr) return;
+  OwnerUsage& usage = owners_[session.owner().get()];
+  if (sign > 0) {
+    usage.handles += 1;
+    usage.bytes += bytes;
+  } else {
+    usage.handles -= 1;
+    usage.bytes -= bytes;
+  }
 }
 
 absl::StatusOr<uint64_t> Device::CloseSession(uint64_t session) {
@@ -86,6 +190,12 @@ absl::Time Device::NextExpiry() const {
   absl::Time next = absl::InfiniteFuture();
   for (const auto& [id, session] : sessions_) next = std::min(next, session->expiry());
   return next;
+}
+
+uint64_t Device::handle_count() const {
+  uint64_t n = 0;
+  for (const auto& [id, session] : sessions_) n += session->handles().size();
+  return n;
 }
 
 absl::StatusOr<Session*> Device::FindSession(uint64_t session, absl::Time now) {
@@ -120,16 +230,22 @@ absl::StatusOr<ResolvedBinding> Device::Resolve(Session& session, const BindingR
 absl::StatusOr<NewHandle> Device::AddHandle(Session& session,
                                             absl::StatusOr<Allocation> allocation) {
   if (!allocation.ok()) return allocation.status();
+  if (absl::Status quota = CheckQuota(session, allocation->size); !quota.ok()) {
+    server_->Free(allocation->slice);
+    return quota;
+  }
   NewHandle h;
   h.size = allocation->size;
   h.strides = std::move(allocation->strides);
   h.handle = session.AddHandle(allocation->slice, allocation->size);
+  Account(session, h.size, +1);
   return h;
 }
 
 absl::StatusOr<NewHandle> Device::Create(uint64_t session, absl::Span<const uint8_t> data,
                                          absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
+  RETURN_IF_ERROR(CheckQuota(*s, data.size()));
   return AddHandle(*s, server_->Create(data));
 }
 
@@ -137,17 +253,20 @@ absl::StatusOr<NewHandle> Device::CreateTensor(uint64_t session, absl::Span<cons
                                                absl::Span<const uint64_t> shape,
                                                uint32_t elem_size, absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
+  RETURN_IF_ERROR(CheckQuota(*s, data.size()));
   return AddHandle(*s, server_->CreateTensor(data, shape, elem_size));
 }
 
 absl::StatusOr<NewHandle> Device::Empty(uint64_t session, uint64_t size, absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
+  RETURN_IF_ERROR(CheckQuota(*s, size));
   return AddHandle(*s, server_->Empty(size));
 }
 
 absl::StatusOr<NewHandle> Device::EmptyTensor(uint64_t session, absl::Span<const uint64_t> shape,
                                               uint32_t elem_size, absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
+  RETURN_IF_ERROR(CheckQuota(*s, CheckedProduct(shape).value_or(0) * elem_size));
   return AddHandle(*s, server_->EmptyTensor(shape, elem_size));
 }
 
@@ -219,6 +338,75 @@ void Device::ReadTensor(uint64_t session, const std::vector<TensorRef>& tensors,
     return;
   }
   server_->ReadTensor(*std::move(resolved), out, std::move(done));
+}
+
+absl::Status Device::CheckBulkRead(uint64_t session, std::vector<TensorRef>& tensors, bool raw,
+                                   absl::Time now) {
+  ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const std::string what = absl::StrCat("bindings[", i, "]");
+    TensorRef& t = tensors[i];
+    ASSIGN_OR_RETURN(ResolvedBinding r, Resolve(*s, t.binding, what));
+    if (raw) {
+      t.shape = {r.size};
+      t.strides = {1};
+      t.elem_size = 1;
+      continue;
+    }
+    RETURN_IF_ERROR(CheckTensorSpan(t, r.size, what));
+  }
+  return absl::OkStatus();
+}
+
+void Device::ReadPiece(uint64_t session, const TensorRef& piece, std::string* out, absl::Time now,
+                       DoneCallback done) {
+  auto resolve = [&]() -> absl::StatusOr<ResolvedTensor> {
+    ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
+    ASSIGN_OR_RETURN(ResolvedBinding r, Resolve(*s, piece.binding, "binding"));
+    RETURN_IF_ERROR(CheckTensorSpan(piece, r.size, "binding"));
+    return ResolvedTensor{r, piece.shape, piece.strides, piece.elem_size};
+  };
+  absl::StatusOr<ResolvedTensor> t = resolve();
+  if (!t.ok()) {
+    done(t.status());
+    return;
+  }
+  auto bytes = std::make_shared<std::vector<std::string>>();
+  DoneCallback finish = [bytes, out, done = std::move(done)](absl::Status s) mutable {
+    if (s.ok() && bytes->size() == 1) *out = std::move((*bytes)[0]);
+    done(std::move(s));
+  };
+  if (IsDense(t->shape, t->strides)) {
+    ResolvedBinding b = t->binding;
+    b.size = CheckedProduct(t->shape).value_or(0) * t->elem_size;
+    server_->Read({b}, bytes.get(), std::move(finish));
+  } else {
+    server_->ReadTensor({*std::move(t)}, bytes.get(), std::move(finish));
+  }
+}
+
+void Device::WritePiece(uint64_t session, uint64_t handle, absl::Span<const uint64_t> shape,
+                        absl::Span<const uint64_t> strides, uint32_t elem_size,
+                        uint64_t dense_offset, absl::Span<const uint8_t> bytes, absl::Time now,
+                        DoneCallback done) {
+  auto resolve = [&]() -> absl::StatusOr<ResolvedTensor> {
+    ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
+    ASSIGN_OR_RETURN(ResolvedBinding r, Resolve(*s, BindingRef{handle, 0, 0}, "id"));
+    const uint64_t total = CheckedProduct(shape).value_or(0) * elem_size;
+    if (dense_offset > total || bytes.size() > total - dense_offset) {
+      return absl::InvalidArgumentError(absl::StrCat("bytes [", dense_offset, ", +", bytes.size(),
+                                                     ") exceed the ", total, " bytes of handle ",
+                                                     handle));
+    }
+    return ResolvedTensor{r, std::vector<uint64_t>(shape.begin(), shape.end()),
+                          std::vector<uint64_t>(strides.begin(), strides.end()), elem_size};
+  };
+  absl::StatusOr<ResolvedTensor> t = resolve();
+  if (!t.ok()) {
+    done(t.status());
+    return;
+  }
+  server_->Write(*t, dense_offset, bytes, std::move(done));
 }
 
 absl::StatusOr<ResourceDescription> Device::GetResource(uint64_t session,
@@ -344,6 +532,7 @@ absl::Status Device::Release(uint64_t session, absl::Span<const uint64_t> handle
     entry->refcount -= count;
     if (entry->refcount == 0) {
       server_->Free(entry->slice);
+      Account(*s, entry->size, -1);
       s->Erase(handle);
     }
   }
@@ -371,11 +560,16 @@ absl::Status Device::CheckClientId(uint64_t session, uint64_t id, absl::Time now
 absl::StatusOr<NewHandle> Device::AddHandleWithId(Session& session, uint64_t id,
                                                   absl::StatusOr<Allocation> allocation) {
   if (!allocation.ok()) return allocation.status();
+  if (absl::Status quota = CheckQuota(session, allocation->size); !quota.ok()) {
+    server_->Free(allocation->slice);
+    return quota;
+  }
   NewHandle h;
   h.handle = id;
   h.size = allocation->size;
   h.strides = std::move(allocation->strides);
   session.AddHandleWithId(id, allocation->slice, allocation->size);
+  Account(session, h.size, +1);
   return h;
 }
 
@@ -383,6 +577,7 @@ absl::StatusOr<NewHandle> Device::CreateWithId(uint64_t session, uint64_t id,
                                                absl::Span<const uint8_t> data, absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
   RETURN_IF_ERROR(CheckClientId(*s, id));
+  RETURN_IF_ERROR(CheckQuota(*s, data.size()));
   return AddHandleWithId(*s, id, server_->Create(data));
 }
 
@@ -392,6 +587,7 @@ absl::StatusOr<NewHandle> Device::CreateTensorWithId(uint64_t session, uint64_t 
                                                      uint32_t elem_size, absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
   RETURN_IF_ERROR(CheckClientId(*s, id));
+  RETURN_IF_ERROR(CheckQuota(*s, data.size()));
   return AddHandleWithId(*s, id, server_->CreateTensor(data, shape, elem_size));
 }
 
@@ -399,6 +595,7 @@ absl::StatusOr<NewHandle> Device::EmptyWithId(uint64_t session, uint64_t id, uin
                                               absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
   RETURN_IF_ERROR(CheckClientId(*s, id));
+  RETURN_IF_ERROR(CheckQuota(*s, size));
   return AddHandleWithId(*s, id, server_->Empty(size));
 }
 
@@ -407,6 +604,7 @@ absl::StatusOr<NewHandle> Device::EmptyTensorWithId(uint64_t session, uint64_t i
                                                     uint32_t elem_size, absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
   RETURN_IF_ERROR(CheckClientId(*s, id));
+  RETURN_IF_ERROR(CheckQuota(*s, CheckedProduct(shape).value_or(0) * elem_size));
   return AddHandleWithId(*s, id, server_->EmptyTensor(shape, elem_size));
 }
 

@@ -43,7 +43,10 @@ class Device {
   const DeviceDescription& Description() const { return server_->Description(); }
 
   // Sessions. A zero lease means the default; leases above max_lease are INVALID_ARGUMENT.
-  absl::StatusOr<SessionGrant> OpenSession(absl::Duration lease, absl::Time now);
+  // `owner` (null: none) owns the session (Note [Session ownership]); RESOURCE_EXHAUSTED when it
+  // holds quotas.max_sessions sessions already.
+  absl::StatusOr<SessionGrant> OpenSession(absl::Duration lease, absl::Time now,
+                                           PrincipalPtr owner = nullptr);
   // Returns the number of handles released. NOT_FOUND for an unknown session.
   absl::StatusOr<uint64_t> CloseSession(uint64_t session);
   // Closes every session whose lease has passed; returns how many.
@@ -53,8 +56,14 @@ class Device {
   size_t session_count() const { return sessions_.size(); }
   // Whether `session` is open (does not renew its lease).
   bool HasSession(uint64_t session) const { return sessions_.contains(session); }
+  // Note [Session ownership]: whether `session` is open and was opened by `principal` (both may
+  // be null). The edge answers a session of another principal exactly like an unknown one
+  // (NOT_FOUND), so that a guessed id says nothing about other principals' sessions.
+  bool IsOwnedBy(uint64_t session, const Principal* principal) const;
 
-  // Every method below first finds the session (NOT_FOUND) and renews its lease.
+  // Every method below first finds the session (NOT_FOUND) and renews its lease. Methods that
+  // allocate are RESOURCE_EXHAUSTED, naming the quota, when the new handle would take the
+  // session or its owner past a byte or handle quota (principal.h); nothing is left allocated.
   absl::StatusOr<NewHandle> Create(uint64_t session, absl::Span<const uint8_t> data, absl::Time now);
   absl::StatusOr<NewHandle> CreateTensor(uint64_t session, absl::Span<const uint8_t> data,
                                          absl::Span<const uint64_t> shape, uint32_t elem_size,
@@ -99,7 +108,28 @@ class Device {
   void PoisonId(uint64_t session, uint64_t id, absl::Status error);
   void PoisonHandles(uint64_t session, absl::Span<const uint64_t> handles, absl::Status error);
 
+  // Bulk transfers (Note [Bulk transfers], session_stream.h); the caller cuts a transfer into
+  // pieces. CheckBulkRead checks the bindings of a bulk read as Read (`raw`) or ReadTensor do,
+  // without max_read_bytes; for a raw read it sets each entry's shape to {view bytes}, strides
+  // to {1} and elem_size to 1, so that both kinds are tensors from then on.
+  absl::Status CheckBulkRead(uint64_t session, std::vector<TensorRef>& tensors, bool raw,
+                             absl::Time now);
+  // Reads one piece (a sub-tensor; binding.offset_start moved to its first element) densely into
+  // *out, which must outlive `done`. The handle is resolved again: a session closed or a handle
+  // poisoned meanwhile fails the piece.
+  void ReadPiece(uint64_t session, const TensorRef& piece, std::string* out, absl::Time now,
+                 DoneCallback done);
+  // Writes `bytes` as dense bytes [dense_offset, +size) of the whole allocation `handle`, laid
+  // out with `shape`, `strides` and `elem_size` as allocated (ComputeServer::Write). `bytes` must
+  // outlive `done`.
+  void WritePiece(uint64_t session, uint64_t handle, absl::Span<const uint64_t> shape,
+                  absl::Span<const uint64_t> strides, uint32_t elem_size, uint64_t dense_offset,
+                  absl::Span<const uint8_t> bytes, absl::Time now, DoneCallback done);
+
   MemoryUsage Usage() const { return server_->Usage(); }
+  KernelCacheStats KernelCache() const { return server_->KernelCache(); }
+  // Live handles across every open session (for metrics; O(sessions)).
+  uint64_t handle_count() const;
   void Cleanup() { server_->Cleanup(); }
 
  private:
@@ -112,11 +142,24 @@ class Device {
                                             absl::StatusOr<Allocation> allocation);
   absl::Status CheckClientId(const Session& session, uint64_t id) const;
   void CloseAll(Session& session);
+  // Whether one more handle of `bytes` fits the quotas of `session` and its owner.
+  absl::Status CheckQuota(const Session& session, uint64_t bytes) const;
+  // Keeps the byte and handle counts of the session and its owner (`sign` +1 add, -1 remove).
+  void Account(Session& session, uint64_t bytes, int sign);
+
+  // What each owner holds on this device, for its quotas (keyed by the owner's address; the
+  // sessions keep the principal alive). Entries are dropped once everything is zero.
+  struct OwnerUsage {
+    uint64_t sessions = 0;
+    uint64_t handles = 0;
+    uint64_t bytes = 0;
+  };
 
   uint32_t index_;
   std::unique_ptr<ComputeServer> server_;
   DeviceOptions options_;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Session>> sessions_;
+  absl::flat_hash_map<const Principal*, OwnerUsage> owners_;
   absl::BitGen random_;
 };
 

@@ -17,15 +17,20 @@ class HealthService::Watcher final : public grpc::ServerWriteReactor<HealthCheck
   // on its own threads, never inside Finish, so Forget cannot deadlock against it.
   void Update(HealthCheckResponse::ServingStatus status) {
     absl::MutexLock lock(&mu_);
-    if (finished_) return;
+    if (finished_ || ending_) return;
     pending_ = status;
     if (!writing_) WriteNext();
   }
+  // Ends the stream after the status already being written (NOT_SERVING at shutdown), so that
+  // watchers see it: Finish while a write is in flight would drop that write.
   void End() {
     absl::MutexLock lock(&mu_);
     if (finished_) return;
-    finished_ = true;
-    Finish(grpc::Status::OK);
+    ending_ = true;
+    if (!writing_) {
+      finished_ = true;
+      Finish(grpc::Status::OK);
+    }
   }
 
  private:
@@ -50,7 +55,12 @@ class HealthService::Watcher final : public grpc::ServerWriteReactor<HealthCheck
       }
       return;
     }
-    if (!finished_) WriteNext();
+    if (finished_) return;
+    WriteNext();
+    if (ending_ && !writing_) {
+      finished_ = true;
+      Finish(grpc::Status::OK);
+    }
   }
   void OnCancel() override { End(); }
   void OnDone() override {
@@ -66,6 +76,7 @@ class HealthService::Watcher final : public grpc::ServerWriteReactor<HealthCheck
   std::optional<HealthCheckResponse::ServingStatus> last_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool ending_ ABSL_GUARDED_BY(mu_) = false;  // End was called; finish after the write.
 
  public:
   const std::string& name() const { return name_; }
@@ -75,7 +86,8 @@ HealthService::~HealthService() { Shutdown(); }
 
 HealthCheckResponse::ServingStatus HealthService::StatusOf(const std::string& service) const {
   if (service.empty() || service == "cubed.v1.Compute") {
-    return serving_ ? HealthCheckResponse::SERVING : HealthCheckResponse::NOT_SERVING;
+    return serving_ && loops_responsive_ ? HealthCheckResponse::SERVING
+                                         : HealthCheckResponse::NOT_SERVING;
   }
   return HealthCheckResponse::SERVICE_UNKNOWN;
 }
@@ -83,6 +95,12 @@ HealthCheckResponse::ServingStatus HealthService::StatusOf(const std::string& se
 void HealthService::SetServing(bool serving) {
   absl::MutexLock lock(&mu_);
   serving_ = serving;
+  for (Watcher* w : watchers_) w->Update(StatusOf(w->name()));
+}
+
+void HealthService::SetLoopsResponsive(bool responsive) {
+  absl::MutexLock lock(&mu_);
+  loops_responsive_ = responsive;
   for (Watcher* w : watchers_) w->Update(StatusOf(w->name()));
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 
 // HealthService: grpc.health.v1.Health, compiled from Debian's grpc-proto so that reflection can
-// describe it. Serves the overall status ("") and "cubed.v1.Compute"; both follow SetServing.
+// describe it. Serves the overall status ("") and "cubed.v1.Compute"; both are SERVING only
+// while SetServing(true) holds and every device loop answers (SetLoopsResponsive).
 
 #include <set>
 #include <string>
@@ -20,6 +21,9 @@ class HealthService final : public grpc::health::v1::Health::CallbackService {
 
   // Sets every served name to SERVING (true) or NOT_SERVING (false) and tells all watchers.
   void SetServing(bool serving);
+  // Whether every device loop answers its liveness pings (server/liveness_monitor.h); starts
+  // true. While false every served name is NOT_SERVING, whatever SetServing said.
+  void SetLoopsResponsive(bool responsive);
   // Ends every Watch stream (before the server shuts down, which waits for them).
   void Shutdown();
 
@@ -40,6 +44,7 @@ class HealthService final : public grpc::health::v1::Health::CallbackService {
 
   mutable absl::Mutex mu_;
   bool serving_ ABSL_GUARDED_BY(mu_) = false;
+  bool loops_responsive_ ABSL_GUARDED_BY(mu_) = true;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   std::set<Watcher*> watchers_ ABSL_GUARDED_BY(mu_);
 };

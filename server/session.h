@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "server/compute_server.h"
+#include "server/principal.h"
 
 namespace cubed {
 
@@ -36,9 +37,16 @@ inline constexpr char kPoisonPayload[] = "type.cubed.dev/poisoned";
 // Owned by the device's server-loop thread.
 class Session {
  public:
-  Session(uint64_t id, absl::Duration lease, absl::Time now, uint64_t id_key);
+  // `owner` is the principal that opened the session (null: none, as in unit tests).
+  Session(uint64_t id, absl::Duration lease, absl::Time now, uint64_t id_key,
+          PrincipalPtr owner = nullptr);
 
   uint64_t id() const { return id_; }
+  const PrincipalPtr& owner() const { return owner_; }
+  // Bytes of the handles in the table (their sizes as the client sees them), for quotas.
+  uint64_t bytes() const { return bytes_; }
+  void AddBytes(uint64_t n) { bytes_ += n; }
+  void SubtractBytes(uint64_t n) { bytes_ -= n; }
   absl::Duration lease() const { return lease_; }
   absl::Time expiry() const { return last_used_ + lease_; }
   void Touch(absl::Time now) { last_used_ = now; }
@@ -75,6 +83,8 @@ class Session {
 
  private:
   uint64_t id_;
+  PrincipalPtr owner_;
+  uint64_t bytes_ = 0;
   absl::Duration lease_;
   absl::Time last_used_;
   uint64_t id_key_;        // Per-session key that scrambles handle ids.

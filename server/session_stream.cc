@@ -6,7 +6,10 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "server/session_stream_bulk.h"
 #include "server/session_stream_commands.h"
 #include "server/session_stream_runner.h"
 #include "server/status_conversion.h"
@@ -16,6 +19,48 @@ namespace cubed {
 
 using Reactor = grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>;
 
+// The Compute RPC a stream command needs permission for: the one of the same name
+// ("create_tensor" needs "CreateTensor").
+std::string StreamCommandRpc(StreamCommand::Kind kind) {
+  std::string rpc;
+  bool upper = true;
+  for (char c : KindName(kind)) {
+    if (c == '_') {
+      upper = true;
+      continue;
+    }
+    rpc.push_back(upper ? absl::ascii_toupper(static_cast<unsigned char>(c)) : c);
+    upper = false;
+  }
+  return rpc;
+}
+
+// Slots of a principal's quota max_inflight_commands, given back when destroyed. Move-only.
+class InflightSlots {
+ public:
+  InflightSlots() = default;
+  InflightSlots(PrincipalPtr principal, uint64_t n) : principal_(std::move(principal)), n_(n) {}
+  InflightSlots(InflightSlots&& other) noexcept
+      : principal_(std::move(other.principal_)), n_(std::exchange(other.n_, 0)) {}
+  InflightSlots& operator=(InflightSlots&& other) noexcept {
+    if (this != &other) {
+      Give();
+      principal_ = std::move(other.principal_);
+      n_ = std::exchange(other.n_, 0);
+    }
+    return *this;
+  }
+  ~InflightSlots() { Give(); }
+
+ private:
+  void Give() {
+    if (principal_ != nullptr && n_ != 0) principal_->ReleaseInflight(n_);
+    n_ = 0;
+  }
+  PrincipalPtr principal_;
+  uint64_t n_ = 0;
+};
+
 // One received SessionRequest, converted, waiting for the loop.
 struct StreamBatch {
   bool open = false;
@@ -23,6 +68,8 @@ struct StreamBatch {
   std::vector<StreamCommand> commands;
   size_t next = 0;     // Commands before this one already ran (a parked batch).
   uint64_t bytes = 0;  // Wire size, for Note [Stream backpressure].
+  absl::Time arrival;  // When it was received (metrics: queue time).
+  InflightSlots inflight;  // Its slots of the principal's max_inflight_commands.
 };
 
 // Everything one stream shares between its reactor (gRPC threads), its loop tasks and backend
@@ -33,6 +80,9 @@ class StreamState final : public ReplySink, public std::enable_shared_from_this<
  public:
   StreamState(SessionStreamService* service, Reactor* reactor)
       : service_(service), reactor_(reactor) {}
+
+  // The stream's principal (null without an authenticator); set before Start, then fixed.
+  void SetPrincipal(PrincipalPtr principal) { principal_ = std::move(principal); }
 
   // Starts the first read, or ends the stream UNAVAILABLE when the daemon is draining.
   void Start(bool draining);
@@ -49,10 +99,16 @@ class StreamState final : public ReplySink, public std::enable_shared_from_this<
  private:
   // Converts incoming_ into a batch, or returns the protocol error that ends the stream.
   absl::StatusOr<StreamBatch> TakeIncoming();
+  // Fails the commands of `batch` the principal may not run or that exceed its in-flight quotas
+  // (they fail in their place, like any invalid command), and takes the batch's quota slots.
+  void ApplyPrincipal(StreamBatch& batch);
   // One step on the loop: runs one batch, or closes the session when the stream is over.
   void Drain(Device& device);
   // Runs `batch` from batch.next; returns false when it parked (batch.next says where).
   bool RunBatch(Device& device, StreamBatch& batch);
+  // Runs one command through runner_, recording it in the metrics.
+  void RunMetered(Device& device, StreamCommand& command, absl::Time arrival,
+                  const std::shared_ptr<ReplySink>& sink);
 
   void EndLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleDrainLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -65,6 +121,14 @@ class StreamState final : public ReplySink, public std::enable_shared_from_this<
 
   SessionStreamService* const service_;
   const SessionStreamLimits& limits() const { return service_->stream_limits_; }
+  PrincipalPtr principal_;
+  // Commands in flight before the reactor stops reading: the stream's bound, or the principal's
+  // max_session_inflight_commands when lower.
+  uint64_t max_commands() const {
+    const uint64_t quota =
+        principal_ != nullptr ? principal_->quotas.max_session_inflight_commands : 0;
+    return quota != 0 ? std::min<uint64_t>(quota, limits().max_commands) : limits().max_commands;
+  }
 
   absl::Mutex mu_;
   Reactor* reactor_ ABSL_GUARDED_BY(mu_);  // Null once finished.
@@ -94,6 +158,29 @@ class StreamState final : public ReplySink, public std::enable_shared_from_this<
   uint64_t writing_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 
   StreamRunner runner_;  // Loop thread only.
+  // Bulk transfers (Note [Bulk transfers], session_stream_bulk.h); set by Start, then fixed.
+  std::shared_ptr<BulkTransfers> bulk_;
+  // Whether the loop has something to run: a batch, or a step of the transfer the stream waits
+  // for.
+  bool WorkLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (ending_) return false;
+    if (bulk_ != nullptr && bulk_->waiting()) return bulk_->ready();
+    return !parked_ && !batches_.empty();
+  }
+  bool WaitingLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return bulk_ != nullptr && bulk_->waiting();
+  }
+
+  // Metrics of the commands: the one running on the loop (loop thread only), and the answering
+  // commands whose reply is not filled yet, by slot.
+  struct RunningCommand {
+    StreamCommandMetrics* metrics = nullptr;
+    absl::Time start;
+    bool reserved = false;  // It reserved a reply slot: Fill records it.
+  };
+  RunningCommand running_;
+  absl::flat_hash_map<uint64_t, RunningCommand> answering_ ABSL_GUARDED_BY(mu_);
+  MethodMetrics& stream_metrics() { return service_->metrics_->method(Method::kSession); }
 };
 
 namespace {
@@ -118,6 +205,12 @@ class StreamReactor final : public Reactor {
 }  // namespace
 
 void StreamState::Start(bool draining) {
+  bulk_ = std::make_shared<BulkTransfers>([weak = weak_from_this()] {
+    if (std::shared_ptr<StreamState> self = weak.lock()) {
+      absl::MutexLock lock(&self->mu_);
+      self->ScheduleDrainLocked();
+    }
+  });
   absl::MutexLock lock(&mu_);
   if (draining) {
     EndLocked(absl::UnavailableError("the daemon is shutting down"));
@@ -145,11 +238,45 @@ absl::StatusOr<StreamBatch> StreamState::TakeIncoming() {
   batch.open = first;
   batch.lease_ms = incoming_.open().lease_ms();
   batch.bytes = incoming_.ByteSizeLong();
+  batch.arrival = absl::Now();
+  stream_metrics().bytes_received.fetch_add(batch.bytes, std::memory_order_relaxed);
   batch.commands.reserve(incoming_.commands_size());
   for (v1::Command& c : *incoming_.mutable_commands()) {
     batch.commands.push_back(ToStreamCommand(c, service_->limits_));
   }
+  ApplyPrincipal(batch);
   return batch;
+}
+
+void StreamState::ApplyPrincipal(StreamBatch& batch) {
+  if (principal_ == nullptr) return;
+  for (StreamCommand& c : batch.commands) {
+    if (!c.invalid.ok()) continue;
+    c.invalid = principal_->CheckRpc(StreamCommandRpc(c.kind));
+    if (c.invalid.ok() && c.kind == StreamCommand::Kind::kExecute) {
+      c.invalid = principal_->CheckExecute(!c.execute.kernel.is_builtin, c.execute.unchecked);
+    }
+  }
+  const uint64_t n = batch.commands.size();
+  uint64_t room = n;
+  if (const uint64_t quota = principal_->quotas.max_session_inflight_commands; quota != 0) {
+    absl::MutexLock lock(&mu_);
+    room = pending_commands_ >= quota ? 0 : std::min(n, quota - pending_commands_);
+  }
+  const uint64_t taken = principal_->AcquireInflightUpTo(room);
+  batch.inflight = InflightSlots(principal_, taken);
+  for (uint64_t i = taken; i < n; ++i) {
+    StreamCommand& c = batch.commands[i];
+    if (!c.invalid.ok()) continue;
+    c.invalid = i >= room
+                    ? absl::ResourceExhaustedError(absl::StrCat(
+                          "quota max_session_inflight_commands of principal '", principal_->name,
+                          "' (", principal_->quotas.max_session_inflight_commands,
+                          ") exceeded by this SessionRequest"))
+                    : absl::ResourceExhaustedError(absl::StrCat(
+                          "quota max_inflight_commands of principal '", principal_->name, "' (",
+                          principal_->quotas.max_inflight_commands, ") reached"));
+  }
 }
 
 void StreamState::OnReadDone(bool ok) {
@@ -221,6 +348,7 @@ void StreamState::EndLocked(absl::Status status) {
   ending_ = true;
   end_status_ = std::move(status);
   spdlog::debug("session stream ends: {}", end_status_.ToString());
+  if (bulk_ != nullptr) bulk_->EndAll(end_status_);
   batches_.clear();
   parked_ = false;
   ScheduleDrainLocked();  // Closes the session on the loop.
@@ -230,18 +358,28 @@ void StreamState::EndLocked(absl::Status status) {
 uint64_t StreamState::Reserve() {
   absl::MutexLock lock(&mu_);
   slots_.emplace_back();
-  return first_slot_ + slots_.size() - 1;
+  const uint64_t slot = first_slot_ + slots_.size() - 1;
+  if (running_.metrics != nullptr && !running_.reserved) {
+    running_.reserved = true;
+    answering_.emplace(slot, running_);
+  }
+  return slot;
 }
 
 void StreamState::Fill(uint64_t slot, v1::Reply reply) {
   absl::MutexLock lock(&mu_);
+  if (auto it = answering_.find(slot); it != answering_.end()) {
+    it->second.metrics->execution.Observe(absl::Now() - it->second.start);
+    it->second.metrics->codes.Count(static_cast<absl::StatusCode>(reply.code()));
+    answering_.erase(it);
+  }
   reply_bytes_ += reply.ByteSizeLong();
   slots_[slot - first_slot_] = std::move(reply);
   MaybeWriteLocked();
 }
 
 bool StreamState::InFlightOverLocked() const {
-  return pending_commands_ + slots_.size() >= limits().max_commands ||
+  return pending_commands_ + slots_.size() >= max_commands() ||
          pending_bytes_ + reply_bytes_ >= limits().max_bytes;
 }
 
@@ -251,8 +389,9 @@ bool StreamState::RepliesOverLocked() const {
 
 void StreamState::ScheduleDrainLocked() {
   if (drain_scheduled_ || loop_ == nullptr || loop_gone_) return;
-  const bool work = !ending_ && !parked_ && !batches_.empty();
-  const bool close = (ending_ || (read_closed_ && batches_.empty())) && !session_closed_;
+  const bool work = WorkLocked();
+  const bool close =
+      (ending_ || (read_closed_ && batches_.empty() && !WaitingLocked())) && !session_closed_;
   if (!work && !close) return;
   drain_scheduled_ = true;
   if (!loop_->Post([self = shared_from_this()](Device& d) { self->Drain(d); })) {
@@ -268,14 +407,33 @@ void StreamState::Drain(Device& device) {
   StreamBatch batch;
   {
     absl::MutexLock lock(&mu_);
-    const bool work = !ending_ && !parked_ && !batches_.empty();
+    const bool work = WorkLocked();
     if (!work) {
       drain_scheduled_ = false;
-      if (ending_ || (read_closed_ && batches_.empty() && !parked_)) {
+      if (ending_ || (read_closed_ && batches_.empty() && !parked_ && !WaitingLocked())) {
+        service_->UnregisterBulk(runner_.session());
+        bulk_->EndAll(end_status_);
         runner_.Close(device);
         session_closed_ = true;
         MaybeFinishLocked();
       }
+      return;
+    }
+    if (WaitingLocked()) {
+      // One step of the transfer the stream waits for (Note [Bulk transfers]).
+      mu_.Unlock();
+      if (!device.HasSession(runner_.session())) {
+        End(absl::NotFoundError(absl::StrCat(
+            "session ", runner_.session(),
+            " was closed under the stream (its lease passed, or CloseSession named it)")));
+      } else {
+        bulk_->Step(device, runner_, *this);
+      }
+      mu_.Lock();
+      drain_scheduled_ = false;
+      ScheduleDrainLocked();
+      MaybeReadLocked();
+      MaybeFinishLocked();
       return;
     }
     batch = std::move(batches_.front());
@@ -294,16 +452,33 @@ void StreamState::Drain(Device& device) {
   MaybeReadLocked();
 }
 
+void StreamState::RunMetered(Device& device, StreamCommand& command, absl::Time arrival,
+                             const std::shared_ptr<ReplySink>& sink) {
+  StreamCommandMetrics& metrics = service_->metrics_->stream_command(static_cast<int>(command.kind));
+  const absl::Time start = absl::Now();
+  metrics.queue.Observe(start - arrival);
+  const uint64_t failures = runner_.failures();
+  running_ = RunningCommand{&metrics, start, false};
+  runner_.Run(device, command, sink);
+  if (!running_.reserved) {  // Done now; otherwise Fill records it.
+    metrics.execution.Observe(absl::Now() - start);
+    metrics.codes.Count(runner_.failures() != failures ? runner_.last_failure_code()
+                                                       : absl::StatusCode::kOk);
+  }
+  running_ = RunningCommand();
+}
+
 bool StreamState::RunBatch(Device& device, StreamBatch& batch) {
   if (batch.open) {
     batch.open = false;
-    absl::StatusOr<v1::SessionResponse::Opened> opened = runner_.Open(device, batch.lease_ms);
+    absl::StatusOr<v1::SessionResponse::Opened> opened = runner_.Open(device, batch.lease_ms, principal_);
     absl::MutexLock lock(&mu_);
     if (!opened.ok()) {
       session_closed_ = true;
       EndLocked(opened.status());
       return true;
     }
+    service_->RegisterBulk(opened->session(), bulk_, principal_);
     opened_ = *std::move(opened);
     MaybeWriteLocked();
   } else if (!device.HasSession(runner_.session())) {
@@ -323,7 +498,17 @@ bool StreamState::RunBatch(Device& device, StreamBatch& batch) {
       }
       --pending_commands_;
     }
-    runner_.Run(device, batch.commands[batch.next], sink);
+    StreamCommand& command = batch.commands[batch.next];
+    if (IsBulkCreate(command) || IsBulkRead(command)) {
+      const bool waits = bulk_->Start(device, runner_, command, *this);
+      batch.commands[batch.next] = StreamCommand();
+      ++batch.next;
+      if (waits) return false;  // Drain steps the transfer until the command is done.
+      continue;
+    }
+    const uint64_t seq = command.seq;
+    RunMetered(device, command, batch.arrival, sink);
+    bulk_->Passed(seq);
     batch.commands[batch.next] = StreamCommand();  // Frees its payload now.
     ++batch.next;
   }
@@ -352,6 +537,7 @@ void StreamState::MaybeWriteLocked() {
   }
   if (!writing_.has_opened() && writing_.replies_size() == 0) return;
   write_in_flight_ = true;
+  stream_metrics().bytes_sent.fetch_add(writing_.ByteSizeLong(), std::memory_order_relaxed);
   reactor_->StartWrite(&writing_);
 }
 
@@ -367,24 +553,38 @@ void StreamState::MaybeFinishLocked() {
 
 void StreamState::FinishLocked(const absl::Status& status) {
   finished_ = true;
+  if (bulk_ != nullptr) bulk_->EndAll(status);
+  stream_metrics().codes.Count(status.code());
   reactor_->Finish(ToGrpcStatus(status));
   reactor_ = nullptr;
   service_->Forget(this);
 }
 
 SessionStreamService::SessionStreamService(std::vector<DeviceLoop*> loops, RequestLimits limits,
-                                           SessionStreamLimits stream_limits)
-    : loops_(std::move(loops)), limits_(limits), stream_limits_(stream_limits) {}
+                                           SessionStreamLimits stream_limits, Metrics* metrics)
+    : loops_(std::move(loops)),
+      limits_(limits),
+      stream_limits_(stream_limits),
+      own_metrics_(metrics == nullptr ? std::make_unique<Metrics>() : nullptr),
+      metrics_(metrics == nullptr ? own_metrics_.get() : metrics) {}
 
 SessionStreamService::~SessionStreamService() = default;
 
-Reactor* SessionStreamService::Session(grpc::CallbackServerContext*) {
+Reactor* SessionStreamService::Session(grpc::CallbackServerContext* ctx) {
   auto* reactor = new StreamReactor(this);
   std::shared_ptr<StreamState> state = reactor->state();
   {
     absl::MutexLock lock(&mu_);
     open_.emplace(state.get(), state);
   }
+  // A stream opens a session: it needs OpenSession, and each command its own RPC.
+  absl::StatusOr<PrincipalPtr> principal =
+      auth_ != nullptr ? auth_->Authorize(*ctx, "OpenSession") : PrincipalPtr();
+  if (!principal.ok()) {
+    state->End(principal.status());
+    return reactor;
+  }
+  state->SetPrincipal(*std::move(principal));
   // Registered first: a stream that ends at once (draining) forgets itself.
   state->Start(draining_.load(std::memory_order_acquire));
   return reactor;

@@ -24,7 +24,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "cubed/v1/session.grpc.pb.h"
+#include "server/authenticator.h"
 #include "server/device_loop.h"
+#include "server/metrics.h"
 #include "server/request_conversion.h"
 
 namespace cubed {
@@ -37,36 +39,64 @@ struct SessionStreamLimits {
 };
 
 class StreamState;
+class BulkTransfers;
 
 // Thread-safe: gRPC calls it from its own threads. The loops must outlive the service, and the
 // service must outlive the gRPC server it is registered with.
 class SessionStreamService final : public v1::SessionStream::CallbackService {
  public:
+  // Records streams and their commands in `metrics` (null: a registry of its own), which must
+  // outlive the service.
   SessionStreamService(std::vector<DeviceLoop*> loops, RequestLimits limits,
-                       SessionStreamLimits stream_limits = {});
+                       SessionStreamLimits stream_limits = {}, Metrics* metrics = nullptr);
   ~SessionStreamService() override;
 
   // From now on new streams end UNAVAILABLE at once, and every open stream ends UNAVAILABLE
   // (closing its session). Called first in shutdown.
   void StartDraining();
+  // Every later stream is authorized by `auth` (authenticator.h), which must outlive the
+  // service: opening needs OpenSession, each command the RPC of its name; the session belongs to
+  // the stream's principal. Without one (unit tests) everything is allowed. Call before serving.
+  void SetAuthenticator(const Authenticator* auth) { auth_ = auth; }
 
   grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* Session(
       grpc::CallbackServerContext* ctx) override;
 
+  // Bulk transfers of a stream's command (Note [Bulk transfers], session_stream_bulk.h).
+  grpc::ServerReadReactor<v1::UploadChunk>* Upload(grpc::CallbackServerContext* ctx,
+                                                   v1::UploadDone* response) override;
+  grpc::ServerWriteReactor<v1::DownloadChunk>* Download(
+      grpc::CallbackServerContext* ctx, const v1::DownloadRequest* request) override;
+
   // Streams open now (for tests and metrics).
   size_t open_streams() const;
+
+  // The bulk transfers of the stream of `session`, or null when no open stream has it or it
+  // belongs to another principal than `caller` (both null without an authenticator).
+  std::shared_ptr<BulkTransfers> FindBulk(uint64_t session, const Principal* caller) const;
 
  private:
   friend class StreamState;
   void Forget(StreamState* state);
+  // A stream's session is joined to its transfers from open to close.
+  void RegisterBulk(uint64_t session, std::weak_ptr<BulkTransfers> bulk, PrincipalPtr owner);
+  void UnregisterBulk(uint64_t session);
+  struct BulkEntry {
+    std::weak_ptr<BulkTransfers> bulk;
+    PrincipalPtr owner;
+  };
 
   std::vector<DeviceLoop*> loops_;
   RequestLimits limits_;
   SessionStreamLimits stream_limits_;
+  std::unique_ptr<Metrics> own_metrics_;
+  Metrics* metrics_;
   std::atomic<bool> draining_{false};
+  const Authenticator* auth_ = nullptr;
   mutable absl::Mutex mu_;
   // Open streams, so that StartDraining can end them. A state removes itself when it finishes.
   absl::flat_hash_map<StreamState*, std::shared_ptr<StreamState>> open_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, BulkEntry> bulk_ ABSL_GUARDED_BY(mu_);  // By session id.
 };
 
 }  // namespace cubed

@@ -46,6 +46,16 @@ absl::Status Convert(v1::Command& c, const RequestLimits& limits, StreamCommand&
       out.kind = Kind::kCreate;
       out.id = c.create().id();
       out.data = std::move(*c.mutable_create()->mutable_data());
+      if (c.create().bulk_size() != 0) {
+        out.bulk = true;
+        out.size = c.create().bulk_size();
+        if (!out.data.empty()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "data: ", out.data.size(), " bytes given with bulk_size ", out.size,
+              "; a bulk create's bytes come through Upload, data must be empty"));
+        }
+        return absl::OkStatus();
+      }
       if (out.data.empty()) {
         return absl::InvalidArgumentError("data: empty; create needs at least 1 byte");
       }
@@ -57,6 +67,20 @@ absl::Status Convert(v1::Command& c, const RequestLimits& limits, StreamCommand&
       out.data = std::move(*t.mutable_data());
       out.shape.assign(t.shape().begin(), t.shape().end());
       out.elem_size = t.elem_size();
+      if (t.bulk()) {
+        out.bulk = true;
+        if (!out.data.empty()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "data: ", out.data.size(),
+              " bytes given with bulk; a bulk create's bytes come through Upload, data must be "
+              "empty"));
+        }
+        ASSIGN_OR_RETURN(out.size, CheckTensorShape(out.shape, out.elem_size, "create_tensor"));
+        if (out.size == 0) {
+          return absl::InvalidArgumentError("create_tensor: a bulk create needs at least 1 byte");
+        }
+        return absl::OkStatus();
+      }
       return CheckTensor(out.shape, out.elem_size, "create_tensor", &out.data);
     }
     case v1::Command::kEmpty:
@@ -89,6 +113,7 @@ absl::Status Convert(v1::Command& c, const RequestLimits& limits, StreamCommand&
     }
     case v1::Command::kRead: {
       out.kind = Kind::kRead;
+      out.bulk = c.read().bulk();
       v1::ReadRequest request;
       request.mutable_bindings()->Swap(c.mutable_read()->mutable_bindings());
       ASSIGN_OR_RETURN(out.read, ToReadBindings(request, limits));
@@ -96,6 +121,7 @@ absl::Status Convert(v1::Command& c, const RequestLimits& limits, StreamCommand&
     }
     case v1::Command::kReadTensor: {
       out.kind = Kind::kReadTensor;
+      out.bulk = c.read_tensor().bulk();
       v1::ReadTensorRequest request;
       request.mutable_bindings()->Swap(c.mutable_read_tensor()->mutable_bindings());
       ASSIGN_OR_RETURN(out.read_tensor, ToTensorRefs(request, limits));

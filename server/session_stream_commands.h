@@ -52,7 +52,22 @@ struct StreamCommand {
   std::vector<uint64_t> ids;            // release.
   std::vector<BindingRef> read;         // read.
   std::vector<TensorRef> read_tensor;   // read_tensor.
+  // Bulk create / read (Note [Bulk transfers], session_stream.h): the bytes move on Upload /
+  // Download. For a bulk create, `size` is the byte count the upload must bring.
+  bool bulk = false;
+  std::vector<uint64_t> strides;  // A bulk create's layout once allocated (shape: `shape`).
+  uint64_t allocated = 0;         // A bulk create's allocation, bytes (padding included).
 };
+
+// Whether `command` is a bulk create (create.bulk_size, create_tensor.bulk) or a bulk read.
+inline bool IsBulkCreate(const StreamCommand& c) {
+  return c.bulk && (c.kind == StreamCommand::Kind::kCreate ||
+                    c.kind == StreamCommand::Kind::kCreateTensor);
+}
+inline bool IsBulkRead(const StreamCommand& c) {
+  return c.bulk && (c.kind == StreamCommand::Kind::kRead ||
+                    c.kind == StreamCommand::Kind::kReadTensor);
+}
 
 // The command's kind as in error messages and the proto ("create", "execute", ...).
 absl::string_view KindName(StreamCommand::Kind kind);

@@ -50,10 +50,11 @@ absl::Status Prefixed(const StreamCommand& command, const absl::Status& status) 
 }  // namespace
 
 absl::StatusOr<v1::SessionResponse::Opened> StreamRunner::Open(Device& device,
-                                                               uint64_t lease_ms) {
+                                                               uint64_t lease_ms,
+                                                               PrincipalPtr owner) {
   constexpr uint64_t kMaxMs = uint64_t{100} * 365 * 24 * 3600 * 1000;  // Clamp; refused below.
   const absl::Duration lease = absl::Milliseconds(static_cast<int64_t>(std::min(lease_ms, kMaxMs)));
-  absl::StatusOr<SessionGrant> grant = device.OpenSession(lease, absl::Now());
+  absl::StatusOr<SessionGrant> grant = device.OpenSession(lease, absl::Now(), std::move(owner));
   if (!grant.ok()) return grant.status();
   session_ = grant->session;
   v1::SessionResponse::Opened opened;
@@ -69,11 +70,13 @@ void StreamRunner::Close(Device& device) {
   session_ = 0;
 }
 
-void StreamRunner::Fail(Device& device, const StreamCommand& command, const absl::Status& status,
-                        ReplySink& sink, bool id_ok) {
+absl::Status StreamRunner::Fail(Device& device, const StreamCommand& command,
+                                const absl::Status& status, ReplySink& sink, bool id_ok) {
+  ++failures_;
+  last_failure_code_ = status.code();
   if (Answers(command.kind)) {  // Reports its own failure, as it happened.
     sink.Fill(sink.Reserve(), ErrorReply(command.seq, status));
-    return;
+    return status;
   }
   const absl::Status error = Prefixed(command, status);
   spdlog::debug("session {}: {}", session_, error.ToString());
@@ -81,35 +84,96 @@ void StreamRunner::Fail(Device& device, const StreamCommand& command, const absl
   if (command.kind == Kind::kExecute) device.PoisonHandles(session_, command.outputs, error);
   if (IsTensor(command.kind)) sink.Fill(sink.Reserve(), ErrorReply(command.seq, error));
   if (failed_++ == 0) first_error_ = error;
+  return error;
+}
+
+absl::Status StreamRunner::CheckSeq(const StreamCommand& command) {
+  if (have_seq_ && command.seq <= last_seq_) {
+    return absl::InvalidArgumentError(absl::StrCat("seq: ", command.seq,
+                                                   " is not greater than the previous seq ",
+                                                   last_seq_, "; seq must strictly increase"));
+  }
+  have_seq_ = true;
+  last_seq_ = command.seq;
+  return command.invalid;
+}
+
+absl::Status StreamRunner::StartBulk(Device& device, StreamCommand& command, ReplySink& sink) {
+  const absl::Status status = CheckSeq(command);
+  const absl::Time now = absl::Now();
+  if (IsBulkCreate(command)) {
+    if (absl::Status id = device.CheckClientId(session_, command.id, now); !id.ok()) {
+      return Fail(device, command, id, sink, /*id_ok=*/false);
+    }
+    if (!status.ok()) return Fail(device, command, status, sink, /*id_ok=*/true);
+    absl::StatusOr<NewHandle> h;
+    if (command.kind == Kind::kCreate) {
+      h = device.EmptyWithId(session_, command.id, command.size, now);
+    } else {
+      h = device.EmptyTensorWithId(session_, command.id, command.shape, command.elem_size, now);
+    }
+    if (!h.ok()) return Fail(device, command, h.status(), sink, /*id_ok=*/true);
+    command.allocated = h->size;
+    if (command.kind == Kind::kCreate) {
+      command.shape = {command.size};
+      command.strides = {1};
+      command.elem_size = 1;
+    } else {
+      command.strides = h->strides;
+    }
+    return absl::OkStatus();
+  }
+  if (!status.ok()) return Fail(device, command, status, sink, /*id_ok=*/false);
+  const bool raw = command.kind == Kind::kRead;
+  if (raw) {
+    command.read_tensor.clear();
+    for (const BindingRef& b : command.read) command.read_tensor.push_back(TensorRef{b, {}, {}, 0});
+  }
+  if (absl::Status s = device.CheckBulkRead(session_, command.read_tensor, raw, now); !s.ok()) {
+    return Fail(device, command, s, sink, /*id_ok=*/false);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StreamRunner::FinishBulk(Device& device, StreamCommand& command,
+                                      const absl::Status& status, ReplySink& sink) {
+  if (!status.ok()) {
+    if (IsBulkCreate(command)) {
+      (void)device.Release(session_, absl::MakeConstSpan(&command.id, 1), absl::Now());
+      return Fail(device, command, status, sink, /*id_ok=*/true);
+    }
+    return Fail(device, command, status, sink, /*id_ok=*/false);
+  }
+  if (command.kind == Kind::kCreate) return absl::OkStatus();
+  v1::Reply reply;
+  reply.set_seq(command.seq);
+  if (command.kind == Kind::kCreateTensor) {
+    for (uint64_t st : command.strides) reply.mutable_tensor()->add_strides(st);
+    reply.mutable_tensor()->set_size(command.allocated);
+  }
+  sink.Fill(sink.Reserve(), std::move(reply));
+  return absl::OkStatus();
 }
 
 void StreamRunner::Run(Device& device, StreamCommand& command,
                        const std::shared_ptr<ReplySink>& sink) {
-  absl::Status status = command.invalid;
-  if (have_seq_ && command.seq <= last_seq_) {
-    status = absl::InvalidArgumentError(absl::StrCat("seq: ", command.seq,
-                                                     " is not greater than the previous seq ",
-                                                     last_seq_, "; seq must strictly increase"));
-  } else {
-    have_seq_ = true;
-    last_seq_ = command.seq;
-  }
+  absl::Status status = CheckSeq(command);
   const absl::Time now = absl::Now();
   if (IsNewAllocation(command.kind)) {
     // A bad id is not entered; any other failure poisons it.
     if (absl::Status id = device.CheckClientId(session_, command.id, now); !id.ok()) {
-      Fail(device, command, id, *sink, /*id_ok=*/false);
+      (void)Fail(device, command, id, *sink, /*id_ok=*/false);
       return;
     }
     if (!status.ok()) {
-      Fail(device, command, status, *sink, /*id_ok=*/true);
+      (void)Fail(device, command, status, *sink, /*id_ok=*/true);
       return;
     }
     RunCreate(device, command, *sink);
     return;
   }
   if (!status.ok()) {
-    Fail(device, command, status, *sink, /*id_ok=*/false);
+    (void)Fail(device, command, status, *sink, /*id_ok=*/false);
     return;
   }
   switch (command.kind) {
@@ -132,7 +196,7 @@ void StreamRunner::Run(Device& device, StreamCommand& command,
       RunAnswering(device, command, sink);
       return;
   }
-  if (!status.ok()) Fail(device, command, status, *sink, /*id_ok=*/false);
+  if (!status.ok()) (void)Fail(device, command, status, *sink, /*id_ok=*/false);
 }
 
 void StreamRunner::RunCreate(Device& device, StreamCommand& command, ReplySink& sink) {
@@ -154,7 +218,7 @@ void StreamRunner::RunCreate(Device& device, StreamCommand& command, ReplySink& 
       break;
   }
   if (!h.ok()) {
-    Fail(device, command, h.status(), sink, /*id_ok=*/true);
+    (void)Fail(device, command, h.status(), sink, /*id_ok=*/true);
     return;
   }
   if (IsTensor(command.kind)) {
@@ -176,7 +240,7 @@ void StreamRunner::RunRelease(Device& device, StreamCommand& command, ReplySink&
       first = absl::Status(s.code(), absl::StrCat("ids[", i, "]: ", s.message()));
     }
   }
-  if (!first.ok()) Fail(device, command, first, sink, /*id_ok=*/false);
+  if (!first.ok()) (void)Fail(device, command, first, sink, /*id_ok=*/false);
 }
 
 void StreamRunner::RunAnswering(Device& device, StreamCommand& command,

@@ -30,7 +30,9 @@ class ReplySink {
 class StreamRunner {
  public:
   // Opens the stream's session. Errors as Device::OpenSession.
-  absl::StatusOr<v1::SessionResponse::Opened> Open(Device& device, uint64_t lease_ms);
+  // `owner` owns the session (Device::OpenSession).
+  absl::StatusOr<v1::SessionResponse::Opened> Open(Device& device, uint64_t lease_ms,
+                                                   PrincipalPtr owner = nullptr);
   // The open session, 0 before Open succeeded or after Close.
   uint64_t session() const { return session_; }
 
@@ -41,9 +43,30 @@ class StreamRunner {
   // Closes the session (releasing everything it holds) if it is open. Idempotent.
   void Close(Device& device);
 
+  // Bulk commands (Note [Bulk transfers], session_stream.h). StartBulk checks the seq and, for a
+  // create, the id, then allocates (filling command.shape/strides/elem_size with the layout the
+  // upload writes into: {size}/{1}/1 for a plain create); for a read it checks the bindings and
+  // turns them into command.read_tensor (raw reads as byte tensors). OK: the command now waits
+  // for its transfer. Otherwise the failure was handled as Run handles one (poisoned, answered
+  // or recorded for sync) and is returned, so that the transfer can fail with it.
+  absl::Status StartBulk(Device& device, StreamCommand& command, ReplySink& sink);
+  // Ends a command StartBulk accepted. OK: answers (create_tensor: its layout; read: a reply
+  // without data). An error releases a create's allocation and poisons its id, or answers a read
+  // with it; returns the error as recorded (prefixed for a create).
+  absl::Status FinishBulk(Device& device, StreamCommand& command, const absl::Status& status,
+                          ReplySink& sink);
+
+  // For metrics: commands that failed so far (answered or not), and the code of the latest.
+  uint64_t failures() const { return failures_; }
+  absl::StatusCode last_failure_code() const { return last_failure_code_; }
+
  private:
-  // Handles a failed command: prefixes the error, poisons, answers or records it.
-  void Fail(Device& device, const StreamCommand& command, const absl::Status& status,
+  // Checks `command.seq` against the previous one (and records it) and returns the command's
+  // conversion error or the seq error.
+  absl::Status CheckSeq(const StreamCommand& command);
+  // Handles a failed command: prefixes the error, poisons, answers or records it. Returns the
+  // error as recorded.
+  absl::Status Fail(Device& device, const StreamCommand& command, const absl::Status& status,
             ReplySink& sink, bool id_ok);
   void RunCreate(Device& device, StreamCommand& command, ReplySink& sink);
   void RunRelease(Device& device, StreamCommand& command, ReplySink& sink);
@@ -55,6 +78,8 @@ class StreamRunner {
   // Failures of commands that do not answer, since the previous sync.
   absl::Status first_error_;
   uint64_t failed_ = 0;
+  uint64_t failures_ = 0;
+  absl::StatusCode last_failure_code_ = absl::StatusCode::kOk;
 };
 
 }  // namespace cubed

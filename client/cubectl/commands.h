@@ -27,6 +27,9 @@ absl::Status CleanupCommand(const Context& ctx);
 // health_command.cc: UNAVAILABLE naming the services that are not SERVING.
 absl::Status HealthCommand(const Context& ctx);
 
+// stats_command.cc: GetStats, the daemon's counters and gauges.
+absl::Status StatsCommand(const Context& ctx);
+
 // session_commands.cc
 absl::Status SessionOpenCommand(const Context& ctx);
 absl::Status SessionCloseCommand(const Context& ctx);

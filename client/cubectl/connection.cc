@@ -4,8 +4,11 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/ascii.h"
 #include "client/handle_state.h"
 #include "common/status_macros.h"
 #include "grpcpp/create_channel.h"
@@ -33,6 +36,26 @@ absl::StatusOr<GlobalOptions> ParseGlobalOptions(const Args& args) {
     ASSIGN_OR_RETURN(options.session, ParseUint("--session", *session));
     if (options.session == 0) return UsageError("--session: 0 is not a session id");
   }
+  options.security.tls_ca_file = args.Get("tls_ca").value_or("");
+  options.security.tls_cert_file = args.Get("tls_cert").value_or("");
+  options.security.tls_key_file = args.Get("tls_key").value_or("");
+  if (auto path = args.Get("token_file")) {
+    std::ifstream in(*path);
+    std::string token;
+    if (!std::getline(in, token) || absl::StripAsciiWhitespace(token).empty()) {
+      return UsageError(absl::StrCat("--token_file: cannot read a token from ", *path));
+    }
+    options.security.token = std::string(absl::StripAsciiWhitespace(token));
+  } else if (const char* token = std::getenv("CUBED_TOKEN"); token != nullptr) {
+    options.security.token = token;
+  }
+  // Checked now, so that OpenChannel cannot fail later.
+  if (absl::Status s = CreateSecureChannel(options.address, options.security,
+                                           grpc::ChannelArguments())
+                           .status();
+      !s.ok()) {
+    return UsageError(s.message());
+  }
   return options;
 }
 
@@ -41,6 +64,10 @@ absl::StatusOr<std::unique_ptr<Client>> ConnectClient(const GlobalOptions& optio
   client_options.address = options.address;
   client_options.timeout = options.timeout;
   client_options.session = options.session;
+  client_options.tls_ca_file = options.security.tls_ca_file;
+  client_options.tls_cert_file = options.security.tls_cert_file;
+  client_options.tls_key_file = options.security.tls_key_file;
+  client_options.token = options.security.token;
   return Client::Connect(client_options);
 }
 
@@ -52,6 +79,11 @@ absl::Status RequireSession(const GlobalOptions& options, absl::string_view what
 }
 
 std::shared_ptr<grpc::Channel> OpenChannel(const GlobalOptions& options) {
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      CreateSecureChannel(options.address, options.security, grpc::ChannelArguments());
+  if (channel.ok()) return *std::move(channel);
+  // ParseGlobalOptions checked the same options; a file removed meanwhile gets plain TCP, which
+  // a TLS daemon refuses.
   return grpc::CreateChannel(options.address, grpc::InsecureChannelCredentials());
 }
 

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/client.h"
+#include "client/secure_channel.h"
 #include "client/cubectl/args.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
@@ -22,6 +23,8 @@ struct GlobalOptions {
   bool json = false;
   absl::Duration timeout = absl::Seconds(30);
   uint64_t session = 0;  // 0: none given.
+  // --tls_ca, --tls_cert, --tls_key; the token from --token_file or $CUBED_TOKEN.
+  ChannelSecurity security;
 };
 
 // unix:$XDG_RUNTIME_DIR/cubed.sock, else unix:/tmp/cubed-$UID/cubed.sock (the daemon's default).

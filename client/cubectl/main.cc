@@ -16,12 +16,15 @@ namespace {
 
 constexpr char kUsage[] =
     R"(usage: cubectl [--address=unix:/path|host:port] [--json] [--timeout=30s]
-               [--session=ID] <command>
+               [--session=ID] [--tls_ca=PEM [--tls_cert=PEM --tls_key=PEM]]
+               [--token_file=FILE] <command>
 
 commands:
   info                          device info (backend, name, memory, limits, types, kernels)
   health                        grpc.health.v1 check; exit 0 when SERVING, 1 otherwise
   memory                        memory usage of the device
+  stats                         request counts, latencies, memory, sessions, kernel cache
+                                (--json: the whole GetStatsResponse)
   cleanup                       return free pages to the device, print the usage after
   session open [--lease=10m]    open a session that outlives cubectl; prints its ID
   session close ID              close a session, releasing its handles
@@ -34,6 +37,8 @@ commands:
   profile KERNEL ...            like run, and print the device time it took
 
 The default address is unix:$XDG_RUNTIME_DIR/cubed.sock, else unix:/tmp/cubed-$UID/cubed.sock.
+For TCP: --tls_ca (and --tls_cert/--tls_key for mTLS) for a TLS daemon; --token_file holds the
+bearer token (else $CUBED_TOKEN). docs/security.md.
 )";
 
 struct CommandSpec {
@@ -47,6 +52,7 @@ const std::vector<CommandSpec>& Commands() {
       {"info", InfoCommand, {}},
       {"health", HealthCommand, {}},
       {"memory", MemoryCommand, {}},
+      {"stats", StatsCommand, {}},
       {"cleanup", CleanupCommand, {}},
       {"session open", SessionOpenCommand, {"lease"}},
       {"session close", SessionCloseCommand, {}},
@@ -81,7 +87,8 @@ absl::Status Run(int argc, char** argv) {
                           ? std::string("no command given")
                           : absl::StrCat("unknown command '", args->positional()[0], "'"));
   }
-  std::vector<absl::string_view> allowed = {"address", "json", "timeout", "session"};
+  std::vector<absl::string_view> allowed = {"address", "json",    "timeout", "session",
+                                            "tls_ca",  "tls_cert", "tls_key", "token_file"};
   allowed.insert(allowed.end(), command->flags.begin(), command->flags.end());
   if (absl::Status s = args->CheckAllowed(allowed); !s.ok()) return s;
   absl::StatusOr<GlobalOptions> global = ParseGlobalOptions(*args);

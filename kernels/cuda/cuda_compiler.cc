@@ -2,6 +2,7 @@
 // options.cache_dir.
 
 #include <algorithm>
+#include <chrono>
 #include <list>
 #include <map>
 #include <optional>
@@ -222,6 +223,7 @@ class CudaKernelCompiler::Impl {
   uint64_t hits() const { return hits_; }
   uint64_t misses() const { return misses_; }
   uint64_t disk_hits() const { return disk_hits_; }
+  uint64_t compile_microseconds() const { return compile_us_; }
 
  private:
   struct Compiled {
@@ -275,7 +277,11 @@ class CudaKernelCompiler::Impl {
         return *std::move(cached);
       }
     }
+    const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<NvrtcOutput> output = CompileWithNvrtc(*api_, input);
+    compile_us_ += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                             std::chrono::steady_clock::now() - start)
+                                             .count());
     ++misses_;
     if (!output.ok()) return output.status();
     // A failed write only costs a recompile in the next process.
@@ -305,7 +311,7 @@ class CudaKernelCompiler::Impl {
   std::map<std::pair<size_t, std::string>, std::unique_ptr<CompiledCudaKernel>> builtins_;
   absl::flat_hash_map<std::string, ClientEntry> clients_;
   std::list<std::string> lru_;  // Client keys, most recently used first.
-  uint64_t hits_ = 0, misses_ = 0, disk_hits_ = 0;
+  uint64_t hits_ = 0, misses_ = 0, disk_hits_ = 0, compile_us_ = 0;
 };
 
 absl::StatusOr<std::unique_ptr<CudaKernelCompiler>> CudaKernelCompiler::Create(
@@ -359,5 +365,8 @@ absl::StatusOr<const CompiledCudaKernel*> CudaKernelCompiler::Client(
 uint64_t CudaKernelCompiler::hits() const { return impl_->hits(); }
 uint64_t CudaKernelCompiler::misses() const { return impl_->misses(); }
 uint64_t CudaKernelCompiler::disk_hits() const { return impl_->disk_hits(); }
+uint64_t CudaKernelCompiler::compile_microseconds() const {
+  return impl_->compile_microseconds();
+}
 
 }  // namespace cubed::kernels

@@ -71,6 +71,7 @@ class CudaKernelCompiler {
   uint64_t hits() const;       // Found in memory.
   uint64_t misses() const;     // Compiled with NVRTC (or, for PTX, first seen).
   uint64_t disk_hits() const;  // Read from cache_dir.
+  uint64_t compile_microseconds() const;  // Spent in NVRTC (failed compiles too).
 
   class Impl;
 

@@ -293,7 +293,31 @@ absl::StatusOr<Allocation> CudaServer::CreateTensor(absl::Span<const uint8_t> da
 
 void CudaServer::Free(SliceId slice) { memory_->Free(slice); }
 
+void CudaServer::Write(const ResolvedTensor& target, uint64_t dense_offset,
+                       absl::Span<const uint8_t> bytes, DoneCallback done) {
+  absl::Status status = LostStatus();
+  absl::StatusOr<CUdeviceptr> ptr = DevicePointer(target.binding);
+  if (status.ok()) status = ptr.status();
+  if (status.ok()) {
+    std::optional<std::vector<CopyPiece>> plan = PlanDenseRangeWrite(
+        target.shape, target.strides, target.elem_size, dense_offset, bytes.size());
+    status = plan ? Upload(*ptr, bytes, *plan)
+                  : absl::InternalError("cuda Write: the target layout is neither dense nor pitched");
+  }
+  done(Check(std::move(status)));
+}
+
 void CudaServer::Cleanup() { memory_->Cleanup(); }
+
+KernelCacheStats CudaServer::KernelCache() const {
+  KernelCacheStats stats;
+  if (compiler_ == nullptr) return stats;
+  stats.hits = compiler_->hits();
+  stats.misses = compiler_->misses();
+  stats.disk_hits = compiler_->disk_hits();
+  stats.compile_time_us = compiler_->compile_microseconds();
+  return stats;
+}
 
 absl::Status CudaServer::Download(CUdeviceptr base, absl::Span<const CopyPiece> pieces,
                                   uint8_t* dst, const std::shared_ptr<PendingRead>& op) {

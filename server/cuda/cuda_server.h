@@ -74,6 +74,10 @@ class CudaServer final : public ComputeServer {
                                           absl::Span<const uint64_t> shape,
                                           uint32_t elem_size) override;
   void Free(SliceId slice) override;
+  // Copies `bytes` into pinned staging (PlanDenseRangeWrite's pieces) and queues the upload;
+  // `done` runs before returning, as `bytes` is no longer needed then.
+  void Write(const ResolvedTensor& target, uint64_t dense_offset, absl::Span<const uint8_t> bytes,
+             DoneCallback done) override;
   // Queue the device-to-host copies and return; `done` runs on the completion thread.
   void Read(std::vector<ResolvedBinding> bindings, std::vector<std::string>* out,
             DoneCallback done) override;
@@ -95,6 +99,8 @@ class CudaServer final : public ComputeServer {
   // event completes; EndProfile's `done` runs on the completion thread.
   absl::StatusOr<ProfileToken> StartProfile() override;
   void EndProfile(ProfileToken token, DurationCallback done) override;
+  // The NVRTC compiler's cache counters.
+  KernelCacheStats KernelCache() const override;
 
   // For tests: the pinned staging pool, the NVRTC compiler and the cuBLAS matmul runner.
   const PinnedStagingPool& staging() const { return *staging_; }

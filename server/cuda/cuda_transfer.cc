@@ -193,4 +193,46 @@ std::optional<TensorAllocation> PitchedTensorLayout(absl::Span<const uint64_t> s
   return a;
 }
 
+std::optional<std::vector<CopyPiece>> PlanDenseRangeWrite(absl::Span<const uint64_t> shape,
+                                                          absl::Span<const uint64_t> strides,
+                                                          uint64_t elem_size,
+                                                          uint64_t dense_offset, uint64_t size) {
+  std::vector<CopyPiece> pieces;
+  if (size == 0) return pieces;
+  const size_t rank = shape.size();
+  bool dense = true;
+  uint64_t stride = 1;
+  for (size_t i = rank; i-- > 0;) {
+    if (strides[i] != stride && shape[i] != 1) dense = false;
+    stride *= shape[i];
+  }
+  if (dense) {
+    pieces.push_back(CopyPiece{dense_offset, size, size, 1, 0});
+    return pieces;
+  }
+  // Pitched rows: the innermost dim is contiguous, rows are `pitch` apart, outer dims follow.
+  if (rank < 2 || strides[rank - 1] != 1) return std::nullopt;
+  for (size_t i = 0; i + 2 < rank; ++i) {
+    if (strides[i] != strides[i + 1] * shape[i + 1]) return std::nullopt;
+  }
+  const uint64_t width = shape[rank - 1] * elem_size;
+  const uint64_t pitch = strides[rank - 2] * elem_size;
+  if (width == 0 || pitch < width) return std::nullopt;
+  uint64_t at = dense_offset;
+  const uint64_t end = dense_offset + size;
+  if (at % width != 0) {  // A partial first row.
+    const uint64_t n = std::min(end - at, width - at % width);
+    pieces.push_back(CopyPiece{(at / width) * pitch + at % width, n, n, 1, at - dense_offset});
+    at += n;
+  }
+  if (const uint64_t rows = (end - at) / width; rows > 0) {
+    pieces.push_back(CopyPiece{(at / width) * pitch, pitch, width, rows, at - dense_offset});
+    at += rows * width;
+  }
+  if (at < end) {  // A partial last row.
+    pieces.push_back(CopyPiece{(at / width) * pitch, end - at, end - at, 1, at - dense_offset});
+  }
+  return pieces;
+}
+
 }  // namespace cubed

@@ -50,6 +50,16 @@ std::optional<std::vector<CopyPiece>> PlanTensorCopy(absl::Span<const uint64_t> 
 // Pieces for `size` contiguous bytes (a plain buffer), each at most max_piece_bytes.
 std::vector<CopyPiece> PlanContiguousCopy(uint64_t size, uint64_t max_piece_bytes);
 
+// Pieces that write the dense row-major bytes [dense_offset, dense_offset + size) of a tensor
+// laid out densely or in pitched rows (Note [Pitched tensors]) to their places (a bulk upload's
+// chunk, Note [Bulk transfers] in server/session_stream.h). Each piece's dense_offset is relative
+// to dense_offset (the chunk's first byte); at most three pieces (a partial first row, whole rows,
+// a partial last row). nullopt for any other layout.
+std::optional<std::vector<CopyPiece>> PlanDenseRangeWrite(absl::Span<const uint64_t> shape,
+                                                          absl::Span<const uint64_t> strides,
+                                                          uint64_t elem_size,
+                                                          uint64_t dense_offset, uint64_t size);
+
 // Bytes from the tensor's first element to one past its last: (1 + sum((shape-1)*stride)) *
 // elem_size, 0 for a tensor with no elements. Callers have checked it against the binding.
 uint64_t TensorSpanBytes(absl::Span<const uint64_t> shape, absl::Span<const uint64_t> strides,

@@ -168,3 +168,43 @@ TEST(PitchedTensorLayoutTest, OverflowIsReported) {
 
 }  // namespace
 }  // namespace cubed
+
+namespace cubed {
+namespace {
+
+// Note [Bulk transfers]: a chunk of dense bytes lands in pitched rows in at most three pieces.
+TEST(PlanDenseRangeWrite, DenseIsOnePiece) {
+  auto plan = PlanDenseRangeWrite({4, 8}, {8, 1}, 4, 10, 50);
+  ASSERT_TRUE(plan.has_value());
+  ASSERT_EQ(plan->size(), 1u);
+  EXPECT_EQ((*plan)[0].strided_offset, 10u);
+  EXPECT_EQ((*plan)[0].bytes(), 50u);
+  EXPECT_EQ((*plan)[0].dense_offset, 0u);
+}
+
+TEST(PlanDenseRangeWrite, PitchedRowsSplitIntoHeadBodyTail) {
+  // 5 rows of 3 f32 (12 bytes) at a pitch of 64 elements (256 bytes).
+  const std::vector<uint64_t> shape = {5, 3}, strides = {64, 1};
+  auto plan = PlanDenseRangeWrite(shape, strides, 4, 8, 30);  // Bytes [8, 38).
+  ASSERT_TRUE(plan.has_value());
+  ASSERT_EQ(plan->size(), 3u);
+  EXPECT_EQ((*plan)[0].strided_offset, 8u);  // Row 0, bytes 8..12.
+  EXPECT_EQ((*plan)[0].bytes(), 4u);
+  EXPECT_EQ((*plan)[1].strided_offset, 256u);  // Rows 1 and 2 whole.
+  EXPECT_EQ((*plan)[1].height, 2u);
+  EXPECT_EQ((*plan)[1].pitch, 256u);
+  EXPECT_EQ((*plan)[1].dense_offset, 4u);
+  EXPECT_EQ((*plan)[2].strided_offset, 768u);  // Row 3, bytes 0..2.
+  EXPECT_EQ((*plan)[2].bytes(), 2u);
+  EXPECT_EQ((*plan)[2].dense_offset, 28u);
+  uint64_t total = 0;
+  for (const CopyPiece& p : *plan) total += p.bytes();
+  EXPECT_EQ(total, 30u);
+}
+
+TEST(PlanDenseRangeWrite, OtherLayoutsHaveNoPlan) {
+  EXPECT_FALSE(PlanDenseRangeWrite({4, 4}, {1, 4}, 4, 0, 16).has_value());  // Transposed.
+}
+
+}  // namespace
+}  // namespace cubed

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -48,9 +49,20 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(Options opti
   const std::string log = d->dir_ + "/log";
   d->unix_address_ = "unix:" + socket;
 
-  std::vector<std::string> args = {CubedBinaryPath(), "--listen=" + socket,
-                                   "--ready_file=" + ready, "--backend=" + TestBackend()};
-  if (options.tcp) args.push_back("--tcp=127.0.0.1:0");
+  std::vector<std::string> args = {
+      options.binary.empty() ? CubedBinaryPath() : options.binary, "--listen=" + socket,
+      "--ready_file=" + ready,
+      "--backend=" + (options.backend.empty() ? TestBackend() : options.backend)};
+  if (access(args[0].c_str(), X_OK) != 0) {
+    return absl::NotFoundError(absl::StrCat(args[0], ": not an executable file"));
+  }
+  if (options.tcp) {
+    args.push_back("--tcp=127.0.0.1:0");
+    // Plain TCP unless the test configures TLS itself (docs/security.md).
+    bool tls = false;
+    for (const std::string& f : options.flags) tls |= absl::StartsWith(f, "--tls_cert=");
+    if (!tls) args.push_back("--insecure_tcp");
+  }
   for (auto& f : options.flags) args.push_back(f);
 
   pid_t pid = fork();
@@ -104,6 +116,11 @@ absl::StatusOr<int> DaemonProcess::Stop(int signal, absl::Duration timeout) {
 }
 
 std::string DaemonProcess::Log() const { return ReadFile(dir_ + "/log"); }
+
+std::string DaemonProcess::LogTail(size_t max_bytes) const {
+  const std::string log = Log();
+  return log.size() > max_bytes ? log.substr(log.size() - max_bytes) : log;
+}
 
 DaemonProcess::~DaemonProcess() {
   if (!exited_ && pid_ > 0) {

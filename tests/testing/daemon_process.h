@@ -1,7 +1,8 @@
 #pragma once
 
-// DaemonProcess: starts the real `cubed` binary for a test on a temporary Unix socket (and TCP
-// port 0 when asked), waits until it serves, and stops it when destroyed.
+// DaemonProcess: starts the real `cubed` binary for a test (or a benchmark program) on a
+// temporary Unix socket (and TCP port 0 when asked), waits until it serves, and stops it when
+// destroyed.
 
 #include <sys/types.h>
 
@@ -18,8 +19,10 @@ class DaemonProcess {
  public:
   struct Options {
     std::vector<std::string> flags;  // Extra flags, e.g. "--memory_limit=64MiB".
-    bool tcp = false;                // Also listen on 127.0.0.1:0.
+    bool tcp = false;  // Also listen on 127.0.0.1:0 (plain, --insecure_tcp, unless flags has --tls_cert).
     absl::Duration start_timeout = absl::Seconds(20);
+    std::string binary;   // The cubed binary; empty: CubedBinaryPath().
+    std::string backend;  // --backend= value; empty: TestBackend().
   };
 
   // Starts the daemon and waits for its ready file. The error carries the daemon's log.
@@ -41,6 +44,8 @@ class DaemonProcess {
 
   // Everything the daemon wrote to stderr so far.
   std::string Log() const;
+  // Its last `max_bytes`.
+  std::string LogTail(size_t max_bytes = 4000) const;
 
  private:
   DaemonProcess() = default;

@@ -1,0 +1,104 @@
+#include "server/metrics.h"
+
+#include <string>
+
+#include "absl/time/clock.h"
+#include "server/session_stream_commands.h"
+
+namespace cubed {
+namespace {
+
+constexpr std::memory_order kRelaxed = std::memory_order_relaxed;
+
+constexpr const char* kCodeNames[] = {
+    "OK",           "CANCELLED",          "UNKNOWN",        "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED", "NOT_FOUND",     "ALREADY_EXISTS", "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+    "UNIMPLEMENTED", "INTERNAL",          "UNAVAILABLE",    "DATA_LOSS",
+    "UNAUTHENTICATED"};
+
+constexpr const char* kMethodNames[] = {
+    "OpenSession", "CloseSession", "Create",       "CreateTensor",  "Empty",
+    "EmptyTensor", "Read",         "ReadTensor",   "GetResource",   "Execute",
+    "Flush",       "Sync",         "MemoryUsage",  "MemoryCleanup", "StartProfile",
+    "EndProfile",  "GetInfo",      "Release",      "GetStats",      "Session"};
+static_assert(sizeof(kMethodNames) / sizeof(kMethodNames[0]) ==
+              static_cast<size_t>(Method::kCount));
+
+}  // namespace
+
+void LatencyHistogram::Observe(absl::Duration latency) {
+  const int64_t us = absl::ToInt64Microseconds(latency);
+  const uint64_t value = us < 0 ? 0 : static_cast<uint64_t>(us);
+  size_t bucket = 0;
+  while (bucket < kNumLatencyBounds && value > kLatencyBoundsUs[bucket]) ++bucket;
+  buckets_[bucket].fetch_add(1, kRelaxed);
+  sum_us_.fetch_add(value, kRelaxed);
+}
+
+void LatencyHistogram::ToProto(v1::LatencyHistogram* out) const {
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < kNumLatencyBounds; ++i) {
+    cumulative += buckets_[i].load(kRelaxed);
+    out->add_buckets(cumulative);
+  }
+  out->set_count(cumulative + buckets_[kNumLatencyBounds].load(kRelaxed));
+  out->set_sum_us(sum_us_.load(kRelaxed));
+}
+
+void CodeCounters::Count(absl::StatusCode code) {
+  int i = static_cast<int>(code);
+  if (i < 0 || i >= kNumCodes) i = static_cast<int>(absl::StatusCode::kUnknown);
+  counts_[i].fetch_add(1, kRelaxed);
+}
+
+void CodeCounters::ToProto(google::protobuf::RepeatedPtrField<v1::CodeCount>* out) const {
+  for (int i = 0; i < kNumCodes; ++i) {
+    const uint64_t n = counts_[i].load(kRelaxed);
+    if (n == 0) continue;
+    v1::CodeCount* c = out->Add();
+    c->set_code(kCodeNames[i]);
+    c->set_count(n);
+  }
+}
+
+absl::string_view MethodName(Method method) {
+  const int i = static_cast<int>(method);
+  if (i < 0 || i >= static_cast<int>(Method::kCount)) return "unknown";
+  return kMethodNames[i];
+}
+
+Metrics::Metrics() : start_(absl::Now()) {}
+
+StreamCommandMetrics& Metrics::stream_command(int kind) {
+  if (kind < 0 || kind >= kMaxStreamKinds) kind = kMaxStreamKinds - 1;
+  return stream_commands_[kind];
+}
+
+void Metrics::ToProto(v1::GetStatsResponse* out) const {
+  for (uint64_t bound : kLatencyBoundsUs) out->add_latency_bounds_us(bound);
+  for (int i = 0; i < static_cast<int>(Method::kCount); ++i) {
+    const MethodMetrics& m = methods_[i];
+    v1::MethodStats* s = out->add_methods();
+    s->set_method(kMethodNames[i]);
+    m.codes.ToProto(s->mutable_codes());
+    m.queue.ToProto(s->mutable_queue());
+    m.execution.ToProto(s->mutable_execution());
+    s->set_bytes_received(m.bytes_received.load(kRelaxed));
+    s->set_bytes_sent(m.bytes_sent.load(kRelaxed));
+  }
+  for (int i = 0; i < kMaxStreamKinds; ++i) {
+    const absl::string_view name = KindName(static_cast<StreamCommand::Kind>(i));
+    if (name == "unknown") continue;
+    const StreamCommandMetrics& m = stream_commands_[i];
+    v1::StreamCommandStats* s = out->add_stream_commands();
+    s->set_kind(std::string(name));
+    m.codes.ToProto(s->mutable_codes());
+    m.queue.ToProto(s->mutable_queue());
+    m.execution.ToProto(s->mutable_execution());
+  }
+  const int64_t uptime = absl::ToInt64Microseconds(absl::Now() - start_);
+  out->set_uptime_us(uptime < 0 ? 0 : static_cast<uint64_t>(uptime));
+}
+
+}  // namespace cubed

@@ -1,0 +1,859 @@
+#include "server/session_stream_bulk.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/checked_math.h"
+#include "grpcpp/support/server_callback.h"
+#include "server/session_stream.h"
+#include "server/status_conversion.h"
+
+namespace cubed {
+
+// ---------------------------------------------------------------------------------------------
+// BulkReadPlan
+
+BulkReadPlan::BulkReadPlan(std::vector<TensorRef> tensors, uint64_t chunk)
+    : tensors_(std::move(tensors)), chunk_(std::max<uint64_t>(chunk, 1)) {
+  for (const TensorRef& t : tensors_) {
+    sizes_.push_back(CheckedProduct(t.shape).value_or(0) * t.elem_size);
+  }
+  StartTensor();
+}
+
+void BulkReadPlan::StartTensor() {
+  while (t_ < tensors_.size() && sizes_[t_] == 0) ++t_;
+  if (t_ >= tensors_.size()) return;
+  const TensorRef& t = tensors_[t_];
+  const size_t rank = t.shape.size();
+  // The outermost dimension whose one index (every inner dimension whole) fits a chunk.
+  uint64_t slab = sizes_[t_];
+  d_ = rank - 1;
+  for (size_t d = 0; d < rank; ++d) {
+    slab /= t.shape[d];  // Bytes of one index of dimension d.
+    if (slab <= chunk_) {
+      d_ = d;
+      break;
+    }
+  }
+  k_ = std::max<uint64_t>(1, chunk_ / std::max<uint64_t>(slab, 1));
+  idx_.assign(d_ + 1, 0);
+  offset_ = 0;
+}
+
+BulkPiece BulkReadPlan::Next() {
+  const TensorRef& t = tensors_[t_];
+  BulkPiece p;
+  p.binding = static_cast<uint32_t>(t_);
+  p.offset = offset_;
+  const uint64_t count = std::min(k_, t.shape[d_] - idx_[d_]);
+  uint64_t first = 0;  // Elements from the binding's start to the piece's first element.
+  for (size_t d = 0; d <= d_; ++d) first += idx_[d] * t.strides[d];
+  p.ref = t;
+  p.ref.binding.offset_start += first * t.elem_size;
+  for (size_t d = 0; d < d_; ++d) p.ref.shape[d] = 1;
+  p.ref.shape[d_] = count;
+  p.bytes = CheckedProduct(p.ref.shape).value_or(0) * t.elem_size;
+  offset_ += p.bytes;
+  // Advance: along d_, then the outer dimensions odometer style.
+  idx_[d_] += count;
+  if (idx_[d_] == t.shape[d_]) {
+    idx_[d_] = 0;
+    size_t d = d_;
+    bool carry = true;
+    while (carry && d-- > 0) {
+      carry = ++idx_[d] == t.shape[d];
+      if (carry) idx_[d] = 0;
+    }
+    if (carry) {  // This tensor is done.
+      ++t_;
+      StartTensor();
+    }
+  }
+  return p;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Transfer states, shared between a reactor (gRPC threads), BulkTransfers and completions.
+
+struct UploadState {
+  absl::Mutex mu;
+  grpc::ServerReadReactor<v1::UploadChunk>* reactor ABSL_GUARDED_BY(mu) = nullptr;  // Null: done.
+  v1::UploadDone* response = nullptr;
+  v1::UploadChunk chunk;  // The read target; touched by one side at a time (flags below).
+  bool attached = false;
+  uint64_t session = 0;
+  uint64_t seq = 0;
+  uint64_t total = 0;  // As declared by the first chunk.
+  bool read_in_flight ABSL_GUARDED_BY(mu) = false;
+  bool chunk_ready ABSL_GUARDED_BY(mu) = false;  // `chunk` holds bytes not yet written.
+  bool writing ABSL_GUARDED_BY(mu) = false;      // `chunk` is being written.
+  bool closed ABSL_GUARDED_BY(mu) = false;       // The client half-closed.
+  bool cancelled ABSL_GUARDED_BY(mu) = false;
+  bool complete ABSL_GUARDED_BY(mu) = false;     // Its command finished OK.
+  uint64_t received ABSL_GUARDED_BY(mu) = 0;     // Bytes written.
+  absl::Status error ABSL_GUARDED_BY(mu);        // A write failed.
+  std::weak_ptr<BulkTransfers> owner ABSL_GUARDED_BY(mu);
+
+  void StartReadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (reactor == nullptr || read_in_flight || chunk_ready || writing || closed || cancelled) {
+      return;
+    }
+    read_in_flight = true;
+    reactor->StartRead(&chunk);
+  }
+  void FinishLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (reactor == nullptr) return;
+    if (status.ok()) response->set_bytes(received);
+    reactor->Finish(ToGrpcStatus(status));
+    reactor = nullptr;
+  }
+};
+
+struct DownloadState {
+  absl::Mutex mu;
+  grpc::ServerWriteReactor<v1::DownloadChunk>* reactor ABSL_GUARDED_BY(mu) = nullptr;
+  uint64_t session = 0;
+  uint64_t seq = 0;
+  uint64_t chunk_bytes = kMaxBulkChunk;
+  // Pieces read and not yet written, by piece index; written in index order.
+  std::map<uint64_t, std::unique_ptr<v1::DownloadChunk>> ready ABSL_GUARDED_BY(mu);
+  uint64_t next_write ABSL_GUARDED_BY(mu) = 0;
+  std::unique_ptr<v1::DownloadChunk> writing_msg ABSL_GUARDED_BY(mu);
+  uint64_t outstanding ABSL_GUARDED_BY(mu) = 0;  // Issued pieces not yet written.
+  uint64_t written ABSL_GUARDED_BY(mu) = 0;      // Bytes written.
+  bool failed ABSL_GUARDED_BY(mu) = false;       // A write failed (the client is gone).
+  bool cancelled ABSL_GUARDED_BY(mu) = false;
+  absl::Status error ABSL_GUARDED_BY(mu);        // A piece read failed.
+  std::weak_ptr<BulkTransfers> owner ABSL_GUARDED_BY(mu);
+
+  void MaybeWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (reactor == nullptr || writing_msg != nullptr) return;
+    auto it = ready.find(next_write);
+    if (it == ready.end()) return;
+    writing_msg = std::move(it->second);
+    ready.erase(it);
+    ++next_write;
+    reactor->StartWrite(writing_msg.get());
+  }
+  void FinishLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (reactor == nullptr) return;
+    reactor->Finish(ToGrpcStatus(status));
+    reactor = nullptr;
+    ready.clear();
+  }
+};
+
+namespace {
+
+class UploadReactor final : public grpc::ServerReadReactor<v1::UploadChunk> {
+ public:
+  UploadReactor(SessionStreamService* service, grpc::CallbackServerContext* ctx,
+                PrincipalPtr caller, v1::UploadDone* response)
+      : service_(service),
+        ctx_(ctx),
+        caller_(std::move(caller)),
+        state_(std::make_shared<UploadState>()) {
+    state_->response = response;
+    absl::MutexLock lock(&state_->mu);
+    state_->reactor = this;
+  }
+  void Begin() {
+    absl::MutexLock lock(&state_->mu);
+    state_->read_in_flight = true;
+    StartRead(&state_->chunk);
+  }
+  void FailAtOnce(const absl::Status& status) {
+    absl::MutexLock lock(&state_->mu);
+    state_->FinishLocked(status);
+  }
+
+  void OnReadDone(bool ok) override {
+    std::shared_ptr<BulkTransfers> owner;
+    bool first = false;
+    {
+      absl::MutexLock lock(&state_->mu);
+      state_->read_in_flight = false;
+      if (ok) {
+        state_->chunk_ready = true;
+      } else if (ctx_->IsCancelled()) {  // A cancel, not the client's half-close.
+        state_->cancelled = true;
+      } else {
+        state_->closed = true;
+      }
+      first = !state_->attached;
+      if (first) {
+        if (!ok) {
+          state_->FinishLocked(absl::InvalidArgumentError(
+              "the upload ended before its first chunk (session, seq, total_size, data)"));
+          return;
+        }
+        state_->attached = true;
+        state_->session = state_->chunk.session();
+        state_->seq = state_->chunk.seq();
+        state_->total = state_->chunk.total_size();
+      }
+      owner = state_->owner.lock();
+    }
+    if (first) {
+      std::shared_ptr<BulkTransfers> bulk = service_->FindBulk(state_->session, caller_.get());
+      if (bulk == nullptr) {
+        FailAtOnce(absl::NotFoundError(absl::StrCat(
+            "session: ", state_->session, " has no open session stream on this daemon")));
+        return;
+      }
+      {
+        absl::MutexLock lock(&state_->mu);
+        state_->owner = bulk;
+      }
+      bulk->AttachUpload(state_);
+      return;
+    }
+    if (owner != nullptr) {
+      owner->Event(state_->seq);
+    } else {
+      FailAtOnce(absl::UnavailableError("the session stream of this upload ended"));
+    }
+  }
+
+  void OnCancel() override {
+    std::shared_ptr<BulkTransfers> owner;
+    {
+      absl::MutexLock lock(&state_->mu);
+      state_->cancelled = true;
+      owner = state_->owner.lock();
+      if (owner == nullptr) {
+        state_->FinishLocked(absl::CancelledError("the client cancelled the upload"));
+        return;
+      }
+    }
+    owner->Event(state_->seq);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  SessionStreamService* const service_;
+  grpc::CallbackServerContext* const ctx_;
+  const PrincipalPtr caller_;
+  std::shared_ptr<UploadState> state_;
+};
+
+class DownloadReactor final : public grpc::ServerWriteReactor<v1::DownloadChunk> {
+ public:
+  DownloadReactor() : state_(std::make_shared<DownloadState>()) {
+    absl::MutexLock lock(&state_->mu);
+    state_->reactor = this;
+  }
+  const std::shared_ptr<DownloadState>& state() const { return state_; }
+  void FailAtOnce(const absl::Status& status) {
+    absl::MutexLock lock(&state_->mu);
+    state_->FinishLocked(status);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::shared_ptr<BulkTransfers> owner;
+    {
+      absl::MutexLock lock(&state_->mu);
+      if (state_->writing_msg != nullptr) state_->written += state_->writing_msg->data().size();
+      state_->writing_msg.reset();
+      --state_->outstanding;
+      if (ok) {
+        state_->MaybeWriteLocked();
+      } else {
+        state_->failed = true;
+      }
+      owner = state_->owner.lock();
+    }
+    if (owner != nullptr) owner->Event(state_->seq);
+  }
+
+  void OnCancel() override {
+    std::shared_ptr<BulkTransfers> owner;
+    {
+      absl::MutexLock lock(&state_->mu);
+      state_->cancelled = true;
+      owner = state_->owner.lock();
+      if (owner == nullptr) {
+        state_->FinishLocked(absl::CancelledError("the client cancelled the download"));
+        return;
+      }
+    }
+    owner->Event(state_->seq);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  std::shared_ptr<DownloadState> state_;
+};
+
+absl::Status EndedStatus(const absl::Status& end, uint64_t seq) {
+  if (!end.ok()) return end;
+  return absl::FailedPreconditionError(absl::StrCat(
+      "seq: the session stream ended without running bulk command ", seq));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// BulkTransfers
+
+struct BulkTransfers::Wait {
+  StreamCommand command;
+  bool upload = false;
+  uint64_t total = 0;                  // Upload: the bytes it must bring.
+  std::unique_ptr<BulkReadPlan> plan;  // Download: once its transfer attached.
+  uint64_t pieces = 0;                 // Download: pieces issued.
+};
+
+BulkTransfers::BulkTransfers(absl::AnyInvocable<void()> kick) : kick_(std::move(kick)) {}
+
+BulkTransfers::~BulkTransfers() = default;
+
+bool BulkTransfers::waiting() const {
+  absl::MutexLock lock(&mu_);
+  return wait_ != nullptr && !ended_;
+}
+
+bool BulkTransfers::ready() const {
+  absl::MutexLock lock(&mu_);
+  return wait_ != nullptr && !ended_ && kicked_;
+}
+
+void BulkTransfers::RememberFailureLocked(uint64_t seq, absl::Status status) {
+  failed_.insert_or_assign(seq, std::move(status));
+  while (failed_.size() > kMaxRememberedFailures) failed_.erase(failed_.begin());
+}
+
+bool BulkTransfers::Start(Device& device, StreamRunner& runner, StreamCommand& command,
+                          ReplySink& sink) {
+  const absl::Status status = runner.StartBulk(device, command, sink);
+  const uint64_t seq = command.seq;
+  absl::MutexLock lock(&mu_);
+  last_seq_ = std::max(last_seq_, seq);
+  // Transfers of earlier seqs will never be joined.
+  auto end_before = [&](auto& transfers, uint64_t bound) {
+    while (!transfers.empty() && transfers.begin()->first < bound) {
+      auto& t = transfers.begin()->second;
+      absl::MutexLock tl(&t->mu);
+      t->FinishLocked(absl::FailedPreconditionError(absl::StrCat(
+          "seq: command ", transfers.begin()->first, " is not a bulk command of this stream")));
+      transfers.erase(transfers.begin());
+      --attached_;
+    }
+  };
+  end_before(uploads_, seq);
+  end_before(downloads_, seq);
+  if (!status.ok()) {
+    auto end_it = [&](auto& transfers) {
+      auto it = transfers.find(seq);
+      if (it == transfers.end()) return false;
+      absl::MutexLock tl(&it->second->mu);
+      it->second->FinishLocked(status);
+      transfers.erase(it);
+      --attached_;
+      return true;
+    };
+    if (!end_it(uploads_) && !end_it(downloads_)) RememberFailureLocked(seq, status);
+    return false;
+  }
+  wait_ = std::make_unique<Wait>();
+  wait_->upload = IsBulkCreate(command);
+  wait_->total = command.size;
+  wait_->command = std::move(command);
+  kicked_ = true;  // Its transfer may be here already.
+  // A transfer of the wrong direction attached early fails now.
+  if (wait_->upload) {
+    if (auto it = downloads_.find(seq); it != downloads_.end()) {
+      absl::MutexLock tl(&it->second->mu);
+      it->second->FinishLocked(absl::FailedPreconditionError(absl::StrCat(
+          "seq: command ", seq, " is a bulk create; its bytes come through Upload")));
+      downloads_.erase(it);
+      --attached_;
+    }
+  } else if (auto it = uploads_.find(seq); it != uploads_.end()) {
+    absl::MutexLock tl(&it->second->mu);
+    it->second->FinishLocked(absl::FailedPreconditionError(
+        absl::StrCat("seq: command ", seq, " is a bulk read; its bytes come through Download")));
+    uploads_.erase(it);
+    --attached_;
+  }
+  return true;
+}
+
+void BulkTransfers::Passed(uint64_t seq) {
+  if (attached_.load() == 0) {
+    absl::MutexLock lock(&mu_);
+    last_seq_ = std::max(last_seq_, seq);
+    return;
+  }
+  absl::MutexLock lock(&mu_);
+  last_seq_ = std::max(last_seq_, seq);
+  auto end_upto = [&](auto& transfers) {
+    while (!transfers.empty() && transfers.begin()->first <= seq) {
+      auto& t = transfers.begin()->second;
+      absl::MutexLock tl(&t->mu);
+      t->FinishLocked(absl::FailedPreconditionError(absl::StrCat(
+          "seq: command ", transfers.begin()->first, " is not a bulk command of this stream")));
+      transfers.erase(transfers.begin());
+      --attached_;
+    }
+  };
+  // Uploads that completed their command stay until the client half-closes; keep those.
+  while (!uploads_.empty() && uploads_.begin()->first <= seq) {
+    auto it = uploads_.begin();
+    absl::MutexLock tl(&it->second->mu);
+    if (it->second->complete) break;
+    it->second->FinishLocked(absl::FailedPreconditionError(
+        absl::StrCat("seq: command ", it->first, " is not a bulk command of this stream")));
+    uploads_.erase(it);
+    --attached_;
+  }
+  end_upto(downloads_);
+}
+
+void BulkTransfers::AttachUpload(const std::shared_ptr<UploadState>& upload) {
+  const uint64_t seq = upload->seq;
+  bool kick = false;
+  {
+    absl::MutexLock lock(&mu_);
+    const bool waited = wait_ != nullptr && wait_->command.seq == seq;
+    absl::Status reject;
+    if (ended_) {
+      reject = EndedStatus(end_status_, seq);
+    } else if (auto f = failed_.find(seq); f != failed_.end()) {
+      reject = f->second;
+      failed_.erase(f);
+    } else if (uploads_.count(seq) != 0) {
+      reject = absl::FailedPreconditionError(
+          absl::StrCat("seq: command ", seq, " already has an upload"));
+    } else if (waited && !wait_->upload) {
+      reject = absl::FailedPreconditionError(
+          absl::StrCat("seq: command ", seq, " is a bulk read; its bytes come through Download"));
+    } else if (!waited && seq <= last_seq_) {
+      reject = absl::FailedPreconditionError(absl::StrCat(
+          "seq: command ", seq, " already ran, or is not a bulk create (duplicate upload?)"));
+    }
+    if (!reject.ok()) {
+      absl::MutexLock tl(&upload->mu);
+      upload->FinishLocked(reject);
+      return;
+    }
+    uploads_.emplace(seq, upload);
+    ++attached_;
+    if (waited) {
+      kicked_ = true;
+      kick = true;
+    }
+  }
+  if (kick) kick_();
+}
+
+void BulkTransfers::AttachDownload(const std::shared_ptr<DownloadState>& download) {
+  const uint64_t seq = download->seq;
+  bool kick = false;
+  {
+    absl::MutexLock lock(&mu_);
+    const bool waited = wait_ != nullptr && wait_->command.seq == seq;
+    absl::Status reject;
+    if (ended_) {
+      reject = EndedStatus(end_status_, seq);
+    } else if (auto f = failed_.find(seq); f != failed_.end()) {
+      reject = f->second;
+      failed_.erase(f);
+    } else if (downloads_.count(seq) != 0) {
+      reject = absl::FailedPreconditionError(
+          absl::StrCat("seq: command ", seq, " already has a download"));
+    } else if (waited && wait_->upload) {
+      reject = absl::FailedPreconditionError(
+          absl::StrCat("seq: command ", seq, " is a bulk create; its bytes come through Upload"));
+    } else if (!waited && seq <= last_seq_) {
+      reject = absl::FailedPreconditionError(absl::StrCat(
+          "seq: command ", seq, " already ran, or is not a bulk read (duplicate download?)"));
+    }
+    if (!reject.ok()) {
+      absl::MutexLock tl(&download->mu);
+      download->FinishLocked(reject);
+      return;
+    }
+    {
+      absl::MutexLock tl(&download->mu);
+      download->owner = weak_from_this();
+    }
+    downloads_.emplace(seq, download);
+    ++attached_;
+    if (waited) {
+      kicked_ = true;
+      kick = true;
+    }
+  }
+  if (kick) kick_();
+}
+
+void BulkTransfers::Event(uint64_t seq) {
+  bool kick = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (ended_) return;
+    if (wait_ != nullptr && wait_->command.seq == seq) {
+      kicked_ = true;
+      kick = true;
+    } else {
+      SettleLocked(seq);
+    }
+  }
+  if (kick) kick_();
+}
+
+void BulkTransfers::SettleLocked(uint64_t seq) {
+  if (auto it = uploads_.find(seq); it != uploads_.end()) {
+    UploadState& u = *it->second;
+    absl::MutexLock tl(&u.mu);
+    bool done = true;
+    if (u.complete) {
+      if (u.chunk_ready) {
+        u.FinishLocked(absl::InvalidArgumentError(absl::StrCat(
+            "data: a chunk at offset ", u.chunk.offset(), " after all ", u.total,
+            " bytes (total_size) arrived; the create itself succeeded")));
+      } else if (u.closed) {
+        u.FinishLocked(absl::OkStatus());
+      } else if (u.cancelled) {
+        u.FinishLocked(absl::CancelledError("the client cancelled the upload after its end"));
+      } else {
+        done = false;
+      }
+    } else if (u.cancelled) {
+      const absl::Status s = absl::CancelledError(absl::StrCat(
+          "the client cancelled the upload for command ", seq, " before the command ran"));
+      RememberFailureLocked(seq, s);
+      u.FinishLocked(s);
+    } else {
+      done = false;
+    }
+    if (done) {
+      uploads_.erase(it);
+      --attached_;
+    }
+    return;
+  }
+  if (auto it = downloads_.find(seq); it != downloads_.end()) {
+    DownloadState& d = *it->second;
+    absl::MutexLock tl(&d.mu);
+    if (d.cancelled || d.failed) {
+      const absl::Status s = absl::CancelledError(absl::StrCat(
+          "the client cancelled the download for command ", seq, " before the command ran"));
+      RememberFailureLocked(seq, s);
+      d.FinishLocked(s);
+      downloads_.erase(it);
+      --attached_;
+    }
+  }
+}
+
+void BulkTransfers::EndAll(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  if (ended_) return;
+  ended_ = true;
+  end_status_ = status;
+  for (auto& [seq, u] : uploads_) {
+    absl::MutexLock tl(&u->mu);
+    if (u->complete && status.ok()) {
+      u->FinishLocked(absl::OkStatus());
+    } else {
+      u->FinishLocked(EndedStatus(status, seq));
+    }
+  }
+  for (auto& [seq, d] : downloads_) {
+    absl::MutexLock tl(&d->mu);
+    d->FinishLocked(EndedStatus(status, seq));
+  }
+  uploads_.clear();
+  downloads_.clear();
+  attached_ = 0;
+}
+
+bool BulkTransfers::Step(Device& device, StreamRunner& runner, ReplySink& sink) {
+  bool upload = false;
+  {
+    absl::MutexLock lock(&mu_);
+    kicked_ = false;
+    if (ended_) return false;
+    if (wait_ == nullptr) return true;
+    upload = wait_->upload;
+  }
+  return upload ? StepUpload(device, runner, sink) : StepDownload(device, runner, sink);
+}
+
+void BulkTransfers::EndWait(Device& device, StreamRunner& runner, ReplySink& sink,
+                            const absl::Status& status) {
+  std::unique_ptr<Wait> wait;
+  {
+    absl::MutexLock lock(&mu_);
+    wait = std::move(wait_);
+  }
+  const uint64_t seq = wait->command.seq;
+  const absl::Status recorded = runner.FinishBulk(device, wait->command, status, sink);
+  absl::MutexLock lock(&mu_);
+  if (ended_) return;
+  if (wait->upload) {
+    auto it = uploads_.find(seq);
+    if (it == uploads_.end()) return;
+    {
+      absl::MutexLock tl(&it->second->mu);
+      if (status.ok()) {
+        it->second->complete = true;
+      } else {
+        it->second->FinishLocked(recorded);
+      }
+    }
+    if (!status.ok()) {
+      uploads_.erase(it);
+      --attached_;
+    } else {
+      SettleLocked(seq);
+    }
+    return;
+  }
+  auto it = downloads_.find(seq);
+  if (it == downloads_.end()) return;
+  {
+    absl::MutexLock tl(&it->second->mu);
+    it->second->FinishLocked(recorded);
+  }
+  downloads_.erase(it);
+  --attached_;
+}
+
+bool BulkTransfers::StepUpload(Device& device, StreamRunner& runner, ReplySink& sink) {
+  std::shared_ptr<UploadState> u;
+  uint64_t total = 0;
+  const StreamCommand* command = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = uploads_.find(wait_->command.seq);
+    if (it == uploads_.end()) return false;
+    u = it->second;
+    total = wait_->total;
+    command = &wait_->command;  // Stable: only this thread ends the wait.
+  }
+  absl::Status error;
+  absl::Span<const uint8_t> bytes;
+  uint64_t offset = 0;
+  {
+    absl::MutexLock tl(&u->mu);
+    if (u->writing) return false;
+    const uint64_t seq = command->seq;
+    if (!u->error.ok()) {
+      error = u->error;
+    } else if (u->received == total) {
+      // Every byte is in: the command is done (Wait below).
+    } else if (u->cancelled) {
+      error = absl::CancelledError(absl::StrCat("the client cancelled the upload after ",
+                                                u->received, " of ", total, " bytes"));
+    } else if (u->total != total) {
+      error = absl::InvalidArgumentError(
+          absl::StrCat("total_size: the upload declares ", u->total, " bytes but command ", seq,
+                       " (", KindName(command->kind), ") needs ", total));
+    } else if (u->chunk_ready) {
+      const std::string& data = u->chunk.data();
+      if (data.empty() || data.size() > kMaxBulkChunk) {
+        error = absl::InvalidArgumentError(
+            absl::StrCat("data: a chunk of ", data.size(), " bytes at offset ", u->chunk.offset(),
+                         "; chunks are 1 .. ", kMaxBulkChunk, " bytes"));
+      } else if (u->chunk.offset() != u->received) {
+        error = absl::InvalidArgumentError(absl::StrCat(
+            "offset: a chunk at offset ", u->chunk.offset(), " but ", u->received,
+            " bytes came before it; chunks come in order, without gaps"));
+      } else if (data.size() > total - u->received) {
+        error = absl::InvalidArgumentError(
+            absl::StrCat("data: the chunk [", u->chunk.offset(), ", +", data.size(),
+                         ") goes past total_size ", total));
+      } else {
+        u->writing = true;
+        bytes = absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(data.data()), data.size());
+        offset = u->received;
+      }
+    } else if (u->closed) {
+      error = absl::InvalidArgumentError(absl::StrCat(
+          "total_size: the upload ended after ", u->received, " of ", total, " bytes"));
+    } else {
+      return false;  // Waiting for the next chunk.
+    }
+  }
+  if (bytes.empty()) {
+    EndWait(device, runner, sink, error);
+    return true;
+  }
+  const uint64_t seq = command->seq;
+  std::weak_ptr<BulkTransfers> self = weak_from_this();
+  device.WritePiece(runner.session(), command->id, command->shape, command->strides,
+                    command->elem_size, offset, bytes, absl::Now(),
+                    [self, u, seq, n = bytes.size()](absl::Status s) {
+                      {
+                        absl::MutexLock tl(&u->mu);
+                        u->writing = false;
+                        u->chunk_ready = false;
+                        u->chunk.clear_data();
+                        if (s.ok()) {
+                          u->received += n;
+                        } else if (u->error.ok()) {
+                          u->error = std::move(s);
+                        }
+                        u->StartReadLocked();  // Also after the last byte: to see the end.
+                      }
+                      if (auto owner = self.lock()) owner->Event(seq);
+                    });
+  return false;
+}
+
+bool BulkTransfers::StepDownload(Device& device, StreamRunner& runner, ReplySink& sink) {
+  std::shared_ptr<DownloadState> d;
+  std::vector<std::pair<uint64_t, BulkPiece>> issue;
+  std::vector<uint64_t> sizes;
+  absl::Status error;
+  bool finished = false;
+  uint64_t seq = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    seq = wait_->command.seq;
+    auto it = downloads_.find(seq);
+    if (it == downloads_.end()) return false;
+    d = it->second;
+    absl::MutexLock tl(&d->mu);
+    if (wait_->plan == nullptr) {
+      wait_->plan = std::make_unique<BulkReadPlan>(wait_->command.read_tensor, d->chunk_bytes);
+    }
+    BulkReadPlan& plan = *wait_->plan;
+    if (!d->error.ok()) {
+      error = d->error;
+    } else if (d->cancelled || d->failed) {
+      error = absl::CancelledError(
+          absl::StrCat("the client cancelled the download after ", d->written, " bytes"));
+    } else if (plan.done() && wait_->pieces == 0) {
+      // Nothing to read: one chunk with the sizes only.
+      auto msg = std::make_unique<v1::DownloadChunk>();
+      for (uint64_t s : plan.sizes()) msg->add_sizes(s);
+      d->ready.emplace(wait_->pieces++, std::move(msg));
+      ++d->outstanding;
+      d->MaybeWriteLocked();
+    } else if (plan.done() && d->outstanding == 0) {
+      finished = true;
+    } else {
+      while (!plan.done() && d->outstanding < kDownloadWindow) {
+        issue.emplace_back(wait_->pieces++, plan.Next());
+        ++d->outstanding;
+      }
+      if (!issue.empty() && issue.front().first == 0) sizes = plan.sizes();
+    }
+  }
+  if (!error.ok() || finished) {
+    EndWait(device, runner, sink, error);
+    return true;
+  }
+  std::weak_ptr<BulkTransfers> self = weak_from_this();
+  for (auto& [index, piece] : issue) {
+    auto msg = std::make_unique<v1::DownloadChunk>();
+    if (index == 0) {
+      for (uint64_t s : sizes) msg->add_sizes(s);
+    }
+    msg->set_binding(piece.binding);
+    msg->set_offset(piece.offset);
+    std::string* out = msg->mutable_data();
+    device.ReadPiece(runner.session(), piece.ref, out, absl::Now(),
+                     [self, d, seq, index = index, msg = std::move(msg)](absl::Status s) mutable {
+                       {
+                         absl::MutexLock tl(&d->mu);
+                         if (s.ok()) {
+                           d->ready.emplace(index, std::move(msg));
+                           d->MaybeWriteLocked();
+                         } else {
+                           --d->outstanding;
+                           if (d->error.ok()) d->error = std::move(s);
+                         }
+                       }
+                       if (auto owner = self.lock()) owner->Event(seq);
+                     });
+  }
+  return false;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The service's two RPCs.
+
+void SessionStreamService::RegisterBulk(uint64_t session, std::weak_ptr<BulkTransfers> bulk,
+                                        PrincipalPtr owner) {
+  absl::MutexLock lock(&mu_);
+  bulk_[session] = BulkEntry{std::move(bulk), std::move(owner)};
+}
+
+void SessionStreamService::UnregisterBulk(uint64_t session) {
+  absl::MutexLock lock(&mu_);
+  bulk_.erase(session);
+}
+
+std::shared_ptr<BulkTransfers> SessionStreamService::FindBulk(uint64_t session,
+                                                              const Principal* caller) const {
+  absl::MutexLock lock(&mu_);
+  auto it = bulk_.find(session);
+  if (it == bulk_.end()) return nullptr;
+  const Principal* owner = it->second.owner.get();
+  // Another principal's session looks exactly like an unknown one.
+  if (owner != caller && (owner == nullptr || caller == nullptr || owner->name != caller->name)) {
+    return nullptr;
+  }
+  return it->second.bulk.lock();
+}
+
+grpc::ServerReadReactor<v1::UploadChunk>* SessionStreamService::Upload(
+    grpc::CallbackServerContext* ctx, v1::UploadDone* response) {
+  absl::StatusOr<PrincipalPtr> principal =
+      auth_ != nullptr ? auth_->Authorize(*ctx, "Create") : PrincipalPtr();
+  auto* reactor =
+      new UploadReactor(this, ctx, principal.ok() ? *principal : PrincipalPtr(), response);
+  if (!principal.ok()) {
+    reactor->FailAtOnce(principal.status());
+  } else if (draining_.load(std::memory_order_acquire)) {
+    reactor->FailAtOnce(absl::UnavailableError("the daemon is shutting down"));
+  } else {
+    reactor->Begin();
+  }
+  return reactor;
+}
+
+grpc::ServerWriteReactor<v1::DownloadChunk>* SessionStreamService::Download(
+    grpc::CallbackServerContext* ctx, const v1::DownloadRequest* request) {
+  auto* reactor = new DownloadReactor();
+  absl::StatusOr<PrincipalPtr> principal =
+      auth_ != nullptr ? auth_->Authorize(*ctx, "Read") : PrincipalPtr();
+  if (!principal.ok()) {
+    reactor->FailAtOnce(principal.status());
+    return reactor;
+  }
+  if (draining_.load(std::memory_order_acquire)) {
+    reactor->FailAtOnce(absl::UnavailableError("the daemon is shutting down"));
+    return reactor;
+  }
+  if (request->chunk_bytes() > kMaxBulkChunk) {
+    reactor->FailAtOnce(absl::InvalidArgumentError(absl::StrCat(
+        "chunk_bytes: ", request->chunk_bytes(), " is outside 1 .. ", kMaxBulkChunk,
+        " (0 = ", kMaxBulkChunk, ")")));
+    return reactor;
+  }
+  std::shared_ptr<BulkTransfers> bulk = FindBulk(request->session(), principal->get());
+  if (bulk == nullptr) {
+    reactor->FailAtOnce(absl::NotFoundError(absl::StrCat(
+        "session: ", request->session(), " has no open session stream on this daemon")));
+    return reactor;
+  }
+  const std::shared_ptr<DownloadState>& state = reactor->state();
+  state->session = request->session();
+  state->seq = request->seq();
+  state->chunk_bytes = request->chunk_bytes() == 0 ? kMaxBulkChunk : request->chunk_bytes();
+  bulk->AttachDownload(state);
+  return reactor;
+}
+
+}  // namespace cubed

@@ -1,0 +1,481 @@
+// Bulk transfers of the session stream (Note [Bulk transfers], server/session_stream_bulk.h;
+// docs/api.md "Bulk transfers") against the real daemon: round trips of odd sizes and of 1 GiB
+// through the SDK, the daemon's peak memory during it, cancellation mid-upload, mid-download and
+// of the stream itself (memory back to before), a paused upload not stalling another session,
+// and bad inputs on the raw RPCs.
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/client.h"
+#include "cubed/v1/session.grpc.pb.h"
+#include "gtest/gtest.h"
+#include "tests/testing/daemon_process.h"
+
+namespace {
+
+using ::cubed::testing::DaemonProcess;
+namespace v1 = ::cubed::v1;
+
+constexpr uint64_t kFirstClientId = uint64_t{1} << 63;
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+// Peak resident memory of a process, bytes (VmHWM); 0 when unreadable.
+uint64_t PeakRss(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    absl::string_view rest = line;
+    if (!absl::ConsumePrefix(&rest, "VmHWM:")) continue;
+    rest = absl::StripAsciiWhitespace(rest);
+    absl::ConsumeSuffix(&rest, " kB");
+    uint64_t kb = 0;
+    if (absl::SimpleAtoi(rest, &kb)) return kb * 1024;
+  }
+  return 0;
+}
+
+// Deterministic bytes: word i of the buffer is a hash of (seed, i).
+uint64_t Word(uint64_t seed, uint64_t i) {
+  uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
+  x ^= x >> 31;
+  return x * 0xBF58476D1CE4E5B9ull;
+}
+std::string Pattern(uint64_t size, uint64_t seed) {
+  std::string s(size, '\0');
+  const uint64_t words = size / 8;
+  for (uint64_t i = 0; i < words; ++i) {
+    const uint64_t w = Word(seed, i);
+    std::memcpy(s.data() + i * 8, &w, 8);
+  }
+  for (uint64_t i = words * 8; i < size; ++i) s[i] = static_cast<char>(Word(seed, i) & 0xff);
+  return s;
+}
+absl::Span<const uint8_t> Bytes(const std::string& s) {
+  return absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+}
+
+class BulkTransferTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    DaemonProcess::Options o;
+    o.flags = {"--memory_limit=3GiB", "--session_lease=60s"};
+    absl::StatusOr<std::unique_ptr<DaemonProcess>> d = DaemonProcess::Start(o);
+    ASSERT_TRUE(d.ok()) << d.status();
+    daemon_ = *std::move(d);
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(-1);
+    channel_ = grpc::CreateCustomChannel(daemon_->unix_address(),
+                                         grpc::InsecureChannelCredentials(), args);
+    stub_ = v1::SessionStream::NewStub(channel_);
+  }
+
+  std::unique_ptr<cubed::Client> Connect(uint64_t threshold, uint64_t chunk,
+                                         cubed::Transport transport = cubed::Transport::kStream) {
+    cubed::ClientOptions o;
+    o.address = daemon_->unix_address();
+    o.transport = transport;
+    o.bulk_threshold = threshold;
+    o.bulk_chunk = chunk;
+    absl::StatusOr<std::unique_ptr<cubed::Client>> c = cubed::Client::Connect(o);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? *std::move(c) : nullptr;
+  }
+
+  // Bytes in use on device 0, through a unary client.
+  uint64_t BytesInUse() {
+    std::unique_ptr<cubed::Client> c = Connect(0, kMiB, cubed::Transport::kUnary);
+    absl::StatusOr<cubed::MemoryUsage> u = c->GetMemoryUsage();
+    EXPECT_TRUE(u.ok()) << u.status();
+    return u.ok() ? u->bytes_in_use : ~uint64_t{0};
+  }
+
+  // A raw session stream.
+  struct Raw {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionResponse>> stream;
+    uint64_t session = 0;
+    std::vector<v1::Reply> replies;
+    void Send(std::vector<v1::Command> commands) {
+      v1::SessionRequest r;
+      for (auto& c : commands) *r.add_commands() = std::move(c);
+      ASSERT_TRUE(stream->Write(r));
+    }
+    // Reads until the reply of `seq` arrived.
+    v1::Reply Await(uint64_t seq) {
+      for (;;) {
+        for (const v1::Reply& r : replies) {
+          if (r.seq() == seq) return r;
+        }
+        v1::SessionResponse response;
+        if (!stream->Read(&response)) return v1::Reply();
+        for (v1::Reply& r : *response.mutable_replies()) replies.push_back(std::move(r));
+      }
+    }
+  };
+  std::unique_ptr<Raw> OpenRaw() {
+    auto raw = std::make_unique<Raw>();
+    raw->stream = stub_->Session(&raw->context);
+    v1::SessionRequest open;
+    open.mutable_open();
+    EXPECT_TRUE(raw->stream->Write(open));
+    v1::SessionResponse response;
+    EXPECT_TRUE(raw->stream->Read(&response));
+    raw->session = response.opened().session();
+    return raw;
+  }
+
+  static v1::Command BulkCreate(uint64_t seq, uint64_t id, uint64_t size) {
+    v1::Command c;
+    c.set_seq(seq);
+    c.mutable_create()->set_id(id);
+    c.mutable_create()->set_bulk_size(size);
+    return c;
+  }
+  static v1::Command Read(uint64_t seq, uint64_t id, bool bulk) {
+    v1::Command c;
+    c.set_seq(seq);
+    c.mutable_read()->add_bindings()->set_handle(id);
+    c.mutable_read()->set_bulk(bulk);
+    return c;
+  }
+  static v1::Command Sync(uint64_t seq) {
+    v1::Command c;
+    c.set_seq(seq);
+    c.mutable_sync();
+    return c;
+  }
+  static v1::Command Release(uint64_t seq, uint64_t id) {
+    v1::Command c;
+    c.set_seq(seq);
+    c.mutable_release()->add_ids(id);
+    return c;
+  }
+  static v1::UploadChunk Chunk(uint64_t session, uint64_t seq, uint64_t total, uint64_t offset,
+                               std::string data) {
+    v1::UploadChunk c;
+    c.set_session(session);
+    c.set_seq(seq);
+    c.set_total_size(total);
+    c.set_offset(offset);
+    c.set_data(std::move(data));
+    return c;
+  }
+
+  // Uploads `chunks` for (session, seq) and returns the status.
+  grpc::Status Upload(const std::vector<v1::UploadChunk>& chunks) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    v1::UploadDone done;
+    auto writer = stub_->Upload(&context, &done);
+    for (const auto& c : chunks) {
+      if (!writer->Write(c)) break;
+    }
+    writer->WritesDone();
+    return writer->Finish();
+  }
+
+  std::unique_ptr<DaemonProcess> daemon_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::SessionStream::Stub> stub_;
+};
+
+TEST_F(BulkTransferTest, OddSizesRoundTrip) {
+  for (uint64_t chunk : {uint64_t{64} << 10, 4 * kMiB}) {
+    std::unique_ptr<cubed::Client> client = Connect(/*threshold=*/1, chunk);
+    ASSERT_NE(client, nullptr);
+    for (uint64_t size : {uint64_t{1}, chunk - 1, chunk, chunk + 1, 3 * chunk + 1}) {
+      SCOPED_TRACE(absl::StrCat("chunk ", chunk, " size ", size));
+      const std::string data = Pattern(size, size + chunk);
+      absl::StatusOr<cubed::Handle> h = client->Create(Bytes(data));
+      ASSERT_TRUE(h.ok()) << h.status();
+      auto read = client->Read({*h}).get();
+      ASSERT_TRUE(read.ok()) << read.status();
+      ASSERT_EQ(read->size(), 1u);
+      EXPECT_TRUE((*read)[0] == data);
+      if (size > 2) {  // A view through offsets.
+        auto view = client->Read({cubed::Binding(*h, 1, 1)}).get();
+        ASSERT_TRUE(view.ok()) << view.status();
+        EXPECT_TRUE((*view)[0] == data.substr(1, size - 2));
+      }
+    }
+    // A tensor, 2-D, through create_tensor and read_tensor (a column slice is strided).
+    const std::vector<uint64_t> shape = {3, chunk / 4 + 1};
+    const std::string data = Pattern(shape[0] * shape[1] * 4, 7);
+    absl::StatusOr<cubed::Tensor> t = client->CreateTensor(Bytes(data), shape, 4);
+    ASSERT_TRUE(t.ok()) << t.status();
+    auto back = client->ReadTensor({*t}).get();
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_TRUE((*back)[0] == data);
+    ASSERT_TRUE(client->Sync().get().ok());
+  }
+  EXPECT_EQ(BytesInUse(), 0u);
+}
+
+TEST_F(BulkTransferTest, OneGiBRoundTripStaysBelowTwoCopies) {
+  constexpr uint64_t kSize = uint64_t{1} << 30;
+  std::unique_ptr<cubed::Client> client = Connect(4 * kMiB, 4 * kMiB);
+  ASSERT_NE(client, nullptr);
+  const uint64_t before = PeakRss(daemon_->pid());
+  const absl::Time start = absl::Now();
+  cubed::Handle h;
+  {
+    const std::string data = Pattern(kSize, 42);
+    absl::StatusOr<cubed::Handle> created = client->Create(Bytes(data));
+    ASSERT_TRUE(created.ok()) << created.status();
+    h = *created;
+  }  // The client's copy goes before the read allocates its own.
+  auto read = client->Read({h}).get();
+  ASSERT_TRUE(read.ok()) << read.status();
+  const absl::Duration took = absl::Now() - start;
+  ASSERT_EQ((*read)[0].size(), kSize);
+  const std::string& got = (*read)[0];
+  bool same = true;
+  for (uint64_t i = 0; i < kSize / 8 && same; ++i) {
+    uint64_t w;
+    std::memcpy(&w, got.data() + i * 8, 8);
+    same = w == Word(42, i);
+  }
+  EXPECT_TRUE(same);
+  const uint64_t peak = PeakRss(daemon_->pid());
+  std::printf("1 GiB create + read through the bulk path: %s; daemon VmHWM %.0f MiB (before %.0f)\n",
+              absl::FormatDuration(took).c_str(), peak / 1048576.0, before / 1048576.0);
+  EXPECT_LT(peak, before + kSize + kSize / 2) << "the daemon held more than 1.5x the data";
+}
+
+TEST_F(BulkTransferTest, CancelMidUploadFreesEverything) {
+  std::unique_ptr<Raw> raw = OpenRaw();
+  const uint64_t id = kFirstClientId + 1;
+  raw->Send({BulkCreate(1, id, 16 * kMiB)});
+  {
+    grpc::ClientContext context;
+    v1::UploadDone done;
+    auto writer = stub_->Upload(&context, &done);
+    ASSERT_TRUE(writer->Write(Chunk(raw->session, 1, 16 * kMiB, 0, std::string(kMiB, 'a'))));
+    // The allocation exists while the upload is under way.
+    for (int i = 0; i < 100 && BytesInUse() == 0; ++i) absl::SleepFor(absl::Milliseconds(10));
+    EXPECT_GE(BytesInUse(), 16 * kMiB);
+    context.TryCancel();
+    EXPECT_EQ(writer->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  raw->Send({Sync(2), Read(3, id, false)});
+  const v1::Reply sync = raw->Await(2);
+  EXPECT_EQ(sync.code(), static_cast<int>(grpc::StatusCode::CANCELLED)) << sync.message();
+  EXPECT_EQ(sync.failed_commands(), 1u);
+  const v1::Reply read = raw->Await(3);  // The id is poisoned with the upload's error.
+  EXPECT_EQ(read.code(), static_cast<int>(grpc::StatusCode::CANCELLED));
+  EXPECT_TRUE(absl::StrContains(read.message(), "command 1 (create) failed")) << read.message();
+  EXPECT_EQ(BytesInUse(), 0u);
+}
+
+TEST_F(BulkTransferTest, CancelMidDownloadFreesEverything) {
+  std::unique_ptr<Raw> raw = OpenRaw();
+  const uint64_t id = kFirstClientId + 1;
+  v1::Command create;
+  create.set_seq(1);
+  create.mutable_create()->set_id(id);
+  create.mutable_create()->set_data(std::string(16 * kMiB, 'b'));
+  raw->Send({std::move(create), Read(2, id, true)});
+  {
+    grpc::ClientContext context;
+    v1::DownloadRequest request;
+    request.set_session(raw->session);
+    request.set_seq(2);
+    request.set_chunk_bytes(kMiB);
+    auto reader = stub_->Download(&context, request);
+    v1::DownloadChunk chunk;
+    ASSERT_TRUE(reader->Read(&chunk));
+    EXPECT_EQ(chunk.sizes_size(), 1);
+    EXPECT_EQ(chunk.data().size(), kMiB);
+    context.TryCancel();
+    while (reader->Read(&chunk)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  const v1::Reply read = raw->Await(2);
+  EXPECT_EQ(read.code(), static_cast<int>(grpc::StatusCode::CANCELLED)) << read.message();
+  // The stream goes on: release, and the memory is back.
+  raw->Send({Release(3, id), Sync(4)});
+  EXPECT_EQ(raw->Await(4).code(), 0);
+  EXPECT_EQ(BytesInUse(), 0u);
+}
+
+TEST_F(BulkTransferTest, StreamEndMidTransferFreesEverything) {
+  auto raw = OpenRaw();
+  raw->Send({BulkCreate(1, kFirstClientId, 64 * kMiB)});
+  grpc::ClientContext context;
+  v1::UploadDone done;
+  auto writer = stub_->Upload(&context, &done);
+  ASSERT_TRUE(writer->Write(Chunk(raw->session, 1, 64 * kMiB, 0, std::string(4 * kMiB, 'c'))));
+  for (int i = 0; i < 100 && BytesInUse() == 0; ++i) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_GE(BytesInUse(), 64 * kMiB);
+  raw->context.TryCancel();  // The session stream ends: its session and its upload go.
+  (void)raw->stream->Finish();
+  grpc::Status s = writer->Finish();
+  EXPECT_FALSE(s.ok());
+  for (int i = 0; i < 200 && BytesInUse() != 0; ++i) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_EQ(BytesInUse(), 0u);
+  // A Download for a stream that is gone: NOT_FOUND.
+  grpc::ClientContext dctx;
+  v1::DownloadRequest request;
+  request.set_session(raw->session);
+  request.set_seq(2);
+  auto reader = stub_->Download(&dctx, request);
+  v1::DownloadChunk chunk;
+  EXPECT_FALSE(reader->Read(&chunk));
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(BulkTransferTest, PausedUploadDoesNotStallAnotherSession) {
+  auto raw = OpenRaw();
+  const uint64_t id = kFirstClientId + 5;
+  raw->Send({BulkCreate(1, id, 8 * kMiB), Read(2, id, false)});
+  grpc::ClientContext context;
+  v1::UploadDone done;
+  auto writer = stub_->Upload(&context, &done);
+  const std::string data = Pattern(8 * kMiB, 9);
+  ASSERT_TRUE(writer->Write(Chunk(raw->session, 1, 8 * kMiB, 0, data.substr(0, kMiB))));
+  // The upload pauses; another session on the same device is served meanwhile.
+  std::unique_ptr<cubed::Client> other = Connect(0, kMiB);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<cubed::Handle> h = other->Create(Bytes(std::string(1000, 'x')));
+  ASSERT_TRUE(h.ok());
+  auto read = other->Read({*h}).get();
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_TRUE(other->Sync().get().ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  // The rest of the upload; the waiting stream's read then sees every byte.
+  for (uint64_t off = kMiB; off < data.size(); off += kMiB) {
+    v1::UploadChunk c;
+    c.set_offset(off);
+    c.set_data(data.substr(off, kMiB));
+    ASSERT_TRUE(writer->Write(c));
+  }
+  writer->WritesDone();
+  const absl::Time finish = absl::Now();
+  grpc::Status s = writer->Finish();
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_LT(absl::Now() - finish, absl::Seconds(2));
+  EXPECT_EQ(done.bytes(), 8 * kMiB);
+  const v1::Reply r = raw->Await(2);
+  ASSERT_EQ(r.seq(), 2u) << "the stream ended: " << raw->stream->Finish().error_message();
+  ASSERT_EQ(r.code(), 0) << r.message();
+  ASSERT_EQ(r.read().data_size(), 1);
+  EXPECT_TRUE(r.read().data(0) == data);
+}
+
+TEST_F(BulkTransferTest, BadInputsFailClearlyAndLeaveNothing) {
+  auto raw = OpenRaw();
+  const uint64_t s = raw->session;
+  // Unknown session.
+  grpc::Status st = Upload({Chunk(s + 256, 1, 10, 0, "0123456789")});
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND) << st.error_message();
+  // A seq that ran and is not a bulk create.
+  raw->Send({Sync(1)});
+  EXPECT_EQ(raw->Await(1).code(), 0);
+  st = Upload({Chunk(s, 1, 10, 0, "0123456789")});
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
+  // A chunk over 4 MiB: the upload and the command fail; the id is poisoned with that error.
+  raw->Send({BulkCreate(2, kFirstClientId + 2, 8 * kMiB)});
+  st = Upload({Chunk(s, 2, 8 * kMiB, 0, std::string(4 * kMiB + 1, 'x'))});
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StrContains(st.error_message(), "chunks are 1 .. 4194304")) << st.error_message();
+  raw->Send({Read(3, kFirstClientId + 2, false)});
+  v1::Reply r = raw->Await(3);
+  EXPECT_EQ(r.code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+  EXPECT_TRUE(absl::StrContains(r.message(), "command 2 (create) failed")) << r.message();
+  // A declared total that differs from the command's.
+  raw->Send({BulkCreate(4, kFirstClientId + 4, 100)});
+  st = Upload({Chunk(s, 4, 99, 0, std::string(99, 'y'))});
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StrContains(st.error_message(), "total_size")) << st.error_message();
+  // Too few bytes, then the end.
+  raw->Send({BulkCreate(5, kFirstClientId + 5, 100)});
+  st = Upload({Chunk(s, 5, 100, 0, std::string(60, 'y'))});
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StrContains(st.error_message(), "ended after 60 of 100")) << st.error_message();
+  // A gap.
+  raw->Send({BulkCreate(6, kFirstClientId + 6, 100)});
+  st = Upload({Chunk(s, 6, 100, 0, std::string(50, 'y')), Chunk(0, 0, 0, 60, std::string(40, 'y'))});
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StrContains(st.error_message(), "offset")) << st.error_message();
+  // A good one, then a duplicate upload for the same seq.
+  raw->Send({BulkCreate(7, kFirstClientId + 7, 10)});
+  st = Upload({Chunk(s, 7, 10, 0, "0123456789")});
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  st = Upload({Chunk(s, 7, 10, 0, "0123456789")});
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
+  // A bulk create with data: the command fails, and so does its upload.
+  v1::Command both = BulkCreate(8, kFirstClientId + 8, 10);
+  both.mutable_create()->set_data("abc");
+  raw->Send({std::move(both)});
+  st = Upload({Chunk(s, 8, 10, 0, "0123456789")});
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  // A bulk read of an unknown handle: its reply and its download say NOT_FOUND.
+  raw->Send({Read(9, kFirstClientId + 99, true)});
+  r = raw->Await(9);
+  EXPECT_EQ(r.code(), static_cast<int>(grpc::StatusCode::NOT_FOUND)) << r.message();
+  {
+    grpc::ClientContext context;
+    v1::DownloadRequest request;
+    request.set_session(s);
+    request.set_seq(9);
+    auto reader = stub_->Download(&context, request);
+    v1::DownloadChunk chunk;
+    EXPECT_FALSE(reader->Read(&chunk));
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  // chunk_bytes over 4 MiB.
+  {
+    raw->Send({Read(10, kFirstClientId + 7, true)});
+    grpc::ClientContext context;
+    v1::DownloadRequest request;
+    request.set_session(s);
+    request.set_seq(10);
+    request.set_chunk_bytes(4 * kMiB + 1);
+    auto reader = stub_->Download(&context, request);
+    v1::DownloadChunk chunk;
+    EXPECT_FALSE(reader->Read(&chunk));
+    grpc::Status ds = reader->Finish();
+    EXPECT_EQ(ds.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_TRUE(absl::StrContains(ds.error_message(), "chunk_bytes")) << ds.error_message();
+  }
+  // The good handle reads back through a proper download.
+  {
+    grpc::ClientContext context;
+    v1::DownloadRequest request;
+    request.set_session(s);
+    request.set_seq(10);
+    auto reader = stub_->Download(&context, request);
+    v1::DownloadChunk chunk;
+    std::string got;
+    while (reader->Read(&chunk)) got += chunk.data();
+    EXPECT_TRUE(reader->Finish().ok());
+    EXPECT_EQ(got, "0123456789");
+    EXPECT_EQ(raw->Await(10).code(), 0);
+  }
+  // Everything failed is gone once the ids are released; the good one still holds its bytes.
+  std::vector<v1::Command> releases;
+  uint64_t seq = 11;
+  for (uint64_t i : {2, 4, 5, 6, 7, 8}) releases.push_back(Release(seq++, kFirstClientId + i));
+  releases.push_back(Sync(seq));
+  raw->Send(std::move(releases));
+  (void)raw->Await(seq);
+  EXPECT_EQ(BytesInUse(), 0u);
+}
+
+}  // namespace
