@@ -1,0 +1,758 @@
+"""Client: a connection to a cubed daemon and one session on it (docs/api.md). Mirrors CubeCL's
+ComputeServer trait (create, empty, read, execute, sync, memory usage, profiling) and adds numpy
+conveniences: a wrapper per builtin kernel, computing output shapes the numpy way."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import os
+import weakref
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Deque, Iterator, List, Optional, Sequence, Tuple, Union
+
+import grpc
+import numpy as np
+
+from ._errors import (CubedError, InvalidArgumentError, UnimplementedError, error_for,
+                      error_from_rpc)
+from ._proto import compute_pb2, compute_pb2_grpc, types_pb2
+from ._tensor import Tensor, _Handle
+from ._transport import StreamTransport, UnaryTransport
+from ._types import (BuiltinKernel, DTypeLike, Info, MemoryUsage, Scalars, cube_count_for,
+                     dense_strides, dtype_of, encode_metadata, wire_dtype)
+
+PathOrBytes = Union[str, os.PathLike, bytes]
+ArrayOrScalar = Union[Tensor, np.ndarray, int, float, Sequence[Any]]
+Axis = Union[None, int, Sequence[int]]
+
+_MAX_BYTES = (1 << 63) - 1
+
+
+@dataclass(frozen=True)
+class Binding:
+    """A byte view of a tensor's allocation (CubeCL's Binding): ``offset_start`` bytes skipped at
+    the front, ``offset_end`` bytes cut from the back. Used by read_raw and execute."""
+
+    tensor: Tensor
+    offset_start: int = 0
+    offset_end: int = 0
+
+
+class Profile:
+    """The result of a ``with client.profile() as p:`` block; filled in when the block ends."""
+
+    duration_ns: Optional[int] = None
+    """Device time of the work inside the block, nanoseconds (None until the block ended)."""
+
+    @property
+    def duration(self) -> Optional[float]:
+        """Device time of the work inside the block, seconds (None until the block ended)."""
+        return None if self.duration_ns is None else self.duration_ns / 1e9
+
+    def __repr__(self) -> str:
+        return f"Profile(duration_ns={self.duration_ns})"
+
+
+def default_address() -> str:
+    """$CUBED_ADDRESS, else the daemon's default socket: unix:$XDG_RUNTIME_DIR/cubed.sock, or
+    unix:/tmp/cubed-$UID/cubed.sock when XDG_RUNTIME_DIR is unset (as deploy/run.sh)."""
+    if os.environ.get("CUBED_ADDRESS"):
+        return os.environ["CUBED_ADDRESS"]
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime:
+        return f"unix:{runtime}/cubed.sock"
+    return f"unix:/tmp/cubed-{os.getuid()}/cubed.sock"
+
+
+def _target(address: str) -> str:
+    if address.startswith("/"):
+        return f"unix:{address}"
+    return address
+
+
+def _pem(value: Optional[PathOrBytes]) -> Optional[bytes]:
+    if value is None or isinstance(value, bytes):
+        return value
+    return Path(value).read_bytes()
+
+
+def _gc_release(client_ref: "weakref.ReferenceType[Client]", handle_id: int) -> None:
+    # Runs from the garbage collector on any thread: only appends (deque.append is atomic).
+    client = client_ref()
+    if client is not None and not client._closed:
+        client._gc_releases.append(handle_id)
+
+
+def _close_transport(transport: Any, channel: grpc.Channel, timeout: float) -> None:
+    try:
+        transport.close(timeout)
+    finally:
+        channel.close()
+
+
+def connect(address: Optional[str] = None, *, timeout: float = 60.0, device: int = 0,
+            lease: Optional[float] = None, transport: str = "auto", token: Optional[str] = None,
+            tls: Optional[bool] = None, root_certificates: Optional[PathOrBytes] = None,
+            certificate_chain: Optional[PathOrBytes] = None,
+            private_key: Optional[PathOrBytes] = None, server_name: Optional[str] = None,
+            max_message_bytes: int = 1 << 30, session: int = 0) -> "Client":
+    """Connects to a cubed daemon and opens a session on ``device``.
+
+    Args:
+        address: ``"unix:/path/cubed.sock"``, a socket path starting with ``/``, or
+            ``"host:port"`` (TCP). Default: default_address().
+        timeout: deadline of each call and of each answer on the stream, seconds.
+        device: device index to open the session on.
+        lease: session lease in seconds (None: the daemon's --session_lease). The daemon frees
+            the session when this long passes without a command.
+        transport: ``"stream"`` (the pipelined session stream), ``"unary"`` (one RPC per call),
+            or ``"auto"``: the stream, falling back to unary calls when the daemon has no stream
+            (UNIMPLEMENTED). The environment variable CUBED_CLIENT_TRANSPORT overrides it.
+        token: sent as ``authorization: Bearer <token>`` metadata on every call.
+        tls: use TLS; implied by any of the three certificate arguments.
+        root_certificates: PEM (bytes or a file path) of the CA that signed the daemon's
+            certificate; None: the system's roots.
+        certificate_chain, private_key: PEM of a client certificate and its key (mutual TLS).
+        server_name: the name to check the daemon's certificate against, when it differs from
+            the address's host.
+        max_message_bytes: largest message sent or received.
+        session: join this existing session (e.g. from ``cubectl session open``) instead of
+            opening one; uses unary calls and does not close the session on close().
+
+    Raises:
+        UnavailableError: the daemon cannot be reached.
+        CubedError: the daemon refused the session (e.g. NotFoundError for an unknown device).
+    """
+    target = _target(address or default_address())
+    options = [("grpc.max_send_message_length", max_message_bytes),
+               ("grpc.max_receive_message_length", max_message_bytes)]
+    if server_name:
+        options.append(("grpc.ssl_target_name_override", server_name))
+    if tls or root_certificates or certificate_chain or private_key:
+        creds = grpc.ssl_channel_credentials(root_certificates=_pem(root_certificates),
+                                             private_key=_pem(private_key),
+                                             certificate_chain=_pem(certificate_chain))
+        channel = grpc.secure_channel(target, creds, options=options)
+    else:
+        channel = grpc.insecure_channel(target, options=options)
+    metadata = [("authorization", f"Bearer {token}")] if token else []
+    lease_ms = 0 if lease is None else max(1, int(lease * 1000))
+    mode = os.environ.get("CUBED_CLIENT_TRANSPORT", "").strip().lower() or transport
+    if mode not in ("auto", "stream", "unary"):
+        raise ValueError(f"transport must be 'auto', 'stream' or 'unary', got {mode!r}")
+    try:
+        if session or mode == "unary":
+            t: Any = UnaryTransport(channel, metadata, timeout, device, lease_ms, session)
+        else:
+            try:
+                t = StreamTransport(channel, metadata, timeout, device, lease_ms)
+            except UnimplementedError:
+                if mode == "stream":
+                    raise
+                t = UnaryTransport(channel, metadata, timeout, device, lease_ms)
+    except BaseException:
+        channel.close()
+        raise
+    return Client(channel, t, metadata, timeout, device, target)
+
+
+class Client:
+    """A session on a cubed daemon; create one with connect(). A context manager: leaving the
+    ``with`` block closes it. Thread-safe; commands from one thread run in the order sent.
+
+    On the stream transport (the default), allocations, executes and releases return at once and
+    their errors surface at the next read or sync touching what they wrote (the daemon poisons
+    those handles); on the unary transport every call raises its own error.
+    """
+
+    def __init__(self, channel: grpc.Channel, transport: Any, metadata: List[Tuple[str, str]],
+                 timeout: float, device: int, target: str) -> None:
+        """Internal: use connect()."""
+        self._channel = channel
+        self._transport = transport
+        self._metadata = metadata
+        self._timeout = timeout
+        self._device = device
+        self._target = target
+        self._closed = False
+        self._gc_releases: Deque[int] = collections.deque()
+        self._self_ref = weakref.ref(self)
+        self._finalizer = weakref.finalize(self, _close_transport, transport, channel, timeout)
+
+    # --- session --------------------------------------------------------------------------------
+
+    @property
+    def session(self) -> int:
+        """The session id (unary calls and cubectl may name it)."""
+        return self._transport.session
+
+    @property
+    def transport(self) -> str:
+        """``"stream"`` or ``"unary"``: how this client talks to the daemon."""
+        return self._transport.kind
+
+    @property
+    def lease(self) -> float:
+        """The lease the daemon granted, seconds (0 for a joined session)."""
+        return self._transport.lease_ms / 1000.0
+
+    @property
+    def address(self) -> str:
+        """The gRPC target this client is connected to."""
+        return self._target
+
+    @property
+    def closed(self) -> bool:
+        """True after close()."""
+        return self._closed
+
+    def close(self) -> None:
+        """Closes the session: the daemon releases every handle it holds (all tensors of this
+        client become unusable) and runs what was already sent first. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._finalizer()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"session={self.session}"
+        return f"Client({self._target!r}, {self.transport}, {state})"
+
+    # --- plumbing -------------------------------------------------------------------------------
+
+    def _live(self) -> Any:
+        if self._closed:
+            raise error_for(grpc.StatusCode.FAILED_PRECONDITION, "the client is closed")
+        if self._gc_releases:
+            ids = []
+            while self._gc_releases:
+                try:
+                    ids.append(self._gc_releases.popleft())
+                except IndexError:
+                    break
+            if ids:
+                try:
+                    self._transport.release(ids)
+                except CubedError:
+                    pass  # Unary: a handle whose session expired; nothing left to free.
+        return self._transport
+
+    def _wait(self, future: "Future[Any]") -> Any:
+        try:
+            return future.result(timeout=self._timeout)
+        except FutureTimeout:
+            raise error_for(grpc.StatusCode.DEADLINE_EXCEEDED,
+                            f"no answer within {self._timeout} s (connect(timeout=...))") from None
+
+    def _release_now(self, handle_id: int) -> None:
+        if not self._closed:
+            self._live().release([handle_id])
+
+    def _handle(self, handle_id: int, nbytes: int) -> _Handle:
+        return _Handle(handle_id, nbytes, lambda i, r=self._self_ref: _gc_release(r, i))
+
+    def _own(self, t: Tensor, what: str) -> Tensor:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{what}: expected a Tensor, got {type(t).__name__}")
+        if t.client is not self:
+            raise ValueError(f"{what}: the tensor belongs to another client (session)")
+        return t
+
+    def _alloc(self, shape: Sequence[int], dtype: DTypeLike) -> Tensor:
+        dt = wire_dtype(dtype)
+        shape = tuple(int(s) for s in shape)
+        if any(s < 0 for s in shape):
+            raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
+                                       f"shape {shape} has a negative extent")
+        nbytes = dt.itemsize
+        for s in shape:
+            nbytes *= s
+        if nbytes > _MAX_BYTES:
+            raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
+                                       f"shape {shape}: the product of the shape times the "
+                                       "element size overflows 63 bits")
+        size = max(nbytes, 1)
+        handle_id = self._live().empty(size)
+        return Tensor(self, self._handle(handle_id, size), shape, dense_strides(shape), dt)
+
+    # --- trait: create / empty / read -----------------------------------------------------------
+
+    def create(self, array: Union[np.ndarray, Sequence[Any], bytes, int, float]) -> Tensor:
+        """Stores an array on the daemon (trait: create) and returns its Tensor, keeping shape,
+        dtype and layout: C-ordered arrays keep row-major strides, Fortran-ordered ones their
+        column-major strides; any other layout (a strided view) is stored densely packed.
+        ``bytes`` are stored as a uint8 vector. Returns at once on the stream."""
+        if isinstance(array, Tensor):
+            raise TypeError("create: already a Tensor (use .copy() for a copy on the daemon)")
+        if isinstance(array, (bytes, bytearray, memoryview)):
+            array = np.frombuffer(bytes(array), dtype=np.uint8)
+        a = np.asarray(array)
+        if a.dtype.hasobject:
+            raise TypeError(f"create: cannot store an array of dtype {a.dtype}")
+        dt = wire_dtype(a.dtype)
+        if a.ndim >= 2 and a.flags.f_contiguous and not a.flags.c_contiguous:
+            stored = np.ascontiguousarray(a.T, dtype=dt)  # Same memory order as `a`.
+            strides = tuple(reversed(dense_strides(tuple(reversed(a.shape)))))
+        else:
+            stored = np.ascontiguousarray(a, dtype=dt)
+            strides = dense_strides(a.shape)
+        data = stored.tobytes() if stored.nbytes else b"\0"
+        handle_id = self._live().create(data)
+        return Tensor(self, self._handle(handle_id, len(data)), a.shape, strides, dt)
+
+    def empty(self, shape: Union[int, Sequence[int]], dtype: DTypeLike = np.float32) -> Tensor:
+        """Reserves an uninitialized dense tensor (trait: empty)."""
+        return self._alloc((shape,) if isinstance(shape, int) else shape, dtype)
+
+    def empty_bytes(self, size: int) -> Tensor:
+        """Reserves ``size`` uninitialized bytes, as a uint8 vector (trait: empty, exactly)."""
+        handle_id = self._live().empty(int(size))
+        return Tensor(self, self._handle(handle_id, int(size)), (int(size),), (1,), np.uint8)
+
+    def adopt(self, handle_id: int, nbytes: int, shape: Optional[Sequence[int]] = None,
+              dtype: DTypeLike = np.uint8) -> Tensor:
+        """Wraps handle ``handle_id`` of this session (e.g. one created by another client of a
+        joined session) in a Tensor of ``shape`` (default: ``nbytes`` uint8 elements) whose
+        collection releases one reference. Makes no call; an unknown id fails at use."""
+        dt = wire_dtype(dtype)
+        shape = (nbytes // dt.itemsize,) if shape is None else tuple(shape)
+        return Tensor(self, self._handle(int(handle_id), int(nbytes)), shape,
+                      dense_strides(shape), dt)
+
+    def read_async(self, tensor: Tensor) -> "Future[np.ndarray]":
+        """Starts reading ``tensor`` (trait: read / read_tensor) after all earlier work of the
+        session; the Future resolves to a new ndarray of its shape and dtype, or raises the
+        CubedError that read (or the command that poisoned the tensor) failed with."""
+        t = self._own(tensor, "read")
+        transport = self._live()
+        if t.size == 0:
+            done: Future = Future()
+            done.set_result(np.empty(t.shape, t.dtype))
+            return done
+        start = t.offset * t.dtype.itemsize
+        if t.is_contiguous:
+            end = t.allocation_bytes - start - t.nbytes
+            if end < 0:
+                raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
+                                           f"read: {t} extends past its {t.allocation_bytes}-byte "
+                                           "allocation")
+            raw = transport.read([types_pb2.Binding(handle=t.id, offset_start=start,
+                                                    offset_end=end)])
+        else:
+            raw = transport.read_tensor([types_pb2.BindingWithMeta(
+                binding=types_pb2.Binding(handle=t.id, offset_start=start), shape=t.shape,
+                strides=t.strides, elem_size=t.dtype.itemsize)])
+        out: Future = Future()
+
+        def convert(f: Future) -> None:
+            try:
+                data = f.result()[0]
+                out.set_result(np.frombuffer(data, dtype=t.dtype).reshape(t.shape).copy())
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                out.set_exception(e)
+
+        raw.add_done_callback(convert)
+        return out
+
+    def read(self, tensor: Tensor) -> np.ndarray:
+        """Reads ``tensor`` into a new ndarray (blocks up to the client's timeout)."""
+        return self._wait(self.read_async(tensor))
+
+    async def aread(self, tensor: Tensor) -> np.ndarray:
+        """``await client.aread(t)``: read_async for asyncio code."""
+        return await asyncio.wrap_future(self.read_async(tensor))
+
+    def read_many(self, tensors: Sequence[Tensor]) -> List[np.ndarray]:
+        """Reads several tensors; the reads are pipelined."""
+        futures = [self.read_async(t) for t in tensors]
+        return [self._wait(f) for f in futures]
+
+    def read_raw(self, bindings: Sequence[Union[Binding, Tensor]]) -> List[bytes]:
+        """The bytes of each binding, exactly as the trait's read: no layout applied."""
+        proto = []
+        for b in bindings:
+            if isinstance(b, Tensor):
+                b = Binding(b)
+            self._own(b.tensor, "read_raw")
+            proto.append(types_pb2.Binding(handle=b.tensor.id, offset_start=b.offset_start,
+                                           offset_end=b.offset_end))
+        return self._wait(self._live().read(proto))
+
+    # --- trait: execute -------------------------------------------------------------------------
+
+    def _buffer(self, b: Union[Binding, Tensor], what: str) -> Tuple[types_pb2.Binding, Tensor, int]:
+        if isinstance(b, Binding):
+            t, start, end = b.tensor, b.offset_start, b.offset_end
+        else:
+            t, start, end = b, b.offset * b.dtype.itemsize, 0
+        self._own(t, what)
+        length = (t.allocation_bytes - start - end) // t.dtype.itemsize
+        return types_pb2.Binding(handle=t.id, offset_start=start, offset_end=end), t, max(length, 0)
+
+    def execute(self, kernel: Union[BuiltinKernel, types_pb2.Kernel],
+                count: Union[None, int, Tuple[int, int, int], Binding, Tensor] = None,
+                bindings: Sequence[Union[Tensor, Binding]] = (), *,
+                metadata: Optional[Sequence[int]] = None, scalars: Sequence[Scalars] = (),
+                mode: str = "checked") -> None:
+        """Runs a kernel (trait: execute).
+
+        Args:
+            kernel: a BuiltinKernel, or a cubed.v1.Kernel message (cuda_source / ptx kernels).
+            count: cube count: None (derived from the last buffer's element count, 256 units per
+                cube), an int (x), an (x, y, z) tuple, or a Binding/Tensor holding three u32 read
+                when the kernel runs (dynamic count).
+            bindings: buffers in kernel-parameter order, inputs first, then outputs. A Tensor
+                binds its view (its offset); a Binding binds raw bytes.
+            metadata: the u32 metadata block; None builds it from the tensors' layouts (every
+                buffer a tensor, as builtin kernels expect; docs/kernel-abi.md).
+            scalars: one Scalars per element type.
+            mode: ``"checked"`` or ``"unchecked"`` (needs a daemon with --allow_unchecked).
+
+        Returns once the launch is queued. Errors: raised here on the unary transport; on the
+        stream they poison the outputs and surface at the next sync or read of them.
+        """
+        proto_kernel = kernel.to_proto() if isinstance(kernel, BuiltinKernel) else kernel
+        buffers, layouts, lengths = [], [], []
+        for i, b in enumerate(bindings):
+            pb, t, n = self._buffer(b, f"execute: bindings[{i}]")
+            buffers.append(pb)
+            layouts.append((t.shape, t.strides))
+            lengths.append(n)
+        if metadata is None:
+            try:
+                metadata = encode_metadata(lengths, layouts)
+            except ValueError as e:
+                raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from None
+        if count is None:
+            size = int(np.prod(layouts[-1][0], dtype=np.int64)) if layouts else 1
+            count = cube_count_for(size)
+        if isinstance(count, (Binding, Tensor)):
+            pb, _, _ = self._buffer(count, "execute: count")
+            proto_count = types_pb2.CubeCount(dynamic=pb)
+        else:
+            x, y, z = (count, 1, 1) if isinstance(count, int) else count
+            proto_count = types_pb2.CubeCount(
+                static_count=types_pb2.CubeCount.Static(x=x, y=y, z=z))
+        if mode not in ("checked", "unchecked"):
+            raise ValueError(f"mode must be 'checked' or 'unchecked', got {mode!r}")
+        proto_mode = (types_pb2.EXECUTION_MODE_UNCHECKED if mode == "unchecked"
+                      else types_pb2.EXECUTION_MODE_CHECKED)
+        proto_bindings = types_pb2.Bindings(buffers=buffers, metadata=metadata,
+                                            scalars=[s.to_proto() for s in scalars])
+        self._live().execute(proto_kernel, proto_count, proto_bindings, proto_mode)
+
+    def _launch(self, name: str, inputs: Sequence[Tensor], out: Tensor, *,
+                dtype: Optional[np.dtype] = None, axis: int = 0,
+                scalars: Sequence[Scalars] = ()) -> Tensor:
+        dt = dtype if dtype is not None else (inputs[0].dtype if inputs else out.dtype)
+        try:
+            self.execute(BuiltinKernel(name, dt, out.dtype, axis), None, [*inputs, out],
+                         scalars=scalars)
+        except BaseException:
+            out.close()  # Unary: the launch failed; its output must not outlive the error.
+            raise
+        return out
+
+    # --- trait: sync, flush, memory, profile, info ----------------------------------------------
+
+    def sync(self) -> None:
+        """Waits until every earlier command of the session has finished (trait: sync). On the
+        stream, raises the first error of the commands since the previous sync (its
+        ``failed_commands`` says how many failed) and forgets them."""
+        self._wait(self._live().sync())
+
+    def flush(self) -> None:
+        """Pushes queued work to the device (trait: flush); also keeps an idle session's lease."""
+        self._live().flush()
+
+    def memory_usage(self) -> MemoryUsage:
+        """The device's memory usage now (trait: memory_usage; all sessions together)."""
+        return MemoryUsage.from_proto(self._wait(self._live().memory_usage(self._device)))
+
+    def memory_cleanup(self) -> MemoryUsage:
+        """Returns free pool pages to the device (trait: memory_cleanup); the usage after it."""
+        return MemoryUsage.from_proto(self._wait(self._live().memory_cleanup(self._device)))
+
+    def start_profile(self) -> None:
+        """Starts measuring the device time of the work that follows (trait: start_profile)."""
+        self._live().start_profile()
+
+    def end_profile(self) -> float:
+        """Ends the measurement; the device time since start_profile, seconds (trait:
+        end_profile). FailedPreconditionError when no profile was started."""
+        return self._wait(self._live().end_profile()) / 1e9
+
+    @contextlib.contextmanager
+    def profile(self) -> Iterator[Profile]:
+        """``with client.profile() as p: ...`` then ``p.duration`` (seconds) is the device time
+        of the work sent inside the block."""
+        p = Profile()
+        self.start_profile()
+        try:
+            yield p
+        except BaseException:
+            with contextlib.suppress(CubedError):
+                self._wait(self._live().end_profile())
+            raise
+        p.duration_ns = int(self._wait(self._live().end_profile()))
+
+    def info(self) -> Info:
+        """Limits and features of this client's device, and the daemon's version."""
+        stub = compute_pb2_grpc.ComputeStub(self._channel)
+        try:
+            r = stub.GetInfo(compute_pb2.GetInfoRequest(device=self._device),
+                             timeout=self._timeout, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise error_from_rpc(e, "GetInfo") from None
+        d = r.info
+        backend = {types_pb2.DeviceInfo.BACKEND_CPU: "cpu",
+                   types_pb2.DeviceInfo.BACKEND_CUDA: "cuda"}.get(d.backend, "unspecified")
+        return Info(version=r.version, devices=r.devices, device=d.device, backend=backend,
+                    name=d.name, memory_total=d.memory_total, memory_limit=d.memory_limit,
+                    max_allocation=d.max_allocation, alignment=d.alignment,
+                    compute_units=d.compute_units, compute_capability=d.compute_capability,
+                    dtypes=[dtype_of(e) for e in d.elem_types if e],
+                    builtin_kernels=list(d.builtin_kernels), features=list(d.features), raw=d)
+
+    # --- builtin kernels ------------------------------------------------------------------------
+
+    def _operand(self, x: ArrayOrScalar, like: Optional[Tensor], what: str) -> Tensor:
+        if isinstance(x, Tensor):
+            return self._own(x, what)
+        dtype = like.dtype if like is not None else None
+        return self.create(np.asarray(x, dtype=dtype))
+
+    @staticmethod
+    def _pad(t: Tensor, rank: int) -> Tensor:
+        extra = rank - t.ndim
+        if extra <= 0:
+            return t
+        return t._view((1,) * extra + t.shape, (0,) * extra + t.strides, t.offset)
+
+    def _unary(self, name: str, a: Tensor) -> Tensor:
+        a = self._own(a, name)
+        return self._launch(name, [a], self._alloc(a.shape, a.dtype))
+
+    def _binary(self, name: str, a: ArrayOrScalar, b: ArrayOrScalar) -> Tensor:
+        if not isinstance(a, Tensor) and not isinstance(b, Tensor):
+            raise TypeError(f"{name}: at least one operand must be a Tensor")
+        ta = self._operand(a, b if isinstance(b, Tensor) else None, name)
+        tb = self._operand(b, ta, name)
+        if ta.dtype != tb.dtype:
+            raise TypeError(f"{name}: dtypes differ ({ta.dtype} and {tb.dtype}); convert one "
+                            "with .astype()")
+        try:
+            shape = np.broadcast_shapes(ta.shape, tb.shape)
+        except ValueError:
+            raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
+                                       f"{name}: shapes {ta.shape} and {tb.shape} do not "
+                                       "broadcast") from None
+        rank = len(shape)
+        out = self._alloc(shape, ta.dtype)
+        return self._launch(name, [self._pad(ta, rank), self._pad(tb, rank)], out)
+
+    def add(self, a: ArrayOrScalar, b: ArrayOrScalar) -> Tensor:
+        """a + b, broadcasting like numpy (the ``add`` kernel; integers wrap)."""
+        return self._binary("add", a, b)
+
+    def sub(self, a: ArrayOrScalar, b: ArrayOrScalar) -> Tensor:
+        """a - b, broadcasting (``sub``; integers wrap)."""
+        return self._binary("sub", a, b)
+
+    def mul(self, a: ArrayOrScalar, b: ArrayOrScalar) -> Tensor:
+        """a * b, broadcasting (``mul``; integers wrap)."""
+        return self._binary("mul", a, b)
+
+    def div(self, a: ArrayOrScalar, b: ArrayOrScalar) -> Tensor:
+        """a / b, broadcasting (``div``). Integers divide like C: truncation toward zero,
+        x / 0 = 0 (unlike numpy's floor division)."""
+        return self._binary("div", a, b)
+
+    def pow(self, a: ArrayOrScalar, b: ArrayOrScalar) -> Tensor:
+        """a ** b, broadcasting (``pow``; float32/float64 only)."""
+        return self._binary("pow", a, b)
+
+    def maximum(self, a: ArrayOrScalar, b: ArrayOrScalar) -> Tensor:
+        """Elementwise maximum, broadcasting (3-buffer ``max``; NaN propagates)."""
+        return self._binary("max", a, b)
+
+    def minimum(self, a: ArrayOrScalar, b: ArrayOrScalar) -> Tensor:
+        """Elementwise minimum, broadcasting (3-buffer ``min``; NaN propagates)."""
+        return self._binary("min", a, b)
+
+    def neg(self, a: Tensor) -> Tensor:
+        """-a (``neg``; signed types and floats)."""
+        return self._unary("neg", a)
+
+    def abs(self, a: Tensor) -> Tensor:
+        """|a| (``abs``; signed types and floats)."""
+        return self._unary("abs", a)
+
+    def relu(self, a: Tensor) -> Tensor:
+        """max(a, 0) (``relu``; signed types and floats; NaN stays NaN)."""
+        return self._unary("relu", a)
+
+    def exp(self, a: Tensor) -> Tensor:
+        """e ** a (``exp``; float32/float64)."""
+        return self._unary("exp", a)
+
+    def log(self, a: Tensor) -> Tensor:
+        """Natural logarithm (``log``; float32/float64)."""
+        return self._unary("log", a)
+
+    def sqrt(self, a: Tensor) -> Tensor:
+        """Square root (``sqrt``; float32/float64)."""
+        return self._unary("sqrt", a)
+
+    def sigmoid(self, a: Tensor) -> Tensor:
+        """1 / (1 + e ** -a) (``sigmoid``; float32/float64)."""
+        return self._unary("sigmoid", a)
+
+    def tanh(self, a: Tensor) -> Tensor:
+        """Hyperbolic tangent (``tanh``; float32/float64)."""
+        return self._unary("tanh", a)
+
+    def copy(self, a: Tensor) -> Tensor:
+        """A dense copy of a (any view) (``copy``)."""
+        return self._unary("copy", a)
+
+    def cast(self, a: Tensor, dtype: DTypeLike) -> Tensor:
+        """a converted to ``dtype`` (``cast``: float to integer truncates and saturates, NaN
+        gives 0; integer to integer wraps; docs/kernel-abi.md)."""
+        a = self._own(a, "cast")
+        return self._launch("cast", [a], self._alloc(a.shape, dtype))
+
+    def full(self, shape: Union[int, Sequence[int]], value: Union[int, float],
+             dtype: DTypeLike = np.float32) -> Tensor:
+        """A new dense tensor of ``shape`` filled with ``value`` (``fill``)."""
+        out = self.empty(shape, dtype)
+        return self._launch("fill", [], out, scalars=[Scalars(out.dtype, [value])])
+
+    def zeros(self, shape: Union[int, Sequence[int]], dtype: DTypeLike = np.float32) -> Tensor:
+        """full(shape, 0, dtype)."""
+        return self.full(shape, 0, dtype)
+
+    def ones(self, shape: Union[int, Sequence[int]], dtype: DTypeLike = np.float32) -> Tensor:
+        """full(shape, 1, dtype)."""
+        return self.full(shape, 1, dtype)
+
+    def matmul(self, a: ArrayOrScalar, b: ArrayOrScalar) -> Tensor:
+        """Matrix product with numpy's rules (``matmul``): [..., M, K] @ [..., K, N], batch dims
+        broadcast, a 1-D operand is a row (a) or column (b) vector that is dropped again."""
+        ta = self._operand(a, b if isinstance(b, Tensor) else None, "matmul")
+        tb = self._operand(b, ta, "matmul")
+        if ta.ndim == 0 or tb.ndim == 0:
+            raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
+                                       "matmul: operands must have at least one dimension")
+        if ta.dtype != tb.dtype:
+            raise TypeError(f"matmul: dtypes differ ({ta.dtype} and {tb.dtype})")
+        squeeze_a, squeeze_b = ta.ndim == 1, tb.ndim == 1
+        if squeeze_a:
+            ta = ta[None, :]
+        if squeeze_b:
+            tb = tb[:, None]
+        if ta.shape[-1] != tb.shape[-2]:
+            raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
+                                       f"matmul: shapes {ta.shape} and {tb.shape}: inner "
+                                       f"dimensions {ta.shape[-1]} and {tb.shape[-2]} differ")
+        try:
+            batch = np.broadcast_shapes(ta.shape[:-2], tb.shape[:-2])
+        except ValueError:
+            raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
+                                       f"matmul: batch dimensions of {ta.shape} and {tb.shape} "
+                                       "do not broadcast") from None
+        shape = tuple(batch) + (ta.shape[-2], tb.shape[-1])
+        out = self._alloc(shape, ta.dtype)
+        self._launch("matmul", [self._pad(ta, len(shape)), self._pad(tb, len(shape))], out)
+        if squeeze_a:
+            out = out[..., 0, :]
+        if squeeze_b:
+            out = out[..., 0]
+        return out
+
+    def softmax(self, a: Tensor, axis: int = -1) -> Tensor:
+        """Softmax along ``axis`` (``softmax``, which works on the last axis: other axes go
+        through a transposed view; float32/float64)."""
+        a = self._own(a, "softmax")
+        if a.ndim == 0:
+            raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
+                                       "softmax: needs at least one dimension")
+        axis = axis % a.ndim
+        moved = a.swapaxes(axis, -1)
+        out = self._launch("softmax", [moved], self._alloc(moved.shape, a.dtype))
+        return out.swapaxes(axis, -1)
+
+    def _axes(self, a: Tensor, axis: Axis, name: str) -> Tuple[int, ...]:
+        if axis is None:
+            return tuple(range(a.ndim))
+        axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+        out = []
+        for ax in axes:
+            if not -a.ndim <= int(ax) < a.ndim:
+                raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
+                                           f"{name}: axis {ax} is out of bounds for "
+                                           f"{a.ndim} dimensions")
+            out.append(int(ax) % a.ndim)
+        return tuple(sorted(set(out)))
+
+    def _reduce(self, name: str, a: Tensor, axis: Axis, keepdims: bool) -> Tensor:
+        a = self._own(a, name)
+        out_dtype = np.dtype("<i8") if name == "argmax" else a.dtype
+        ndim = a.ndim
+        axes = self._axes(a, axis, name)
+        if ndim == 0:
+            a, axes = a.reshape(1), (0,)
+        kept_shape = tuple(1 if i in axes or ndim == 0 else n for i, n in enumerate(a.shape))
+        if name == "argmax" and len(axes) > 1:
+            flat = a.reshape(-1)  # numpy: the index into the flattened (row-major) array.
+            r = self._launch(name, [flat], self._alloc((1,), out_dtype))
+            result = r.reshape(kept_shape)
+        elif len(axes) == a.ndim and a.is_contiguous and a.ndim > 1:
+            flat = a.reshape(-1)
+            result = self._launch(name, [flat], self._alloc((1,), out_dtype)).reshape(kept_shape)
+        else:
+            result = a
+            for ax in axes:
+                shape = list(result.shape)
+                shape[ax] = 1
+                result = self._launch(name, [result], self._alloc(shape, out_dtype),
+                                      dtype=a.dtype, axis=ax)
+        if keepdims and ndim > 0:
+            return result
+        final = tuple(n for i, n in enumerate(kept_shape) if i not in axes) if ndim else ()
+        return result._view(final, dense_strides(final), result.offset)
+
+    def sum(self, a: Tensor, axis: Axis = None, keepdims: bool = False) -> Tensor:
+        """Sum over ``axis`` (an int, a tuple, or None for all) like numpy (``sum``; float32
+        accumulates in float64; integers wrap). The result keeps a's dtype."""
+        return self._reduce("sum", a, axis, keepdims)
+
+    def mean(self, a: Tensor, axis: Axis = None, keepdims: bool = False) -> Tensor:
+        """Mean over ``axis`` (``mean``; float32/float64, accumulating in float64)."""
+        return self._reduce("mean", a, axis, keepdims)
+
+    def max(self, a: Tensor, axis: Axis = None, keepdims: bool = False) -> Tensor:
+        """Maximum over ``axis`` (2-buffer ``max``; NaN propagates)."""
+        return self._reduce("max", a, axis, keepdims)
+
+    def min(self, a: Tensor, axis: Axis = None, keepdims: bool = False) -> Tensor:
+        """Minimum over ``axis`` (2-buffer ``min``; NaN propagates)."""
+        return self._reduce("min", a, axis, keepdims)
+
+    def argmax(self, a: Tensor, axis: Optional[int] = None, keepdims: bool = False) -> Tensor:
+        """Index (int64) of the first maximum along ``axis``; None: into the flattened array,
+        like numpy (``argmax``)."""
+        if axis is not None and not isinstance(axis, (int, np.integer)):
+            raise TypeError("argmax: axis must be an int or None")
+        return self._reduce("argmax", a, axis, keepdims)

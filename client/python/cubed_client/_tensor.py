@@ -1,0 +1,319 @@
+"""Tensor: a handle to daemon memory plus its layout (shape, strides in elements, dtype, offset).
+Views (transpose, slicing, broadcasting) share the handle; the daemon memory is released when the
+last Tensor over it is garbage-collected, or at once by close()."""
+
+from __future__ import annotations
+
+import weakref
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from ._types import dense_strides
+
+if TYPE_CHECKING:
+    from ._client import Client
+
+Index = Union[int, slice, type(Ellipsis), None, Tuple[Any, ...]]
+
+
+class _Handle:
+    """One daemon allocation owned by this process: its id and size in bytes. Released (once)
+    when this object is collected or closed."""
+
+    __slots__ = ("id", "nbytes", "_finalizer", "__weakref__")
+
+    def __init__(self, id: int, nbytes: int, release: Optional[Callable[[int], None]]) -> None:
+        self.id = id
+        self.nbytes = nbytes
+        self._finalizer = weakref.finalize(self, release, id) if release else None
+
+    def close(self) -> bool:
+        """Detaches the GC release; True when this call took it over (release now)."""
+        if self._finalizer is None:
+            return False
+        return self._finalizer.detach() is not None
+
+
+class Tensor:
+    """A tensor on the daemon (CubeCL's handle with its layout). Created by Client.create,
+    Client.empty and every kernel wrapper; never constructed directly.
+
+    Arithmetic operators run builtin kernels through the owning client (``a + b``, ``a @ b``,
+    ``-a``...); they are pipelined like every other command, so their errors surface at the next
+    read or sync. ``np.asarray(t)`` reads it.
+    """
+
+    __array_priority__ = 1000  # So ndarray + Tensor defers to Tensor.__radd__.
+
+    def __init__(self, client: "Client", handle: _Handle, shape: Sequence[int],
+                 strides: Sequence[int], dtype: np.dtype, offset: int = 0) -> None:
+        self._client = client
+        self._handle = handle
+        self._shape = tuple(int(s) for s in shape)
+        self._strides = tuple(int(s) for s in strides)
+        self._dtype = np.dtype(dtype)
+        self._offset = int(offset)
+
+    # --- layout ---------------------------------------------------------------------------------
+
+    @property
+    def client(self) -> "Client":
+        """The client (session) the tensor belongs to."""
+        return self._client
+
+    @property
+    def id(self) -> int:
+        """The daemon's handle id (valid in this client's session only)."""
+        return self._handle.id
+
+    @property
+    def shape(self) -> Tuple[int, ...]:
+        """Extent of each dimension, outermost first."""
+        return self._shape
+
+    @property
+    def strides(self) -> Tuple[int, ...]:
+        """Step of each dimension in ELEMENTS (numpy's ndarray.strides are bytes)."""
+        return self._strides
+
+    @property
+    def dtype(self) -> np.dtype:
+        """Element type (little-endian on the wire)."""
+        return self._dtype
+
+    @property
+    def offset(self) -> int:
+        """Elements from the start of the allocation to element [0, ..., 0]."""
+        return self._offset
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions."""
+        return len(self._shape)
+
+    @property
+    def size(self) -> int:
+        """Number of elements (product of the shape)."""
+        return int(np.prod(self._shape, dtype=np.int64)) if self._shape else 1
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the elements (size * itemsize)."""
+        return self.size * self._dtype.itemsize
+
+    @property
+    def allocation_bytes(self) -> int:
+        """Bytes of the daemon allocation behind the tensor (shared by its views)."""
+        return self._handle.nbytes
+
+    @property
+    def is_contiguous(self) -> bool:
+        """True when the elements are dense in row-major order (size-1 dims ignored)."""
+        return all(s == d for s, d, n in zip(self._strides, dense_strides(self._shape),
+                                             self._shape) if n != 1)
+
+    def __repr__(self) -> str:
+        return (f"Tensor(id={self.id}, shape={self._shape}, dtype={self._dtype}, "
+                f"strides={self._strides}, offset={self._offset})")
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self._shape[0]
+
+    def _view(self, shape: Sequence[int], strides: Sequence[int], offset: int) -> "Tensor":
+        return Tensor(self._client, self._handle, shape, strides, self._dtype, offset)
+
+    # --- views ----------------------------------------------------------------------------------
+
+    def transpose(self, *axes: int) -> "Tensor":
+        """A view with the dimensions permuted (reversed when no axes are given); no copy."""
+        if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
+            axes = tuple(axes[0])
+        if not axes:
+            axes = tuple(reversed(range(self.ndim)))
+        axes = tuple(a % self.ndim if self.ndim else a for a in axes)
+        if sorted(axes) != list(range(self.ndim)):
+            raise ValueError(f"axes {axes} are not a permutation of {self.ndim} dimensions")
+        return self._view([self._shape[a] for a in axes], [self._strides[a] for a in axes],
+                          self._offset)
+
+    @property
+    def T(self) -> "Tensor":  # noqa: N802 - numpy's name
+        """The transposed view (dimensions reversed)."""
+        return self.transpose()
+
+    def swapaxes(self, a: int, b: int) -> "Tensor":
+        """A view with dimensions ``a`` and ``b`` exchanged."""
+        axes = list(range(self.ndim))
+        axes[a], axes[b] = axes[b], axes[a]
+        return self.transpose(*axes)
+
+    def reshape(self, *shape: int) -> "Tensor":
+        """A view with another shape of the same size; a contiguous tensor is not copied, any
+        other is first copied densely (the ``copy`` kernel). One dimension may be -1."""
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        shape = tuple(int(s) for s in shape)
+        if shape.count(-1) == 1:
+            known = int(np.prod([s for s in shape if s != -1], dtype=np.int64))
+            shape = tuple(self.size // known if s == -1 and known else s for s in shape)
+        if int(np.prod(shape, dtype=np.int64)) != self.size:
+            raise ValueError(f"cannot reshape a tensor of shape {self._shape} into {shape}")
+        source = self if self.is_contiguous else self._client.copy(self)
+        return source._view(shape, dense_strides(shape), source._offset)
+
+    def broadcast_to(self, shape: Sequence[int]) -> "Tensor":
+        """A read-only view broadcast to ``shape`` (numpy rules; stride 0 on repeated dims)."""
+        shape = tuple(int(s) for s in shape)
+        if len(shape) < self.ndim:
+            raise ValueError(f"cannot broadcast shape {self._shape} to {shape}")
+        pad = len(shape) - self.ndim
+        strides = [0] * pad
+        for i, (n, s) in enumerate(zip(self._shape, self._strides)):
+            target = shape[pad + i]
+            if n == target:
+                strides.append(s if n != 1 else 0)
+            elif n == 1:
+                strides.append(0)
+            else:
+                raise ValueError(f"cannot broadcast shape {self._shape} to {shape}")
+        return self._view(shape, strides, self._offset)
+
+    def __getitem__(self, index: Index) -> "Tensor":
+        """Basic indexing as numpy's: ints, slices with a positive step, ``...`` and ``None``;
+        returns a view (no copy). A negative step is refused: daemon strides are unsigned."""
+        if not isinstance(index, tuple):
+            index = (index,)
+        if sum(1 for i in index if i is Ellipsis) > 1:
+            raise IndexError("an index can only have a single ellipsis ('...')")
+        consumed = sum(1 for i in index if i is not None and i is not Ellipsis)
+        if consumed > self.ndim:
+            raise IndexError(f"too many indices for a tensor of {self.ndim} dimensions")
+        expanded = []
+        for i in index:
+            if i is Ellipsis:
+                expanded.extend([slice(None)] * (self.ndim - consumed))
+            else:
+                expanded.append(i)
+        expanded.extend([slice(None)] * (self.ndim - sum(1 for i in expanded if i is not None)))
+        shape, strides, offset, dim = [], [], self._offset, 0
+        for i in expanded:
+            if i is None:
+                shape.append(1)
+                strides.append(0)
+                continue
+            n, s = self._shape[dim], self._strides[dim]
+            if isinstance(i, slice):
+                start, stop, step = i.indices(n)
+                if step <= 0:
+                    raise IndexError("negative slice steps are not supported (strides are "
+                                     "unsigned on the daemon)")
+                length = max(0, -(-(stop - start) // step))
+                if length:
+                    offset += start * s
+                shape.append(length)
+                strides.append(s * step)
+            else:
+                k = int(i)
+                if not -n <= k < n:
+                    raise IndexError(f"index {k} is out of bounds for axis {dim} with size {n}")
+                offset += (k % n) * s
+            dim += 1
+        return self._view(shape, strides, offset)
+
+    # --- reading --------------------------------------------------------------------------------
+
+    def read(self) -> np.ndarray:
+        """The elements as a new ndarray (after all earlier work of the session)."""
+        return self._client.read(self)
+
+    def read_async(self) -> "Future[np.ndarray]":
+        """Like read(), as a concurrent.futures.Future."""
+        return self._client.read_async(self)
+
+    numpy = read
+
+    def __array__(self, dtype: Optional[np.dtype] = None, copy: Optional[bool] = None
+                  ) -> np.ndarray:
+        a = self.read()
+        return a if dtype is None else a.astype(dtype)
+
+    def close(self) -> None:
+        """Releases the daemon memory now (for this tensor and every view of it). Later use of
+        any of them fails with NotFoundError. Idempotent."""
+        if self._handle.close():
+            self._client._release_now(self._handle.id)
+
+    # --- kernels as methods / operators ---------------------------------------------------------
+
+    def astype(self, dtype: Any) -> "Tensor":
+        """A converted copy (the ``cast`` kernel)."""
+        return self._client.cast(self, dtype)
+
+    def copy(self) -> "Tensor":
+        """A dense copy (the ``copy`` kernel)."""
+        return self._client.copy(self)
+
+    def sum(self, axis: Any = None, keepdims: bool = False) -> "Tensor":
+        """Client.sum(self, ...)."""
+        return self._client.sum(self, axis=axis, keepdims=keepdims)
+
+    def mean(self, axis: Any = None, keepdims: bool = False) -> "Tensor":
+        """Client.mean(self, ...)."""
+        return self._client.mean(self, axis=axis, keepdims=keepdims)
+
+    def max(self, axis: Any = None, keepdims: bool = False) -> "Tensor":
+        """Client.max(self, ...)."""
+        return self._client.max(self, axis=axis, keepdims=keepdims)
+
+    def min(self, axis: Any = None, keepdims: bool = False) -> "Tensor":
+        """Client.min(self, ...)."""
+        return self._client.min(self, axis=axis, keepdims=keepdims)
+
+    def argmax(self, axis: Optional[int] = None, keepdims: bool = False) -> "Tensor":
+        """Client.argmax(self, ...)."""
+        return self._client.argmax(self, axis=axis, keepdims=keepdims)
+
+    def __add__(self, other: Any) -> "Tensor":
+        return self._client.add(self, other)
+
+    def __radd__(self, other: Any) -> "Tensor":
+        return self._client.add(other, self)
+
+    def __sub__(self, other: Any) -> "Tensor":
+        return self._client.sub(self, other)
+
+    def __rsub__(self, other: Any) -> "Tensor":
+        return self._client.sub(other, self)
+
+    def __mul__(self, other: Any) -> "Tensor":
+        return self._client.mul(self, other)
+
+    def __rmul__(self, other: Any) -> "Tensor":
+        return self._client.mul(other, self)
+
+    def __truediv__(self, other: Any) -> "Tensor":
+        return self._client.div(self, other)
+
+    def __rtruediv__(self, other: Any) -> "Tensor":
+        return self._client.div(other, self)
+
+    def __pow__(self, other: Any) -> "Tensor":
+        return self._client.pow(self, other)
+
+    def __matmul__(self, other: Any) -> "Tensor":
+        return self._client.matmul(self, other)
+
+    def __rmatmul__(self, other: Any) -> "Tensor":
+        return self._client.matmul(other, self)
+
+    def __neg__(self) -> "Tensor":
+        return self._client.neg(self)
+
+    def __abs__(self) -> "Tensor":
+        return self._client.abs(self)
+
+

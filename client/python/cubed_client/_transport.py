@@ -1,0 +1,355 @@
+"""The two ways a Client talks to the daemon: the pipelined session stream (default) and one
+unary RPC per call (fallback). Both expose the same methods; answering methods return a
+concurrent.futures.Future, the others return once the command is queued (stream) or done (unary).
+
+Stream batching: commands are queued; a request generator (run by gRPC on its own thread) sends
+them as one SessionRequest when BATCH_COMMANDS are queued, as soon as an answering command is
+queued, or BATCH_DELAY_S after the first queued one. A reader thread resolves answering commands
+by seq. When the stream ends, every pending future gets the stream's error, and so does every
+later command.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import grpc
+
+from ._errors import CubedError, error_for, error_from_number, error_from_rpc
+from ._proto import compute_pb2, compute_pb2_grpc, session_pb2, session_pb2_grpc, types_pb2
+
+Metadata = Sequence[Tuple[str, str]]
+
+BATCH_COMMANDS = 256
+BATCH_DELAY_S = 0.0002
+MAX_PER_REQUEST = 4096
+MAX_QUEUED_COMMANDS = 65536
+MAX_QUEUED_BYTES = 256 << 20
+
+
+def _resolved(value: object) -> Future:
+    f: Future = Future()
+    f.set_result(value)
+    return f
+
+
+def _from_grpc_future(call: grpc.Future, convert: Callable[[object], object], what: str) -> Future:
+    out: Future = Future()
+
+    def done(c: grpc.Future) -> None:
+        try:
+            out.set_result(convert(c.result()))
+        except grpc.RpcError as e:
+            out.set_exception(error_from_rpc(e, what))
+        except Exception as e:  # noqa: BLE001 - handed to the caller
+            out.set_exception(e)
+
+    call.add_done_callback(done)
+    return out
+
+
+class UnaryTransport:
+    """One blocking RPC per call on a session opened with OpenSession (or joined)."""
+
+    kind = "unary"
+
+    def __init__(self, channel: grpc.Channel, metadata: Metadata, timeout: float, device: int,
+                 lease_ms: int, session: int = 0) -> None:
+        self._stub = compute_pb2_grpc.ComputeStub(channel)
+        self._md = list(metadata)
+        self._timeout = timeout
+        self._joined = session != 0
+        self.lease_ms = 0
+        if session:
+            self.session = session
+        else:
+            r = self._call("OpenSession", compute_pb2.OpenSessionRequest(device=device,
+                                                                         lease_ms=lease_ms))
+            self.session = r.session
+            self.lease_ms = r.lease_ms
+
+    def _call(self, method: str, request: object) -> object:
+        try:
+            return getattr(self._stub, method)(request, timeout=self._timeout, metadata=self._md)
+        except grpc.RpcError as e:
+            raise error_from_rpc(e, method) from None
+
+    def _future(self, method: str, request: object, convert: Callable[[object], object]) -> Future:
+        call = getattr(self._stub, method).future(request, timeout=self._timeout, metadata=self._md)
+        return _from_grpc_future(call, convert, method)
+
+    def create(self, data: bytes) -> int:
+        return self._call("Create", compute_pb2.CreateRequest(session=self.session,
+                                                              data=data)).handle
+
+    def empty(self, size: int) -> int:
+        return self._call("Empty", compute_pb2.EmptyRequest(session=self.session, size=size)).handle
+
+    def execute(self, kernel: types_pb2.Kernel, count: types_pb2.CubeCount,
+                bindings: types_pb2.Bindings, mode: int) -> None:
+        self._call("Execute", compute_pb2.ExecuteRequest(session=self.session, kernel=kernel,
+                                                         count=count, bindings=bindings, mode=mode))
+
+    def release(self, ids: List[int]) -> None:
+        self._call("Release", compute_pb2.ReleaseRequest(session=self.session, handles=ids))
+
+    def read(self, bindings: List[types_pb2.Binding]) -> Future:
+        return self._future("Read", compute_pb2.ReadRequest(session=self.session,
+                                                            bindings=bindings),
+                            lambda r: list(r.data))
+
+    def read_tensor(self, bindings: List[types_pb2.BindingWithMeta]) -> Future:
+        return self._future("ReadTensor", compute_pb2.ReadTensorRequest(session=self.session,
+                                                                        bindings=bindings),
+                            lambda r: list(r.data))
+
+    def flush(self) -> None:
+        self._call("Flush", compute_pb2.FlushRequest(session=self.session))
+
+    def sync(self) -> Future:
+        return self._future("Sync", compute_pb2.SyncRequest(session=self.session), lambda r: None)
+
+    def memory_usage(self, device: int) -> Future:
+        return self._future("MemoryUsage", compute_pb2.MemoryUsageRequest(device=device),
+                            lambda r: r.usage)
+
+    def memory_cleanup(self, device: int) -> Future:
+        return _resolved(self._call("MemoryCleanup",
+                                    compute_pb2.MemoryCleanupRequest(device=device)).usage)
+
+    def start_profile(self) -> None:
+        self._call("StartProfile", compute_pb2.StartProfileRequest(session=self.session))
+
+    def end_profile(self) -> Future:
+        return self._future("EndProfile", compute_pb2.EndProfileRequest(session=self.session),
+                            lambda r: r.duration_ns)
+
+    def close(self, timeout: float) -> None:
+        if self._joined:
+            return
+        try:
+            self._stub.CloseSession(compute_pb2.CloseSessionRequest(session=self.session),
+                                    timeout=timeout, metadata=self._md)
+        except grpc.RpcError:
+            pass  # The session may have expired already; nothing is left to free then.
+
+
+class StreamTransport:
+    """The client end of cubed.v1.SessionStream/Session: one stream is one session."""
+
+    kind = "stream"
+
+    def __init__(self, channel: grpc.Channel, metadata: Metadata, timeout: float, device: int,
+                 lease_ms: int) -> None:
+        self._timeout = timeout
+        self._cv = threading.Condition()
+        self._queue: List[session_pb2.Command] = []
+        self._queued_bytes = 0
+        self._first_queued = 0.0
+        self._push_now = False
+        self._closing = False
+        self._ended = False
+        self._end_error: Optional[CubedError] = None
+        self._next_seq = 1
+        self._pending: Dict[int, Tuple[Future, Callable[[session_pb2.Reply], object]]] = {}
+        self._opened: Future = Future()
+        self._open = session_pb2.SessionRequest(
+            open=session_pb2.SessionRequest.Open(device=device, lease_ms=lease_ms))
+        stub = session_pb2_grpc.SessionStreamStub(channel)
+        self._call = stub.Session(self._requests(), metadata=list(metadata))
+        self._reader = threading.Thread(target=self._read_loop, name="cubed-stream-reader",
+                                        daemon=True)
+        self._reader.start()
+        try:
+            opened = self._opened.result(timeout=timeout)
+        except CubedError:
+            self._call.cancel()
+            raise
+        except TimeoutError:
+            self._call.cancel()
+            raise error_for(grpc.StatusCode.DEADLINE_EXCEEDED,
+                            f"SessionStream: no `opened` within {timeout} s") from None
+        self.session = opened.session
+        self.lease_ms = opened.lease_ms
+        self._next_id = opened.first_client_id
+
+    # --- threads -------------------------------------------------------------------------------
+
+    def _requests(self):  # noqa: ANN202 - a generator of SessionRequest, consumed by gRPC
+        yield self._open
+        while True:
+            with self._cv:
+                while not self._queue and not self._closing and not self._ended:
+                    self._cv.wait()
+                if self._ended or (not self._queue and self._closing):
+                    return
+                if not self._closing and not self._push_now and len(self._queue) < BATCH_COMMANDS:
+                    due = self._first_queued + BATCH_DELAY_S
+                    now = time.monotonic()
+                    if now < due:
+                        self._cv.wait(due - now)
+                batch = self._queue[:MAX_PER_REQUEST]
+                del self._queue[:MAX_PER_REQUEST]
+                self._queued_bytes -= sum(c.ByteSize() for c in batch)
+                if self._queue:
+                    self._first_queued = time.monotonic()
+                else:
+                    self._push_now = False
+                self._cv.notify_all()
+            yield session_pb2.SessionRequest(commands=batch)
+
+    def _read_loop(self) -> None:
+        error: Optional[CubedError] = None
+        try:
+            for response in self._call:
+                if response.HasField("opened") and not self._opened.done():
+                    self._opened.set_result(response.opened)
+                for reply in response.replies:
+                    with self._cv:
+                        entry = self._pending.pop(reply.seq, None)
+                    if entry is None:
+                        continue
+                    future, convert = entry
+                    if future.done():  # Timed out and abandoned by its caller.
+                        continue
+                    try:
+                        future.set_result(convert(reply))
+                    except CubedError as e:
+                        future.set_exception(e)
+        except grpc.RpcError as e:
+            error = error_from_rpc(e, "SessionStream")
+        if error is None:
+            error = error_for(grpc.StatusCode.FAILED_PRECONDITION, "the session stream is closed")
+        with self._cv:
+            self._ended = True
+            self._end_error = error
+            pending, self._pending = self._pending, {}
+            self._cv.notify_all()
+        if not self._opened.done():
+            self._opened.set_exception(error)
+        for seq in sorted(pending):
+            future, _ = pending[seq]
+            if not future.done():
+                future.set_exception(error)
+
+    # --- sending -------------------------------------------------------------------------------
+
+    def _send(self, command: session_pb2.Command,
+              convert: Optional[Callable[[session_pb2.Reply], object]] = None) -> Optional[Future]:
+        size = command.ByteSize()
+        with self._cv:
+            if self._ended:
+                raise self._end_error  # type: ignore[misc]
+            if self._closing:
+                raise error_for(grpc.StatusCode.FAILED_PRECONDITION, "the client is closed")
+            while (self._queue and not self._ended and
+                   (len(self._queue) >= MAX_QUEUED_COMMANDS or
+                    self._queued_bytes + size > MAX_QUEUED_BYTES)):
+                self._push_now = True
+                self._cv.notify_all()
+                self._cv.wait()
+            if self._ended:
+                raise self._end_error  # type: ignore[misc]
+            command.seq = self._next_seq
+            self._next_seq += 1
+            size = command.ByteSize()
+            if not self._queue:
+                self._first_queued = time.monotonic()
+            self._queue.append(command)
+            self._queued_bytes += size
+            future: Optional[Future] = None
+            if convert is not None:
+                future = Future()
+                self._pending[command.seq] = (future, convert)
+                self._push_now = True
+            self._cv.notify_all()
+            return future
+
+    def _new_id(self) -> int:
+        with self._cv:
+            i = self._next_id
+            self._next_id += 1
+            return i
+
+    @staticmethod
+    def _check(reply: session_pb2.Reply) -> None:
+        if reply.code != 0:
+            raise error_from_number(reply.code, reply.message, reply.failed_commands)
+
+    @classmethod
+    def _data(cls, reply: session_pb2.Reply) -> List[bytes]:
+        cls._check(reply)
+        return list(reply.read.data)
+
+    def create(self, data: bytes) -> int:
+        i = self._new_id()
+        self._send(session_pb2.Command(create=session_pb2.Command.Create(id=i, data=data)))
+        return i
+
+    def empty(self, size: int) -> int:
+        i = self._new_id()
+        self._send(session_pb2.Command(empty=session_pb2.Command.Empty(id=i, size=size)))
+        return i
+
+    def execute(self, kernel: types_pb2.Kernel, count: types_pb2.CubeCount,
+                bindings: types_pb2.Bindings, mode: int) -> None:
+        self._send(session_pb2.Command(execute=session_pb2.Command.Execute(
+            kernel=kernel, count=count, bindings=bindings, mode=mode)))
+
+    def release(self, ids: List[int]) -> None:
+        for start in range(0, len(ids), 65536):
+            self._send(session_pb2.Command(
+                release=session_pb2.Command.Release(ids=ids[start:start + 65536])))
+
+    def read(self, bindings: List[types_pb2.Binding]) -> Future:
+        return self._send(session_pb2.Command(read=session_pb2.Command.Read(bindings=bindings)),
+                          self._data)  # type: ignore[return-value]
+
+    def read_tensor(self, bindings: List[types_pb2.BindingWithMeta]) -> Future:
+        return self._send(session_pb2.Command(
+            read_tensor=session_pb2.Command.ReadTensor(bindings=bindings)),
+            self._data)  # type: ignore[return-value]
+
+    def flush(self) -> None:
+        self._send(session_pb2.Command(flush=session_pb2.Command.Flush()))
+
+    def sync(self) -> Future:
+        return self._send(session_pb2.Command(sync=session_pb2.Command.Sync()),
+                          self._check)  # type: ignore[return-value]
+
+    def memory_usage(self, device: int) -> Future:
+        def convert(reply: session_pb2.Reply) -> types_pb2.MemoryUsage:
+            self._check(reply)
+            return reply.memory_usage
+
+        return self._send(session_pb2.Command(memory_usage=session_pb2.Command.MemoryUsage()),
+                          convert)  # type: ignore[return-value]
+
+    def memory_cleanup(self, device: int) -> Future:
+        self._send(session_pb2.Command(memory_cleanup=session_pb2.Command.MemoryCleanup()))
+        return self.memory_usage(device)
+
+    def start_profile(self) -> None:
+        self._send(session_pb2.Command(start_profile=session_pb2.Command.StartProfile()))
+
+    def end_profile(self) -> Future:
+        def convert(reply: session_pb2.Reply) -> int:
+            self._check(reply)
+            return reply.duration_ns
+
+        return self._send(session_pb2.Command(end_profile=session_pb2.Command.EndProfile()),
+                          convert)  # type: ignore[return-value]
+
+    def close(self, timeout: float) -> None:
+        """Half-closes the stream (the daemon runs what was sent, then closes the session and
+        frees its memory) and waits up to ``timeout`` for the end; cancels it after that."""
+        with self._cv:
+            self._closing = True
+            self._cv.notify_all()
+        self._reader.join(timeout)
+        if self._reader.is_alive():
+            self._call.cancel()
+            self._reader.join(5)

@@ -1,0 +1,115 @@
+"""Build hook of cubed-client: generates the gRPC stubs from cubed's .proto files.
+
+The protos are found, in this order, in $CUBED_PROTO_DIR, in ./proto (the copy an sdist carries)
+and in ../../proto (the repository checkout: `pip install ./client/python`). They are compiled
+with grpc_tools.protoc (grpcio-tools, a build requirement from PyPI) into the package
+`cubed_client._proto`, with the generated `from cubed.v1 import ...` lines made relative so that
+nothing is installed under the top-level name `cubed` (an unrelated PyPI project). The runtime
+lower bounds of grpcio and protobuf are read from the generated code, so the wheel always
+requires the runtime its stubs were generated for.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import List, Optional
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+from setuptools.command.sdist import sdist
+
+HERE = Path(__file__).resolve().parent
+PROTOS = ["cubed/v1/types.proto", "cubed/v1/compute.proto", "cubed/v1/session.proto"]
+PACKAGE_DIR = "cubed_client/_proto"
+
+
+def proto_root() -> Path:
+    """The directory holding cubed/v1/*.proto."""
+    candidates = [os.environ.get("CUBED_PROTO_DIR"), HERE / "proto", HERE.parent.parent / "proto"]
+    for c in candidates:
+        if c and all((Path(c) / p).is_file() for p in PROTOS):
+            return Path(c)
+    raise SystemExit(
+        "cubed-client: cannot find cubed/v1/{types,compute,session}.proto in $CUBED_PROTO_DIR, "
+        f"{HERE / 'proto'} or {HERE.parent.parent / 'proto'}; build from the cubed repository "
+        "(pip install ./client/python) or from an sdist, or set CUBED_PROTO_DIR")
+
+
+_generated: Optional[Path] = None
+
+
+def generated() -> Path:
+    """Runs protoc once per build into a temporary directory and returns it (flat *_pb2*.py)."""
+    global _generated
+    if _generated is not None:
+        return _generated
+    from grpc_tools import protoc  # A build requirement (pyproject.toml).
+
+    out = Path(tempfile.mkdtemp(prefix="cubed-client-stubs-"))
+    raw = out / "raw"
+    raw.mkdir()
+    root = proto_root()
+    args = ["grpc_tools.protoc", f"-I{root}", f"--python_out={raw}", f"--grpc_python_out={raw}",
+            *[str(root / p) for p in PROTOS]]
+    # Type stubs (.pyi) where the bundled protoc can write them (protobuf >= 3.20 builds; not
+    # Debian 12's grpc_tools); the modules themselves either way.
+    if protoc.main(args[:3] + [f"--pyi_out={raw}"] + args[3:]) != 0 and protoc.main(args) != 0:
+        raise SystemExit(f"cubed-client: grpc_tools.protoc failed on {root}: {' '.join(args)}")
+    flat = out / "flat"
+    flat.mkdir()
+    for f in sorted((raw / "cubed" / "v1").iterdir()):
+        if f.suffix not in (".py", ".pyi"):
+            continue
+        text = f.read_text()
+        text = re.sub(r"^from cubed\.v1 import ", "from . import ", text, flags=re.M)
+        text = re.sub(r"^import cubed\.v1\.(\w+) as ", r"from . import \1 as ", text, flags=re.M)
+        (flat / f.name).write_text(text)
+    _generated = flat
+    return flat
+
+
+def runtime_requirements() -> List[str]:
+    """grpcio/protobuf lower bounds the generated code needs, plus numpy."""
+    grpc_min, pb_min = "1.51", "3.20"
+    flat = generated()
+    for f in flat.glob("*_pb2_grpc.py"):
+        m = re.search(r"GRPC_GENERATED_VERSION = '([0-9.]+)'", f.read_text())
+        if m:
+            grpc_min = m.group(1)
+    for f in flat.glob("*_pb2.py"):
+        m = re.search(r"ValidateProtobufRuntimeVersion\(\s*_runtime_version\.Domain\.PUBLIC,\s*"
+                      r"(\d+),\s*(\d+),\s*(\d+),", f.read_text())
+        if m:
+            pb_min = ".".join(m.groups())
+    return [f"grpcio>={grpc_min}", f"protobuf>={pb_min}", "numpy>=1.21"]
+
+
+class BuildPyWithStubs(build_py):
+    """build_py that also writes the generated stubs into cubed_client/_proto."""
+
+    def run(self) -> None:
+        super().run()
+        target = Path(self.build_lib) / PACKAGE_DIR
+        target.mkdir(parents=True, exist_ok=True)
+        for f in generated().iterdir():
+            shutil.copy2(f, target / f.name)
+
+
+class SdistWithProtos(sdist):
+    """sdist that carries the .proto files (in ./proto), so the sdist builds anywhere."""
+
+    def make_release_tree(self, base_dir: str, files: List[str]) -> None:
+        super().make_release_tree(base_dir, files)
+        root = proto_root()
+        for p in PROTOS:
+            dst = Path(base_dir) / "proto" / p
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(root / p, dst)
+
+
+setup(install_requires=runtime_requirements(),
+      cmdclass={"build_py": BuildPyWithStubs, "sdist": SdistWithProtos})

@@ -1,0 +1,87 @@
+"""Fixtures: the REAL cubed daemon (CPU backend, 64 MiB memory limit, as the bad-input table
+assumes) on a temporary Unix socket, and clients of it over each transport.
+
+The daemon binary is $CUBED_BINARY, or --cubed=PATH on the pytest command line."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from typing import Iterator
+
+import pytest
+
+import cubed_client
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--cubed", default=os.environ.get("CUBED_BINARY"),
+                     help="path of the cubed daemon binary")
+
+
+class Daemon:
+    """cubed on a temporary Unix socket; stopped with SIGTERM by close()."""
+
+    def __init__(self, binary: str, *flags: str) -> None:
+        self.dir = tempfile.mkdtemp(prefix="cubed-pysdk-")
+        self.socket = os.path.join(self.dir, "cubed.sock")
+        self.address = f"unix:{self.socket}"
+        ready = os.path.join(self.dir, "ready")
+        self.log_path = os.path.join(self.dir, "log")
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [binary, f"--listen={self.socket}", f"--ready_file={ready}", "--backend=cpu",
+                 "--memory_limit=64MiB", *flags], stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"cubed exited ({self.proc.returncode}):\n{self.log()}")
+            if os.path.exists(ready) and open(ready).read().endswith("\n"):
+                return
+            time.sleep(0.02)
+        self.close()
+        raise RuntimeError(f"cubed did not become ready within 60 s:\n{self.log()}")
+
+    def log(self) -> str:
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+    def close(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return self.proc.returncode
+
+
+@pytest.fixture(scope="session")
+def daemon(request: pytest.FixtureRequest) -> Iterator[Daemon]:
+    binary = request.config.getoption("--cubed")
+    if not binary:
+        pytest.fail("no daemon binary: set CUBED_BINARY or pass --cubed=PATH")
+    d = Daemon(binary)
+    yield d
+    log = d.log()
+    code = d.close()
+    assert code == 0, f"cubed exited with {code} after SIGTERM:\n{log}"
+
+
+@pytest.fixture(params=["stream", "unary"])
+def client(daemon: Daemon, request: pytest.FixtureRequest) -> Iterator[cubed_client.Client]:
+    with cubed_client.connect(daemon.address, transport=request.param, timeout=30) as c:
+        assert c.transport == request.param
+        yield c
+
+
+@pytest.fixture
+def stream_client(daemon: Daemon) -> Iterator[cubed_client.Client]:
+    with cubed_client.connect(daemon.address, transport="stream", timeout=30) as c:
+        yield c

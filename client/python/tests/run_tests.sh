@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Runs the Python SDK's pytest suite against the real daemon (ctest test `python_sdk`).
+#
+#   client/python/tests/run_tests.sh VENV_DIR CUBED_BINARY [pytest args...]
+#
+# Creates VENV_DIR with Debian's /usr/bin/python3 (nothing depends on a hand-installed
+# interpreter), installs the package there as a user would (`pip install` of a copy of
+# client/python: stubs generated at build time, grpcio/protobuf/numpy from PyPI) plus pytest, and
+# runs the suite. When PyPI cannot be reached, it falls back to an offline venv on Debian's
+# packages (python3-grpcio, python3-grpc-tools, python3-protobuf, python3-numpy, python3-pytest,
+# installed by deploy/setup.sh). Exits 77 (ctest skip) only when neither way has the
+# dependencies; a package that fails to build with PyPI reachable is a failure.
+set -uo pipefail
+
+if (($# < 2)); then
+  echo "usage: $0 VENV_DIR CUBED_BINARY [pytest args...]" >&2
+  exit 2
+fi
+venv=$1
+cubed=$2
+shift 2
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+pkg=$(dirname "$here")
+root=$(cd "$pkg/../.." && pwd)
+py=/usr/bin/python3
+SKIP=77
+
+# A copy of the package, so that the in-tree build leaves nothing in the checkout; the protos
+# come from the checkout (setup.py reads $CUBED_PROTO_DIR first).
+src=$(mktemp -d)
+trap 'rm -rf "$src"' EXIT
+cp -r "$pkg" "$src/cubed-client"
+rm -rf "$src/cubed-client/build" "$src/cubed-client"/*.egg-info
+export CUBED_PROTO_DIR=$root/proto
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
+
+# Hash of what the installed package is built from: unchanged sources skip the reinstall.
+src_hash=$(cd "$root" && find client/python proto -type f \( -name '*.py' -o -name '*.proto' \
+  -o -name '*.toml' -o -name '*.typed' \) -not -path '*/tests/*' -not -path '*/build/*' \
+  -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)
+
+install_online() {
+  [[ -x $venv/bin/python ]] || "$py" -m venv "$venv" || return 1
+  if [[ -f $venv/.cubed-src-hash && $(cat "$venv/.cubed-src-hash") == "$src_hash" ]] &&
+    "$venv/bin/python" -c 'import cubed_client, pytest' 2>/dev/null; then
+    return 0
+  fi
+  "$venv/bin/python" -m pip install -q --force-reinstall --no-deps "$src/cubed-client" &&
+    "$venv/bin/python" -m pip install -q "$src/cubed-client" "pytest>=7" &&
+    echo "$src_hash" >"$venv/.cubed-src-hash"
+}
+
+pypi_reachable() {
+  "$py" - <<'PY'
+import sys, urllib.request
+try:
+    urllib.request.urlopen("https://pypi.org/simple/pip/", timeout=10).read(1)
+except Exception:
+    sys.exit(1)
+PY
+}
+
+python=$venv/bin/python
+if ! install_online >"$venv.log" 2>&1; then
+  if pypi_reachable; then
+    echo "FAILED: pip install of the SDK failed although PyPI is reachable:" >&2
+    cat "$venv.log" >&2
+    exit 1
+  fi
+  echo "PyPI is unreachable; using Debian's packages (offline venv $venv-offline)"
+  missing=$("$py" -c '
+import importlib.util as u
+mods = ["grpc", "grpc_tools", "google.protobuf", "numpy", "pytest", "setuptools", "wheel"]
+print(" ".join(m for m in mods if u.find_spec(m) is None))' 2>&1)
+  if [[ -n $missing ]] || ! "$py" -c 'import venv' 2>/dev/null; then
+    echo "SKIP: PyPI unreachable and Debian's python3 lacks: ${missing:-venv}" \
+      "(deploy/setup.sh installs them)"
+    exit $SKIP
+  fi
+  rm -rf "$venv-offline"
+  if ! "$py" -m venv --system-site-packages "$venv-offline" ||
+    ! "$venv-offline/bin/python" -m pip install -q --no-index --no-build-isolation --no-deps \
+      "$src/cubed-client"; then
+    echo "FAILED: the SDK does not build with Debian's grpc_tools" >&2
+    exit 1
+  fi
+  python=$venv-offline/bin/python
+fi
+
+cd "$here" || exit 1
+exec "$python" -m pytest -q -p no:cacheprovider --cubed="$cubed" "$@" .
