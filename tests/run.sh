@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Runs every test: installs what is missing (deploy/setup.sh), builds `build` (RelWithDebInfo)
 # and runs the whole ctest suite, then builds `build-asan` (-DCUBED_SANITIZE=ON: address and
-# undefined-behaviour sanitizers) and runs the whole suite again. Exits non-zero if either fails.
+# undefined-behaviour sanitizers) and runs the whole suite again, then builds `build-fuzz` (clang,
+# -DCUBED_FUZZ=ON: only the libFuzzer target and what it links) and fuzzes request validation for
+# FUZZ_SECONDS (default 60; counted as one test, tests/fuzz). Exits non-zero if any fails.
 #
-#   tests/run.sh            both configurations (what CI runs)
-#   tests/run.sh --no-asan  the plain configuration only (quicker, for development)
+#   tests/run.sh            all three configurations (what CI runs)
+#   tests/run.sh --no-asan  without the sanitizer configuration (quicker, for development)
+#   tests/run.sh --no-fuzz  without the fuzz configuration
 #
 # Environment: JOBS (build parallelism, default nproc), CTEST_ARGS (extra ctest arguments,
 # e.g. "-R bad_input").
@@ -13,11 +16,12 @@ set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
-asan=1
+asan=1 fuzz=1
 for arg in "$@"; do
   case $arg in
     --no-asan) asan=0 ;;
-    *) echo "usage: tests/run.sh [--no-asan]" >&2; exit 2 ;;
+    --no-fuzz) fuzz=0 ;;
+    *) echo "usage: tests/run.sh [--no-asan] [--no-fuzz]" >&2; exit 2 ;;
   esac
 done
 
@@ -30,6 +34,7 @@ declare -A result
 total_passed=0 total_failed=0 total_skipped=0
 
 # suite NAME BUILD_DIR CMAKE_ARGS...: configures, builds and runs every test in BUILD_DIR.
+# SUITE_TARGETS (space-separated), when set, builds only those targets.
 suite() {
   local name=$1 dir=$2
   shift 2
@@ -39,7 +44,9 @@ suite() {
     echo "=== $name: configure FAILED ===" >&2
     return 1
   fi
-  if ! cmake --build "$dir" -j"$jobs"; then
+  local targets=()
+  [[ -n ${SUITE_TARGETS:-} ]] && read -r -a targets <<<"--target $SUITE_TARGETS"
+  if ! cmake --build "$dir" -j"$jobs" "${targets[@]}"; then
     echo "=== $name: build FAILED ===" >&2
     return 1
   fi
@@ -73,10 +80,19 @@ if ((asan)); then
   result[sanitize]=$?
 fi
 
+if ((fuzz)); then
+  # clang-14 and its fuzzer runtime come from deploy/setup.sh. The CUDA headers are hidden so that
+  # this configuration builds only the CPU backend (the fuzz target drives a CPU device).
+  CC=clang-14 CXX=clang++-14 SUITE_TARGETS="cubed_fuzz_requests cubed_fuzz_seeds" \
+    suite fuzz build-fuzz -DCUBED_FUZZ=ON -DCUBED_BUILD_TESTS=OFF \
+      -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON "-DCMAKE_IGNORE_PATH=/usr/local/cuda/include;/usr/local/include"
+  result[fuzz]=$?
+fi
+
 echo
 echo "=== summary ($((SECONDS - start)) s) ==="
 status=0
-for name in plain sanitize; do
+for name in plain sanitize fuzz; do
   [[ -v "result[$name]" ]] || continue
   if ((result[$name] == 0)); then
     echo "$name: passed"
