@@ -18,10 +18,11 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/status_macros.h"
-#include "tests/bench/bench_daemon.h"
 #include "tests/bench/bench_measure.h"
+#include "tests/testing/daemon_process.h"
 
-ABSL_FLAG(std::string, cubed, "", "The cubed binary (default: this build's server/cubed).");
+ABSL_FLAG(std::string, cubed, "",
+          "The cubed binary (default: $CUBED_BINARY, else this build's server/cubed).");
 ABSL_FLAG(std::string, backend, "cuda", "cuda (measurements 1-4) or cpu (1-3, host baselines).");
 ABSL_FLAG(int, device, 0, "CUDA device ordinal, for the daemon and the baselines.");
 ABSL_FLAG(std::string, json, "", "Write the results as JSON to this file.");
@@ -90,23 +91,26 @@ absl::Status Run() {
     std::printf("in-process baselines on %s\n", cuda->Describe().c_str());
   }
 
-  std::string binary = absl::GetFlag(FLAGS_cubed);
-  if (binary.empty()) binary = DefaultDaemonPath();
-  std::vector<std::string> flags = {"--backend=" + backend,
-                                    absl::StrCat("--device=", absl::GetFlag(FLAGS_device)),
-                                    "--log_level=warn"};
-  for (const std::string& f : absl::GetFlag(FLAGS_daemon_flags)) flags.push_back(f);
-  ASSIGN_OR_RETURN(std::unique_ptr<BenchDaemon> daemon, BenchDaemon::Start(binary, flags));
-  context.push_back({"daemon", binary});
+  testing::DaemonProcess::Options daemon_options;
+  daemon_options.binary = absl::GetFlag(FLAGS_cubed);
+  if (daemon_options.binary.empty()) daemon_options.binary = testing::CubedBinaryPath();
+  daemon_options.backend = backend;
+  daemon_options.flags = {absl::StrCat("--device=", absl::GetFlag(FLAGS_device)),
+                          "--log_level=warn"};
+  for (const std::string& f : absl::GetFlag(FLAGS_daemon_flags)) daemon_options.flags.push_back(f);
+  daemon_options.start_timeout = absl::Seconds(60);
+  ASSIGN_OR_RETURN(std::unique_ptr<testing::DaemonProcess> daemon,
+                   testing::DaemonProcess::Start(daemon_options));
+  context.push_back({"daemon", daemon_options.binary});
   ClientOptions client_options;
-  client_options.address = daemon->address();
+  client_options.address = daemon->unix_address();
   client_options.timeout = absl::Minutes(5);
   client_options.device = 0;  // The daemon serves the one device it was given.
   ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(client_options));
   ASSIGN_OR_RETURN(DaemonInfo info, client->GetInfo());
   context.push_back({"daemon_device", info.device.name()});
   context.push_back({"daemon_version", info.version});
-  std::printf("daemon %s serving at %s\n", info.version.c_str(), daemon->address().c_str());
+  std::printf("daemon %s serving at %s\n", info.version.c_str(), daemon->unix_address().c_str());
 
   std::vector<Row> rows;
   absl::Status failed = absl::OkStatus();

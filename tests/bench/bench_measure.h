@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "client/client.h"
-#include "tests/bench/bench_stats.h"
+#include "tests/bench/bench_report.h"
 #include "tests/bench/cuda_baseline.h"
 
 namespace cubed::bench {

@@ -117,6 +117,7 @@ absl::StatusOr<std::vector<Row>> MeasurePoolAllocFree(const PoolOptions& options
     }
     Row row;
     row.id = "P5";
+    row.lower_is_better = true;
     row.name = absl::StrCat("pool Reserve+Free ", SizeName(size), ", ", options.live_slices,
                             " live");
     row.unit = "ns/pair";
@@ -177,6 +178,7 @@ absl::StatusOr<Row> MeasureTraceOverhead(const TraceOptions& o) {
   }
   Row row;
   row.id = "P6";
+  row.lower_is_better = true;
   row.name = absl::StrFormat("peak reserved / peak live, %d allocs %s..%s, life 1..%d", o.allocations,
                              SizeName(o.min_size), SizeName(o.max_size), o.max_lifetime);
   row.unit = "ratio";

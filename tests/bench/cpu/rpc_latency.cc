@@ -50,6 +50,7 @@ Row MakeRow(const std::string& transport, const std::string& name, const PathSam
             const PathSamples& echo) {
   Row row;
   row.id = "P1";
+  row.lower_is_better = true;
   row.name = absl::StrCat(name, " (", transport, ")");
   row.unit = "us";
   row.show_p99 = true;

@@ -1,4 +1,4 @@
-#include "tests/bench/cpu/bench_report.h"
+#include "tests/bench/bench_report.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
-namespace cubed::cpubench {
+namespace cubed::bench {
 namespace {
 
 double Rank(const std::vector<double>& sorted, double q) {
@@ -16,13 +16,11 @@ double Rank(const std::vector<double>& sorted, double q) {
   return sorted[i - 1];
 }
 
+// Four significant digits, no exponent for large values.
 std::string Num(double v) {
   if (v == 0) return "0";
-  double a = std::fabs(v);
-  if (a >= 100) return absl::StrFormat("%.0f", v);
-  if (a >= 10) return absl::StrFormat("%.1f", v);
-  if (a >= 1) return absl::StrFormat("%.2f", v);
-  return absl::StrFormat("%.3f", v);
+  if (std::fabs(v) >= 1000) return absl::StrFormat("%.0f", v);
+  return absl::StrFormat("%.4g", v);
 }
 
 std::string Cell(const Summary& s, bool p99) {
@@ -59,11 +57,12 @@ Summary Summarize(std::vector<double> samples) {
   Summary s;
   if (samples.empty()) return s;
   std::sort(samples.begin(), samples.end());
-  s.p50 = Rank(samples, 0.5);
+  const size_t n = samples.size();
+  s.p50 = n % 2 == 1 ? samples[n / 2] : (samples[n / 2 - 1] + samples[n / 2]) / 2;
   s.p99 = Rank(samples, 0.99);
   s.min = samples.front();
   s.max = samples.back();
-  s.count = static_cast<int>(samples.size());
+  s.count = static_cast<int>(n);
   return s;
 }
 
@@ -72,16 +71,20 @@ double Row::Ratio() const {
   return figure.p50 / baseline.p50;
 }
 
-void PrintTable(const std::vector<Row>& rows) {
+void PrintTable(const std::string& title, const std::vector<Row>& rows) {
+  if (!title.empty()) std::printf("\n%s\n", title.c_str());
+  const bool verdicts =
+      std::any_of(rows.begin(), rows.end(), [](const Row& r) { return !r.verdict.empty(); });
   std::vector<std::vector<std::string>> cells;
-  cells.push_back({"id", "figure", "unit", "cubed p50 [min..max]", "baseline", "baseline p50",
-                   "ratio", "goal", "verdict"});
+  cells.push_back({"id", "figure", "unit", "cubed p50 [min..max]", "baseline",
+                   "baseline p50 [min..max]", "ratio", "goal"});
+  if (verdicts) cells[0].push_back("verdict");
   for (const Row& r : rows) {
     cells.push_back({r.id, r.name, r.unit, Cell(r.figure, r.show_p99),
                      r.baseline_name.empty() ? "-" : r.baseline_name,
                      Cell(r.baseline, r.show_p99),
-                     r.Ratio() == 0 ? "-" : absl::StrFormat("%.3fx", r.Ratio()), r.goal,
-                     r.verdict});
+                     r.Ratio() == 0 ? "-" : absl::StrFormat("%.3fx", r.Ratio()), r.goal});
+    if (verdicts) cells.back().push_back(r.verdict);
   }
   std::vector<size_t> width(cells[0].size(), 0);
   for (const auto& line : cells) {
@@ -117,17 +120,18 @@ std::string ToJson(const std::vector<std::pair<std::string, std::string>>& conte
   absl::StrAppend(&out, "},\n  \"rows\": [");
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
+    const char* met = r.verdict.empty() ? "null" : (r.goal_met ? "true" : "false");
     absl::StrAppend(&out, i ? "," : "", "\n    {\"id\": ", Quote(r.id), ", \"name\": ",
                     Quote(r.name), ", \"unit\": ", Quote(r.unit), ", \"lower_is_better\": ",
                     r.lower_is_better ? "true" : "false", ", \"figure\": ",
                     SummaryJson(r.figure), ", \"baseline_name\": ", Quote(r.baseline_name),
                     ", \"baseline\": ", SummaryJson(r.baseline),
                     absl::StrFormat(", \"ratio\": %.6g", r.Ratio()), ", \"goal\": ",
-                    Quote(r.goal), ", \"goal_met\": ", r.goal_met ? "true" : "false",
-                    ", \"verdict\": ", Quote(r.verdict), ", \"note\": ", Quote(r.note), "}");
+                    Quote(r.goal), ", \"goal_met\": ", met, ", \"verdict\": ", Quote(r.verdict),
+                    ", \"note\": ", Quote(r.note), "}");
   }
   absl::StrAppend(&out, "\n  ]\n}\n");
   return out;
 }
 
-}  // namespace cubed::cpubench
+}  // namespace cubed::bench

@@ -1,0 +1,103 @@
+#include "tests/bench/cpu/p3_bulk.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/client.h"
+#include "common/status_macros.h"
+#include "tests/bench/cpu/baseline_child.h"
+
+namespace cubed::cpubench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+std::string PatternBytes(uint64_t n) {
+  std::string data(n, '\0');
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (uint64_t i = 0; i + 8 <= n; i += 8) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    std::memcpy(&data[i], &x, 8);
+  }
+  return data;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Row>> MeasureBulkCreateRead(const std::string& daemon_address,
+                                                       const std::string& raw_socket_path,
+                                                       const BulkOptions& options) {
+  ASSIGN_OR_RETURN(int fd, ConnectUnix(raw_socket_path));
+  std::unique_ptr<int, void (*)(int*)> closer(&fd, [](int* f) { close(*f); });
+  const std::string data = PatternBytes(options.bytes);
+  const auto span =
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(data.data()), data.size());
+  const double gib = 2.0 * static_cast<double>(options.bytes) / (1ull << 30);
+  std::vector<Row> rows;
+  std::string back;
+  for (size_t c = 0; c < options.chunks.size(); ++c) {
+    ClientOptions client_options;
+    client_options.address = daemon_address;
+    client_options.transport = Transport::kStream;
+    client_options.bulk_threshold = 1;  // Everything through Upload / Download.
+    client_options.bulk_chunk = options.chunks[c];
+    ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(client_options));
+    std::vector<double> sdk, raw, create_gibs, read_gibs;
+    for (int r = -1; r < options.repetitions; ++r) {  // r = -1 warms both paths up.
+      Clock::time_point t0 = Clock::now();
+      ASSIGN_OR_RETURN(Handle h, client->Create(span));
+      Clock::time_point t1 = Clock::now();
+      ASSIGN_OR_RETURN(std::vector<std::string> got, client->Read({Binding(h)}).get());
+      Clock::time_point t2 = Clock::now();
+      if (r == -1 && (got.size() != 1 || got[0] != data)) {
+        return absl::InternalError("P3: the bytes read back differ from the bytes created");
+      }
+      got.clear();
+      h = Handle();
+      RETURN_IF_ERROR(client->FlushReleases());
+      Clock::time_point t3 = Clock::now();
+      RETURN_IF_ERROR(RawRoundTrip(fd, data, &back));
+      const double raw_s = Seconds(t3, Clock::now());
+      if (r == -1) {
+        if (back != data) return absl::InternalError("the raw baseline echoed different bytes");
+        continue;
+      }
+      sdk.push_back(gib / Seconds(t0, t2));
+      create_gibs.push_back(gib / 2 / Seconds(t0, t1));
+      read_gibs.push_back(gib / 2 / Seconds(t1, t2));
+      raw.push_back(gib / raw_s);
+    }
+    Row row;
+    row.id = c == 0 ? "P3" : "P3*";
+    row.name = absl::StrCat("SDK bulk Create+Read ", options.bytes >> 20, " MiB, chunk ",
+                            options.chunks[c] >> 10, " KiB (unix)");
+    row.unit = "GiB/s";
+    row.lower_is_better = false;
+    row.figure = Summarize(sdk);
+    row.baseline_name = "raw Unix-socket stream there and back, child process";
+    row.baseline = Summarize(raw);
+    row.goal = ">= 0.5x";
+    row.goal_met = row.Ratio() >= 0.5;
+    row.verdict = c == 0 ? (row.goal_met ? "met" : "missed") : "";
+    row.note = absl::StrFormat(
+        "bytes counted both ways; ratio %.2fx; Create alone %.2f GiB/s, Read alone %.2f GiB/s "
+        "(medians of %d)%s",
+        row.Ratio(), Summarize(create_gibs).p50, Summarize(read_gibs).p50, options.repetitions,
+        c == 0 ? "" : "; diagnostic: another chunk size");
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+}  // namespace cubed::cpubench
