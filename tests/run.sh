@@ -76,7 +76,8 @@ if ((asan)); then
   # detect_leaks needs ptrace-like stop-the-world support; it works as root on our machines.
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    suite sanitize build-asan -DCUBED_SANITIZE=ON
+    suite sanitize build-asan -DCUBED_SANITIZE=ON \
+      "-DCUBED_PYTHON_VENV=$root/build/tests/python_sdk/venv"
   result[sanitize]=$?
 fi
 

@@ -17,11 +17,18 @@
 namespace cubed::cubectl {
 
 std::string DefaultAddress() {
-  const char* runtime_dir = std::getenv("XDG_RUNTIME_DIR");
-  if (runtime_dir != nullptr && runtime_dir[0] != '\0') {
-    return absl::StrCat("unix:", runtime_dir, "/cubed.sock");
+  if (const char* address = std::getenv("CUBED_ADDRESS"); address != nullptr && address[0] != '\0') {
+    return address;
   }
-  return absl::StrCat("unix:/tmp/cubed-", getuid(), "/cubed.sock");
+  const char* runtime_dir = std::getenv("XDG_RUNTIME_DIR");
+  const std::string per_user = (runtime_dir != nullptr && runtime_dir[0] != '\0')
+                                   ? absl::StrCat(runtime_dir, "/cubed.sock")
+                                   : absl::StrCat("/tmp/cubed-", getuid(), "/cubed.sock");
+  constexpr const char* kService = "/run/cubed/cubed.sock";  // deploy/systemd/cubed.service
+  if (access(per_user.c_str(), F_OK) != 0 && access(kService, F_OK) == 0) {
+    return absl::StrCat("unix:", kService);
+  }
+  return absl::StrCat("unix:", per_user);
 }
 
 absl::StatusOr<GlobalOptions> ParseGlobalOptions(const Args& args) {

@@ -27,7 +27,9 @@ struct GlobalOptions {
   ChannelSecurity security;
 };
 
-// unix:$XDG_RUNTIME_DIR/cubed.sock, else unix:/tmp/cubed-$UID/cubed.sock (the daemon's default).
+// $CUBED_ADDRESS when set; else the daemon's per-user default socket
+// (unix:$XDG_RUNTIME_DIR/cubed.sock, else unix:/tmp/cubed-$UID/cubed.sock) when it exists, else the
+// system service's unix:/run/cubed/cubed.sock when that exists, else the per-user one.
 std::string DefaultAddress();
 
 // Reads the global flags; usage error for a malformed value.

@@ -36,7 +36,9 @@ commands:
       [--scalar=V...]           run a builtin kernel on contiguous tensors
   profile KERNEL ...            like run, and print the device time it took
 
-The default address is unix:$XDG_RUNTIME_DIR/cubed.sock, else unix:/tmp/cubed-$UID/cubed.sock.
+The default address is $CUBED_ADDRESS; else unix:$XDG_RUNTIME_DIR/cubed.sock (or
+unix:/tmp/cubed-$UID/cubed.sock) when it exists; else the service's unix:/run/cubed/cubed.sock
+when that exists.
 For TCP: --tls_ca (and --tls_cert/--tls_key for mTLS) for a TLS daemon; --token_file holds the
 bearer token (else $CUBED_TOKEN). docs/security.md.
 )";
