@@ -139,6 +139,96 @@ absl::Status CheckMatmul(const KernelDef& def, const TensorLayout& a, const Tens
   return CheckBroadcast(def, 1, b, c, r - 2);
 }
 
+// Elements of `type` that a buffer of `bytes` holds.
+uint64_t HeldElements(uint64_t bytes, ElemType type) { return bytes / ElemSize(type); }
+
+// Work bound of a reduction (docs/kernel-abi.md, "Work bound"): the kernel reads every logical
+// element of `in`, so `in` may claim no more elements than max(its buffer's, out's).
+absl::Status CheckReduceWork(const KernelDef& def, const BuiltinCall& call,
+                             const KernelMetadata& meta, absl::Span<const uint64_t> buffer_bytes) {
+  const TensorLayout& in = meta.tensors[0];
+  const uint64_t claimed = in.NumElements();  // < 2^32: equals the u32 logical_len.
+  const uint64_t held = HeldElements(buffer_bytes[0], call.dtype);
+  const uint64_t out = meta.tensors[1].NumElements();
+  if (claimed <= std::max(held, out)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      Prefix(def), BufferLabel(def, 0), " (", Describe(in), ") claims ", claimed,
+      " elements, but its buffer holds ", held, " ", ElemTypeName(call.dtype), " elements and ",
+      def.buffer_names[1], " has ", out, "; a reduction's input may claim at most max(buffer "
+      "elements, out elements), so stride 0 or overlapping strides may not repeat its data "
+      "(reduce the tensor before broadcasting it; docs/kernel-abi.md, \"Work bound\")"));
+}
+
+// Elements of a matmul operand, counting each batch dim (all but the last two) of stride 0 as
+// size 1: a broadcast batch dim repeats no work that the output does not pay for.
+uint64_t UnbroadcastElements(const TensorLayout& t) {
+  if (t.NumElements() == 0) return 0;  // Else every dim >= 1 and the product stays < 2^32.
+  uint64_t n = 1;
+  for (uint32_t d = 0; d < t.rank; ++d) {
+    if (d + 2 < t.rank && t.strides[d] == 0) continue;
+    n *= t.shape[d];
+  }
+  return n;
+}
+
+// Work bound of matmul (docs/kernel-abi.md, "Work bound"): out.NumElements() * K multiply-adds.
+// Every batch dim of out > 1 comes from an operand with that extent and a nonzero stride, and an
+// operand whose inner dim K exceeds the other output dim (a: K > N, b: K > M) claims no more
+// elements (stride-0 batch dims counted once) than its buffer holds.
+absl::Status CheckMatmulWork(const KernelDef& def, const BuiltinCall& call,
+                             const KernelMetadata& meta, absl::Span<const uint64_t> buffer_bytes) {
+  const TensorLayout& a = meta.tensors[0];
+  const TensorLayout& b = meta.tensors[1];
+  const TensorLayout& c = meta.tensors[2];
+  if (c.NumElements() == 0) return absl::OkStatus();  // No multiply-adds at all.
+  const uint32_t r = c.rank;
+  for (uint32_t d = 0; d + 2 < r; ++d) {
+    if (c.shape[d] <= 1) continue;
+    const bool from_a = a.shape[d] == c.shape[d] && a.strides[d] != 0;
+    const bool from_b = b.shape[d] == c.shape[d] && b.strides[d] != 0;
+    if (from_a || from_b) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        Prefix(def), "out batch dim ", d, " is ", c.shape[d], ", but neither a (", Describe(a),
+        ") nor b (", Describe(b), ") has that extent there with a nonzero stride (a stride-0 dim "
+        "broadcasts like a dim of 1): out's batch dims must be the broadcast of a's and b's "
+        "(docs/kernel-abi.md, \"Work bound\")"));
+  }
+  const uint64_t m = c.shape[r - 2], n = c.shape[r - 1], k = a.shape[r - 1];
+  for (uint32_t i = 0; i < 2; ++i) {
+    const uint64_t other = i == 0 ? n : m;  // a's K is bounded by N, b's by M.
+    if (k <= other) continue;
+    const TensorLayout& t = meta.tensors[i];
+    const uint64_t claimed = UnbroadcastElements(t);
+    const uint64_t held = HeldElements(buffer_bytes[i], call.dtype);
+    if (claimed <= held) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        Prefix(def), BufferLabel(def, i), " (", Describe(t), ") claims ", claimed,
+        " elements (stride-0 batch dims counted once), but its buffer holds ", held, " ",
+        ElemTypeName(call.dtype), " elements; with K = ", k, " > ", i == 0 ? "N = " : "M = ",
+        other, ", ", def.buffer_names[i], " may not repeat its data through stride 0 or "
+        "overlapping strides (docs/kernel-abi.md, \"Work bound\")"));
+  }
+  return absl::OkStatus();
+}
+
+// Bounds the work of the kernels that do more than a constant per output element (reductions
+// and matmul) by the memory the launch binds; the others are bounded by their output, which may
+// not overlap itself.
+absl::Status CheckWork(const KernelDef& def, const BuiltinCall& call, const KernelMetadata& meta,
+                       absl::Span<const uint64_t> buffer_bytes) {
+  switch (def.shape_rule) {
+    case ShapeRule::kReduce:
+      return CheckReduceWork(def, call, meta, buffer_bytes);
+    case ShapeRule::kMatmul:
+      return CheckMatmulWork(def, call, meta, buffer_bytes);
+    case ShapeRule::kAny:
+    case ShapeRule::kSame:
+    case ShapeRule::kBroadcast:
+      return absl::OkStatus();
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckShapes(const KernelDef& def, const BuiltinCall& call,
                          const KernelMetadata& meta) {
   const std::vector<TensorLayout>& t = meta.tensors;
@@ -239,6 +329,7 @@ absl::StatusOr<KernelMetadata> ValidateCall(const KernelDef& def, const BuiltinC
         ") addresses some elements more than once; an output needs non-overlapping strides"));
   }
   RETURN_IF_ERROR(CheckShapes(def, call, *meta));
+  RETURN_IF_ERROR(CheckWork(def, call, *meta, buffer_bytes));
   return meta;
 }
 

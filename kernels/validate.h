@@ -16,8 +16,10 @@
 namespace cubed::kernels {
 
 // Checks dtype, scalars, metadata, that each tensor fits its buffer (`buffer_bytes`, one per
-// buffer, count already matching `def`), output layouts and the shape rule. Returns the decoded
-// metadata.
+// buffer, count already matching `def`), output layouts, the shape rule and the work bound
+// (reductions and matmul may not repeat input data beyond what their buffers hold, so a launch's
+// work stays bounded by the memory it binds; docs/kernel-abi.md, "Work bound"). Returns the
+// decoded metadata.
 absl::StatusOr<KernelMetadata> ValidateCall(const KernelDef& def, const BuiltinCall& call,
                                             absl::Span<const uint64_t> buffer_bytes);
 

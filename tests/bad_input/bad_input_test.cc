@@ -423,6 +423,26 @@ TEST_F(BadInputTest, ElemTypeUnspecified) {
   ExpectUsageUnchanged();
 }
 
+TEST_F(BadInputTest, BroadcastReductionOverItsData) {
+  // docs/security.md, "Fuzzing": `sum` over [100000000] elements that stride 0 makes of one f32.
+  ExpectValidAddRuns();
+  v1::ExecuteRequest req = ValidAdd();
+  req.mutable_bindings()->mutable_buffers()->RemoveLast();  // sum: in (a 16-byte handle), out
+  req.mutable_kernel()->mutable_builtin()->set_name("sum");
+  cubed::TensorLayout in = cubed::TensorLayout::Contiguous({100000000});
+  in.strides[0] = 0;
+  auto metadata = cubed::EncodeKernelMetadata({4, 4}, {in, cubed::TensorLayout::Contiguous({1})});
+  ASSERT_TRUE(metadata.ok());
+  req.mutable_bindings()->clear_metadata();
+  for (uint32_t w : *metadata) req.mutable_bindings()->add_metadata(w);
+  SnapshotUsage();
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(Fails(Execute(req), grpc::INVALID_ARGUMENT,
+                    {"sum", "buffer 0 (in)", "strides [0]", "claims 100000000", "holds 4"}));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));  // Not run.
+  ExpectUsageUnchanged();
+}
+
 TEST_F(BadInputTest, ZeroCubeCount) {
   ExpectValidAddRuns();
   v1::ExecuteRequest req = ValidAdd();
