@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include <grpc/grpc.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 
@@ -21,10 +22,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/clock.h"
+#include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
 #include "server/backend_registry.h"
 #include "server/auth_config.h"
 #include "server/authenticator.h"
+#include "server/call_counter.h"
 #include "server/compute_service.h"
 #include "server/device_loop.h"
 #include "server/health_service.h"
@@ -232,6 +235,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
     // One log line per failed call, with method, session and request id (request_log.h).
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
     creators.push_back(RequestLogFactory());
+    // Calls in flight, for shutdown (Note [Idle connections at shutdown]).
+    d->calls_ = std::make_unique<CallCounter>();
+    creators.push_back(d->calls_->InterceptorFactory());
     builder.experimental().SetInterceptorCreators(std::move(creators));
   }
   d->streams_ = std::make_unique<SessionStreamService>(loops, RequestLimits{},
@@ -330,7 +336,28 @@ void Daemon::Shutdown() {
   }
   // The loops keep running while the server drains, so queued calls can finish.
   if (unix_listener_ != nullptr) unix_listener_->Stop();  // No new connections.
-  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  // Note [Idle connections at shutdown]: Server::Shutdown(deadline) sends every connection a
+  // GOAWAY and then waits, until the deadline, for every connection to be gone, not only for the
+  // calls in flight. gRPC 1.51 closes a connection early only once its client has answered the
+  // GOAWAY's PING (or closed it), and a client that merely holds an idle channel often reads
+  // nothing, so answers nothing (a channel with no call running in a process where nothing polls:
+  // Python's sync channels, the C++ SDK; a stopped process): each such client held the exit up
+  // for the whole 5 s, over TCP as over the Unix socket (before and after UnixListener). So
+  // Shutdown runs on a helper thread while this one watches the calls in flight (CallCounter, an
+  // interceptor on every call); whenever none is left it drops the remaining connections, which
+  // is what Shutdown itself does at its deadline (grpc_server_cancel_all_calls). It checks every
+  // 20 ms, so connections that raced with the shutdown go too, and in-flight calls still drain
+  // for up to 5 s as before. A call a client starts after that on a dropped connection fails
+  // UNAVAILABLE, as at the deadline.
+  absl::Notification server_down;
+  std::thread drain([this, &server_down] {
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    server_down.Notify();
+  });
+  while (!server_down.WaitForNotificationWithTimeout(absl::Milliseconds(20))) {
+    if (calls_->in_flight() == 0) grpc_server_cancel_all_calls(server_->c_server());
+  }
+  drain.join();
   server_->Wait();
   for (auto& loop : loops_) loop->Stop();  // Closes every session, frees every page.
   loops_.clear();

@@ -16,6 +16,7 @@ class Server;
 namespace cubed {
 
 class Authenticator;
+class CallCounter;
 class ComputeService;
 class DeviceLoop;
 class HealthService;
@@ -44,7 +45,8 @@ class Daemon {
 
   // Tells systemd STOPPING=1 and stops the liveness monitor (no more WATCHDOG=1); new calls
   // answered UNAVAILABLE; health NOT_SERVING; queued work finishes; stop accepting
-  // and let in-flight calls finish (up to 5 s, then cancel);
+  // and let in-flight calls finish (up to 5 s, then cancel), closing idle connections as soon as
+  // no call is left (Note [Idle connections at shutdown], daemon.cc);
   // stop the device loops, which closes every session and frees every page. Idempotent.
   void Shutdown();
 
@@ -59,6 +61,7 @@ class Daemon {
   // Before the services, which use them (docs/security.md).
   std::unique_ptr<UnixListener> unix_listener_;  // Null without --listen.
   std::unique_ptr<Authenticator> auth_;
+  std::unique_ptr<CallCounter> calls_;  // Outlives server_, whose interceptor counts.
   std::unique_ptr<ComputeService> compute_;
   std::unique_ptr<HealthService> health_;
   std::unique_ptr<SessionStreamService> streams_;
