@@ -1,20 +1,212 @@
 #include "client/bulk_transfer.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstring>
+#include <deque>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "client/status_conversion.h"
 #include "cubed/v1/session.grpc.pb.h"
 #include "grpcpp/client_context.h"
+#include "grpcpp/impl/rpc_method.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/slice.h"
+#include "grpcpp/support/sync_stream.h"
 
 namespace cubed {
 namespace {
+
+// Note [Bulk wire format]: chunks travel as raw grpc::ByteBuffers in the protobuf wire format of
+// UploadChunk / DownloadChunk, so that their `data` is neither copied into a message nor
+// serialized again: an upload chunk is its small header (the other fields, serialized) followed
+// by field 5 pointing straight at the caller's bytes; a download chunk is parsed in place and its
+// `data` copied once, from gRPC's receive buffers into the result. The daemon sees ordinary
+// messages.
+
+constexpr char kUploadMethod[] = "/cubed.v1.SessionStream/Upload";
+constexpr char kDownloadMethod[] = "/cubed.v1.SessionStream/Download";
+// Download chunks received and not yet copied into the result (bounds the client's memory).
+constexpr size_t kDownloadQueue = 4;
 
 void SetBulkDeadline(grpc::ClientContext* context, absl::Duration timeout, uint64_t bytes) {
   context->set_deadline(std::chrono::system_clock::now() +
                         absl::ToChronoMilliseconds(BulkDeadline(timeout, bytes)));
 }
+
+// Sizes `s` to `n` bytes (zeroed) for the download to fill. A large buffer is fresh memory, and
+// faulting it in 4 KiB pages costs more than copying the bytes: ask for transparent huge pages
+// first (advice only; ignored where THP is off).
+void SizeForDownload(std::string& s, uint64_t n) {
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  s.reserve(n);
+  if (n >= 2 * kHuge) {
+    const uintptr_t begin = (reinterpret_cast<uintptr_t>(s.data()) + kHuge - 1) & ~(kHuge - 1);
+    const uintptr_t end = (reinterpret_cast<uintptr_t>(s.data()) + n) & ~(kHuge - 1);
+    if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+  }
+  s.resize(n);
+}
+
+void AppendVarint(std::string* out, uint64_t v) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>((v & 0x7F) | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
+// Reads the protobuf wire format across the slices of one ByteBuffer.
+class WireCursor {
+ public:
+  explicit WireCursor(const std::vector<grpc::Slice>& slices) : slices_(slices) {}
+  bool done() {
+    Skip0();
+    return i_ >= slices_.size();
+  }
+  bool Varint(uint64_t* v) {
+    *v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      Skip0();
+      if (i_ >= slices_.size()) return false;
+      const uint8_t b = slices_[i_].begin()[pos_++];
+      *v |= (static_cast<uint64_t>(b & 0x7F) << shift);
+      if ((b & 0x80) == 0) return true;
+    }
+    return false;
+  }
+  // Remembers where the next `n` bytes lie (CopyTo copies them later) and skips them.
+  bool Take(uint64_t n, size_t* slice, size_t* pos) {
+    Skip0();
+    *slice = i_;
+    *pos = pos_;
+    return Skip(n);
+  }
+  bool Skip(uint64_t n) {
+    while (n > 0) {
+      Skip0();
+      if (i_ >= slices_.size()) return false;
+      const uint64_t k = std::min<uint64_t>(n, slices_[i_].size() - pos_);
+      pos_ += k;
+      n -= k;
+    }
+    return true;
+  }
+  void CopyTo(size_t slice, size_t pos, uint64_t n, char* out) const {
+    for (size_t i = slice; n > 0; ++i, pos = 0) {
+      const uint64_t k = std::min<uint64_t>(n, slices_[i].size() - pos);
+      std::memcpy(out, slices_[i].begin() + pos, k);
+      out += k;
+      n -= k;
+    }
+  }
+
+ private:
+  void Skip0() {
+    while (i_ < slices_.size() && pos_ >= slices_[i_].size()) {
+      ++i_;
+      pos_ = 0;
+    }
+  }
+  const std::vector<grpc::Slice>& slices_;
+  size_t i_ = 0;
+  size_t pos_ = 0;
+};
+
+// Copies download chunks into the result, on its own thread, so that the reading thread goes
+// back to gRPC (which reads the socket only while a thread waits in it) at once.
+class DownloadSink {
+ public:
+  // Parses one DownloadChunk (Note [Bulk wire format]) and copies its data into `out_`.
+  absl::Status Consume(const grpc::ByteBuffer& buffer) {
+    std::vector<grpc::Slice> slices;
+    if (!buffer.Dump(&slices).ok()) return Bad("unreadable chunk");
+    WireCursor c(slices);
+    std::vector<uint64_t> sizes;
+    uint64_t binding = 0, offset = 0, data_len = 0;
+    size_t data_slice = 0, data_pos = 0;
+    bool has_data = false;
+    while (!c.done()) {
+      uint64_t tag = 0, v = 0;
+      if (!c.Varint(&tag)) return Bad("truncated tag");
+      const uint64_t field = tag >> 3;
+      const int type = static_cast<int>(tag & 7);
+      if (type == 0) {
+        if (!c.Varint(&v)) return Bad("truncated varint");
+        if (field == 1) sizes.push_back(v);
+        if (field == 2) binding = v;
+        if (field == 3) offset = v;
+      } else if (type == 2) {
+        if (!c.Varint(&v)) return Bad("truncated length");
+        if (field == 1) {  // Packed sizes.
+          size_t s = 0, p = 0;
+          if (!c.Take(v, &s, &p)) return Bad("truncated sizes");
+          std::string packed(v, '\0');
+          c.CopyTo(s, p, v, packed.data());
+          for (size_t k = 0; k < packed.size();) {
+            uint64_t x = 0;
+            for (int shift = 0; k < packed.size() && shift < 64; shift += 7) {
+              const uint8_t b = static_cast<uint8_t>(packed[k++]);
+              x |= (static_cast<uint64_t>(b & 0x7F) << shift);
+              if ((b & 0x80) == 0) break;
+            }
+            sizes.push_back(x);
+          }
+        } else if (field == 4) {
+          if (!c.Take(v, &data_slice, &data_pos)) return Bad("truncated data");
+          data_len = v;
+          has_data = true;
+        } else if (!c.Skip(v)) {
+          return Bad("truncated field");
+        }
+      } else if (type == 1) {
+        if (!c.Skip(8)) return Bad("truncated field");
+      } else if (type == 5) {
+        if (!c.Skip(4)) return Bad("truncated field");
+      } else {
+        return Bad("bad wire type");
+      }
+    }
+    if (first_) {
+      first_ = false;
+      out_.resize(sizes.size());
+      filled_.assign(sizes.size(), 0);
+      for (size_t i = 0; i < sizes.size(); ++i) SizeForDownload(out_[i], sizes[i]);
+    }
+    if (!has_data || data_len == 0) return absl::OkStatus();
+    if (binding >= out_.size() || offset > out_[binding].size() ||
+        data_len > out_[binding].size() - offset) {
+      return absl::InternalError(absl::StrCat("SessionStream.Download: a chunk for binding ",
+                                              binding, " at offset ", offset,
+                                              " lies outside the sizes announced"));
+    }
+    c.CopyTo(data_slice, data_pos, data_len, out_[binding].data() + offset);
+    filled_[binding] += data_len;
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::vector<std::string>> Result() {
+    for (size_t i = 0; i < out_.size(); ++i) {
+      if (filled_[i] != out_[i].size()) {
+        return absl::InternalError(absl::StrCat("SessionStream.Download: binding ", i, " got ",
+                                                filled_[i], " of ", out_[i].size(), " bytes"));
+      }
+    }
+    return std::move(out_);
+  }
+
+ private:
+  static absl::Status Bad(absl::string_view what) {
+    return absl::InternalError(
+        absl::StrCat("SessionStream.Download: a malformed chunk (", what, ")"));
+  }
+  bool first_ = true;
+  std::vector<std::string> out_;
+  std::vector<uint64_t> filled_;
+};
 
 }  // namespace
 
@@ -25,22 +217,32 @@ absl::Duration BulkDeadline(absl::Duration timeout, uint64_t bytes) {
 absl::Status BulkUpload(const std::shared_ptr<grpc::Channel>& channel, uint64_t session,
                         uint64_t seq, absl::Span<const uint8_t> data, uint64_t chunk,
                         absl::Duration timeout) {
-  std::unique_ptr<v1::SessionStream::Stub> stub = v1::SessionStream::NewStub(channel);
   grpc::ClientContext context;
   SetBulkDeadline(&context, timeout, data.size());
   v1::UploadDone done;
-  std::unique_ptr<grpc::ClientWriter<v1::UploadChunk>> writer = stub->Upload(&context, &done);
-  v1::UploadChunk message;
-  message.set_session(session);
-  message.set_seq(seq);
-  message.set_total_size(data.size());
+  const grpc::internal::RpcMethod method(kUploadMethod, grpc::internal::RpcMethod::CLIENT_STREAMING,
+                                         channel);
+  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+      grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(channel.get(), method,
+                                                                     &context, &done));
+  v1::UploadChunk header;
+  header.set_session(session);
+  header.set_seq(seq);
+  header.set_total_size(data.size());
+  std::string head;
   for (uint64_t offset = 0; offset < data.size();) {
     const uint64_t n = std::min<uint64_t>(chunk, data.size() - offset);
-    message.set_offset(offset);
-    message.set_data(data.data() + offset, n);
+    header.set_offset(offset);
+    head = header.SerializeAsString();
+    head.push_back(static_cast<char>((5 << 3) | 2));  // Field 5 (data), length-delimited.
+    AppendVarint(&head, n);
+    // The data slice points into `data`, which outlives the call (Finish below).
+    grpc::Slice slices[2] = {grpc::Slice(head.data(), head.size()),
+                             grpc::Slice(data.data() + offset, n, grpc::Slice::STATIC_SLICE)};
+    grpc::ByteBuffer message(slices, 2);
     if (!writer->Write(message)) break;  // The daemon ended the upload: Finish says why.
     offset += n;
-    if (offset == n) message.Clear();  // Only the first chunk names the command.
+    if (offset == n) header.Clear();  // Only the first chunk names the command.
   }
   writer->WritesDone();
   return FromGrpcStatus(writer->Finish(), "SessionStream.Upload");
@@ -50,50 +252,64 @@ absl::StatusOr<std::vector<std::string>> BulkDownload(const std::shared_ptr<grpc
                                                       uint64_t session, uint64_t seq,
                                                       uint64_t chunk, uint64_t expected,
                                                       absl::Duration timeout) {
-  std::unique_ptr<v1::SessionStream::Stub> stub = v1::SessionStream::NewStub(channel);
   grpc::ClientContext context;
   SetBulkDeadline(&context, timeout, expected);
   v1::DownloadRequest request;
   request.set_session(session);
   request.set_seq(seq);
   request.set_chunk_bytes(chunk);
-  std::unique_ptr<grpc::ClientReader<v1::DownloadChunk>> reader =
-      stub->Download(&context, request);
-  std::vector<std::string> out;
-  std::vector<uint64_t> filled;
-  bool first = true;
-  absl::Status bad;
-  v1::DownloadChunk message;
-  while (reader->Read(&message)) {
-    if (first) {
-      first = false;
-      out.resize(message.sizes_size());
-      filled.assign(message.sizes_size(), 0);
-      for (int i = 0; i < message.sizes_size(); ++i) out[i].resize(message.sizes(i));
+  const grpc::internal::RpcMethod method(kDownloadMethod,
+                                         grpc::internal::RpcMethod::SERVER_STREAMING, channel);
+  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel.get(), method,
+                                                                     &context, request));
+  // This thread reads; `copier` parses and copies (Note [Bulk wire format]).
+  absl::Mutex mu;
+  absl::CondVar changed;
+  std::deque<grpc::ByteBuffer> queue;  // Guarded by mu.
+  bool reading_done = false;           // Guarded by mu.
+  absl::Status bad;                    // Guarded by mu: the first malformed chunk.
+  DownloadSink sink;
+  std::thread copier([&] {
+    for (;;) {
+      grpc::ByteBuffer buffer;
+      {
+        absl::MutexLock lock(&mu);
+        while (queue.empty() && !reading_done) changed.Wait(&mu);
+        if (queue.empty()) return;
+        buffer = std::move(queue.front());
+        queue.pop_front();
+        changed.SignalAll();
+      }
+      absl::Status s = sink.Consume(buffer);
+      if (!s.ok()) {
+        absl::MutexLock lock(&mu);
+        bad = std::move(s);
+        queue.clear();
+        changed.SignalAll();
+        context.TryCancel();
+        return;
+      }
     }
-    const std::string& data = message.data();
-    if (data.empty()) continue;
-    if (message.binding() >= out.size() || message.offset() > out[message.binding()].size() ||
-        data.size() > out[message.binding()].size() - message.offset()) {
-      bad = absl::InternalError(absl::StrCat("SessionStream.Download: a chunk for binding ",
-                                             message.binding(), " at offset ", message.offset(),
-                                             " lies outside the sizes announced"));
-      context.TryCancel();
-      break;
-    }
-    std::memcpy(out[message.binding()].data() + message.offset(), data.data(), data.size());
-    filled[message.binding()] += data.size();
+  });
+  grpc::ByteBuffer buffer;
+  while (reader->Read(&buffer)) {
+    absl::MutexLock lock(&mu);
+    if (!bad.ok()) break;
+    queue.push_back(std::move(buffer));
+    changed.SignalAll();
+    while (queue.size() >= kDownloadQueue && bad.ok()) changed.Wait(&mu);
   }
+  {
+    absl::MutexLock lock(&mu);
+    reading_done = true;
+    changed.SignalAll();
+  }
+  copier.join();
   absl::Status status = FromGrpcStatus(reader->Finish(), "SessionStream.Download");
   if (!bad.ok()) return bad;
   if (!status.ok()) return status;
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (filled[i] != out[i].size()) {
-      return absl::InternalError(absl::StrCat("SessionStream.Download: binding ", i, " got ",
-                                              filled[i], " of ", out[i].size(), " bytes"));
-    }
-  }
-  return out;
+  return sink.Result();
 }
 
 }  // namespace cubed

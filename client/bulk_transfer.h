@@ -23,7 +23,8 @@ namespace cubed {
 absl::Duration BulkDeadline(absl::Duration timeout, uint64_t bytes);
 
 // Sends `data` (non-empty) as the bytes of bulk create `seq` of `session`, in chunks of `chunk`
-// bytes (1 .. 4 MiB), straight from `data` (one chunk-sized copy at a time). Blocks until the
+// bytes (1 .. 4 MiB), straight from `data`: each chunk's bytes go to gRPC as a slice pointing
+// into `data`, without a copy (Note [Bulk wire format], bulk_transfer.cc). Blocks until the
 // daemon wrote every byte and answered; returns its status (the command's error when the create
 // failed).
 absl::Status BulkUpload(const std::shared_ptr<grpc::Channel>& channel, uint64_t session,
@@ -31,8 +32,11 @@ absl::Status BulkUpload(const std::shared_ptr<grpc::Channel>& channel, uint64_t 
                         absl::Duration timeout);
 
 // Receives the bytes of bulk read `seq` of `session`: one string per binding, each allocated
-// once at its final size. Blocks until the download ended. `expected` (the caller's estimate of
-// the total) only sets the deadline.
+// once at its final size (large ones advised to transparent huge pages). Blocks until the
+// download ended. The calling thread only reads from gRPC; a helper thread it starts and joins
+// copies each chunk once, from gRPC's receive buffers into the result, with at most 4 chunks
+// received and not yet copied. `expected` (the caller's estimate of the total) only sets the
+// deadline. A malformed chunk cancels the download and returns INTERNAL.
 absl::StatusOr<std::vector<std::string>> BulkDownload(const std::shared_ptr<grpc::Channel>& channel,
                                                       uint64_t session, uint64_t seq,
                                                       uint64_t chunk, uint64_t expected,

@@ -43,7 +43,14 @@ class BulkTransfers;
 
 // Thread-safe: gRPC calls it from its own threads. The loops must outlive the service, and the
 // service must outlive the gRPC server it is registered with.
-class SessionStreamService final : public v1::SessionStream::CallbackService {
+// Download is a raw method (grpc::ByteBuffer): its chunks are written as a small serialized
+// header plus the piece's bytes as one slice, without copying them into a message (Note [Bulk
+// transfers], session_stream_bulk.h). On the wire it is the DownloadChunk of session.proto.
+using SessionStreamServiceBase = v1::SessionStream::WithCallbackMethod_Session<
+    v1::SessionStream::WithCallbackMethod_Upload<
+        v1::SessionStream::WithRawCallbackMethod_Download<v1::SessionStream::Service>>>;
+
+class SessionStreamService final : public SessionStreamServiceBase {
  public:
   // Records streams and their commands in `metrics` (null: a registry of its own), which must
   // outlive the service.
@@ -65,8 +72,9 @@ class SessionStreamService final : public v1::SessionStream::CallbackService {
   // Bulk transfers of a stream's command (Note [Bulk transfers], session_stream_bulk.h).
   grpc::ServerReadReactor<v1::UploadChunk>* Upload(grpc::CallbackServerContext* ctx,
                                                    v1::UploadDone* response) override;
-  grpc::ServerWriteReactor<v1::DownloadChunk>* Download(
-      grpc::CallbackServerContext* ctx, const v1::DownloadRequest* request) override;
+  // `request` is a serialized DownloadRequest; each chunk written a serialized DownloadChunk.
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Download(grpc::CallbackServerContext* ctx,
+                                                       const grpc::ByteBuffer* request) override;
 
   // Streams open now (for tests and metrics).
   size_t open_streams() const;

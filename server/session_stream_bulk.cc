@@ -6,7 +6,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/checked_math.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/server_callback.h"
+#include "grpcpp/support/slice.h"
 #include "server/session_stream.h"
 #include "server/status_conversion.h"
 
@@ -112,16 +114,46 @@ struct UploadState {
   }
 };
 
+namespace {
+
+// One download chunk read and not yet written: the serialized DownloadChunk without `data`
+// (with field 4's tag and length when there is data), then the bytes themselves.
+struct DownloadPiece {
+  std::string header;
+  std::unique_ptr<std::string> data;  // Null: a chunk with the sizes only.
+};
+
+// The wire form of `chunk` (no data) followed by `data` bytes as field 4.
+std::string DownloadHeader(const v1::DownloadChunk& chunk, uint64_t data_bytes) {
+  std::string header = chunk.SerializeAsString();
+  if (data_bytes == 0) return header;
+  header.push_back(static_cast<char>((4 << 3) | 2));  // Field 4 (data), length-delimited.
+  for (uint64_t v = data_bytes; ; v >>= 7) {
+    if (v < 0x80) {
+      header.push_back(static_cast<char>(v));
+      break;
+    }
+    header.push_back(static_cast<char>((v & 0x7F) | 0x80));
+  }
+  return header;
+}
+
+}  // namespace
+
 struct DownloadState {
   absl::Mutex mu;
-  grpc::ServerWriteReactor<v1::DownloadChunk>* reactor ABSL_GUARDED_BY(mu) = nullptr;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor ABSL_GUARDED_BY(mu) = nullptr;
   uint64_t session = 0;
   uint64_t seq = 0;
   uint64_t chunk_bytes = kMaxBulkChunk;
   // Pieces read and not yet written, by piece index; written in index order.
-  std::map<uint64_t, std::unique_ptr<v1::DownloadChunk>> ready ABSL_GUARDED_BY(mu);
+  std::map<uint64_t, DownloadPiece> ready ABSL_GUARDED_BY(mu);
   uint64_t next_write ABSL_GUARDED_BY(mu) = 0;
-  std::unique_ptr<v1::DownloadChunk> writing_msg ABSL_GUARDED_BY(mu);
+  // The chunk being written: its message (the data slice owns the piece's bytes until gRPC is
+  // done with them) and its data bytes; `writing` while a write is in flight.
+  grpc::ByteBuffer writing_msg ABSL_GUARDED_BY(mu);
+  uint64_t writing_bytes ABSL_GUARDED_BY(mu) = 0;
+  bool writing ABSL_GUARDED_BY(mu) = false;
   uint64_t outstanding ABSL_GUARDED_BY(mu) = 0;  // Issued pieces not yet written.
   uint64_t written ABSL_GUARDED_BY(mu) = 0;      // Bytes written.
   bool failed ABSL_GUARDED_BY(mu) = false;       // A write failed (the client is gone).
@@ -130,13 +162,24 @@ struct DownloadState {
   std::weak_ptr<BulkTransfers> owner ABSL_GUARDED_BY(mu);
 
   void MaybeWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    if (reactor == nullptr || writing_msg != nullptr) return;
+    if (reactor == nullptr || writing) return;
     auto it = ready.find(next_write);
     if (it == ready.end()) return;
-    writing_msg = std::move(it->second);
+    DownloadPiece piece = std::move(it->second);
     ready.erase(it);
     ++next_write;
-    reactor->StartWrite(writing_msg.get());
+    writing = true;
+    writing_bytes = 0;
+    std::vector<grpc::Slice> slices;
+    slices.emplace_back(piece.header);
+    if (piece.data != nullptr && !piece.data->empty()) {
+      std::string* data = piece.data.release();
+      writing_bytes = data->size();
+      slices.emplace_back(
+          data->data(), data->size(), [](void* p) { delete static_cast<std::string*>(p); }, data);
+    }
+    writing_msg = grpc::ByteBuffer(slices.data(), slices.size());
+    reactor->StartWrite(&writing_msg);
   }
   void FinishLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     if (reactor == nullptr) return;
@@ -241,7 +284,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadChunk> {
   std::shared_ptr<UploadState> state_;
 };
 
-class DownloadReactor final : public grpc::ServerWriteReactor<v1::DownloadChunk> {
+class DownloadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   DownloadReactor() : state_(std::make_shared<DownloadState>()) {
     absl::MutexLock lock(&state_->mu);
@@ -257,8 +300,9 @@ class DownloadReactor final : public grpc::ServerWriteReactor<v1::DownloadChunk>
     std::shared_ptr<BulkTransfers> owner;
     {
       absl::MutexLock lock(&state_->mu);
-      if (state_->writing_msg != nullptr) state_->written += state_->writing_msg->data().size();
-      state_->writing_msg.reset();
+      if (state_->writing) state_->written += state_->writing_bytes;
+      state_->writing = false;
+      state_->writing_msg.Clear();
       --state_->outstanding;
       if (ok) {
         state_->MaybeWriteLocked();
@@ -734,9 +778,9 @@ bool BulkTransfers::StepDownload(Device& device, StreamRunner& runner, ReplySink
           absl::StrCat("the client cancelled the download after ", d->written, " bytes"));
     } else if (plan.done() && wait_->pieces == 0) {
       // Nothing to read: one chunk with the sizes only.
-      auto msg = std::make_unique<v1::DownloadChunk>();
-      for (uint64_t s : plan.sizes()) msg->add_sizes(s);
-      d->ready.emplace(wait_->pieces++, std::move(msg));
+      v1::DownloadChunk msg;
+      for (uint64_t s : plan.sizes()) msg.add_sizes(s);
+      d->ready.emplace(wait_->pieces++, DownloadPiece{DownloadHeader(msg, 0), nullptr});
       ++d->outstanding;
       d->MaybeWriteLocked();
     } else if (plan.done() && d->outstanding == 0) {
@@ -755,19 +799,26 @@ bool BulkTransfers::StepDownload(Device& device, StreamRunner& runner, ReplySink
   }
   std::weak_ptr<BulkTransfers> self = weak_from_this();
   for (auto& [index, piece] : issue) {
-    auto msg = std::make_unique<v1::DownloadChunk>();
+    v1::DownloadChunk msg;
     if (index == 0) {
-      for (uint64_t s : sizes) msg->add_sizes(s);
+      for (uint64_t s : sizes) msg.add_sizes(s);
     }
-    msg->set_binding(piece.binding);
-    msg->set_offset(piece.offset);
-    std::string* out = msg->mutable_data();
+    msg.set_binding(piece.binding);
+    msg.set_offset(piece.offset);
+    DownloadPiece ready{DownloadHeader(msg, piece.bytes), std::make_unique<std::string>()};
+    std::string* out = ready.data.get();
     device.ReadPiece(runner.session(), piece.ref, out, absl::Now(),
-                     [self, d, seq, index = index, msg = std::move(msg)](absl::Status s) mutable {
+                     [self, d, seq, index = index, ready = std::move(ready),
+                      bytes = piece.bytes](absl::Status s) mutable {
                        {
                          absl::MutexLock tl(&d->mu);
+                         if (s.ok() && ready.data->size() != bytes) {
+                           s = absl::InternalError(absl::StrCat(
+                               "a bulk read piece of ", bytes, " bytes read ",
+                               ready.data->size()));
+                         }
                          if (s.ok()) {
-                           d->ready.emplace(index, std::move(msg));
+                           d->ready.emplace(index, std::move(ready));
                            d->MaybeWriteLocked();
                          } else {
                            --d->outstanding;
@@ -823,9 +874,25 @@ grpc::ServerReadReactor<v1::UploadChunk>* SessionStreamService::Upload(
   return reactor;
 }
 
-grpc::ServerWriteReactor<v1::DownloadChunk>* SessionStreamService::Download(
-    grpc::CallbackServerContext* ctx, const v1::DownloadRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* SessionStreamService::Download(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw_request) {
   auto* reactor = new DownloadReactor();
+  v1::DownloadRequest parsed;
+  const v1::DownloadRequest* request = &parsed;
+  {
+    std::vector<grpc::Slice> slices;
+    std::string bytes;
+    if (raw_request->Dump(&slices).ok()) {
+      for (const grpc::Slice& s : slices) {
+        bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+      }
+    }
+    if (!parsed.ParseFromString(bytes)) {
+      reactor->FailAtOnce(absl::InvalidArgumentError(
+          "the DownloadRequest could not be parsed (not a cubed.v1.DownloadRequest)"));
+      return reactor;
+    }
+  }
   absl::StatusOr<PrincipalPtr> principal =
       auth_ != nullptr ? auth_->Authorize(*ctx, "Read") : PrincipalPtr();
   if (!principal.ok()) {

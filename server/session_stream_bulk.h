@@ -12,8 +12,11 @@
 // loop task, so other streams and unary calls are served between chunks, and while a transfer
 // waits for the network nothing of it runs at all. An Upload that arrives before its command ran
 // is attached but not read further (at most one chunk of it is held); a Download that arrives
-// early just waits. Memory per transfer: one upload chunk (the gRPC read target), or at most two
-// kDownloadWindow download chunks (being read from the device or written), each <= 4 MiB.
+// early just waits. Memory per transfer: one upload chunk (the gRPC read target), or at most
+// kDownloadWindow download chunks (being read from the device or written), each <= 4 MiB. A
+// download chunk is written as a raw grpc::ByteBuffer: a small serialized DownloadChunk header
+// plus one slice that owns the piece's bytes (no serialization copy); gRPC frees the bytes once
+// it has sent them.
 //
 // Failure. A transfer that fails (bad chunk, total mismatch, cancelled, write failed) fails its
 // command with that error (StreamRunner::FinishBulk: a create releases its allocation and
