@@ -1,6 +1,6 @@
-// cubed-bench: the CPU backend's benchmark program. Starts the real daemon (--backend=cpu) and a
-// forked baseline child, measures each figure with its baseline in the same run, prints a table
-// and writes JSON (--json=FILE). Figures and goals: /work/shared/design/PERFORMANCE.md.
+// cubed-bench: the daemon's RPC-path benchmark program. Starts the real daemon (--backend=cpu by
+// default; --backend=cuda measures the same paths on a GPU) and a forked baseline child,
+// measures each figure with its baseline in the same run, prints a table and writes JSON (--json=FILE). Figures and goals: /work/shared/design/PERFORMANCE.md.
 
 #include <signal.h>
 #include <stdlib.h>
@@ -33,6 +33,7 @@
 
 ABSL_FLAG(std::string, cubed, CUBED_BENCH_CUBED_PATH, "Path of the cubed daemon binary.");
 ABSL_FLAG(std::string, json, "", "Also write the results as JSON to this file.");
+ABSL_FLAG(std::string, backend, "cpu", "The daemon's --backend (cpu or cuda).");
 ABSL_FLAG(std::vector<std::string>, only, {},
           "Figures to measure, comma-separated: P1,P3,P5,P6,unary,P9 (default: all).");
 ABSL_FLAG(int, rounds, 20, "P1: interleaved rounds per transport.");
@@ -94,7 +95,7 @@ int main(int argc, char** argv) {
     }
     cubed::testing::DaemonProcess::Options daemon_options;
     daemon_options.binary = absl::GetFlag(FLAGS_cubed);
-    daemon_options.backend = "cpu";
+    daemon_options.backend = absl::GetFlag(FLAGS_backend);
     daemon_options.flags = {"--log_level=warn"};
     daemon_options.tcp = true;
     daemon_options.start_timeout = absl::Seconds(30);
@@ -188,7 +189,7 @@ int main(int argc, char** argv) {
   const absl::Duration took = absl::Now() - started;
   std::vector<std::pair<std::string, std::string>> context = {
       {"program", "cubed-bench"},
-      {"backend", "cpu"},
+      {"backend", absl::GetFlag(FLAGS_backend)},
       {"command", absl::StrJoin(command, " ")},
       {"daemon", absl::GetFlag(FLAGS_cubed)},
       {"date", absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", started, absl::UTCTimeZone())},
@@ -198,8 +199,8 @@ int main(int argc, char** argv) {
       {"loadavg_after", LoadAverage()},
       {"seconds", absl::StrCat(absl::ToDoubleSeconds(took))},
   };
-  std::printf("cubed-bench (cpu backend) %s, %s cpus, load %s -> %s, %.1f s\n\n",
-              context[4].second.c_str(), context[6].second.c_str(), load_before.c_str(),
+  std::printf("cubed-bench (%s backend) %s, %s cpus, load %s -> %s, %.1f s\n\n",
+              context[1].second.c_str(), context[4].second.c_str(), context[6].second.c_str(), load_before.c_str(),
               context[8].second.c_str(), absl::ToDoubleSeconds(took));
   PrintTable("", rows);
   const std::string json_path = absl::GetFlag(FLAGS_json);
