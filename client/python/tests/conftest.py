@@ -11,7 +11,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from typing import Iterator
+from typing import Iterator, Optional
 
 import pytest
 
@@ -24,12 +24,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 class Daemon:
-    """cubed on a temporary Unix socket; stopped with SIGTERM by close()."""
+    """cubed on a temporary Unix socket (and TCP, given --tcp=...); stopped with SIGTERM by
+    close()."""
 
     def __init__(self, binary: str, *flags: str) -> None:
         self.dir = tempfile.mkdtemp(prefix="cubed-pysdk-")
         self.socket = os.path.join(self.dir, "cubed.sock")
         self.address = f"unix:{self.socket}"
+        self.tcp_address: Optional[str] = None
+        """HOST:PORT of the TCP listener (given --tcp=...), from the ready file; else None."""
         ready = os.path.join(self.dir, "ready")
         self.log_path = os.path.join(self.dir, "log")
         with open(self.log_path, "wb") as log:
@@ -41,6 +44,9 @@ class Daemon:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"cubed exited ({self.proc.returncode}):\n{self.log()}")
             if os.path.exists(ready) and open(ready).read().endswith("\n"):
+                for line in open(ready).read().splitlines():
+                    if line.startswith("tcp="):
+                        self.tcp_address = line[len("tcp="):]
                 return
             time.sleep(0.02)
         self.close()
