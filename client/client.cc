@@ -289,28 +289,36 @@ absl::StatusOr<Resource> Client::GetResource(const Binding& binding) {
 
 absl::Status Client::Execute(const BuiltinKernel& kernel, CubeCount count,
                              const LaunchBindings& bindings, ExecutionMode mode) {
-  v1::ExecuteRequest request;
-  request.set_session(impl_->session);
-  ToProto(kernel, request.mutable_kernel()->mutable_builtin());
-  v1::CubeCount::Static* c = request.mutable_count()->mutable_static_count();
-  c->set_x(count.x);
-  c->set_y(count.y);
-  c->set_z(count.z);
-  v1::Bindings* b = request.mutable_bindings();
-  for (const Binding& binding : bindings.buffers) RETURN_IF_ERROR(ToProto(binding, b->add_buffers()));
-  b->mutable_metadata()->Add(bindings.metadata.begin(), bindings.metadata.end());
-  for (const Scalars& s : bindings.scalars) RETURN_IF_ERROR(ToProto(s, b->add_scalars()));
-  request.set_mode(mode == ExecutionMode::kUnchecked ? v1::EXECUTION_MODE_UNCHECKED
-                                                     : v1::EXECUTION_MODE_CHECKED);
+  // Fills the fields ExecuteRequest and the stream's Command.Execute share, so that the stream
+  // builds its command directly (no request to swap from: fewer allocations per command).
+  auto fill = [&](v1::Kernel* k, v1::CubeCount* cube_count, v1::Bindings* b) -> absl::Status {
+    ToProto(kernel, k->mutable_builtin());
+    v1::CubeCount::Static* c = cube_count->mutable_static_count();
+    c->set_x(count.x);
+    c->set_y(count.y);
+    c->set_z(count.z);
+    b->mutable_buffers()->Reserve(static_cast<int>(bindings.buffers.size()));
+    for (const Binding& binding : bindings.buffers) {
+      RETURN_IF_ERROR(ToProto(binding, b->add_buffers()));
+    }
+    b->mutable_metadata()->Add(bindings.metadata.begin(), bindings.metadata.end());
+    for (const Scalars& s : bindings.scalars) RETURN_IF_ERROR(ToProto(s, b->add_scalars()));
+    return absl::OkStatus();
+  };
+  const v1::ExecutionMode wire_mode = mode == ExecutionMode::kUnchecked
+                                          ? v1::EXECUTION_MODE_UNCHECKED
+                                          : v1::EXECUTION_MODE_CHECKED;
   if (impl_->stream != nullptr) {
     v1::Command command;
     v1::Command::Execute* e = command.mutable_execute();
-    e->mutable_kernel()->Swap(request.mutable_kernel());
-    e->mutable_count()->Swap(request.mutable_count());
-    e->mutable_bindings()->Swap(request.mutable_bindings());
-    e->set_mode(request.mode());
+    RETURN_IF_ERROR(fill(e->mutable_kernel(), e->mutable_count(), e->mutable_bindings()));
+    e->set_mode(wire_mode);
     return impl_->stream->Send(std::move(command));
   }
+  v1::ExecuteRequest request;
+  request.set_session(impl_->session);
+  RETURN_IF_ERROR(fill(request.mutable_kernel(), request.mutable_count(), request.mutable_bindings()));
+  request.set_mode(wire_mode);
   v1::ExecuteResponse response;
   return impl_->Call("Execute", &Impl::Stub::Execute, request, &response);
 }

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <thread>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/checked_math.h"
@@ -230,7 +231,7 @@ absl::Status CpuServer::Execute(Launch launch) {
       }
     }
   }
-  std::vector<kernels::HostBuffer> buffers(launch.buffers.size());
+  absl::InlinedVector<kernels::HostBuffer, 4> buffers(launch.buffers.size());
   for (size_t i = 0; i < launch.buffers.size(); ++i) {
     ASSIGN_OR_RETURN(buffers[i].data, Address(launch.buffers[i]));
     buffers[i].size_bytes = launch.buffers[i].size;

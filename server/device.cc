@@ -450,9 +450,11 @@ absl::Status Device::Execute(uint64_t session, ExecuteCommand command, absl::Tim
   }
   launch.buffers.reserve(command.buffers.size());
   for (size_t i = 0; i < command.buffers.size(); ++i) {
-    ASSIGN_OR_RETURN(ResolvedBinding r, Resolve(*s, command.buffers[i],
-                                                 absl::StrCat("bindings.buffers[", i, "]")));
-    launch.buffers.push_back(r);
+    absl::StatusOr<ResolvedBinding> r = Resolve(*s, command.buffers[i], "bindings.buffers");
+    if (!r.ok()) {  // Again, naming the index (built only on failure: none per command).
+      return Resolve(*s, command.buffers[i], absl::StrCat("bindings.buffers[", i, "]")).status();
+    }
+    launch.buffers.push_back(*r);
   }
   return server_->Execute(std::move(launch));
 }

@@ -23,10 +23,16 @@ void AppendLittleEndian(T value, std::vector<uint8_t>& out) {
   out.insert(out.end(), bytes, bytes + sizeof(T));
 }
 
-absl::StatusOr<kernels::ScalarGroup> ToScalarGroup(const v1::ScalarGroup& group,
-                                                   absl::string_view field) {
+// `index`: the group's index in bindings.scalars, named in errors (the field name is built only
+// then: no allocation per command on the happy path).
+absl::StatusOr<kernels::ScalarGroup> ToScalarGroup(const v1::ScalarGroup& group, int index) {
+  const auto field = [index] { return absl::StrCat("bindings.scalars[", index, "]"); };
   kernels::ScalarGroup out;
-  ASSIGN_OR_RETURN(out.elem, ElemTypeFromWire(group.elem(), absl::StrCat(field, ".elem")));
+  {
+    absl::StatusOr<ElemType> elem = ElemTypeFromWire(group.elem(), "");
+    if (!elem.ok()) return ElemTypeFromWire(group.elem(), absl::StrCat(field(), ".elem")).status();
+    out.elem = *elem;
+  }
   const absl::string_view name = ElemTypeName(out.elem);
   const bool wants_floats = IsFloat(out.elem);
   const bool wants_uints = out.elem == ElemType::kU32;
@@ -34,7 +40,7 @@ absl::StatusOr<kernels::ScalarGroup> ToScalarGroup(const v1::ScalarGroup& group,
   if ((!wants_floats && group.floats_size() > 0) || (!wants_ints && group.ints_size() > 0) ||
       (!wants_uints && group.uints_size() > 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        field, ": ", name, " scalars go in `", wants_floats ? "floats" : wants_ints ? "ints" : "uints",
+        field(), ": ", name, " scalars go in `", wants_floats ? "floats" : wants_ints ? "ints" : "uints",
         "`; other value lists must be empty"));
   }
   for (int i = 0; i < group.floats_size(); ++i) {
@@ -49,7 +55,7 @@ absl::StatusOr<kernels::ScalarGroup> ToScalarGroup(const v1::ScalarGroup& group,
     if (out.elem == ElemType::kI32) {
       if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max()) {
         return absl::InvalidArgumentError(
-            absl::StrCat(field, ".ints[", i, "] = ", v, " does not fit in i32"));
+            absl::StrCat(field(), ".ints[", i, "] = ", v, " does not fit in i32"));
       }
       AppendLittleEndian(static_cast<int32_t>(v), out.bytes);
     } else {
@@ -60,7 +66,7 @@ absl::StatusOr<kernels::ScalarGroup> ToScalarGroup(const v1::ScalarGroup& group,
     const uint64_t v = group.uints(i);
     if (v > std::numeric_limits<uint32_t>::max()) {
       return absl::InvalidArgumentError(
-          absl::StrCat(field, ".uints[", i, "] = ", v, " does not fit in u32"));
+          absl::StrCat(field(), ".uints[", i, "] = ", v, " does not fit in u32"));
     }
     AppendLittleEndian(static_cast<uint32_t>(v), out.bytes);
   }
@@ -77,8 +83,9 @@ absl::Status CheckCubeDim(const v1::CubeDim& dim, absl::string_view field) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<KernelCall> ToKernelCall(const v1::Kernel& kernel, const RequestLimits& limits) {
-  KernelCall call;
+// Fills `call` (default-constructed) from `kernel`.
+absl::Status ToKernelCall(const v1::Kernel& kernel, const RequestLimits& limits,
+                          KernelCall& call) {
   switch (kernel.kind_case()) {
     case v1::Kernel::kBuiltin: {
       const v1::BuiltinKernel& b = kernel.builtin();
@@ -98,7 +105,7 @@ absl::StatusOr<KernelCall> ToKernelCall(const v1::Kernel& kernel, const RequestL
                          ElemTypeFromWire(b.out_dtype(), "kernel.builtin.out_dtype"));
       }
       call.builtin.axis = b.axis();
-      return call;
+      return absl::OkStatus();
     }
     case v1::Kernel::kCudaSource:
     case v1::Kernel::kPtx: {
@@ -128,7 +135,7 @@ absl::StatusOr<KernelCall> ToKernelCall(const v1::Kernel& kernel, const RequestL
       if (!is_ptx) {
         for (const std::string& o : kernel.cuda_source().options()) call.cuda.options.push_back(o);
       }
-      return call;
+      return absl::OkStatus();
     }
     case v1::Kernel::KIND_NOT_SET:
       break;
@@ -205,24 +212,24 @@ absl::StatusOr<std::vector<TensorRef>> ToTensorRefs(const v1::ReadTensorRequest&
   return out;
 }
 
-absl::StatusOr<ExecuteCommand> ToExecuteCommand(const v1::ExecuteRequest& request,
-                                                const RequestLimits& limits) {
-  ExecuteCommand command;
-  ASSIGN_OR_RETURN(command.kernel, ToKernelCall(request.kernel(), limits));
-  switch (request.count().kind_case()) {
+absl::Status ToExecuteCommand(const v1::Kernel& kernel, const v1::CubeCount& count,
+                              const v1::Bindings& b, int mode, const RequestLimits& limits,
+                              ExecuteCommand& command) {
+  RETURN_IF_ERROR(ToKernelCall(kernel, limits, command.kernel));
+  switch (count.kind_case()) {
     case v1::CubeCount::kStaticCount:
-      command.count[0] = request.count().static_count().x();
-      command.count[1] = request.count().static_count().y();
-      command.count[2] = request.count().static_count().z();
+      command.count[0] = count.static_count().x();
+      command.count[1] = count.static_count().y();
+      command.count[2] = count.static_count().z();
       break;
     case v1::CubeCount::kDynamic:
       command.dynamic_count = true;
-      command.count_binding = ToBindingRef(request.count().dynamic());
+      command.count_binding = ToBindingRef(count.dynamic());
       break;
     case v1::CubeCount::KIND_NOT_SET:
       return absl::InvalidArgumentError("count: no cube count set (static_count or dynamic)");
   }
-  switch (request.mode()) {
+  switch (mode) {
     case v1::EXECUTION_MODE_UNSPECIFIED:
     case v1::EXECUTION_MODE_CHECKED:
       break;
@@ -230,10 +237,8 @@ absl::StatusOr<ExecuteCommand> ToExecuteCommand(const v1::ExecuteRequest& reques
       command.unchecked = true;
       break;
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("mode: ", static_cast<int>(request.mode()), " is not an ExecutionMode"));
+      return absl::InvalidArgumentError(absl::StrCat("mode: ", mode, " is not an ExecutionMode"));
   }
-  const v1::Bindings& b = request.bindings();
   if (static_cast<uint32_t>(b.buffers_size()) > limits.max_buffers) {
     return absl::InvalidArgumentError(absl::StrCat("bindings.buffers: ", b.buffers_size(),
                                                    " given; at most ", limits.max_buffers));
@@ -242,23 +247,32 @@ absl::StatusOr<ExecuteCommand> ToExecuteCommand(const v1::ExecuteRequest& reques
     return absl::InvalidArgumentError(absl::StrCat("bindings.metadata: ", b.metadata_size(),
                                                    " words; at most ", limits.max_metadata_words));
   }
+  command.buffers.reserve(b.buffers_size());
   for (const v1::Binding& buffer : b.buffers()) command.buffers.push_back(ToBindingRef(buffer));
   // Metadata and scalars travel in the builtin call for every kind of kernel: client CUDA
   // kernels receive them too (docs/kernel-abi.md).
   command.kernel.builtin.metadata.assign(b.metadata().begin(), b.metadata().end());
+  command.kernel.builtin.scalars.reserve(b.scalars_size());
   bool seen[8] = {};
   for (int i = 0; i < b.scalars_size(); ++i) {
-    const std::string field = absl::StrCat("bindings.scalars[", i, "]");
-    ASSIGN_OR_RETURN(kernels::ScalarGroup group, ToScalarGroup(b.scalars(i), field));
+    ASSIGN_OR_RETURN(kernels::ScalarGroup group, ToScalarGroup(b.scalars(i), i));
     bool& dup = seen[static_cast<int>(group.elem)];
     if (dup) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ": a second group of ",
+      return absl::InvalidArgumentError(absl::StrCat("bindings.scalars[", i, "]: a second group of ",
                                                      ElemTypeName(group.elem),
                                                      " scalars; put all of them in one group"));
     }
     dup = true;
     command.kernel.builtin.scalars.push_back(std::move(group));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ExecuteCommand> ToExecuteCommand(const v1::ExecuteRequest& request,
+                                                const RequestLimits& limits) {
+  ExecuteCommand command;
+  RETURN_IF_ERROR(ToExecuteCommand(request.kernel(), request.count(), request.bindings(),
+                                   request.mode(), limits, command));
   return command;
 }
 

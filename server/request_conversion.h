@@ -37,6 +37,11 @@ absl::StatusOr<std::vector<TensorRef>> ToTensorRefs(const v1::ReadTensorRequest&
                                                     const RequestLimits& limits);
 absl::StatusOr<ExecuteCommand> ToExecuteCommand(const v1::ExecuteRequest& request,
                                                 const RequestLimits& limits);
+// The same from the parts of an execute (the session stream's Command.Execute), filling
+// `command` (default-constructed) in place; errors as above. `mode`: a v1::ExecutionMode value.
+absl::Status ToExecuteCommand(const v1::Kernel& kernel, const v1::CubeCount& count,
+                              const v1::Bindings& bindings, int mode,
+                              const RequestLimits& limits, ExecuteCommand& command);
 // Checks CreateTensor: shape as above and len(data) == product(shape) * elem_size.
 absl::Status CheckCreateTensor(const v1::CreateTensorRequest& request);
 absl::Status CheckRelease(const v1::ReleaseRequest& request, const RequestLimits& limits);

@@ -21,7 +21,7 @@ absl::Status CheckTensor(absl::Span<const uint64_t> shape, uint32_t elem_size,
   return absl::OkStatus();
 }
 
-absl::Status ConvertExecute(v1::Command::Execute& e, const RequestLimits& limits,
+absl::Status ConvertExecute(const v1::Command::Execute& e, const RequestLimits& limits,
                             StreamCommand& out) {
   // The execute writes these (Note [Poisoned handles], session.h); known even when the rest of
   // the command is malformed.
@@ -29,15 +29,12 @@ absl::Status ConvertExecute(v1::Command::Execute& e, const RequestLimits& limits
   if (e.kernel().has_builtin()) {
     if (!buffers.empty()) out.outputs.push_back(buffers.rbegin()->handle());
   } else {
+    out.outputs.reserve(buffers.size());
     for (const v1::Binding& b : buffers) out.outputs.push_back(b.handle());
   }
-  v1::ExecuteRequest request;
-  request.mutable_kernel()->Swap(e.mutable_kernel());
-  request.mutable_count()->Swap(e.mutable_count());
-  request.mutable_bindings()->Swap(e.mutable_bindings());
-  request.set_mode(e.mode());
-  ASSIGN_OR_RETURN(out.execute, ToExecuteCommand(request, limits));
-  return absl::OkStatus();
+  // Converted in place from the command's parts: no temporary ExecuteRequest (whose Swap would
+  // deep-copy across arenas; Note [Request arena], session_stream.cc).
+  return ToExecuteCommand(e.kernel(), e.count(), e.bindings(), e.mode(), limits, out.execute);
 }
 
 absl::Status Convert(v1::Command& c, const RequestLimits& limits, StreamCommand& out) {
@@ -99,7 +96,7 @@ absl::Status Convert(v1::Command& c, const RequestLimits& limits, StreamCommand&
       return CheckTensor(out.shape, out.elem_size, "empty_tensor", nullptr);
     case v1::Command::kExecute:
       out.kind = Kind::kExecute;
-      return ConvertExecute(*c.mutable_execute(), limits, out);
+      return ConvertExecute(c.execute(), limits, out);
     case v1::Command::kRelease: {
       out.kind = Kind::kRelease;
       const auto& ids = c.release().ids();
