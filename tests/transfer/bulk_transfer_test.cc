@@ -254,7 +254,16 @@ TEST_F(BulkTransferTest, OneGiBRoundTripStaysBelowTwoCopies) {
   const uint64_t peak = PeakRss(daemon_->pid());
   std::printf("1 GiB create + read through the bulk path: %s; daemon VmHWM %.0f MiB (before %.0f)\n",
               absl::FormatDuration(took).c_str(), peak / 1048576.0, before / 1048576.0);
-  EXPECT_LT(peak, before + kSize + kSize / 2) << "the daemon held more than 1.5x the data";
+  // Under AddressSanitizer the daemon also maps shadow memory (1/8 of what it touches) and keeps
+  // freed chunks in ASan's quarantine (256 MiB by default) before reusing them: allowed for here,
+  // so the bound still measures what cubed itself holds.
+#if defined(__SANITIZE_ADDRESS__)
+  constexpr uint64_t kSanitizerOverhead = kSize / 8 + (uint64_t{256} << 20);
+#else
+  constexpr uint64_t kSanitizerOverhead = 0;
+#endif
+  EXPECT_LT(peak, before + kSize + kSize / 2 + kSanitizerOverhead)
+      << "the daemon held more than 1.5x the data";
 }
 
 TEST_F(BulkTransferTest, CancelMidUploadFreesEverything) {
