@@ -191,6 +191,24 @@ struct DownloadState {
 
 namespace {
 
+// A reactor's OnCancel (either direction): marks the transfer cancelled; the stream that owns it
+// handles that at its next event (failing the waiting command); with no stream left, the
+// transfer finishes CANCELLED at once.
+template <typename State>
+void CancelTransfer(State& state, const char* message) {
+  std::shared_ptr<BulkTransfers> owner;
+  {
+    absl::MutexLock lock(&state.mu);
+    state.cancelled = true;
+    owner = state.owner.lock();
+    if (owner == nullptr) {
+      state.FinishLocked(absl::CancelledError(message));
+      return;
+    }
+  }
+  owner->Event(state.seq);
+}
+
 class UploadReactor final : public grpc::ServerReadReactor<v1::UploadChunk> {
  public:
   UploadReactor(SessionStreamService* service, grpc::CallbackServerContext* ctx,
@@ -261,19 +279,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadChunk> {
     }
   }
 
-  void OnCancel() override {
-    std::shared_ptr<BulkTransfers> owner;
-    {
-      absl::MutexLock lock(&state_->mu);
-      state_->cancelled = true;
-      owner = state_->owner.lock();
-      if (owner == nullptr) {
-        state_->FinishLocked(absl::CancelledError("the client cancelled the upload"));
-        return;
-      }
-    }
-    owner->Event(state_->seq);
-  }
+  void OnCancel() override { CancelTransfer(*state_, "the client cancelled the upload"); }
 
   void OnDone() override { delete this; }
 
@@ -314,19 +320,7 @@ class DownloadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
     if (owner != nullptr) owner->Event(state_->seq);
   }
 
-  void OnCancel() override {
-    std::shared_ptr<BulkTransfers> owner;
-    {
-      absl::MutexLock lock(&state_->mu);
-      state_->cancelled = true;
-      owner = state_->owner.lock();
-      if (owner == nullptr) {
-        state_->FinishLocked(absl::CancelledError("the client cancelled the download"));
-        return;
-      }
-    }
-    owner->Event(state_->seq);
-  }
+  void OnCancel() override { CancelTransfer(*state_, "the client cancelled the download"); }
 
   void OnDone() override { delete this; }
 
