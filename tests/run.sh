@@ -54,13 +54,13 @@ suite() {
   ctest --test-dir "$dir" --output-on-failure --no-tests=error -j2 --timeout 300 \
     "${ctest_extra[@]}" 2>&1 | tee "$dir/ctest.log"
   local rc=${PIPESTATUS[0]}
-  # "100% tests passed, 0 tests failed out of 42" and "  12 - name (Skipped)".
+  # "100% tests passed, 0 tests failed out of 42" and "<TAB>12 - name (Skipped)".
   local line
   line=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$dir/ctest.log" | tail -1)
   if [[ $line =~ ([0-9]+)\ tests?\ failed\ out\ of\ ([0-9]+) ]]; then
     local failed=${BASH_REMATCH[1]} total=${BASH_REMATCH[2]}
     local skipped
-    skipped=$(grep -cE '^ *[0-9]+ - .*\(Skipped\)$' "$dir/ctest.log")
+    skipped=$(grep -cE '^[[:space:]]*[0-9]+ - .*\(Skipped\)$' "$dir/ctest.log")
     total_failed=$((total_failed + failed))
     total_skipped=$((total_skipped + skipped))
     total_passed=$((total_passed + total - failed - skipped))
