@@ -453,8 +453,18 @@ void BulkTransfers::Passed(uint64_t seq) {
   end_upto(downloads_);
 }
 
-void BulkTransfers::AttachUpload(const std::shared_ptr<UploadState>& upload) {
-  const uint64_t seq = upload->seq;
+// What differs between the two directions in Attach's errors.
+struct BulkTransfers::Direction {
+  bool upload;
+  const char* one;         // "an upload"
+  const char* wrong_kind;  // Said when the waited command is of the other direction.
+  const char* not_kind;    // Said when the seq already ran or is not bulk.
+};
+
+template <typename State>
+void BulkTransfers::Attach(std::map<uint64_t, std::shared_ptr<State>>& transfers,
+                           const std::shared_ptr<State>& state, const Direction& direction) {
+  const uint64_t seq = state->seq;
   bool kick = false;
   {
     absl::MutexLock lock(&mu_);
@@ -465,22 +475,26 @@ void BulkTransfers::AttachUpload(const std::shared_ptr<UploadState>& upload) {
     } else if (auto f = failed_.find(seq); f != failed_.end()) {
       reject = f->second;
       failed_.erase(f);
-    } else if (uploads_.count(seq) != 0) {
+    } else if (transfers.count(seq) != 0) {
       reject = absl::FailedPreconditionError(
-          absl::StrCat("seq: command ", seq, " already has an upload"));
-    } else if (waited && !wait_->upload) {
+          absl::StrCat("seq: command ", seq, " already has ", direction.one));
+    } else if (waited && wait_->upload != direction.upload) {
       reject = absl::FailedPreconditionError(
-          absl::StrCat("seq: command ", seq, " is a bulk read; its bytes come through Download"));
+          absl::StrCat("seq: command ", seq, direction.wrong_kind));
     } else if (!waited && seq <= last_seq_) {
-      reject = absl::FailedPreconditionError(absl::StrCat(
-          "seq: command ", seq, " already ran, or is not a bulk create (duplicate upload?)"));
+      reject = absl::FailedPreconditionError(
+          absl::StrCat("seq: command ", seq, direction.not_kind));
     }
     if (!reject.ok()) {
-      absl::MutexLock tl(&upload->mu);
-      upload->FinishLocked(reject);
+      absl::MutexLock tl(&state->mu);
+      state->FinishLocked(reject);
       return;
     }
-    uploads_.emplace(seq, upload);
+    {
+      absl::MutexLock tl(&state->mu);
+      state->owner = weak_from_this();  // An upload's reactor already set it (FindBulk).
+    }
+    transfers.emplace(seq, state);
     ++attached_;
     if (waited) {
       kicked_ = true;
@@ -490,45 +504,18 @@ void BulkTransfers::AttachUpload(const std::shared_ptr<UploadState>& upload) {
   if (kick) kick_();
 }
 
+void BulkTransfers::AttachUpload(const std::shared_ptr<UploadState>& upload) {
+  static constexpr Direction kUpload = {
+      true, "an upload", " is a bulk read; its bytes come through Download",
+      " already ran, or is not a bulk create (duplicate upload?)"};
+  Attach(uploads_, upload, kUpload);
+}
+
 void BulkTransfers::AttachDownload(const std::shared_ptr<DownloadState>& download) {
-  const uint64_t seq = download->seq;
-  bool kick = false;
-  {
-    absl::MutexLock lock(&mu_);
-    const bool waited = wait_ != nullptr && wait_->command.seq == seq;
-    absl::Status reject;
-    if (ended_) {
-      reject = EndedStatus(end_status_, seq);
-    } else if (auto f = failed_.find(seq); f != failed_.end()) {
-      reject = f->second;
-      failed_.erase(f);
-    } else if (downloads_.count(seq) != 0) {
-      reject = absl::FailedPreconditionError(
-          absl::StrCat("seq: command ", seq, " already has a download"));
-    } else if (waited && wait_->upload) {
-      reject = absl::FailedPreconditionError(
-          absl::StrCat("seq: command ", seq, " is a bulk create; its bytes come through Upload"));
-    } else if (!waited && seq <= last_seq_) {
-      reject = absl::FailedPreconditionError(absl::StrCat(
-          "seq: command ", seq, " already ran, or is not a bulk read (duplicate download?)"));
-    }
-    if (!reject.ok()) {
-      absl::MutexLock tl(&download->mu);
-      download->FinishLocked(reject);
-      return;
-    }
-    {
-      absl::MutexLock tl(&download->mu);
-      download->owner = weak_from_this();
-    }
-    downloads_.emplace(seq, download);
-    ++attached_;
-    if (waited) {
-      kicked_ = true;
-      kick = true;
-    }
-  }
-  if (kick) kick_();
+  static constexpr Direction kDownload = {
+      false, "a download", " is a bulk create; its bytes come through Upload",
+      " already ran, or is not a bulk read (duplicate download?)"};
+  Attach(downloads_, download, kDownload);
 }
 
 void BulkTransfers::Event(uint64_t seq) {

@@ -128,6 +128,13 @@ class BulkTransfers : public std::enable_shared_from_this<BulkTransfers> {
 
  private:
   struct Wait;
+  struct Direction;
+  // AttachUpload / AttachDownload: refuses a transfer that cannot be joined (stream ended, seq
+  // failed, duplicate, wrong direction, seq already ran) by finishing it, else records it and
+  // kicks the stream when it waits for it.
+  template <typename State>
+  void Attach(std::map<uint64_t, std::shared_ptr<State>>& transfers,
+              const std::shared_ptr<State>& state, const Direction& direction);
   void RememberFailureLocked(uint64_t seq, absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Settles transfers not being waited on: late cancels are remembered; an upload that finished
   // its command ends once the client half-closed.
