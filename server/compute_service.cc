@@ -1,5 +1,6 @@
 #include "server/compute_service.h"
 
+#include <atomic>
 #include <type_traits>
 #include <utility>
 
@@ -30,7 +31,10 @@ class MeteredReactor final : public Reactor {
     start_ = absl::Now();
     metrics_->queue.Observe(start_ - arrival_);
   }
+  // Finishes the call; later calls are ignored (Note [Loop task exceptions], device_loop.h: a
+  // task that threw after finishing must not finish twice).
   void Done(const absl::Status& status) {
+    if (done_.exchange(true, std::memory_order_acq_rel)) return;
     if (start_ != absl::InfinitePast()) metrics_->execution.Observe(absl::Now() - start_);
     metrics_->codes.Count(status.code());
     if (status.ok() && response_ != nullptr) {
@@ -38,7 +42,13 @@ class MeteredReactor final : public Reactor {
     }
     Finish(ToGrpcStatus(status));
   }
-  void OnDone() override { delete this; }
+  // The reactor lives until gRPC is done with it (OnDone) and no loop task holds it: a task that
+  // throws may still finish the call (Note [Loop task exceptions]).
+  void Ref() { refs_.fetch_add(1, std::memory_order_relaxed); }
+  void Unref() {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+  void OnDone() override { Unref(); }
   grpc::CallbackServerContext* context() const { return ctx_; }
   // The RPC's name ("Create"), for authorization.
   absl::string_view rpc() const { return rpc_; }
@@ -51,6 +61,8 @@ class MeteredReactor final : public Reactor {
   const absl::Time arrival_;
   absl::Time start_ = absl::InfinitePast();
   absl::string_view rpc_;
+  std::atomic<bool> done_{false};
+  std::atomic<int> refs_{1};  // gRPC's, until OnDone; plus one per loop task holding the call.
 };
 
 // Finishes a call, logging failures at debug level (clients see the message themselves).
@@ -103,13 +115,6 @@ absl::Status SessionNotOpen(uint64_t session) {
       absl::StrCat("session ", session, " is not open (closed, expired, or never opened)"));
 }
 
-// Lease in the request (milliseconds) as a Duration; values past 100 years clamp (and are then
-// refused by the device as above its maximum).
-absl::Duration LeaseOf(uint64_t lease_ms) {
-  constexpr uint64_t kMaxMs = uint64_t{100} * 365 * 24 * 3600 * 1000;
-  return absl::Milliseconds(static_cast<int64_t>(std::min(lease_ms, kMaxMs)));
-}
-
 }  // namespace
 
 ComputeService::ComputeService(std::vector<DeviceLoop*> loops, RequestLimits limits,
@@ -152,18 +157,27 @@ Reactor* ComputeService::OnDevice(Reactor* call, uint32_t device, absl::string_v
   if (p != nullptr) {
     if (absl::Status s = p->AcquireInflight(); !s.ok()) return FinishNow(call, s);
   }
-  Reactor* reactor = call;
-  if (!loops_[device]->Post([reactor, p, work = std::move(work)](Device& d) mutable {
+  auto* reactor = static_cast<MeteredReactor*>(call);
+  reactor->Ref();  // The task's; dropped when it ran or threw.
+  const bool posted = loops_[device]->Post(
+      [reactor, p, work = std::move(work)](Device& d) mutable {
         if (p != nullptr) p->ReleaseInflight();
-        static_cast<MeteredReactor*>(reactor)->Started();
+        reactor->Started();
         if constexpr (std::is_invocable_v<Work&, Device&, Reactor*, const PrincipalPtr&>) {
           work(d, reactor, p);
         } else {
           work(d, reactor);
         }
-      })) {
+        reactor->Unref();
+      },
+      [reactor](absl::Status error) {  // Note [Loop task exceptions].
+        Finish(reactor, error);
+        reactor->Unref();
+      });
+  if (!posted) {
     if (p != nullptr) p->ReleaseInflight();
     Finish(reactor, absl::UnavailableError("the daemon is shutting down"));
+    reactor->Unref();
   }
   return reactor;
 }
@@ -197,7 +211,7 @@ Reactor* ComputeService::OpenSession(Context* ctx, const v1::OpenSessionRequest*
   Reactor* call = StartCall(ctx, Method::kOpenSession, *req, resp);
   return OnDevice(call, req->device(), "device",
                   [req, resp](Device& d, Reactor* r, const PrincipalPtr& p) {
-    absl::StatusOr<SessionGrant> grant = d.OpenSession(LeaseOf(req->lease_ms()), absl::Now(), p);
+    absl::StatusOr<SessionGrant> grant = d.OpenSession(req->lease_ms(), absl::Now(), p);
     if (grant.ok()) {
       resp->set_session(grant->session);
       resp->set_lease_ms(absl::ToInt64Milliseconds(grant->lease));

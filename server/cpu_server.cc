@@ -22,12 +22,13 @@ uint64_t PhysicalMemoryBytes() {
   return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
 }
 
-// Copies a strided tensor into `out`, densely packed in row-major order.
-void PackTensor(const uint8_t* base, const ResolvedTensor& t, uint8_t* out) {
+// Copies a strided tensor of `bytes` dense bytes (TensorBytes of its shape, > 0) into `out`,
+// densely packed in row-major order.
+void PackTensor(const uint8_t* base, const ResolvedTensor& t, uint64_t bytes, uint8_t* out) {
   const size_t rank = t.shape.size();
   const uint64_t elem = t.elem_size;
-  const uint64_t rows = rank <= 1 ? 1 : CheckedProduct(absl::MakeConstSpan(t.shape).first(rank - 1)).value_or(0);
   const uint64_t cols = rank == 0 ? 1 : t.shape[rank - 1];
+  const uint64_t rows = bytes / (cols * elem);  // No dimension is 0: bytes > 0.
   const uint64_t col_stride = rank == 0 ? 1 : t.strides[rank - 1];
   std::vector<uint64_t> index(rank, 0);
   for (uint64_t r = 0; r < rows; ++r) {
@@ -193,9 +194,11 @@ void CpuServer::ReadTensor(std::vector<ResolvedTensor> tensors, std::vector<std:
   absl::Status status = Timed([&]() -> absl::Status {
     for (size_t i = 0; i < tensors.size(); ++i) {
       ASSIGN_OR_RETURN(uint8_t* src, Address(tensors[i].binding));
-      const uint64_t bytes = CheckedProduct(tensors[i].shape).value_or(0) * tensors[i].elem_size;
+      ASSIGN_OR_RETURN(const uint64_t bytes,
+                       TensorBytes(tensors[i].shape, tensors[i].elem_size, "tensor"));
       (*out)[i].resize(bytes);
-      PackTensor(src, tensors[i], reinterpret_cast<uint8_t*>((*out)[i].data()));
+      if (bytes == 0) continue;
+      PackTensor(src, tensors[i], bytes, reinterpret_cast<uint8_t*>((*out)[i].data()));
     }
     return absl::OkStatus();
   });

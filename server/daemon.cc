@@ -6,11 +6,13 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <thread>
 
@@ -20,7 +22,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "absl/time/clock.h"
 #include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
@@ -47,6 +48,14 @@
 
 namespace cubed {
 namespace {
+
+// Note [Read framing]: a ReadResponse carries up to RequestLimits::max_bindings byte fields
+// (tag + length varint: at most 11 bytes each) around at most --max_message_bytes of payload.
+int MaxSendMessageBytes(int max_message_bytes) {
+  const int64_t framing = int64_t{RequestLimits{}.max_bindings} * 16 + 4096;
+  return static_cast<int>(
+      std::min<int64_t>(int64_t{max_message_bytes} + framing, std::numeric_limits<int>::max()));
+}
 
 #ifdef CUBED_WITH_CUDA
 // Exit status after a device was lost (docs/error-model.md rule 5): non-zero, so that systemd's
@@ -209,8 +218,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   DeviceOptions device_options;
   device_options.default_lease = config.session_lease;
   device_options.allow_unchecked = config.allow_unchecked;
-  // A read's payload plus framing must fit in one message.
-  device_options.max_read_bytes = static_cast<uint64_t>(config.max_message_bytes) - 4096;
+  // Note [Read framing]: a read may return --max_message_bytes of payload (what one Create can
+  // bring); its response's framing travels in the send limit's slack.
+  device_options.max_read_bytes = static_cast<uint64_t>(config.max_message_bytes);
   d->loops_.push_back(std::make_unique<DeviceLoop>(
       std::make_unique<Device>(0, std::move(backend), device_options)));
 
@@ -228,7 +238,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.SetMaxReceiveMessageSize(config.max_message_bytes);
-  builder.SetMaxSendMessageSize(config.max_message_bytes);
+  builder.SetMaxSendMessageSize(MaxSendMessageBytes(config.max_message_bytes));
   builder.RegisterService(d->compute_.get());
   builder.RegisterService(d->health_.get());
   {

@@ -62,13 +62,17 @@ Device::~Device() {
   sessions_.clear();
 }
 
-absl::StatusOr<SessionGrant> Device::OpenSession(absl::Duration lease, absl::Time now,
+absl::StatusOr<SessionGrant> Device::OpenSession(uint64_t lease_ms, absl::Time now,
                                                  PrincipalPtr owner) {
-  if (lease == absl::ZeroDuration()) lease = options_.default_lease;
-  if (lease < absl::ZeroDuration() || lease > options_.max_lease) {
-    return absl::InvalidArgumentError(absl::StrCat("lease_ms: ", absl::ToInt64Milliseconds(lease),
-                                                   " ms is outside 1 .. ",
-                                                   absl::ToInt64Milliseconds(options_.max_lease)));
+  absl::Duration lease = options_.default_lease;
+  if (lease_ms != 0) {
+    const uint64_t max_ms = absl::ToInt64Milliseconds(options_.max_lease);
+    if (lease_ms > max_ms) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "lease_ms: ", lease_ms, " ms is outside 1 .. ", max_ms, " (0: the default, ",
+          absl::ToInt64Milliseconds(options_.default_lease), " ms)"));
+    }
+    lease = absl::Milliseconds(static_cast<int64_t>(lease_ms));  // <= max_ms: fits.
   }
   if (owner != nullptr && owner->quotas.max_sessions != 0) {
     auto it = owners_.find(owner.get());
@@ -165,9 +169,14 @@ absl::StatusOr<uint64_t> Device::CloseSession(uint64_t session) {
   auto it = sessions_.find(session);
   if (it == sessions_.end()) return SessionNotFound(session);
   const uint64_t released = it->second->handles().size();
+  Session::ClosedCallback on_closed = it->second->take_on_closed();
   CloseAll(*it->second);
   sessions_.erase(it);
   spdlog::info("session {} closed ({} handles released)", session, released);
+  if (on_closed != nullptr) {
+    on_closed(absl::NotFoundError(
+        absl::StrCat("session ", session, " was closed by a CloseSession call")));
+  }
   return released;
 }
 
@@ -179,11 +188,25 @@ size_t Device::ExpireSessions(absl::Time now) {
   for (uint64_t id : expired) {
     auto it = sessions_.find(id);
     const size_t handles = it->second->handles().size();
+    const absl::Duration lease = it->second->lease();
+    Session::ClosedCallback on_closed = it->second->take_on_closed();
     CloseAll(*it->second);
     sessions_.erase(it);
     spdlog::info("session {} expired ({} handles released)", id, handles);
+    if (on_closed != nullptr) {
+      on_closed(absl::NotFoundError(absl::StrCat("session ", id, " expired: its lease of ",
+                                                 absl::FormatDuration(lease),
+                                                 " passed without a call")));
+    }
   }
   return expired.size();
+}
+
+absl::Status Device::WatchSession(uint64_t session, Session::ClosedCallback on_closed) {
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) return SessionNotFound(session);
+  it->second->set_on_closed(std::move(on_closed));
+  return absl::OkStatus();
 }
 
 absl::Time Device::NextExpiry() const {
@@ -266,8 +289,16 @@ absl::StatusOr<NewHandle> Device::Empty(uint64_t session, uint64_t size, absl::T
 absl::StatusOr<NewHandle> Device::EmptyTensor(uint64_t session, absl::Span<const uint64_t> shape,
                                               uint32_t elem_size, absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
-  RETURN_IF_ERROR(CheckQuota(*s, CheckedProduct(shape).value_or(0) * elem_size));
+  ASSIGN_OR_RETURN(const uint64_t bytes, TensorBytes(shape, elem_size, "shape"));
+  RETURN_IF_ERROR(CheckQuota(*s, bytes));
   return AddHandle(*s, server_->EmptyTensor(shape, elem_size));
+}
+
+absl::Status Device::CheckReadBytes(uint64_t total) const {
+  if (total <= options_.max_read_bytes) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "read of ", total, " bytes exceeds the ", options_.max_read_bytes,
+      "-byte message limit (--max_message_bytes); read in parts (offsets), or use a bulk read"));
 }
 
 void Device::Read(uint64_t session, const std::vector<BindingRef>& bindings,
@@ -278,16 +309,12 @@ void Device::Read(uint64_t session, const std::vector<BindingRef>& bindings,
     resolved.reserve(bindings.size());
     uint64_t total = 0;
     for (size_t i = 0; i < bindings.size(); ++i) {
-      ASSIGN_OR_RETURN(ResolvedBinding r,
-                       Resolve(*s, bindings[i], absl::StrCat("bindings[", i, "]")));
-      total += r.size;  // Sizes are bounded by allocations: no overflow.
+      const std::string what = absl::StrCat("bindings[", i, "]");
+      ASSIGN_OR_RETURN(ResolvedBinding r, Resolve(*s, bindings[i], what));
+      ASSIGN_OR_RETURN(total, CheckedSum(total, r.size, what));
       resolved.push_back(r);
     }
-    if (total > options_.max_read_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "read of ", total, " bytes exceeds the ", options_.max_read_bytes,
-          "-byte message limit (--max_message_bytes); read in parts using offsets"));
-    }
+    RETURN_IF_ERROR(CheckReadBytes(total));
     return resolved;
   };
   absl::StatusOr<std::vector<ResolvedBinding>> resolved = resolve();
@@ -306,30 +333,14 @@ void Device::ReadTensor(uint64_t session, const std::vector<TensorRef>& tensors,
     uint64_t total = 0;
     for (size_t i = 0; i < tensors.size(); ++i) {
       const std::string what = absl::StrCat("bindings[", i, "]");
-      ASSIGN_OR_RETURN(ResolvedBinding r, Resolve(*s, tensors[i].binding, what));
       const TensorRef& t = tensors[i];
-      // Bytes the layout addresses: (1 + sum((shape - 1) * stride)) * elem_size.
-      uint64_t span = 1;
-      for (size_t d = 0; d < t.shape.size(); ++d) {
-        std::optional<uint64_t> extent = CheckedMul(t.shape[d] - 1, t.strides[d]);
-        std::optional<uint64_t> next = extent ? CheckedAdd(span, *extent) : std::nullopt;
-        if (!next) return absl::InvalidArgumentError(absl::StrCat(what, ": layout overflows"));
-        span = *next;
-      }
-      std::optional<uint64_t> span_bytes = CheckedMul(span, t.elem_size);
-      if (!span_bytes || *span_bytes > r.size) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            what, ": shape and strides address ", span_bytes ? *span_bytes : UINT64_MAX,
-            " bytes but the binding holds ", r.size));
-      }
-      total += CheckedProduct(t.shape).value_or(0) * t.elem_size;
+      ASSIGN_OR_RETURN(ResolvedBinding r, Resolve(*s, t.binding, what));
+      RETURN_IF_ERROR(CheckTensorSpan(t, r.size, what));
+      ASSIGN_OR_RETURN(const uint64_t bytes, TensorBytes(t.shape, t.elem_size, what));
+      ASSIGN_OR_RETURN(total, CheckedSum(total, bytes, what));
       resolved.push_back(ResolvedTensor{r, t.shape, t.strides, t.elem_size});
     }
-    if (total > options_.max_read_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "read of ", total, " bytes exceeds the ", options_.max_read_bytes,
-          "-byte message limit (--max_message_bytes); read in parts"));
-    }
+    RETURN_IF_ERROR(CheckReadBytes(total));
     return resolved;
   };
   absl::StatusOr<std::vector<ResolvedTensor>> resolved = resolve();
@@ -354,6 +365,7 @@ absl::Status Device::CheckBulkRead(uint64_t session, std::vector<TensorRef>& ten
       continue;
     }
     RETURN_IF_ERROR(CheckTensorSpan(t, r.size, what));
+    RETURN_IF_ERROR(TensorBytes(t.shape, t.elem_size, what).status());
   }
   return absl::OkStatus();
 }
@@ -377,8 +389,13 @@ void Device::ReadPiece(uint64_t session, const TensorRef& piece, std::string* ou
     done(std::move(s));
   };
   if (IsDense(t->shape, t->strides)) {
+    absl::StatusOr<uint64_t> size = TensorBytes(t->shape, t->elem_size, "binding");
+    if (!size.ok()) {
+      finish(size.status());
+      return;
+    }
     ResolvedBinding b = t->binding;
-    b.size = CheckedProduct(t->shape).value_or(0) * t->elem_size;
+    b.size = *size;
     server_->Read({b}, bytes.get(), std::move(finish));
   } else {
     server_->ReadTensor({*std::move(t)}, bytes.get(), std::move(finish));
@@ -392,7 +409,7 @@ void Device::WritePiece(uint64_t session, uint64_t handle, absl::Span<const uint
   auto resolve = [&]() -> absl::StatusOr<ResolvedTensor> {
     ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
     ASSIGN_OR_RETURN(ResolvedBinding r, Resolve(*s, BindingRef{handle, 0, 0}, "id"));
-    const uint64_t total = CheckedProduct(shape).value_or(0) * elem_size;
+    ASSIGN_OR_RETURN(const uint64_t total, TensorBytes(shape, elem_size, "id"));
     if (dense_offset > total || bytes.size() > total - dense_offset) {
       return absl::InvalidArgumentError(absl::StrCat("bytes [", dense_offset, ", +", bytes.size(),
                                                      ") exceed the ", total, " bytes of handle ",
@@ -606,7 +623,8 @@ absl::StatusOr<NewHandle> Device::EmptyTensorWithId(uint64_t session, uint64_t i
                                                     uint32_t elem_size, absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
   RETURN_IF_ERROR(CheckClientId(*s, id));
-  RETURN_IF_ERROR(CheckQuota(*s, CheckedProduct(shape).value_or(0) * elem_size));
+  ASSIGN_OR_RETURN(const uint64_t bytes, TensorBytes(shape, elem_size, "shape"));
+  RETURN_IF_ERROR(CheckQuota(*s, bytes));
   return AddHandleWithId(*s, id, server_->EmptyTensor(shape, elem_size));
 }
 

@@ -42,15 +42,18 @@ class Device {
   uint32_t index() const { return index_; }
   const DeviceDescription& Description() const { return server_->Description(); }
 
-  // Sessions. A zero lease means the default; leases above max_lease are INVALID_ARGUMENT.
-  // `owner` (null: none) owns the session (Note [Session ownership]); RESOURCE_EXHAUSTED when it
-  // holds quotas.max_sessions sessions already.
-  absl::StatusOr<SessionGrant> OpenSession(absl::Duration lease, absl::Time now,
+  // Sessions. `lease_ms` as on the wire: 0 means the default; above max_lease is
+  // INVALID_ARGUMENT naming the value. `owner` (null: none) owns the session (Note [Session
+  // ownership]); RESOURCE_EXHAUSTED when it holds quotas.max_sessions sessions already.
+  absl::StatusOr<SessionGrant> OpenSession(uint64_t lease_ms, absl::Time now,
                                            PrincipalPtr owner = nullptr);
   // Returns the number of handles released. NOT_FOUND for an unknown session.
   absl::StatusOr<uint64_t> CloseSession(uint64_t session);
   // Closes every session whose lease has passed; returns how many.
   size_t ExpireSessions(absl::Time now);
+  // `on_closed` (null: nobody) is told, once, when CloseSession or the lease closes `session`;
+  // not when the Device is destroyed. NOT_FOUND for an unknown session. Does not renew the lease.
+  absl::Status WatchSession(uint64_t session, Session::ClosedCallback on_closed);
   // The earliest lease expiry, or InfiniteFuture when no session is open.
   absl::Time NextExpiry() const;
   size_t session_count() const { return sessions_.size(); }
@@ -141,6 +144,8 @@ class Device {
   absl::StatusOr<NewHandle> AddHandleWithId(Session& session, uint64_t id,
                                             absl::StatusOr<Allocation> allocation);
   absl::Status CheckClientId(const Session& session, uint64_t id) const;
+  // RESOURCE_EXHAUSTED when one read would return more than max_read_bytes.
+  absl::Status CheckReadBytes(uint64_t total) const;
   void CloseAll(Session& session);
   // Whether one more handle of `bytes` fits the quotas of `session` and its owner.
   absl::Status CheckQuota(const Session& session, uint64_t bytes) const;

@@ -1,8 +1,12 @@
 #include "server/device_loop.h"
 
+#include <exception>
+#include <new>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "spdlog/spdlog.h"
 
 namespace cubed {
 namespace {
@@ -17,11 +21,35 @@ DeviceLoop::DeviceLoop(std::unique_ptr<Device> device)
 
 DeviceLoop::~DeviceLoop() { Stop(); }
 
-bool DeviceLoop::Post(Task task) {
+bool DeviceLoop::Post(Task task, ExceptionHandler on_exception) {
   absl::MutexLock lock(&mu_);
   if (stopping_) return false;
-  tasks_.push_back(std::move(task));
+  tasks_.push_back(Posted{std::move(task), std::move(on_exception)});
   return true;
+}
+
+void DeviceLoop::RunGuarded(Posted& posted) {
+  absl::Status error;
+  try {
+    std::move(posted.task)(*device_);
+    return;
+  } catch (const std::bad_alloc& e) {
+    error = absl::ResourceExhaustedError(absl::StrCat(
+        "the daemon ran out of host memory serving this request (", e.what(), ")"));
+  } catch (const std::exception& e) {
+    error = absl::InternalError(absl::StrCat("the daemon failed this request: ", e.what()));
+  } catch (...) {
+    error = absl::InternalError("the daemon failed this request: unknown exception");
+  }
+  exceptions_.fetch_add(1, std::memory_order_relaxed);
+  spdlog::error("device {}: a loop task threw; its request fails: {}", device_->index(),
+                error.ToString());
+  if (posted.on_exception == nullptr) return;
+  try {
+    std::move(posted.on_exception)(std::move(error));
+  } catch (...) {
+    spdlog::error("device {}: a loop task's exception handler threw too", device_->index());
+  }
 }
 
 void DeviceLoop::Stop() {
@@ -38,7 +66,7 @@ size_t DeviceLoop::queued() const {
 }
 
 void DeviceLoop::Run() {
-  std::deque<Task> batch;
+  std::deque<Posted> batch;
   for (;;) {
     const absl::Time now = absl::Now();
     const absl::Time wake = std::min(now + kLeaseCheckPeriod, device_->NextExpiry());
@@ -50,7 +78,7 @@ void DeviceLoop::Run() {
       batch.swap(tasks_);
       stop = stopping_ && batch.empty();
     }
-    for (Task& task : batch) std::move(task)(*device_);
+    for (Posted& posted : batch) RunGuarded(posted);
     batch.clear();
     device_->ExpireSessions(absl::Now());
     if (stop) break;

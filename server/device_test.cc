@@ -15,7 +15,7 @@ class DeviceTest : public ::testing::Test {
     DeviceOptions options;
     options.default_lease = absl::Seconds(10);
     device_ = std::make_unique<Device>(0, std::make_unique<CpuServer>(cpu), options);
-    session_ = device_->OpenSession(absl::ZeroDuration(), now_)->session;
+    session_ = device_->OpenSession(0, now_)->session;
   }
 
   absl::Span<const uint8_t> Bytes(const std::string& s) {
@@ -57,7 +57,7 @@ TEST_F(DeviceTest, HandleIdsAreNotSequential) {
 }
 
 TEST_F(DeviceTest, AnotherSessionsHandleIsNotFound) {
-  uint64_t other = device_->OpenSession(absl::ZeroDuration(), now_)->session;
+  uint64_t other = device_->OpenSession(0, now_)->session;
   NewHandle h = *device_->Create(session_, Bytes("abc"), now_);
   std::vector<std::string> out;
   absl::Status status;

@@ -161,9 +161,8 @@ absl::StatusOr<uint64_t> CheckTensorShape(absl::Span<const uint64_t> shape, uint
     return absl::InvalidArgumentError(
         absl::StrCat(field, ".elem_size: ", elem_size, " is outside 1 .. 16"));
   }
-  std::optional<uint64_t> count = CheckedProduct(shape);
-  std::optional<uint64_t> bytes = count ? CheckedMul(*count, elem_size) : std::nullopt;
-  if (!bytes || *bytes >= kMaxBytes) {
+  absl::StatusOr<uint64_t> bytes = TensorBytes(shape, elem_size, field);
+  if (!bytes.ok() || *bytes >= kMaxBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         field, ".shape: the product of the shape times elem_size overflows 63 bits"));
   }

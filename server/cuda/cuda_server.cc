@@ -404,7 +404,12 @@ void CudaServer::ReadTensor(std::vector<ResolvedTensor> tensors, std::vector<std
       status = ptr.status();
       break;
     }
-    (*out)[i].resize(CheckedProduct(t.shape).value_or(0) * t.elem_size);  // Checked by Device.
+    absl::StatusOr<uint64_t> bytes = TensorBytes(t.shape, t.elem_size, "tensor");
+    if (!bytes.ok()) {
+      status = bytes.status();
+      break;
+    }
+    (*out)[i].resize(*bytes);
     uint8_t* dst = reinterpret_cast<uint8_t*>((*out)[i].data());
     std::optional<std::vector<CopyPiece>> plan =
         PlanTensorCopy(t.shape, t.strides, t.elem_size, limits);

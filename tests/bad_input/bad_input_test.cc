@@ -544,4 +544,130 @@ TEST_F(BadInputTest, ReleaseUnknownHandleReleasesNothing) {
   EXPECT_EQ(ReadAll(h), "kept");
 }
 
+// Four bindings that each pass their own checks (stride 0: each addresses the 4 bytes it has),
+// but whose dense sizes (2^62 bytes each) overflow 64 bits in total. Before the fix the sum
+// wrapped to 0 and the daemon died resizing the reply (issue 10 §1).
+TEST_F(BadInputTest, ReadTensorSizesOverflowTheirSum) {
+  const uint64_t h = Create(session_, "AAAA");
+  SnapshotUsage();
+  v1::ReadTensorRequest req;
+  req.set_session(session_);
+  for (int i = 0; i < 4; ++i) {
+    v1::BindingWithMeta* b = req.add_bindings();
+    b->mutable_binding()->set_handle(h);
+    b->add_shape(uint64_t{1} << 60);
+    b->add_strides(0);
+    b->set_elem_size(4);
+  }
+  v1::ReadTensorResponse resp;
+  EXPECT_TRUE(Fails(stub_->ReadTensor(Context().get(), req, &resp), grpc::INVALID_ARGUMENT,
+                    {"bindings[", "overflows"}));
+  ExpectUsageUnchanged();
+  EXPECT_EQ(ReadAll(h), "AAAA");
+}
+
+// A read over the message limit is a limit: RESOURCE_EXHAUSTED, like an oversized Create.
+TEST_F(BadInputTest, ReadOverTheMessageLimit) {
+  const uint64_t h = Create(session_, "AAAA");
+  SnapshotUsage();
+  v1::ReadTensorRequest req;
+  req.set_session(session_);
+  v1::BindingWithMeta* b = req.add_bindings();
+  b->mutable_binding()->set_handle(h);
+  b->add_shape(uint64_t{1} << 28);  // 1 GiB of one repeated f32: over the default 512 MiB.
+  b->add_strides(0);
+  b->set_elem_size(4);
+  v1::ReadTensorResponse resp;
+  EXPECT_TRUE(Fails(stub_->ReadTensor(Context().get(), req, &resp), grpc::RESOURCE_EXHAUSTED,
+                    {"1073741824", "max_message_bytes"}));
+  ExpectUsageUnchanged();
+}
+
+// The message names the lease that was sent, not a clamped one.
+TEST_F(BadInputTest, LeaseOutOfRange) {
+  SnapshotUsage();
+  v1::OpenSessionRequest req;
+  req.set_lease_ms(~uint64_t{0});
+  v1::OpenSessionResponse resp;
+  EXPECT_TRUE(Fails(stub_->OpenSession(Context().get(), req, &resp), grpc::INVALID_ARGUMENT,
+                    {"lease_ms", "18446744073709551615"}));
+  ExpectUsageUnchanged();
+}
+
+// A daemon with a small --max_message_bytes: what one Create can bring, one Read returns
+// (before, reads were held to the limit minus 4096 bytes).
+class MessageLimitTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    DaemonProcess::Options options;
+    options.flags = {"--memory_limit=64MiB", "--max_message_bytes=1MiB"};
+    auto d = DaemonProcess::Start(options);
+    ASSERT_TRUE(d.ok()) << d.status();
+    daemon_ = *std::move(d);
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(-1);
+    args.SetMaxSendMessageSize(-1);
+    stub_ = v1::Compute::NewStub(grpc::CreateCustomChannel(
+        daemon_->unix_address(), grpc::InsecureChannelCredentials(), args));
+    v1::OpenSessionResponse opened;
+    ASSERT_TRUE(stub_->OpenSession(Context().get(), v1::OpenSessionRequest(), &opened).ok());
+    session_ = opened.session();
+  }
+  grpc::Status ReadAll(uint64_t handle, uint64_t* bytes) {
+    v1::ReadRequest req;
+    req.set_session(session_);
+    req.add_bindings()->set_handle(handle);
+    v1::ReadResponse resp;
+    grpc::Status s = stub_->Read(Context().get(), req, &resp);
+    *bytes = resp.data_size() == 1 ? resp.data(0).size() : 0;
+    return s;
+  }
+  std::unique_ptr<DaemonProcess> daemon_;
+  std::unique_ptr<v1::Compute::Stub> stub_;
+  uint64_t session_ = 0;
+};
+
+TEST_F(MessageLimitTest, WhatOneCreateBringsOneReadReturns) {
+  constexpr uint64_t kLimit = kMiB;
+  // The largest Create that fits the message limit with its framing.
+  uint64_t created = 0;
+  uint64_t handle = 0;
+  for (uint64_t size = kLimit - 8; size > kLimit - 64 && handle == 0; --size) {
+    v1::CreateRequest req;
+    req.set_session(session_);
+    req.set_data(std::string(size, 'c'));
+    v1::CreateResponse resp;
+    grpc::Status s = stub_->Create(Context().get(), req, &resp);
+    if (s.ok()) {
+      handle = resp.handle();
+      created = size;
+    } else {
+      EXPECT_EQ(s.error_code(), grpc::RESOURCE_EXHAUSTED) << Describe(s);
+    }
+  }
+  ASSERT_NE(handle, 0u);
+  uint64_t got = 0;
+  grpc::Status s = ReadAll(handle, &got);
+  EXPECT_TRUE(s.ok()) << Describe(s);
+  EXPECT_EQ(got, created);
+  // A buffer of exactly the limit reads back whole; one byte more does not, as a limit.
+  v1::EmptyRequest empty;
+  empty.set_session(session_);
+  empty.set_size(kLimit + 1);
+  v1::EmptyResponse e;
+  ASSERT_TRUE(stub_->Empty(Context().get(), empty, &e).ok());
+  v1::ReadRequest whole;
+  whole.set_session(session_);
+  v1::Binding* b = whole.add_bindings();
+  b->set_handle(e.handle());
+  b->set_offset_end(1);
+  v1::ReadResponse resp;
+  s = stub_->Read(Context().get(), whole, &resp);
+  EXPECT_TRUE(s.ok()) << Describe(s);
+  ASSERT_EQ(resp.data_size(), 1);
+  EXPECT_EQ(resp.data(0).size(), kLimit);
+  EXPECT_TRUE(Fails(ReadAll(e.handle(), &got), grpc::RESOURCE_EXHAUSTED,
+                    {"1048577", "max_message_bytes"}));
+}
+
 }  // namespace

@@ -209,7 +209,7 @@ class UnaryRun {
 
   // Opens the first session. False when that fails (never with the fixture's options).
   bool Start() {
-    absl::StatusOr<SessionGrant> grant = device().OpenSession(absl::ZeroDuration(), absl::Now());
+    absl::StatusOr<SessionGrant> grant = device().OpenSession(0, absl::Now());
     CheckStatus(grant.status());
     if (!grant.ok()) return false;
     sessions_.push_back(grant->session);
@@ -283,9 +283,7 @@ class UnaryRun {
         v1::OpenSessionRequest r;
         if (!r.ParseFromArray(data, n)) return false;
         if (r.device() != 0) return true;  // NOT_FOUND at the edge.
-        const int64_t ms = static_cast<int64_t>(
-            std::min<uint64_t>(r.lease_ms(), uint64_t{100} * 365 * 24 * 3600 * 1000));
-        absl::StatusOr<SessionGrant> g = device().OpenSession(absl::Milliseconds(ms), now);
+        absl::StatusOr<SessionGrant> g = device().OpenSession(r.lease_ms(), now);
         if (g.ok()) sessions_.push_back(g->session);
         status = g.status();
         return true;
