@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "server/compute_server.h"
@@ -37,6 +38,10 @@ inline constexpr char kPoisonPayload[] = "type.cubed.dev/poisoned";
 // Owned by the device's server-loop thread.
 class Session {
  public:
+  // Told why the session closed (NOT_FOUND: lease passed, or CloseSession named it), on the loop
+  // thread, after its handles were released (Device::WatchSession).
+  using ClosedCallback = absl::AnyInvocable<void(const absl::Status&)>;
+
   // `owner` is the principal that opened the session (null: none, as in unit tests).
   Session(uint64_t id, absl::Duration lease, absl::Time now, uint64_t id_key,
           PrincipalPtr owner = nullptr);
@@ -81,6 +86,10 @@ class Session {
   // The open profile, if any (one per session).
   std::optional<ProfileToken>& profile() { return profile_; }
 
+  // Who is told when the session closes (null: nobody).
+  void set_on_closed(ClosedCallback on_closed) { on_closed_ = std::move(on_closed); }
+  ClosedCallback take_on_closed() { return std::exchange(on_closed_, nullptr); }
+
  private:
   uint64_t id_;
   PrincipalPtr owner_;
@@ -92,6 +101,7 @@ class Session {
   absl::flat_hash_map<uint64_t, HandleEntry> handles_;
   absl::flat_hash_map<uint64_t, absl::Status> poisoned_;
   std::optional<ProfileToken> profile_;
+  ClosedCallback on_closed_;
 };
 
 }  // namespace cubed

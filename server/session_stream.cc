@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -19,6 +20,13 @@
 namespace cubed {
 
 using Reactor = grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>;
+
+// How a stream ends when its session went away under it: session.proto promises NOT_FOUND.
+absl::Status SessionClosedUnder(uint64_t session) {
+  return absl::NotFoundError(absl::StrCat(
+      "session ", session,
+      " was closed under the stream (its lease passed, or CloseSession named it)"));
+}
 
 // The Compute RPC a stream command needs permission for: the one of the same name
 // ("create_tensor" needs "CreateTensor").
@@ -105,6 +113,9 @@ class StreamState final : public ReplySink, public std::enable_shared_from_this<
   void ApplyPrincipal(StreamBatch& batch);
   // One step on the loop: runs one batch, or closes the session when the stream is over.
   void Drain(Device& device);
+  // Loop thread: a Drain threw (Note [Loop task exceptions], device_loop.h): ends the stream
+  // with `error`, which closes its session.
+  void OnDrainException(absl::Status error);
   // Runs `batch` from batch.next; returns false when it parked (batch.next says where).
   bool RunBatch(Device& device, StreamBatch& batch);
   // Runs one command through runner_, recording it in the metrics.
@@ -408,7 +419,10 @@ void StreamState::ScheduleDrainLocked() {
       (ending_ || (read_closed_ && batches_.empty() && !WaitingLocked())) && !session_closed_;
   if (!work && !close) return;
   drain_scheduled_ = true;
-  if (!loop_->Post([self = shared_from_this()](Device& d) { self->Drain(d); })) {
+  if (!loop_->Post([self = shared_from_this()](Device& d) { self->Drain(d); },
+                   [self = shared_from_this()](absl::Status error) {
+                     self->OnDrainException(std::move(error));
+                   })) {
     drain_scheduled_ = false;
     loop_gone_ = true;
     session_closed_ = true;  // The loop's shutdown closes every session.
@@ -436,14 +450,15 @@ void StreamState::Drain(Device& device) {
     if (WaitingLocked()) {
       // One step of the transfer the stream waits for (Note [Bulk transfers]).
       mu_.Unlock();
-      if (!device.HasSession(runner_.session())) {
-        End(absl::NotFoundError(absl::StrCat(
-            "session ", runner_.session(),
-            " was closed under the stream (its lease passed, or CloseSession named it)")));
-      } else {
-        bulk_->Step(device, runner_, *this);
+      {
+        // Locked again however the step ends (Note [Loop task exceptions], device_loop.h).
+        absl::Cleanup relock = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { mu_.Lock(); };
+        if (!device.HasSession(runner_.session())) {
+          End(SessionClosedUnder(runner_.session()));
+        } else {
+          bulk_->Step(device, runner_, *this);
+        }
       }
-      mu_.Lock();
       drain_scheduled_ = false;
       ScheduleDrainLocked();
       MaybeReadLocked();
@@ -466,6 +481,12 @@ void StreamState::Drain(Device& device) {
   MaybeReadLocked();
 }
 
+void StreamState::OnDrainException(absl::Status error) {
+  absl::MutexLock lock(&mu_);
+  drain_scheduled_ = false;  // The drain that threw is over; EndLocked schedules the close.
+  EndLocked(std::move(error));
+}
+
 void StreamState::RunMetered(Device& device, StreamCommand& command, absl::Time arrival,
                              const std::shared_ptr<ReplySink>& sink) {
   StreamCommandMetrics& metrics = service_->metrics_->stream_command(static_cast<int>(command.kind));
@@ -485,7 +506,12 @@ void StreamState::RunMetered(Device& device, StreamCommand& command, absl::Time 
 bool StreamState::RunBatch(Device& device, StreamBatch& batch) {
   if (batch.open) {
     batch.open = false;
-    absl::StatusOr<v1::SessionResponse::Opened> opened = runner_.Open(device, batch.lease_ms, principal_);
+    // A session closed under the stream (lease, CloseSession) ends it at once with NOT_FOUND.
+    absl::StatusOr<v1::SessionResponse::Opened> opened = runner_.Open(
+        device, batch.lease_ms, principal_,
+        [weak = weak_from_this()](const absl::Status& why) {
+          if (std::shared_ptr<StreamState> self = weak.lock()) self->End(why);
+        });
     absl::MutexLock lock(&mu_);
     if (!opened.ok()) {
       session_closed_ = true;
@@ -496,9 +522,7 @@ bool StreamState::RunBatch(Device& device, StreamBatch& batch) {
     opened_ = *std::move(opened);
     MaybeWriteLocked();
   } else if (!device.HasSession(runner_.session())) {
-    End(absl::NotFoundError(absl::StrCat(
-        "session ", runner_.session(),
-        " was closed under the stream (its lease passed, or CloseSession named it)")));
+    End(SessionClosedUnder(runner_.session()));
     return true;
   }
   const std::shared_ptr<ReplySink> sink = shared_from_this();

@@ -1,6 +1,7 @@
 #include "server/session_stream_bulk.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +11,7 @@
 #include "grpcpp/support/server_callback.h"
 #include "grpcpp/support/slice.h"
 #include "server/session_stream.h"
+#include "common/status_macros.h"
 #include "server/status_conversion.h"
 
 namespace cubed {
@@ -17,11 +19,23 @@ namespace cubed {
 // ---------------------------------------------------------------------------------------------
 // BulkReadPlan
 
-BulkReadPlan::BulkReadPlan(std::vector<TensorRef> tensors, uint64_t chunk)
-    : tensors_(std::move(tensors)), chunk_(std::max<uint64_t>(chunk, 1)) {
-  for (const TensorRef& t : tensors_) {
-    sizes_.push_back(CheckedProduct(t.shape).value_or(0) * t.elem_size);
+absl::StatusOr<std::unique_ptr<BulkReadPlan>> BulkReadPlan::Make(std::vector<TensorRef> tensors,
+                                                                  uint64_t chunk) {
+  std::vector<uint64_t> sizes;
+  sizes.reserve(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorRef& t = tensors[i];
+    ASSIGN_OR_RETURN(const uint64_t bytes,
+                     TensorBytes(t.shape, t.elem_size, absl::StrCat("bindings[", i, "]")));
+    sizes.push_back(bytes);
   }
+  return std::unique_ptr<BulkReadPlan>(
+      new BulkReadPlan(std::move(tensors), std::move(sizes), chunk));
+}
+
+BulkReadPlan::BulkReadPlan(std::vector<TensorRef> tensors, std::vector<uint64_t> sizes,
+                           uint64_t chunk)
+    : tensors_(std::move(tensors)), chunk_(std::max<uint64_t>(chunk, 1)), sizes_(std::move(sizes)) {
   StartTensor();
 }
 
@@ -30,7 +44,8 @@ void BulkReadPlan::StartTensor() {
   if (t_ >= tensors_.size()) return;
   const TensorRef& t = tensors_[t_];
   const size_t rank = t.shape.size();
-  // The outermost dimension whose one index (every inner dimension whole) fits a chunk.
+  // The outermost dimension whose one index (every inner dimension whole) fits a chunk. No
+  // dimension is 0 (sizes_[t_] > 0), so each division is exact.
   uint64_t slab = sizes_[t_];
   d_ = rank - 1;
   for (size_t d = 0; d < rank; ++d) {
@@ -40,6 +55,7 @@ void BulkReadPlan::StartTensor() {
       break;
     }
   }
+  slab_ = slab;
   k_ = std::max<uint64_t>(1, chunk_ / std::max<uint64_t>(slab, 1));
   idx_.assign(d_ + 1, 0);
   offset_ = 0;
@@ -57,7 +73,7 @@ BulkPiece BulkReadPlan::Next() {
   p.ref.binding.offset_start += first * t.elem_size;
   for (size_t d = 0; d < d_; ++d) p.ref.shape[d] = 1;
   p.ref.shape[d_] = count;
-  p.bytes = CheckedProduct(p.ref.shape).value_or(0) * t.elem_size;
+  p.bytes = count * slab_;  // <= sizes_[t_]: count indices of d_, inner dimensions whole.
   offset_ += p.bytes;
   // Advance: along d_, then the outer dimensions odometer style.
   idx_[d_] += count;
@@ -373,18 +389,7 @@ bool BulkTransfers::Start(Device& device, StreamRunner& runner, StreamCommand& c
   absl::MutexLock lock(&mu_);
   last_seq_ = std::max(last_seq_, seq);
   // Transfers of earlier seqs will never be joined.
-  auto end_before = [&](auto& transfers, uint64_t bound) {
-    while (!transfers.empty() && transfers.begin()->first < bound) {
-      auto& t = transfers.begin()->second;
-      absl::MutexLock tl(&t->mu);
-      t->FinishLocked(absl::FailedPreconditionError(absl::StrCat(
-          "seq: command ", transfers.begin()->first, " is not a bulk command of this stream")));
-      transfers.erase(transfers.begin());
-      --attached_;
-    }
-  };
-  end_before(uploads_, seq);
-  end_before(downloads_, seq);
+  if (seq > 0) EndUnjoinedLocked(seq - 1);
   if (!status.ok()) {
     auto end_it = [&](auto& transfers) {
       auto it = transfers.find(seq);
@@ -430,26 +435,29 @@ void BulkTransfers::Passed(uint64_t seq) {
   }
   absl::MutexLock lock(&mu_);
   last_seq_ = std::max(last_seq_, seq);
+  EndUnjoinedLocked(seq);
+}
+
+void BulkTransfers::EndUnjoinedLocked(uint64_t seq) {
   auto end_upto = [&](auto& transfers) {
-    while (!transfers.empty() && transfers.begin()->first <= seq) {
-      auto& t = transfers.begin()->second;
-      absl::MutexLock tl(&t->mu);
-      t->FinishLocked(absl::FailedPreconditionError(absl::StrCat(
-          "seq: command ", transfers.begin()->first, " is not a bulk command of this stream")));
-      transfers.erase(transfers.begin());
+    for (auto it = transfers.begin(); it != transfers.end() && it->first <= seq;) {
+      {
+        absl::MutexLock tl(&it->second->mu);
+        if constexpr (std::is_same_v<std::decay_t<decltype(*it->second)>, UploadState>) {
+          // It brought its command's bytes; it ends once the client half-closes (SettleLocked).
+          if (it->second->complete) {
+            ++it;
+            continue;
+          }
+        }
+        it->second->FinishLocked(absl::FailedPreconditionError(
+            absl::StrCat("seq: command ", it->first, " is not a bulk command of this stream")));
+      }
+      it = transfers.erase(it);
       --attached_;
     }
   };
-  // Uploads that completed their command stay until the client half-closes; keep those.
-  while (!uploads_.empty() && uploads_.begin()->first <= seq) {
-    auto it = uploads_.begin();
-    absl::MutexLock tl(&it->second->mu);
-    if (it->second->complete) break;
-    it->second->FinishLocked(absl::FailedPreconditionError(
-        absl::StrCat("seq: command ", it->first, " is not a bulk command of this stream")));
-    uploads_.erase(it);
-    --attached_;
-  }
+  end_upto(uploads_);
   end_upto(downloads_);
 }
 
@@ -749,15 +757,20 @@ bool BulkTransfers::StepDownload(Device& device, StreamRunner& runner, ReplySink
     d = it->second;
     absl::MutexLock tl(&d->mu);
     if (wait_->plan == nullptr) {
-      wait_->plan = std::make_unique<BulkReadPlan>(wait_->command.read_tensor, d->chunk_bytes);
+      absl::StatusOr<std::unique_ptr<BulkReadPlan>> plan =
+          BulkReadPlan::Make(wait_->command.read_tensor, d->chunk_bytes);
+      if (plan.ok()) {
+        wait_->plan = *std::move(plan);
+      } else if (d->error.ok()) {
+        d->error = plan.status();
+      }
     }
-    BulkReadPlan& plan = *wait_->plan;
     if (!d->error.ok()) {
       error = d->error;
     } else if (d->cancelled || d->failed) {
       error = absl::CancelledError(
           absl::StrCat("the client cancelled the download after ", d->written, " bytes"));
-    } else if (plan.done() && wait_->pieces == 0) {
+    } else if (BulkReadPlan& plan = *wait_->plan; plan.done() && wait_->pieces == 0) {
       // Nothing to read: one chunk with the sizes only.
       v1::DownloadChunk msg;
       for (uint64_t s : plan.sizes()) msg.add_sizes(s);
@@ -884,22 +897,32 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* SessionStreamService::Download(
     reactor->FailAtOnce(absl::UnavailableError("the daemon is shutting down"));
     return reactor;
   }
+  // A bad chunk_bytes fails the bulk read it names too (docs/api.md): the download is joined
+  // with the error, and its command fails with it when it runs.
+  absl::Status chunk_error;
   if (request->chunk_bytes() > kMaxBulkChunk) {
-    reactor->FailAtOnce(absl::InvalidArgumentError(absl::StrCat(
-        "chunk_bytes: ", request->chunk_bytes(), " is outside 1 .. ", kMaxBulkChunk,
-        " (0 = ", kMaxBulkChunk, ")")));
-    return reactor;
+    chunk_error = absl::InvalidArgumentError(
+        absl::StrCat("chunk_bytes: ", request->chunk_bytes(), " is outside 1 .. ", kMaxBulkChunk,
+                     " (0 = ", kMaxBulkChunk, ")"));
   }
   std::shared_ptr<BulkTransfers> bulk = FindBulk(request->session(), principal->get());
   if (bulk == nullptr) {
-    reactor->FailAtOnce(absl::NotFoundError(absl::StrCat(
-        "session: ", request->session(), " has no open session stream on this daemon")));
+    reactor->FailAtOnce(!chunk_error.ok()
+                            ? chunk_error
+                            : absl::NotFoundError(absl::StrCat(
+                                  "session: ", request->session(),
+                                  " has no open session stream on this daemon")));
     return reactor;
   }
   const std::shared_ptr<DownloadState>& state = reactor->state();
   state->session = request->session();
   state->seq = request->seq();
-  state->chunk_bytes = request->chunk_bytes() == 0 ? kMaxBulkChunk : request->chunk_bytes();
+  state->chunk_bytes = request->chunk_bytes() == 0 || !chunk_error.ok() ? kMaxBulkChunk
+                                                                         : request->chunk_bytes();
+  if (!chunk_error.ok()) {
+    absl::MutexLock lock(&state->mu);
+    state->error = chunk_error;
+  }
   bulk->AttachDownload(state);
   return reactor;
 }

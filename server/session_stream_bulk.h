@@ -42,6 +42,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "cubed/v1/session.pb.h"
@@ -73,7 +74,9 @@ struct BulkPiece {
 // with every dimension inside it whole. Pure; not thread-safe.
 class BulkReadPlan {
  public:
-  BulkReadPlan(std::vector<TensorRef> tensors, uint64_t chunk);
+  // INVALID_ARGUMENT when a tensor's dense size overflows 64 bits (TensorBytes).
+  static absl::StatusOr<std::unique_ptr<BulkReadPlan>> Make(std::vector<TensorRef> tensors,
+                                                            uint64_t chunk);
   bool done() const { return t_ >= tensors_.size(); }
   // The next piece; only when !done().
   BulkPiece Next();
@@ -81,13 +84,15 @@ class BulkReadPlan {
   const std::vector<uint64_t>& sizes() const { return sizes_; }
 
  private:
-  void StartTensor();  // Skips empty tensors; sets d_, k_, idx_ for tensors_[t_].
+  BulkReadPlan(std::vector<TensorRef> tensors, std::vector<uint64_t> sizes, uint64_t chunk);
+  void StartTensor();  // Skips empty tensors; sets d_, slab_, k_, idx_ for tensors_[t_].
 
   std::vector<TensorRef> tensors_;
   uint64_t chunk_;
   std::vector<uint64_t> sizes_;
   size_t t_ = 0;
   size_t d_ = 0;              // The dimension pieces run along.
+  uint64_t slab_ = 0;         // Dense bytes of one index of dimension d_.
   uint64_t k_ = 1;            // Indices of dimension d_ per piece.
   std::vector<uint64_t> idx_;  // Index of dimensions 0 .. d_ of the next piece.
   uint64_t offset_ = 0;        // Dense offset of the next piece in its tensor.
@@ -136,6 +141,9 @@ class BulkTransfers : public std::enable_shared_from_this<BulkTransfers> {
   void Attach(std::map<uint64_t, std::shared_ptr<State>>& transfers,
               const std::shared_ptr<State>& state, const Direction& direction);
   void RememberFailureLocked(uint64_t seq, absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the transfers of seqs <= `seq` that no command will join: FAILED_PRECONDITION, except
+  // uploads that brought their command's bytes and wait for the client's half-close.
+  void EndUnjoinedLocked(uint64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Settles transfers not being waited on: late cancels are remembered; an upload that finished
   // its command ends once the client half-closed.
   void SettleLocked(uint64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "spdlog/spdlog.h"
 
@@ -51,12 +52,14 @@ absl::Status Prefixed(const StreamCommand& command, const absl::Status& status) 
 
 absl::StatusOr<v1::SessionResponse::Opened> StreamRunner::Open(Device& device,
                                                                uint64_t lease_ms,
-                                                               PrincipalPtr owner) {
-  constexpr uint64_t kMaxMs = uint64_t{100} * 365 * 24 * 3600 * 1000;  // Clamp; refused below.
-  const absl::Duration lease = absl::Milliseconds(static_cast<int64_t>(std::min(lease_ms, kMaxMs)));
-  absl::StatusOr<SessionGrant> grant = device.OpenSession(lease, absl::Now(), std::move(owner));
+                                                               PrincipalPtr owner,
+                                                               Session::ClosedCallback on_closed) {
+  absl::StatusOr<SessionGrant> grant = device.OpenSession(lease_ms, absl::Now(), std::move(owner));
   if (!grant.ok()) return grant.status();
   session_ = grant->session;
+  if (on_closed != nullptr) {
+    (void)device.WatchSession(session_, std::move(on_closed));  // Just opened: cannot fail.
+  }
   v1::SessionResponse::Opened opened;
   opened.set_session(grant->session);
   opened.set_first_client_id(kFirstClientId);
@@ -66,7 +69,9 @@ absl::StatusOr<v1::SessionResponse::Opened> StreamRunner::Open(Device& device,
 
 void StreamRunner::Close(Device& device) {
   if (session_ == 0) return;
-  (void)device.CloseSession(session_);  // NOT_FOUND when it expired meanwhile: nothing to do.
+  // Closed by its own stream: nobody to tell. NOT_FOUND when it expired meanwhile.
+  (void)device.WatchSession(session_, nullptr);
+  (void)device.CloseSession(session_);
   session_ = 0;
 }
 
@@ -237,7 +242,10 @@ void StreamRunner::RunRelease(Device& device, StreamCommand& command, ReplySink&
   for (size_t i = 0; i < command.ids.size(); ++i) {
     absl::Status s = device.Release(session_, absl::MakeConstSpan(&command.ids[i], 1), now);
     if (!s.ok() && first.ok()) {
-      first = absl::Status(s.code(), absl::StrCat("ids[", i, "]: ", s.message()));
+      // Device names the id as handles[0] of the one-id release: name it as the command does.
+      absl::string_view message = s.message();
+      absl::ConsumePrefix(&message, "handles[0]: ");
+      first = absl::Status(s.code(), absl::StrCat("ids[", i, "]: ", message));
     }
   }
   if (!first.ok()) (void)Fail(device, command, first, sink, /*id_ok=*/false);

@@ -29,10 +29,12 @@ class ReplySink {
 // Owned by the stream; used only on the device's loop thread.
 class StreamRunner {
  public:
-  // Opens the stream's session. Errors as Device::OpenSession.
-  // `owner` owns the session (Device::OpenSession).
+  // Opens the stream's session. Errors as Device::OpenSession. `owner` owns the session
+  // (Device::OpenSession); `on_closed` is told when something else than Close closes it (its
+  // lease, a CloseSession call: Device::WatchSession).
   absl::StatusOr<v1::SessionResponse::Opened> Open(Device& device, uint64_t lease_ms,
-                                                   PrincipalPtr owner = nullptr);
+                                                   PrincipalPtr owner = nullptr,
+                                                   Session::ClosedCallback on_closed = nullptr);
   // The open session, 0 before Open succeeded or after Close.
   uint64_t session() const { return session_; }
 

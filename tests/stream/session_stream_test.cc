@@ -479,6 +479,80 @@ TEST_F(SessionStreamTest, CancellingTheStreamFreesEverything) {
   EXPECT_EQ(UnaryCreate(session).error_code(), grpc::NOT_FOUND);
 }
 
+// Reads what is left of `s` (until it ends, or `deadline` passes) and returns its status.
+grpc::Status DrainUntilEnd(Stream& s) {
+  v1::SessionResponse resp;
+  while (s.rw().Read(&resp)) {
+  }
+  return s.rw().Finish();
+}
+
+TEST_F(SessionStreamTest, StreamEndsAtOnceWhenItsLeasePasses) {
+  const v1::MemoryUsage before = Usage();
+  Stream s(*stream_stub_, /*device=*/0, /*lease_ms=*/500);
+  ASSERT_TRUE(s.opened());
+  ASSERT_TRUE(s.Send({Empty(s.NextSeq(), s.NewId(), 1 << 20), Sync(s.NextSeq())}));
+  EXPECT_EQ(s.Next().code(), 0);
+  s.context().set_deadline(In(absl::Seconds(10)));  // Never reached when the stream ends.
+  // Idle: the lease passes, the daemon closes the session, and the stream ends with it.
+  const absl::Time start = absl::Now();
+  const grpc::Status status = DrainUntilEnd(s);
+  EXPECT_EQ(status.error_code(), grpc::NOT_FOUND) << status.error_message();
+  EXPECT_TRUE(absl::StrContains(status.error_message(), "lease")) << status.error_message();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+  EXPECT_TRUE(UsageReturnsTo(before.bytes_in_use(), before.number_allocs()));
+}
+
+TEST_F(SessionStreamTest, StreamEndsAtOnceWhenCloseSessionNamesIt) {
+  const v1::MemoryUsage before = Usage();
+  Stream s(*stream_stub_);
+  ASSERT_TRUE(s.opened());
+  ASSERT_TRUE(s.Send({Empty(s.NextSeq(), s.NewId(), 1 << 20), Sync(s.NextSeq())}));
+  EXPECT_EQ(s.Next().code(), 0);
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(absl::Seconds(5)));
+    v1::CloseSessionRequest req;
+    req.set_session(s.session());
+    v1::CloseSessionResponse resp;
+    ASSERT_TRUE(compute_->CloseSession(&ctx, req, &resp).ok());
+    EXPECT_EQ(resp.handles_released(), 1u);
+  }
+  s.context().set_deadline(In(absl::Seconds(10)));
+  const grpc::Status status = DrainUntilEnd(s);
+  EXPECT_EQ(status.error_code(), grpc::NOT_FOUND) << status.error_message();
+  EXPECT_TRUE(absl::StrContains(status.error_message(), "CloseSession")) << status.error_message();
+  EXPECT_TRUE(UsageReturnsTo(before.bytes_in_use(), before.number_allocs()));
+}
+
+// A read_tensor whose bindings each pass their own checks but whose sizes overflow 64 bits in
+// total (four tensors of 2^62 bytes, stride 0 over 4 bytes): the command fails, the daemon lives.
+TEST_F(SessionStreamTest, ReadTensorWhoseSizesOverflowFailsAndTheDaemonLives) {
+  Stream s(*stream_stub_);
+  ASSERT_TRUE(s.opened());
+  const uint64_t id = s.NewId();
+  v1::Command read;
+  read.set_seq(2);
+  for (int i = 0; i < 4; ++i) {
+    v1::BindingWithMeta* b = read.mutable_read_tensor()->add_bindings();
+    b->mutable_binding()->set_handle(id);
+    b->add_shape(uint64_t{1} << 60);
+    b->add_strides(0);
+    b->set_elem_size(4);
+  }
+  v1::Command create = Create(1, id, "AAAA");
+  ASSERT_TRUE(s.Send({std::move(create), std::move(read), Read(3, id)}));
+  const v1::Reply failed = s.Next();
+  EXPECT_EQ(failed.seq(), 2u);
+  EXPECT_EQ(failed.code(), static_cast<int>(grpc::INVALID_ARGUMENT)) << failed.message();
+  EXPECT_TRUE(absl::StrContains(failed.message(), "overflows")) << failed.message();
+  const v1::Reply ok = s.Next();  // The stream, its session and the daemon still serve.
+  EXPECT_EQ(ok.code(), 0) << ok.message();
+  ASSERT_EQ(ok.read().data_size(), 1);
+  EXPECT_EQ(ok.read().data(0), "AAAA");
+  EXPECT_TRUE(s.Close().ok());
+}
+
 TEST_F(SessionStreamTest, ProtocolErrorsEndTheStream) {
   {
     grpc::ClientContext ctx;

@@ -115,14 +115,18 @@ class BulkTransferTest : public ::testing::Test {
       for (auto& c : commands) *r.add_commands() = std::move(c);
       ASSERT_TRUE(stream->Write(r));
     }
-    // Reads until the reply of `seq` arrived.
+    // Reads until the reply of `seq` arrived; a reply with code -1 when the stream ended first.
     v1::Reply Await(uint64_t seq) {
       for (;;) {
         for (const v1::Reply& r : replies) {
           if (r.seq() == seq) return r;
         }
         v1::SessionResponse response;
-        if (!stream->Read(&response)) return v1::Reply();
+        if (!stream->Read(&response)) {
+          v1::Reply ended;
+          ended.set_code(-1);
+          return ended;
+        }
         for (v1::Reply& r : *response.mutable_replies()) replies.push_back(std::move(r));
       }
     }
@@ -387,6 +391,115 @@ TEST_F(BulkTransferTest, PausedUploadDoesNotStallAnotherSession) {
   EXPECT_TRUE(r.read().data(0) == data);
 }
 
+// An upload that has sent its bytes but not yet half-closed (the client decides when).
+struct OpenUpload {
+  grpc::ClientContext context;
+  v1::UploadDone done;
+  std::unique_ptr<grpc::ClientWriter<v1::UploadChunk>> writer;
+  grpc::Status Close() {
+    writer->WritesDone();
+    return writer->Finish();
+  }
+};
+
+// Issue 10 §3: several bulk commands in flight, each joined by its own seq. Upload 2 has brought
+// every byte but is not half-closed while command 3 starts: it must still finish OK.
+TEST_F(BulkTransferTest, TwoBulkCreatesInFlightThenOneRead) {
+  auto raw = OpenRaw();
+  const uint64_t s = raw->session;
+  const uint64_t a = kFirstClientId + 1, b = kFirstClientId + 2;
+  v1::Command read;
+  read.set_seq(4);
+  read.mutable_read()->add_bindings()->set_handle(a);
+  read.mutable_read()->add_bindings()->set_handle(b);
+  raw->Send({BulkCreate(2, a, 1000), BulkCreate(3, b, 2000), std::move(read), Sync(5)});
+  const std::string bytes_a = Pattern(1000, 1), bytes_b = Pattern(2000, 2);
+  OpenUpload first;
+  first.writer = stub_->Upload(&first.context, &first.done);
+  ASSERT_TRUE(first.writer->Write(Chunk(s, 2, 1000, 0, bytes_a)));
+  // Command 3 can only finish after command 2 did.
+  grpc::Status second = Upload({Chunk(s, 3, 2000, 0, bytes_b)});
+  EXPECT_TRUE(second.ok()) << second.error_message();
+  grpc::Status closed = first.Close();
+  EXPECT_TRUE(closed.ok()) << closed.error_message();
+  EXPECT_EQ(first.done.bytes(), 1000u);
+  const v1::Reply r = raw->Await(4);
+  EXPECT_EQ(r.code(), 0) << r.message();
+  ASSERT_EQ(r.read().data_size(), 2);
+  EXPECT_EQ(r.read().data(0), bytes_a);
+  EXPECT_EQ(r.read().data(1), bytes_b);
+  EXPECT_EQ(raw->Await(5).code(), 0);
+}
+
+// The normal pipeline: a bulk create, then a bulk read of the same id, with the upload still
+// open when the read starts.
+TEST_F(BulkTransferTest, BulkCreateThenBulkReadOfTheSameId) {
+  auto raw = OpenRaw();
+  const uint64_t s = raw->session;
+  const uint64_t id = kFirstClientId + 1;
+  const uint64_t size = 3 * kMiB + 5;
+  const std::string bytes = Pattern(size, 3);
+  raw->Send({BulkCreate(2, id, size), Read(3, id, /*bulk=*/true), Sync(4)});
+  OpenUpload up;
+  up.writer = stub_->Upload(&up.context, &up.done);
+  for (uint64_t off = 0; off < size; off += kMiB) {
+    ASSERT_TRUE(up.writer->Write(Chunk(s, 2, size, off, bytes.substr(off, kMiB))));
+  }
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::DownloadRequest request;
+  request.set_session(s);
+  request.set_seq(3);
+  auto reader = stub_->Download(&context, request);
+  v1::DownloadChunk chunk;
+  std::string got;
+  while (reader->Read(&chunk)) got += chunk.data();
+  grpc::Status downloaded = reader->Finish();
+  EXPECT_TRUE(downloaded.ok()) << downloaded.error_message();
+  EXPECT_TRUE(got == bytes) << "got " << got.size() << " bytes of " << size;
+  grpc::Status uploaded = up.Close();
+  EXPECT_TRUE(uploaded.ok()) << uploaded.error_message();
+  EXPECT_EQ(raw->Await(3).code(), 0);
+  EXPECT_EQ(raw->Await(4).code(), 0);
+}
+
+// Transfers may arrive in any order: the upload of the later command first.
+TEST_F(BulkTransferTest, TransfersArriveInAnyOrder) {
+  auto raw = OpenRaw();
+  const uint64_t s = raw->session;
+  const uint64_t a = kFirstClientId + 1, b = kFirstClientId + 2;
+  const std::string bytes_a = Pattern(5000, 4), bytes_b = Pattern(7000, 5);
+  raw->Send({BulkCreate(2, a, 5000), BulkCreate(3, b, 7000), Read(4, b, /*bulk=*/true),
+             Read(5, a, /*bulk=*/false)});
+  grpc::Status later;
+  std::thread late([&] { later = Upload({Chunk(s, 3, 7000, 0, bytes_b)}); });
+  std::string got_b;
+  grpc::Status download;
+  std::thread reader([&] {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    v1::DownloadRequest request;
+    request.set_session(s);
+    request.set_seq(4);
+    auto r = stub_->Download(&context, request);
+    v1::DownloadChunk chunk;
+    while (r->Read(&chunk)) got_b += chunk.data();
+    download = r->Finish();
+  });
+  absl::SleepFor(absl::Milliseconds(200));  // Both wait for command 2's upload.
+  grpc::Status earlier = Upload({Chunk(s, 2, 5000, 0, bytes_a)});
+  late.join();
+  reader.join();
+  EXPECT_TRUE(earlier.ok()) << earlier.error_message();
+  EXPECT_TRUE(later.ok()) << later.error_message();
+  EXPECT_TRUE(download.ok()) << download.error_message();
+  EXPECT_TRUE(got_b == bytes_b);
+  const v1::Reply r = raw->Await(5);
+  EXPECT_EQ(r.code(), 0) << r.message();
+  ASSERT_EQ(r.read().data_size(), 1);
+  EXPECT_TRUE(r.read().data(0) == bytes_a);
+}
+
 TEST_F(BulkTransferTest, BadInputsFailClearlyAndLeaveNothing) {
   auto raw = OpenRaw();
   const uint64_t s = raw->session;
@@ -448,10 +561,11 @@ TEST_F(BulkTransferTest, BadInputsFailClearlyAndLeaveNothing) {
     EXPECT_FALSE(reader->Read(&chunk));
     EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
   }
-  // chunk_bytes over 4 MiB.
+  // chunk_bytes over 4 MiB: the download and its bulk read fail with the same error.
   {
     raw->Send({Read(10, kFirstClientId + 7, true)});
     grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
     v1::DownloadRequest request;
     request.set_session(s);
     request.set_seq(10);
@@ -462,24 +576,28 @@ TEST_F(BulkTransferTest, BadInputsFailClearlyAndLeaveNothing) {
     grpc::Status ds = reader->Finish();
     EXPECT_EQ(ds.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_TRUE(absl::StrContains(ds.error_message(), "chunk_bytes")) << ds.error_message();
+    const v1::Reply failed = raw->Await(10);
+    EXPECT_EQ(failed.code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+    EXPECT_TRUE(absl::StrContains(failed.message(), "chunk_bytes")) << failed.message();
   }
   // The good handle reads back through a proper download.
   {
+    raw->Send({Read(11, kFirstClientId + 7, true)});
     grpc::ClientContext context;
     v1::DownloadRequest request;
     request.set_session(s);
-    request.set_seq(10);
+    request.set_seq(11);
     auto reader = stub_->Download(&context, request);
     v1::DownloadChunk chunk;
     std::string got;
     while (reader->Read(&chunk)) got += chunk.data();
     EXPECT_TRUE(reader->Finish().ok());
     EXPECT_EQ(got, "0123456789");
-    EXPECT_EQ(raw->Await(10).code(), 0);
+    EXPECT_EQ(raw->Await(11).code(), 0);
   }
   // Everything failed is gone once the ids are released; the good one still holds its bytes.
   std::vector<v1::Command> releases;
-  uint64_t seq = 11;
+  uint64_t seq = 12;
   for (uint64_t i : {2, 4, 5, 6, 7, 8}) releases.push_back(Release(seq++, kFirstClientId + i));
   releases.push_back(Sync(seq));
   raw->Send(std::move(releases));
