@@ -4,8 +4,16 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <utility>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/internal/parse.h"
+#include "absl/flags/internal/usage.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -56,6 +64,43 @@ ABSL_FLAG(bool, insecure_tcp, false,
           "Serve --tcp without TLS (tokens and data travel in clear text; logs a warning).");
 
 namespace cubed {
+namespace {
+
+// Every flag of the daemon is defined above; --help lists the flags of this file.
+constexpr absl::string_view kFlagsFile = __FILE__;
+constexpr absl::string_view kFlagsFileShown = "server/config.cc";
+
+// Names a flag's file in --help output: this file as kFlagsFileShown (not the build machine's
+// path), any other without leading slashes (Abseil's default).
+std::string ShownFlagsFile(absl::string_view file) {
+  if (file == kFlagsFile) return std::string(kFlagsFileShown);
+  const size_t start = file.find_first_not_of('/');
+  return start == absl::string_view::npos ? "" : std::string(file.substr(start));
+}
+
+bool IsDaemonFlagsFile(absl::string_view shown_file) { return shown_file == kFlagsFileShown; }
+
+}  // namespace
+
+std::optional<int> ParseFlags(int argc, char** argv) {
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = IsDaemonFlagsFile;
+  usage.contains_helpshort_flags = IsDaemonFlagsFile;
+  usage.contains_helppackage_flags = IsDaemonFlagsFile;
+  usage.normalize_filename = ShownFlagsFile;
+  usage.version_string = [] { return absl::StrCat("cubed ", CUBED_VERSION, "\n"); };
+  absl::SetFlagsUsageConfig(std::move(usage));
+  // absl::ParseCommandLine is this parse with kHandleUsage, which ends the process with status
+  // 1 after --help (Abseil 20220623). Asking for help is no failure: the usage flags are handled
+  // here instead, and every one of them ends with 0.
+  namespace fi = absl::flags_internal;
+  fi::ParseCommandLineImpl(argc, argv, fi::ArgvListAction::kRemoveParsedArgs,
+                           fi::UsageFlagsAction::kIgnoreUsage,
+                           fi::OnUndefinedFlag::kAbortIfUndefined);
+  if (fi::HandleUsageFlags(std::cout, absl::ProgramUsageMessage()) == -1) return std::nullopt;
+  std::cout.flush();
+  return 0;
+}
 
 std::string DefaultUnixSocket() {
   const char* runtime = std::getenv("XDG_RUNTIME_DIR");

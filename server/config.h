@@ -4,9 +4,11 @@
 // works too). Flags are defined in config.cc; `cubed --help` lists them.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace cubed {
@@ -37,7 +39,13 @@ struct DaemonConfig {
   absl::Duration loop_stall_timeout = absl::Seconds(10);
 };
 
-// Reads the flags (after absl::ParseCommandLine). INVALID_ARGUMENT naming the flag when a value
+// Parses argv into the flags (--flagfile too), exiting with status 1 and a message on an unknown
+// or malformed flag as absl::ParseCommandLine does. The usage flags print to stdout and return
+// the status to exit with, 0: --help the daemon's own flags, --helpfull every flag, --version the
+// version. nullopt when the daemon is to run.
+std::optional<int> ParseFlags(int argc, char** argv);
+
+// Reads the flags (after ParseFlags). INVALID_ARGUMENT naming the flag when a value
 // is malformed or out of range, or when no listener is configured.
 absl::StatusOr<DaemonConfig> ConfigFromFlags();
 
