@@ -16,13 +16,15 @@
 #include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
 
 ABSL_FLAG(std::string, listen, cubed::DefaultUnixSocket(),
-          "Unix socket path to serve on; empty for none.");
+          "Unix socket to serve on: PATH or unix:PATH (no other scheme; TCP is --tcp); empty "
+          "for none.");
 ABSL_FLAG(std::string, tcp, "",
           "host:port to also serve on over TCP (port 0 picks a free port); empty for none.");
 ABSL_FLAG(std::string, backend, "auto", "auto, cpu or cuda.");
@@ -102,6 +104,33 @@ std::optional<int> ParseFlags(int argc, char** argv) {
   return 0;
 }
 
+absl::StatusOr<std::string> ParseUnixSocketFlag(absl::string_view flag, absl::string_view value) {
+  const auto refuse = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, "=", value, ": ", why, "; ", flag,
+        " takes a Unix socket as PATH or unix:PATH (e.g. /run/cubed/cubed.sock or "
+        "unix:/run/cubed/cubed.sock; a relative PATH with a ':' needs a leading ./), or is "
+        "empty for none; for TCP use --tcp=HOST:PORT"));
+  };
+  absl::string_view path = value;
+  if (absl::ConsumePrefix(&path, "unix:")) {
+    // gRPC's two forms: unix:PATH, and unix://ABSOLUTE_PATH (three slashes in all).
+    if (absl::StartsWith(path, "//")) {
+      path.remove_prefix(2);
+      if (!absl::StartsWith(path, "/")) return refuse("unix:// needs an absolute path");
+    }
+    if (path.empty()) return refuse("unix: names no path");
+    return std::string(path);
+  }
+  // A ':' before any '/' is a scheme (tcp:, dns:, unix-abstract:, http://...) or a host:port.
+  const size_t colon = path.find(':');
+  if (colon != absl::string_view::npos &&
+      path.substr(0, colon).find('/') == absl::string_view::npos) {
+    return refuse(absl::StrCat("'", path.substr(0, colon + 1), "' is not a Unix socket path"));
+  }
+  return std::string(path);
+}
+
 std::string DefaultUnixSocket() {
   const char* runtime = std::getenv("XDG_RUNTIME_DIR");
   if (runtime != nullptr && runtime[0] != '\0') return absl::StrCat(runtime, "/cubed.sock");
@@ -155,7 +184,7 @@ absl::Status CheckTransportSecurity(const DaemonConfig& c) {
 
 absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   DaemonConfig c;
-  c.unix_socket = absl::GetFlag(FLAGS_listen);
+  ASSIGN_OR_RETURN(c.unix_socket, ParseUnixSocketFlag("--listen", absl::GetFlag(FLAGS_listen)));
   c.tcp_address = absl::GetFlag(FLAGS_tcp);
   if (c.unix_socket.empty() && c.tcp_address.empty()) {
     return absl::InvalidArgumentError("--listen and --tcp are both empty: nothing to serve on");

@@ -16,7 +16,7 @@ namespace cubed {
 enum class BackendChoice { kAuto, kCpu, kCuda };
 
 struct DaemonConfig {
-  std::string unix_socket;  // Path; empty = no Unix listener.
+  std::string unix_socket;  // Path (--listen without its unix: prefix); empty = no Unix listener.
   std::string tcp_address;  // host:port; empty = no TCP listener.
   BackendChoice backend = BackendChoice::kAuto;
   uint32_t device = 0;
@@ -52,6 +52,12 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags();
 // The TCP listener is TLS (cert and key), or plain with insecure_tcp, never neither or both; TLS
 // flags need --tcp. INVALID_ARGUMENT naming the flags otherwise.
 absl::Status CheckTransportSecurity(const DaemonConfig& config);
+
+// The socket path a Unix socket flag (`flag`, e.g. "--listen") names: `value` is PATH,
+// unix:PATH or unix:///ABSOLUTE_PATH (gRPC's forms, which the daemon prints and cubectl takes);
+// "" stays "" (no socket). INVALID_ARGUMENT naming the flag, the value and the accepted forms for
+// any other scheme (tcp:, dns:, unix-abstract:, http://...) or a host:port.
+absl::StatusOr<std::string> ParseUnixSocketFlag(absl::string_view flag, absl::string_view value);
 
 // Parses "1048576", "64MiB", "8GiB", "512KiB", "1.5GiB" into bytes. INVALID_ARGUMENT otherwise.
 absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text);

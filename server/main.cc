@@ -12,7 +12,8 @@
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "an out-of-process compute server (CubeCL's ComputeServer over gRPC).\n"
-      "  cubed [--listen=PATH] [--tcp=HOST:PORT] [--backend=auto|cpu|cuda] [--flagfile=F]");
+      "  cubed [--listen=PATH|unix:PATH] [--tcp=HOST:PORT] [--backend=auto|cpu|cuda] "
+      "[--flagfile=F]");
   if (std::optional<int> exit_code = cubed::ParseFlags(argc, argv)) return *exit_code;
   absl::StatusOr<cubed::DaemonConfig> config = cubed::ConfigFromFlags();
   if (!config.ok()) {

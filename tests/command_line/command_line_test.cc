@@ -1,5 +1,6 @@
 // The daemon's command line against the real binary: --help lists the daemon's flags, --version
-// its version.
+// its version, --listen takes the unix:PATH form the daemon prints (and a bare path), and every
+// other scheme is refused before anything is served.
 
 #include <stdlib.h>
 
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/daemon_process.h"
@@ -58,7 +60,7 @@ TEST(CommandLineTest, HelpListsTheDaemonsFlagsWithTheirHelpAndExitsZero) {
     EXPECT_THAT(run->out, HasSubstr(absl::StrCat(flag, " ("))) << flag;
   }
   // Each with its help text.
-  EXPECT_THAT(run->out, HasSubstr("Unix socket path to serve on"));
+  EXPECT_THAT(run->out, HasSubstr("Unix socket to serve on: PATH or unix:PATH"));
   EXPECT_THAT(run->out, HasSubstr("Most device memory the pools may hold"));
   EXPECT_THAT(run->out, HasSubstr("auto, cpu or cuda."));
   // Only the daemon's flags: Abseil's own (--flagfile, ...) are for --helpfull.
@@ -80,6 +82,57 @@ TEST(CommandLineTest, VersionPrintsTheVersionAndExitsZero) {
   ASSERT_TRUE(run.ok()) << run.status();
   EXPECT_EQ(run->exit_code, 0) << run->err;
   EXPECT_EQ(run->out, absl::StrCat("cubed ", CUBED_VERSION, "\n"));
+}
+
+// --listen in the form the daemon prints ("serving on unix:PATH", the ready file's unix=) and
+// cubectl's --address takes, gRPC's unix:///PATH, or a bare PATH: the daemon serves at PATH, and
+// the address it logs reaches it.
+class ListenFormTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ListenFormTest, ServesAtThePathTheAddressNames) {
+  TempDir sockets;
+  TempDir cwd;
+  const std::string path = sockets.path() + "/x.sock";
+  testing::DaemonProcess::Options options;
+  options.flags = {"--listen=" + GetParam() + path};  // After DaemonProcess's own --listen: wins.
+  options.working_dir = cwd.path();
+  auto daemon = testing::DaemonProcess::Start(options);
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  EXPECT_TRUE(std::filesystem::exists(path)) << (*daemon)->Log();
+  EXPECT_THAT(cwd.Entries(), ::testing::IsEmpty()) << "a relative socket path was served";
+  EXPECT_THAT((*daemon)->Log(), HasSubstr("serving on unix:" + path + "\n"));
+
+  ClientOptions client_options;
+  client_options.address = "unix:" + path;
+  client_options.timeout = absl::Seconds(10);
+  auto client = Client::Connect(client_options);
+  ASSERT_TRUE(client.ok()) << client.status() << "\n" << (*daemon)->Log();
+  auto info = (*client)->GetInfo();
+  EXPECT_TRUE(info.ok()) << info.status();
+}
+
+INSTANTIATE_TEST_SUITE_P(Forms, ListenFormTest, ::testing::Values("unix:", "unix://", ""),
+                         [](const ::testing::TestParamInfo<std::string>& p) {
+                           return p.param == "unix:" ? std::string("UnixColonPath")
+                                  : p.param.empty()  ? std::string("BarePath")
+                                                     : std::string("UnixSlashSlashPath");
+                         });
+
+TEST(CommandLineTest, ListenRefusesOtherSchemesNamingTheFlagTheValueAndTheForms) {
+  for (const std::string value :
+       {"tcp:127.0.0.1:0", "dns:///localhost:5000", "unix-abstract:cubed",
+        "http://localhost/cubed.sock", "localhost:50051", "unix:", "unix://relative.sock"}) {
+    SCOPED_TRACE(value);
+    TempDir cwd;
+    auto run = testing::RunCubedToExit({"--backend=cpu", "--listen=" + value}, cwd.path(),
+                                       absl::Seconds(5));
+    ASSERT_TRUE(run.ok()) << run.status();  // DEADLINE_EXCEEDED: it served instead.
+    EXPECT_NE(run->exit_code, 0);
+    EXPECT_THAT(run->err, HasSubstr("--listen=" + value + ": "));
+    EXPECT_THAT(run->err, HasSubstr("PATH or unix:PATH"));
+    EXPECT_THAT(run->err, HasSubstr("--tcp=HOST:PORT"));
+    EXPECT_THAT(cwd.Entries(), ::testing::IsEmpty());
+  }
 }
 
 }  // namespace

@@ -71,6 +71,7 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(Options opti
   if (pid == 0) {
     FILE* out = freopen(log.c_str(), "w", stderr);
     (void)out;
+    if (!options.working_dir.empty() && chdir(options.working_dir.c_str()) != 0) _exit(126);
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

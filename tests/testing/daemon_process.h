@@ -23,6 +23,7 @@ class DaemonProcess {
     absl::Duration start_timeout = absl::Seconds(20);
     std::string binary;   // The cubed binary; empty: CubedBinaryPath().
     std::string backend;  // --backend= value; empty: TestBackend().
+    std::string working_dir;  // The daemon's current directory; empty: this process's.
   };
 
   // Starts the daemon and waits for its ready file. The error carries the daemon's log.
