@@ -63,7 +63,9 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
 ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM CA bundle; when set, TCP clients must present a certificate it signed (mTLS).");
 ABSL_FLAG(bool, insecure_tcp, false,
-          "Serve --tcp without TLS (tokens and data travel in clear text; logs a warning).");
+          "Serve --tcp without TLS (tokens and data travel in clear text; logs a warning). "
+          "WITHOUT --auth_config EVERY PEER THAT REACHES THE PORT MAY CALL EVERY RPC, with no "
+          "token, and all such peers share one principal (each other's sessions).");
 
 namespace cubed {
 namespace {
