@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds cubed and runs the daemon in the foreground on the CPU backend, listening on a Unix
 # socket in the runtime directory. Extra arguments pass through to cubed (e.g. --memory_limit=1GiB,
-# --backend=auto to use a GPU, --tcp=127.0.0.1:50051 --insecure_tcp; docs/security.md for TLS).
+# --backend=auto to use a GPU, --tcp=127.0.0.1:50051 --insecure_tcp, which without --auth_config
+# lets every process that reaches the port call every RPC; docs/security.md for TLS and tokens).
 # Stop it with Ctrl-C.
 #
 #   deploy/run.sh [cubed flags...]

@@ -4,17 +4,27 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <utility>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/internal/parse.h"
+#include "absl/flags/internal/usage.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
 
 ABSL_FLAG(std::string, listen, cubed::DefaultUnixSocket(),
-          "Unix socket path to serve on; empty for none.");
+          "Unix socket to serve on: PATH or unix:PATH (no other scheme; TCP is --tcp); empty "
+          "for none.");
 ABSL_FLAG(std::string, tcp, "",
           "host:port to also serve on over TCP (port 0 picks a free port); empty for none.");
 ABSL_FLAG(std::string, backend, "auto", "auto, cpu or cuda.");
@@ -53,9 +63,75 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
 ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM CA bundle; when set, TCP clients must present a certificate it signed (mTLS).");
 ABSL_FLAG(bool, insecure_tcp, false,
-          "Serve --tcp without TLS (tokens and data travel in clear text; logs a warning).");
+          "Serve --tcp without TLS (tokens and data travel in clear text; logs a warning). "
+          "WITHOUT --auth_config EVERY PEER THAT REACHES THE PORT MAY CALL EVERY RPC, with no "
+          "token, and all such peers share one principal (each other's sessions).");
 
 namespace cubed {
+namespace {
+
+// Every flag of the daemon is defined above; --help lists the flags of this file.
+constexpr absl::string_view kFlagsFile = __FILE__;
+constexpr absl::string_view kFlagsFileShown = "server/config.cc";
+
+// Names a flag's file in --help output: this file as kFlagsFileShown (not the build machine's
+// path), any other without leading slashes (Abseil's default).
+std::string ShownFlagsFile(absl::string_view file) {
+  if (file == kFlagsFile) return std::string(kFlagsFileShown);
+  const size_t start = file.find_first_not_of('/');
+  return start == absl::string_view::npos ? "" : std::string(file.substr(start));
+}
+
+bool IsDaemonFlagsFile(absl::string_view shown_file) { return shown_file == kFlagsFileShown; }
+
+}  // namespace
+
+std::optional<int> ParseFlags(int argc, char** argv) {
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = IsDaemonFlagsFile;
+  usage.contains_helpshort_flags = IsDaemonFlagsFile;
+  usage.contains_helppackage_flags = IsDaemonFlagsFile;
+  usage.normalize_filename = ShownFlagsFile;
+  usage.version_string = [] { return absl::StrCat("cubed ", CUBED_VERSION, "\n"); };
+  absl::SetFlagsUsageConfig(std::move(usage));
+  // absl::ParseCommandLine is this parse with kHandleUsage, which ends the process with status
+  // 1 after --help (Abseil 20220623). Asking for help is no failure: the usage flags are handled
+  // here instead, and every one of them ends with 0.
+  namespace fi = absl::flags_internal;
+  fi::ParseCommandLineImpl(argc, argv, fi::ArgvListAction::kRemoveParsedArgs,
+                           fi::UsageFlagsAction::kIgnoreUsage,
+                           fi::OnUndefinedFlag::kAbortIfUndefined);
+  if (fi::HandleUsageFlags(std::cout, absl::ProgramUsageMessage()) == -1) return std::nullopt;
+  std::cout.flush();
+  return 0;
+}
+
+absl::StatusOr<std::string> ParseUnixSocketFlag(absl::string_view flag, absl::string_view value) {
+  const auto refuse = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, "=", value, ": ", why, "; ", flag,
+        " takes a Unix socket as PATH or unix:PATH (e.g. /run/cubed/cubed.sock or "
+        "unix:/run/cubed/cubed.sock; a relative PATH with a ':' needs a leading ./), or is "
+        "empty for none; for TCP use --tcp=HOST:PORT"));
+  };
+  absl::string_view path = value;
+  if (absl::ConsumePrefix(&path, "unix:")) {
+    // gRPC's two forms: unix:PATH, and unix://ABSOLUTE_PATH (three slashes in all).
+    if (absl::StartsWith(path, "//")) {
+      path.remove_prefix(2);
+      if (!absl::StartsWith(path, "/")) return refuse("unix:// needs an absolute path");
+    }
+    if (path.empty()) return refuse("unix: names no path");
+    return std::string(path);
+  }
+  // A ':' before any '/' is a scheme (tcp:, dns:, unix-abstract:, http://...) or a host:port.
+  const size_t colon = path.find(':');
+  if (colon != absl::string_view::npos &&
+      path.substr(0, colon).find('/') == absl::string_view::npos) {
+    return refuse(absl::StrCat("'", path.substr(0, colon + 1), "' is not a Unix socket path"));
+  }
+  return std::string(path);
+}
 
 std::string DefaultUnixSocket() {
   const char* runtime = std::getenv("XDG_RUNTIME_DIR");
@@ -110,7 +186,7 @@ absl::Status CheckTransportSecurity(const DaemonConfig& c) {
 
 absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   DaemonConfig c;
-  c.unix_socket = absl::GetFlag(FLAGS_listen);
+  ASSIGN_OR_RETURN(c.unix_socket, ParseUnixSocketFlag("--listen", absl::GetFlag(FLAGS_listen)));
   c.tcp_address = absl::GetFlag(FLAGS_tcp);
   if (c.unix_socket.empty() && c.tcp_address.empty()) {
     return absl::InvalidArgumentError("--listen and --tcp are both empty: nothing to serve on");

@@ -4,9 +4,11 @@
 // works too). Flags are defined in config.cc; `cubed --help` lists them.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace cubed {
@@ -14,7 +16,7 @@ namespace cubed {
 enum class BackendChoice { kAuto, kCpu, kCuda };
 
 struct DaemonConfig {
-  std::string unix_socket;  // Path; empty = no Unix listener.
+  std::string unix_socket;  // Path (--listen without its unix: prefix); empty = no Unix listener.
   std::string tcp_address;  // host:port; empty = no TCP listener.
   BackendChoice backend = BackendChoice::kAuto;
   uint32_t device = 0;
@@ -37,13 +39,25 @@ struct DaemonConfig {
   absl::Duration loop_stall_timeout = absl::Seconds(10);
 };
 
-// Reads the flags (after absl::ParseCommandLine). INVALID_ARGUMENT naming the flag when a value
+// Parses argv into the flags (--flagfile too), exiting with status 1 and a message on an unknown
+// or malformed flag as absl::ParseCommandLine does. The usage flags print to stdout and return
+// the status to exit with, 0: --help the daemon's own flags, --helpfull every flag, --version the
+// version. nullopt when the daemon is to run.
+std::optional<int> ParseFlags(int argc, char** argv);
+
+// Reads the flags (after ParseFlags). INVALID_ARGUMENT naming the flag when a value
 // is malformed or out of range, or when no listener is configured.
 absl::StatusOr<DaemonConfig> ConfigFromFlags();
 
 // The TCP listener is TLS (cert and key), or plain with insecure_tcp, never neither or both; TLS
 // flags need --tcp. INVALID_ARGUMENT naming the flags otherwise.
 absl::Status CheckTransportSecurity(const DaemonConfig& config);
+
+// The socket path a Unix socket flag (`flag`, e.g. "--listen") names: `value` is PATH,
+// unix:PATH or unix:///ABSOLUTE_PATH (gRPC's forms, which the daemon prints and cubectl takes);
+// "" stays "" (no socket). INVALID_ARGUMENT naming the flag, the value and the accepted forms for
+// any other scheme (tcp:, dns:, unix-abstract:, http://...) or a host:port.
+absl::StatusOr<std::string> ParseUnixSocketFlag(absl::string_view flag, absl::string_view value);
 
 // Parses "1048576", "64MiB", "8GiB", "512KiB", "1.5GiB" into bytes. INVALID_ARGUMENT otherwise.
 absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text);

@@ -121,6 +121,13 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(
         "--insecure_tcp: serving plain TCP on {}: no encryption, and bearer tokens travel in "
         "clear text; use --tls_cert/--tls_key outside a trusted network",
         config.tcp_address);
+    if (config.auth_config.empty()) {
+      spdlog::warn(
+          "--insecure_tcp without --auth_config: EVERY peer that reaches {} may call EVERY RPC, "
+          "with no token, as one shared principal 'insecure-tcp' (so each other's sessions "
+          "too); give --auth_config to require tokens",
+          config.tcp_address);
+    }
     return grpc::InsecureServerCredentials();
   }
   grpc::SslServerCredentialsOptions options;

@@ -1,8 +1,8 @@
 // cubed: the compute daemon. Parses flags, builds the daemon, serves until SIGTERM or SIGINT.
 
 #include <cstdio>
+#include <optional>
 
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "common/logging.h"
 #include "server/config.h"
@@ -11,9 +11,10 @@
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "cubed: an out-of-process compute server (CubeCL's ComputeServer over gRPC).\n"
-      "  cubed [--listen=PATH] [--tcp=HOST:PORT] [--backend=auto|cpu|cuda] [--flagfile=F]");
-  absl::ParseCommandLine(argc, argv);
+      "an out-of-process compute server (CubeCL's ComputeServer over gRPC).\n"
+      "  cubed [--listen=PATH|unix:PATH] [--tcp=HOST:PORT] [--backend=auto|cpu|cuda] "
+      "[--flagfile=F]");
+  if (std::optional<int> exit_code = cubed::ParseFlags(argc, argv)) return *exit_code;
   absl::StatusOr<cubed::DaemonConfig> config = cubed::ConfigFromFlags();
   if (!config.ok()) {
     std::fprintf(stderr, "cubed: %s\n", std::string(config.status().message()).c_str());

@@ -260,6 +260,27 @@ TEST_F(AuthTest, PlainTcpNeedsTheInsecureFlagWhichWarns) {
   EXPECT_THAT((*daemon)->Log(), HasSubstr("--insecure_tcp: serving plain TCP"));
 }
 
+TEST_F(AuthTest, InsecureTcpWithoutAuthConfigWarnsThatEveryPeerMayCallEverything) {
+  testing::DaemonProcess::Options options;
+  options.tcp = true;  // --insecure_tcp, no --auth_config.
+  auto open = testing::DaemonProcess::Start(options);
+  ASSERT_TRUE(open.ok()) << open.status();
+  EXPECT_THAT((*open)->Log(), HasSubstr("--insecure_tcp without --auth_config: EVERY peer"));
+  // What the warning says: two peers without credentials are one principal, so the second may
+  // use and close the first one's session.
+  auto first = Connect((*open)->tcp_address(), {});
+  auto second = Connect((*open)->tcp_address(), {});
+  const uint64_t session = OpenSession(*first);
+  EXPECT_TRUE(Create(*second, session, 16, nullptr).ok());
+  EXPECT_TRUE(CloseSession(*second, session).ok());
+
+  options.flags = {"--auth_config=" + StandardConfig()};
+  auto configured = testing::DaemonProcess::Start(options);
+  ASSERT_TRUE(configured.ok()) << configured.status();
+  EXPECT_THAT((*configured)->Log(), HasSubstr("--insecure_tcp: serving plain TCP"));
+  EXPECT_THAT((*configured)->Log(), ::testing::Not(HasSubstr("without --auth_config")));
+}
+
 TEST_F(AuthTest, MutualTlsIdentifiesByCertificate) {
   auto daemon = StartTls(StandardConfig(), /*mtls=*/true);
   ASSERT_NE(daemon, nullptr);

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -16,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/kernel_metadata.h"
 #include "cubed/v1/compute.grpc.pb.h"
+#include "cubed/v1/session.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tests/testing/daemon_process.h"
 
@@ -77,6 +79,86 @@ std::unique_ptr<grpc::ClientContext> Context() {
   return ctx;
 }
 
+constexpr uint64_t kFirstClientId = uint64_t{1} << 63;
+
+// A reply's code and message as a status, for Fails().
+grpc::Status StatusOf(const v1::Reply& reply) {
+  return grpc::Status(static_cast<grpc::StatusCode>(reply.code()), reply.message());
+}
+
+// One session stream (cubed.v1.SessionStream/Session), for the rows about stream commands.
+class Stream {
+ public:
+  explicit Stream(v1::SessionStream::Stub& stub)
+      : context_(Context()), rw_(stub.Session(context_.get())) {
+    v1::SessionRequest open;
+    open.mutable_open();
+    v1::SessionResponse opened;
+    opened_ = rw_->Write(open) && rw_->Read(&opened) && opened.has_opened();
+  }
+  ~Stream() {
+    rw_->WritesDone();
+    v1::SessionResponse rest;
+    while (rw_->Read(&rest)) {
+    }
+    (void)rw_->Finish();
+  }
+  bool opened() const { return opened_; }
+
+  bool Send(std::vector<v1::Command> commands) {
+    v1::SessionRequest request;
+    for (v1::Command& c : commands) *request.add_commands() = std::move(c);
+    return rw_->Write(request);
+  }
+  // The next reply; code -1 when the stream ended instead.
+  v1::Reply Next() {
+    while (replies_.empty()) {
+      v1::SessionResponse response;
+      if (!rw_->Read(&response)) {
+        v1::Reply none;
+        none.set_code(-1);
+        return none;
+      }
+      for (v1::Reply& r : *response.mutable_replies()) replies_.push_back(std::move(r));
+    }
+    v1::Reply r = std::move(replies_.front());
+    replies_.pop_front();
+    return r;
+  }
+
+  static v1::Command Create(uint64_t seq, uint64_t id, const std::string& data) {
+    v1::Command c;
+    c.set_seq(seq);
+    c.mutable_create()->set_id(id);
+    c.mutable_create()->set_data(data);
+    return c;
+  }
+  static v1::Command Read(uint64_t seq, uint64_t id) {
+    v1::Command c;
+    c.set_seq(seq);
+    c.mutable_read()->add_bindings()->set_handle(id);
+    return c;
+  }
+  static v1::Command Release(uint64_t seq, std::vector<uint64_t> ids) {
+    v1::Command c;
+    c.set_seq(seq);
+    for (uint64_t id : ids) c.mutable_release()->add_ids(id);
+    return c;
+  }
+  static v1::Command Sync(uint64_t seq) {
+    v1::Command c;
+    c.set_seq(seq);
+    c.mutable_sync();
+    return c;
+  }
+
+ private:
+  std::unique_ptr<grpc::ClientContext> context_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionResponse>> rw_;
+  std::deque<v1::Reply> replies_;
+  bool opened_ = false;
+};
+
 class BadInputTest : public ::testing::Test {
  protected:
   // One daemon per test program; ctest runs every TEST as its own program.
@@ -88,8 +170,11 @@ class BadInputTest : public ::testing::Test {
     daemon_ = d->release();
     auto channel = grpc::CreateChannel(daemon_->unix_address(), grpc::InsecureChannelCredentials());
     stub_ = v1::Compute::NewStub(channel).release();
+    stream_stub_ = v1::SessionStream::NewStub(channel).release();
   }
   static void TearDownTestSuite() {
+    delete stream_stub_;
+    stream_stub_ = nullptr;
     delete stub_;
     stub_ = nullptr;
     delete daemon_;
@@ -226,6 +311,7 @@ class BadInputTest : public ::testing::Test {
 
   static DaemonProcess* daemon_;
   static v1::Compute::Stub* stub_;
+  static v1::SessionStream::Stub* stream_stub_;
   uint64_t session_ = 0;
   v1::MemoryUsage before_;
   std::vector<uint64_t> add_buffers_;
@@ -233,6 +319,7 @@ class BadInputTest : public ::testing::Test {
 
 DaemonProcess* BadInputTest::daemon_ = nullptr;
 v1::Compute::Stub* BadInputTest::stub_ = nullptr;
+v1::SessionStream::Stub* BadInputTest::stream_stub_ = nullptr;
 
 TEST_F(BadInputTest, UnknownHandle) {
   SnapshotUsage();
@@ -668,6 +755,82 @@ TEST_F(MessageLimitTest, WhatOneCreateBringsOneReadReturns) {
   EXPECT_EQ(resp.data(0).size(), kLimit);
   EXPECT_TRUE(Fails(ReadAll(e.handle(), &got), grpc::RESOURCE_EXHAUSTED,
                     {"1048577", "max_message_bytes"}));
+}
+
+TEST_F(BadInputTest, ReleaseMoreTimesThanHeld) {
+  const uint64_t h = Create(session_, "held once");
+  SnapshotUsage();
+  v1::ReleaseRequest req;
+  req.set_session(session_);
+  req.add_handles(h);
+  req.add_handles(h);
+  v1::ReleaseResponse resp;
+  EXPECT_TRUE(Fails(stub_->Release(Context().get(), req, &resp), grpc::INVALID_ARGUMENT,
+                    {"handles[1]", absl::StrCat(h), "released more times than it is held (1)"}));
+  ExpectUsageUnchanged();
+  EXPECT_EQ(ReadAll(h), "held once");
+  // Released once it is gone: once more is an unknown handle.
+  Release(session_, {h});
+  req.clear_handles();
+  req.add_handles(h);
+  SnapshotUsage();
+  EXPECT_TRUE(Fails(stub_->Release(Context().get(), req, &resp), grpc::NOT_FOUND,
+                    {"handles[0]", absl::StrCat(h), "is not a handle of this session"}));
+  ExpectUsageUnchanged();
+}
+
+TEST_F(BadInputTest, StreamSeqNotIncreasing) {
+  Stream stream(*stream_stub_);
+  ASSERT_TRUE(stream.opened());
+  const uint64_t a = kFirstClientId + 1, b = kFirstClientId + 2;
+  Create(session_, "a page is reserved");  // So that usage before and after compare exactly.
+  SnapshotUsage();
+  ASSERT_TRUE(stream.Send({Stream::Create(1, a, "a"), Stream::Create(1, b, "b"), Stream::Read(2, b),
+                           Stream::Read(2, a), Stream::Sync(3)}));
+  // The repeated create did not run: its id is poisoned with the seq error.
+  v1::Reply r = stream.Next();
+  EXPECT_EQ(r.seq(), 2u);
+  EXPECT_TRUE(Fails(StatusOf(r), grpc::INVALID_ARGUMENT,
+                    {"command 1 (create) failed: seq: 1 is not greater than the previous seq 1"}));
+  // A repeated read answers with it.
+  r = stream.Next();
+  EXPECT_EQ(r.seq(), 2u);
+  EXPECT_TRUE(Fails(StatusOf(r), grpc::INVALID_ARGUMENT,
+                    {"seq: 2 is not greater than the previous seq 2; seq must strictly increase"}));
+  // The sync counts the create (a command that answers reports its own failure).
+  r = stream.Next();
+  EXPECT_EQ(r.seq(), 3u);
+  EXPECT_TRUE(Fails(StatusOf(r), grpc::INVALID_ARGUMENT, {"command 1 (create) failed: seq"}));
+  EXPECT_EQ(r.failed_commands(), 1u);
+  // The stream goes on; the first create ran.
+  ASSERT_TRUE(stream.Send({Stream::Read(4, a)}));
+  r = stream.Next();
+  ASSERT_EQ(r.code(), 0) << r.message();
+  EXPECT_EQ(r.read().data(0), "a");
+  ASSERT_TRUE(stream.Send({Stream::Release(5, {a, b}), Stream::Sync(6)}));
+  EXPECT_EQ(stream.Next().code(), 0);
+  ExpectUsageUnchanged();
+}
+
+TEST_F(BadInputTest, StreamReleaseMoreTimesThanHeld) {
+  Stream stream(*stream_stub_);
+  ASSERT_TRUE(stream.opened());
+  const uint64_t a = kFirstClientId + 1;
+  Create(session_, "a page is reserved");  // So that usage before and after compare exactly.
+  SnapshotUsage();
+  ASSERT_TRUE(stream.Send({Stream::Create(1, a, "a"), Stream::Release(2, {a, a}), Stream::Sync(3),
+                           Stream::Read(4, a)}));
+  // One by one: the first drop releases it, the second finds no such handle.
+  v1::Reply r = stream.Next();
+  EXPECT_EQ(r.seq(), 3u);
+  EXPECT_TRUE(Fails(
+      StatusOf(r), grpc::NOT_FOUND,
+      {"command 2 (release) failed: ids[1]", absl::StrCat(a), "is not a handle of this session"}));
+  EXPECT_EQ(r.failed_commands(), 1u);
+  r = stream.Next();
+  EXPECT_EQ(r.seq(), 4u);
+  EXPECT_TRUE(Fails(StatusOf(r), grpc::NOT_FOUND, {absl::StrCat(a), "is not a handle"}));
+  ExpectUsageUnchanged();
 }
 
 }  // namespace

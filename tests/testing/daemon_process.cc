@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
@@ -70,6 +71,7 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(Options opti
   if (pid == 0) {
     FILE* out = freopen(log.c_str(), "w", stderr);
     (void)out;
+    if (!options.working_dir.empty() && chdir(options.working_dir.c_str()) != 0) _exit(126);
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -120,6 +122,53 @@ std::string DaemonProcess::Log() const { return ReadFile(dir_ + "/log"); }
 std::string DaemonProcess::LogTail(size_t max_bytes) const {
   const std::string log = Log();
   return log.size() > max_bytes ? log.substr(log.size() - max_bytes) : log;
+}
+
+absl::StatusOr<ExitedProcess> RunCubedToExit(const std::vector<std::string>& args,
+                                             const std::string& working_dir,
+                                             absl::Duration timeout) {
+  char tmpl[] = "/tmp/cubed-run-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) return absl::InternalError("mkdtemp failed");
+  const std::string dir = tmpl;
+  const std::string out_path = dir + "/out";
+  const std::string err_path = dir + "/err";
+  std::vector<std::string> argv_strings = {CubedBinaryPath()};
+  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  pid_t pid = fork();
+  if (pid < 0) return absl::InternalError("fork failed");
+  if (pid == 0) {
+    if (freopen(out_path.c_str(), "w", stdout) == nullptr) _exit(126);
+    if (freopen(err_path.c_str(), "w", stderr) == nullptr) _exit(126);
+    if (!working_dir.empty() && chdir(working_dir.c_str()) != 0) _exit(126);
+    std::vector<char*> argv;
+    for (auto& a : argv_strings) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  bool exited = false;
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!exited && absl::Now() < deadline) {
+    exited = waitpid(pid, &status, WNOHANG) == pid;
+    if (!exited) absl::SleepFor(absl::Milliseconds(10));
+  }
+  if (!exited) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+  ExitedProcess result;
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  result.out = ReadFile(out_path);
+  result.err = ReadFile(err_path);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  if (!exited) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("cubed ", absl::StrJoin(args, " "), " still ran after ",
+                     absl::FormatDuration(timeout), " (killed); stderr:\n", result.err));
+  }
+  return result;
 }
 
 DaemonProcess::~DaemonProcess() {

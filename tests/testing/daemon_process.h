@@ -23,6 +23,7 @@ class DaemonProcess {
     absl::Duration start_timeout = absl::Seconds(20);
     std::string binary;   // The cubed binary; empty: CubedBinaryPath().
     std::string backend;  // --backend= value; empty: TestBackend().
+    std::string working_dir;  // The daemon's current directory; empty: this process's.
   };
 
   // Starts the daemon and waits for its ready file. The error carries the daemon's log.
@@ -55,6 +56,20 @@ class DaemonProcess {
   std::string unix_address_;
   std::string tcp_address_;
 };
+
+// How a cubed process that ran to its end ended.
+struct ExitedProcess {
+  int exit_code = 0;  // Its exit status, or 128 + signal when it died of a signal.
+  std::string out;    // Everything it wrote to stdout.
+  std::string err;    // Everything it wrote to stderr.
+};
+
+// Runs the cubed binary with `args` (argv[1..]) in `working_dir` (empty: this process's) and
+// waits for it to exit. DEADLINE_EXCEEDED, with its output, when it still runs after `timeout`
+// (it is killed then): a daemon that should have refused its flags and started instead.
+absl::StatusOr<ExitedProcess> RunCubedToExit(const std::vector<std::string>& args,
+                                             const std::string& working_dir,
+                                             absl::Duration timeout = absl::Seconds(10));
 
 // Path of the cubed binary under test: $CUBED_BINARY, else the one CMake built.
 std::string CubedBinaryPath();
