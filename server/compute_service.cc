@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "server/stats_collector.h"
 #include "server/status_conversion.h"
+#include "server/wire_conversion.h"
 #include "spdlog/spdlog.h"
 
 namespace cubed {
@@ -78,36 +79,6 @@ Reactor* FinishNow(Reactor* reactor, const absl::Status& status) {
 
 absl::Span<const uint8_t> Bytes(const std::string& s) {
   return absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(s.data()), s.size());
-}
-
-void ToWire(const MemoryUsage& usage, v1::MemoryUsage* out) {
-  out->set_number_allocs(usage.number_allocs);
-  out->set_bytes_in_use(usage.bytes_in_use);
-  out->set_bytes_padding(usage.bytes_padding);
-  out->set_bytes_reserved(usage.bytes_reserved);
-}
-
-void ToWire(const DeviceDescription& d, v1::DeviceInfo* out) {
-  out->set_device(d.index);
-  out->set_backend(d.backend == DeviceDescription::Backend::kCuda ? v1::DeviceInfo::BACKEND_CUDA
-                                                                   : v1::DeviceInfo::BACKEND_CPU);
-  out->set_name(d.name);
-  out->set_memory_total(d.memory_total);
-  out->set_memory_limit(d.memory_limit);
-  out->set_alignment(d.alignment);
-  out->set_max_allocation(d.max_allocation);
-  out->mutable_max_cube_count()->set_x(d.max_cube_count[0]);
-  out->mutable_max_cube_count()->set_y(d.max_cube_count[1]);
-  out->mutable_max_cube_count()->set_z(d.max_cube_count[2]);
-  out->mutable_max_cube_dim()->set_x(d.max_cube_dim[0]);
-  out->mutable_max_cube_dim()->set_y(d.max_cube_dim[1]);
-  out->mutable_max_cube_dim()->set_z(d.max_cube_dim[2]);
-  out->set_max_units_per_cube(d.max_units_per_cube);
-  out->set_compute_units(d.compute_units);
-  out->set_compute_capability(d.compute_capability);
-  for (ElemType t : d.elem_types) out->add_elem_types(static_cast<v1::ElemType>(t));
-  for (const std::string& k : d.builtin_kernels) out->add_builtin_kernels(k);
-  for (const std::string& f : d.features) out->add_features(f);
 }
 
 absl::Status SessionNotOpen(uint64_t session) {
@@ -452,8 +423,8 @@ Reactor* ComputeService::GetStats(Context* ctx, const v1::GetStatsRequest* req,
   }
   // Reads every device's gauges on its loop; answers from the last loop to reply.
   static_cast<MeteredReactor*>(call)->Started();
-  stats_->Collect([call, resp](absl::StatusOr<v1::GetStatsResponse> stats) {
-    if (stats.ok()) *resp = *std::move(stats);
+  stats_->Collect([call, resp](absl::StatusOr<StatsSnapshot> stats) {
+    if (stats.ok()) ToWire(*stats, resp);
     Finish(call, stats.status());
   });
   return call;

@@ -300,7 +300,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
     ASSIGN_OR_RETURN(d->metrics_http_,
                      MetricsHttpServer::Start(config.metrics_listen,
                                               [stats]() -> absl::StatusOr<std::string> {
-                                                ASSIGN_OR_RETURN(v1::GetStatsResponse s,
+                                                ASSIGN_OR_RETURN(StatsSnapshot s,
                                                                  stats->CollectFor(absl::Seconds(5)));
                                                 return PrometheusText(s);
                                               }));

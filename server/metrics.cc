@@ -1,5 +1,6 @@
 #include "server/metrics.h"
 
+#include <iterator>
 #include <string>
 
 #include "absl/time/clock.h"
@@ -36,14 +37,17 @@ void LatencyHistogram::Observe(absl::Duration latency) {
   sum_us_.fetch_add(value, kRelaxed);
 }
 
-void LatencyHistogram::ToProto(v1::LatencyHistogram* out) const {
+HistogramSnapshot LatencyHistogram::Snapshot() const {
+  HistogramSnapshot out;
   uint64_t cumulative = 0;
+  out.buckets.reserve(kNumLatencyBounds);
   for (size_t i = 0; i < kNumLatencyBounds; ++i) {
     cumulative += buckets_[i].load(kRelaxed);
-    out->add_buckets(cumulative);
+    out.buckets.push_back(cumulative);
   }
-  out->set_count(cumulative + buckets_[kNumLatencyBounds].load(kRelaxed));
-  out->set_sum_us(sum_us_.load(kRelaxed));
+  out.count = cumulative + buckets_[kNumLatencyBounds].load(kRelaxed);
+  out.sum_us = sum_us_.load(kRelaxed);
+  return out;
 }
 
 void CodeCounters::Count(absl::StatusCode code) {
@@ -52,14 +56,13 @@ void CodeCounters::Count(absl::StatusCode code) {
   counts_[i].fetch_add(1, kRelaxed);
 }
 
-void CodeCounters::ToProto(google::protobuf::RepeatedPtrField<v1::CodeCount>* out) const {
+std::vector<CodeCount> CodeCounters::Snapshot() const {
+  std::vector<CodeCount> out;
   for (int i = 0; i < kNumCodes; ++i) {
     const uint64_t n = counts_[i].load(kRelaxed);
-    if (n == 0) continue;
-    v1::CodeCount* c = out->Add();
-    c->set_code(kCodeNames[i]);
-    c->set_count(n);
+    if (n != 0) out.push_back(CodeCount{kCodeNames[i], n});
   }
+  return out;
 }
 
 absl::string_view MethodName(Method method) {
@@ -75,30 +78,26 @@ StreamCommandMetrics& Metrics::stream_command(int kind) {
   return stream_commands_[kind];
 }
 
-void Metrics::ToProto(v1::GetStatsResponse* out) const {
-  for (uint64_t bound : kLatencyBoundsUs) out->add_latency_bounds_us(bound);
+void Metrics::Snapshot(StatsSnapshot* out) const {
+  out->latency_bounds_us.assign(std::begin(kLatencyBoundsUs), std::end(kLatencyBoundsUs));
+  out->methods.clear();
   for (int i = 0; i < static_cast<int>(Method::kCount); ++i) {
     const MethodMetrics& m = methods_[i];
-    v1::MethodStats* s = out->add_methods();
-    s->set_method(kMethodNames[i]);
-    m.codes.ToProto(s->mutable_codes());
-    m.queue.ToProto(s->mutable_queue());
-    m.execution.ToProto(s->mutable_execution());
-    s->set_bytes_received(m.bytes_received.load(kRelaxed));
-    s->set_bytes_sent(m.bytes_sent.load(kRelaxed));
+    out->methods.push_back(MethodSnapshot{kMethodNames[i], m.codes.Snapshot(), m.queue.Snapshot(),
+                                          m.execution.Snapshot(),
+                                          m.bytes_received.load(kRelaxed),
+                                          m.bytes_sent.load(kRelaxed)});
   }
+  out->stream_commands.clear();
   for (int i = 0; i < kMaxStreamKinds; ++i) {
     const absl::string_view name = KindName(static_cast<StreamCommand::Kind>(i));
     if (name == "unknown") continue;
     const StreamCommandMetrics& m = stream_commands_[i];
-    v1::StreamCommandStats* s = out->add_stream_commands();
-    s->set_kind(std::string(name));
-    m.codes.ToProto(s->mutable_codes());
-    m.queue.ToProto(s->mutable_queue());
-    m.execution.ToProto(s->mutable_execution());
+    out->stream_commands.push_back(StreamCommandSnapshot{
+        std::string(name), m.codes.Snapshot(), m.queue.Snapshot(), m.execution.Snapshot()});
   }
   const int64_t uptime = absl::ToInt64Microseconds(absl::Now() - start_);
-  out->set_uptime_us(uptime < 0 ? 0 : static_cast<uint64_t>(uptime));
+  out->uptime_us = uptime < 0 ? 0 : static_cast<uint64_t>(uptime);
 }
 
 }  // namespace cubed

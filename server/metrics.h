@@ -13,11 +13,12 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "cubed/v1/compute.pb.h"
+#include "server/stats_snapshot.h"
 
 namespace cubed {
 
@@ -32,8 +33,8 @@ class LatencyHistogram {
  public:
   // Records one observation; negative durations count as 0.
   void Observe(absl::Duration latency);
-  // Cumulative buckets, count and sum, as in the wire form.
-  void ToProto(v1::LatencyHistogram* out) const;
+  // Cumulative buckets, count and sum.
+  HistogramSnapshot Snapshot() const;
 
  private:
   std::atomic<uint64_t> buckets_[kNumLatencyBounds + 1] = {};  // Not cumulative; last is +Inf.
@@ -44,8 +45,8 @@ class LatencyHistogram {
 class CodeCounters {
  public:
   void Count(absl::StatusCode code);
-  // Appends one CodeCount per code seen, in code order.
-  void ToProto(google::protobuf::RepeatedPtrField<v1::CodeCount>* out) const;
+  // One CodeCount per code seen, in code order.
+  std::vector<CodeCount> Snapshot() const;
 
  private:
   static constexpr int kNumCodes = 17;  // OK .. UNAUTHENTICATED; others count as UNKNOWN.
@@ -108,7 +109,7 @@ class Metrics {
 
   // Fills latency_bounds_us, methods (every method), stream_commands (every kind
   // session_stream_commands.h names) and uptime_us; leaves devices and open_streams alone.
-  void ToProto(v1::GetStatsResponse* out) const;
+  void Snapshot(StatsSnapshot* out) const;
 
  private:
   const absl::Time start_;

@@ -24,126 +24,126 @@ void Sample(std::string& out, absl::string_view name, absl::string_view labels, 
 }
 
 void Histogram(std::string& out, absl::string_view name, absl::string_view labels,
-               const v1::GetStatsResponse& stats, const v1::LatencyHistogram& h) {
+               const StatsSnapshot& stats, const HistogramSnapshot& h) {
   const std::string prefix = labels.empty() ? "" : absl::StrCat(labels, ",");
-  for (int i = 0; i < stats.latency_bounds_us_size(); ++i) {
-    const uint64_t count = i < h.buckets_size() ? h.buckets(i) : 0;
+  for (size_t i = 0; i < stats.latency_bounds_us.size(); ++i) {
+    const uint64_t count = i < h.buckets.size() ? h.buckets[i] : 0;
     Sample(out, absl::StrCat(name, "_bucket"),
-           absl::StrCat(prefix, "le=\"", stats.latency_bounds_us(i), "\""), count);
+           absl::StrCat(prefix, "le=\"", stats.latency_bounds_us[i], "\""), count);
   }
-  Sample(out, absl::StrCat(name, "_bucket"), absl::StrCat(prefix, "le=\"+Inf\""), h.count());
-  Sample(out, absl::StrCat(name, "_sum"), labels, h.sum_us());
-  Sample(out, absl::StrCat(name, "_count"), labels, h.count());
+  Sample(out, absl::StrCat(name, "_bucket"), absl::StrCat(prefix, "le=\"+Inf\""), h.count);
+  Sample(out, absl::StrCat(name, "_sum"), labels, h.sum_us);
+  Sample(out, absl::StrCat(name, "_count"), labels, h.count);
 }
 
 std::string Label(absl::string_view key, absl::string_view value) {
   return absl::StrCat(key, "=\"", value, "\"");
 }
 
-std::string DeviceLabel(const v1::DeviceStats& d) { return Label("device", absl::StrCat(d.device())); }
+std::string DeviceLabel(const DeviceGauges& d) { return Label("device", absl::StrCat(d.device)); }
 
 // One gauge or counter family with a sample per device.
 template <typename Get>
-void PerDevice(std::string& out, const v1::GetStatsResponse& stats, absl::string_view name,
+void PerDevice(std::string& out, const StatsSnapshot& stats, absl::string_view name,
                absl::string_view type, absl::string_view help, Get get) {
   Family(out, name, type, help);
-  for (const v1::DeviceStats& d : stats.devices()) Sample(out, name, DeviceLabel(d), get(d));
+  for (const DeviceGauges& d : stats.devices) Sample(out, name, DeviceLabel(d), get(d));
 }
 
 }  // namespace
 
-std::string PrometheusText(const v1::GetStatsResponse& stats) {
+std::string PrometheusText(const StatsSnapshot& stats) {
   std::string out;
   Family(out, "cubed_uptime_microseconds", "gauge", "Time since the daemon started, microseconds.");
-  Sample(out, "cubed_uptime_microseconds", "", stats.uptime_us());
+  Sample(out, "cubed_uptime_microseconds", "", stats.uptime_us);
 
   Family(out, "cubed_requests_total", "counter",
          "Finished RPCs by method and gRPC status code.");
-  for (const v1::MethodStats& m : stats.methods()) {
-    for (const v1::CodeCount& c : m.codes()) {
+  for (const MethodSnapshot& m : stats.methods) {
+    for (const CodeCount& c : m.codes) {
       Sample(out, "cubed_requests_total",
-             absl::StrCat(Label("method", m.method()), ",", Label("code", c.code())), c.count());
+             absl::StrCat(Label("method", m.method), ",", Label("code", c.code)), c.count);
     }
   }
   Family(out, "cubed_request_queue_microseconds", "histogram",
          "RPC time from arrival to the device loop starting it, microseconds.");
-  for (const v1::MethodStats& m : stats.methods()) {
-    Histogram(out, "cubed_request_queue_microseconds", Label("method", m.method()), stats,
-              m.queue());
+  for (const MethodSnapshot& m : stats.methods) {
+    Histogram(out, "cubed_request_queue_microseconds", Label("method", m.method), stats,
+              m.queue);
   }
   Family(out, "cubed_request_execution_microseconds", "histogram",
          "RPC time from the device loop starting it to its completion, microseconds.");
-  for (const v1::MethodStats& m : stats.methods()) {
-    Histogram(out, "cubed_request_execution_microseconds", Label("method", m.method()), stats,
-              m.execution());
+  for (const MethodSnapshot& m : stats.methods) {
+    Histogram(out, "cubed_request_execution_microseconds", Label("method", m.method), stats,
+              m.execution);
   }
   Family(out, "cubed_received_bytes_total", "counter",
          "Serialized request messages received, bytes, by method.");
-  for (const v1::MethodStats& m : stats.methods()) {
-    Sample(out, "cubed_received_bytes_total", Label("method", m.method()), m.bytes_received());
+  for (const MethodSnapshot& m : stats.methods) {
+    Sample(out, "cubed_received_bytes_total", Label("method", m.method), m.bytes_received);
   }
   Family(out, "cubed_sent_bytes_total", "counter",
          "Serialized response messages sent, bytes, by method.");
-  for (const v1::MethodStats& m : stats.methods()) {
-    Sample(out, "cubed_sent_bytes_total", Label("method", m.method()), m.bytes_sent());
+  for (const MethodSnapshot& m : stats.methods) {
+    Sample(out, "cubed_sent_bytes_total", Label("method", m.method), m.bytes_sent);
   }
 
   Family(out, "cubed_stream_commands_total", "counter",
          "Session-stream commands run, by kind and gRPC status code.");
-  for (const v1::StreamCommandStats& k : stats.stream_commands()) {
-    for (const v1::CodeCount& c : k.codes()) {
+  for (const StreamCommandSnapshot& k : stats.stream_commands) {
+    for (const CodeCount& c : k.codes) {
       Sample(out, "cubed_stream_commands_total",
-             absl::StrCat(Label("kind", k.kind()), ",", Label("code", c.code())), c.count());
+             absl::StrCat(Label("kind", k.kind), ",", Label("code", c.code)), c.count);
     }
   }
   Family(out, "cubed_stream_command_queue_microseconds", "histogram",
          "Stream command time from its request's arrival to the loop starting it, microseconds.");
-  for (const v1::StreamCommandStats& k : stats.stream_commands()) {
-    Histogram(out, "cubed_stream_command_queue_microseconds", Label("kind", k.kind()), stats,
-              k.queue());
+  for (const StreamCommandSnapshot& k : stats.stream_commands) {
+    Histogram(out, "cubed_stream_command_queue_microseconds", Label("kind", k.kind), stats,
+              k.queue);
   }
   Family(out, "cubed_stream_command_execution_microseconds", "histogram",
          "Stream command time from the loop starting it to its completion, microseconds.");
-  for (const v1::StreamCommandStats& k : stats.stream_commands()) {
-    Histogram(out, "cubed_stream_command_execution_microseconds", Label("kind", k.kind()), stats,
-              k.execution());
+  for (const StreamCommandSnapshot& k : stats.stream_commands) {
+    Histogram(out, "cubed_stream_command_execution_microseconds", Label("kind", k.kind), stats,
+              k.execution);
   }
   Family(out, "cubed_open_streams", "gauge", "Session streams open now.");
-  Sample(out, "cubed_open_streams", "", stats.open_streams());
+  Sample(out, "cubed_open_streams", "", stats.open_streams);
 
-  using D = const v1::DeviceStats&;
+  using D = const DeviceGauges&;
   PerDevice(out, stats, "cubed_memory_allocations", "gauge", "Live allocations (slices).",
-            [](D d) { return d.memory().number_allocs(); });
+            [](D d) { return d.memory.number_allocs; });
   PerDevice(out, stats, "cubed_memory_in_use_bytes", "gauge",
             "Sum of the requested sizes of live allocations, bytes.",
-            [](D d) { return d.memory().bytes_in_use(); });
+            [](D d) { return d.memory.bytes_in_use; });
   PerDevice(out, stats, "cubed_memory_padding_bytes", "gauge",
             "Alignment padding attached to live allocations, bytes.",
-            [](D d) { return d.memory().bytes_padding(); });
+            [](D d) { return d.memory.bytes_padding; });
   PerDevice(out, stats, "cubed_memory_reserved_bytes", "gauge",
             "Memory the pools hold from the device's storage, bytes.",
-            [](D d) { return d.memory().bytes_reserved(); });
+            [](D d) { return d.memory.bytes_reserved; });
   PerDevice(out, stats, "cubed_memory_limit_bytes", "gauge",
-            "Most memory the pools may reserve, bytes.", [](D d) { return d.memory_limit(); });
+            "Most memory the pools may reserve, bytes.", [](D d) { return d.memory_limit; });
   PerDevice(out, stats, "cubed_sessions", "gauge", "Open sessions.",
-            [](D d) { return d.sessions(); });
+            [](D d) { return d.sessions; });
   PerDevice(out, stats, "cubed_handles", "gauge", "Live handles across open sessions.",
-            [](D d) { return d.handles(); });
+            [](D d) { return d.handles; });
   PerDevice(out, stats, "cubed_loop_queued_tasks", "gauge",
             "Tasks waiting for the device loop when the metrics were read.",
-            [](D d) { return d.queued_tasks(); });
+            [](D d) { return d.queued_tasks; });
   PerDevice(out, stats, "cubed_kernel_cache_hits_total", "counter",
             "Kernels found compiled in memory (CUDA; 0 on CPU).",
-            [](D d) { return d.kernel_cache().hits(); });
+            [](D d) { return d.kernel_cache.hits; });
   PerDevice(out, stats, "cubed_kernel_cache_misses_total", "counter",
             "Kernels compiled with NVRTC (CUDA; 0 on CPU).",
-            [](D d) { return d.kernel_cache().misses(); });
+            [](D d) { return d.kernel_cache.misses; });
   PerDevice(out, stats, "cubed_kernel_cache_disk_hits_total", "counter",
             "Kernels read from --kernel_cache_dir instead of compiled (CUDA; 0 on CPU).",
-            [](D d) { return d.kernel_cache().disk_hits(); });
+            [](D d) { return d.kernel_cache.disk_hits; });
   PerDevice(out, stats, "cubed_kernel_compile_microseconds_total", "counter",
             "Time spent compiling kernels with NVRTC, microseconds (CUDA; 0 on CPU).",
-            [](D d) { return d.kernel_cache().compile_time_us(); });
+            [](D d) { return d.kernel_cache.compile_time_us; });
   return out;
 }
 

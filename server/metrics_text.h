@@ -1,16 +1,16 @@
 #pragma once
 
-// The Prometheus text exposition format (version 0.0.4) of a GetStatsResponse: what
+// The Prometheus text exposition format (version 0.0.4) of a StatsSnapshot: what
 // GET /metrics answers (metrics_http.h). Every metric, its labels and meaning: docs/operations.md,
 // "Metrics". Latencies are in microseconds, as the metric names say.
 
 #include <string>
 
-#include "cubed/v1/compute.pb.h"
+#include "server/stats_snapshot.h"
 
 namespace cubed {
 
 // Renders `stats`, with # HELP and # TYPE lines for every family. Pure; any thread.
-std::string PrometheusText(const v1::GetStatsResponse& stats);
+std::string PrometheusText(const StatsSnapshot& stats);
 
 }  // namespace cubed

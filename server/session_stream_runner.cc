@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "server/wire_conversion.h"
 #include "spdlog/spdlog.h"
 
 namespace cubed {
@@ -30,13 +31,6 @@ v1::Reply ErrorReply(uint64_t seq, const absl::Status& status) {
   reply.set_code(static_cast<int32_t>(status.code()));
   reply.set_message(std::string(status.message()));
   return reply;
-}
-
-void ToWire(const MemoryUsage& usage, v1::MemoryUsage* out) {
-  out->set_number_allocs(usage.number_allocs);
-  out->set_bytes_in_use(usage.bytes_in_use);
-  out->set_bytes_padding(usage.bytes_padding);
-  out->set_bytes_reserved(usage.bytes_reserved);
 }
 
 // The error a failed command poisons with and sync reports (Note [Poisoned handles]): the

@@ -13,33 +13,23 @@ namespace cubed {
 namespace {
 
 // One device's gauges; runs on the device's loop thread.
-v1::DeviceStats DeviceStatsOf(const Device& d, size_t queued) {
-  v1::DeviceStats s;
-  s.set_device(d.index());
-  const MemoryUsage usage = d.Usage();
-  v1::MemoryUsage* m = s.mutable_memory();
-  m->set_number_allocs(usage.number_allocs);
-  m->set_bytes_in_use(usage.bytes_in_use);
-  m->set_bytes_padding(usage.bytes_padding);
-  m->set_bytes_reserved(usage.bytes_reserved);
-  s.set_memory_limit(d.Description().memory_limit);
-  s.set_sessions(d.session_count());
-  s.set_handles(d.handle_count());
-  s.set_queued_tasks(queued);
-  const KernelCacheStats cache = d.KernelCache();
-  v1::KernelCacheStats* k = s.mutable_kernel_cache();
-  k->set_hits(cache.hits);
-  k->set_misses(cache.misses);
-  k->set_disk_hits(cache.disk_hits);
-  k->set_compile_time_us(cache.compile_time_us);
-  return s;
+DeviceGauges GaugesOf(const Device& d, size_t queued) {
+  DeviceGauges g;
+  g.device = d.index();
+  g.memory = d.Usage();
+  g.memory_limit = d.Description().memory_limit;
+  g.sessions = d.session_count();
+  g.handles = d.handle_count();
+  g.queued_tasks = queued;
+  g.kernel_cache = d.KernelCache();
+  return g;
 }
 
 // A collection in flight, shared by the loop tasks.
 struct Gather {
   absl::Mutex mu;
   size_t remaining ABSL_GUARDED_BY(mu) = 0;
-  std::vector<v1::DeviceStats> devices ABSL_GUARDED_BY(mu);
+  std::vector<DeviceGauges> devices ABSL_GUARDED_BY(mu);
   absl::Status status ABSL_GUARDED_BY(mu);
   StatsCollector::Done done;
 };
@@ -59,7 +49,7 @@ void StatsCollector::Collect(Done done) const {
     gather->devices.resize(loops_.size());
   }
   // Called once per loop and once by this call; the last one answers.
-  auto arrive = [this, gather](size_t index, absl::StatusOr<v1::DeviceStats> stats) {
+  auto arrive = [this, gather](size_t index, absl::StatusOr<DeviceGauges> stats) {
     {
       absl::MutexLock lock(&gather->mu);
       if (stats.ok()) {
@@ -70,37 +60,37 @@ void StatsCollector::Collect(Done done) const {
       if (--gather->remaining > 0) return;
     }
     absl::Status status;
-    v1::GetStatsResponse response;
+    StatsSnapshot snapshot;
     {
       absl::MutexLock lock(&gather->mu);
       status = gather->status;
-      for (v1::DeviceStats& d : gather->devices) *response.add_devices() = std::move(d);
+      snapshot.devices = std::move(gather->devices);
     }
     if (!status.ok()) {
       std::move(gather->done)(status);
       return;
     }
-    metrics_->ToProto(&response);
-    response.set_open_streams(open_streams_ ? open_streams_() : 0);
-    std::move(gather->done)(std::move(response));
+    metrics_->Snapshot(&snapshot);
+    snapshot.open_streams = open_streams_ ? open_streams_() : 0;
+    std::move(gather->done)(std::move(snapshot));
   };
   for (size_t i = 0; i < loops_.size(); ++i) {
     DeviceLoop* loop = loops_[i];
     const bool posted = loop->Post([arrive, i, loop](Device& d) {
-      arrive(i, DeviceStatsOf(d, loop->queued()));
+      arrive(i, GaugesOf(d, loop->queued()));
     });
     if (!posted) arrive(i, absl::UnavailableError("the daemon is shutting down"));
   }
-  arrive(loops_.size(), absl::StatusOr<v1::DeviceStats>(v1::DeviceStats()));
+  arrive(loops_.size(), absl::StatusOr<DeviceGauges>(DeviceGauges()));
 }
 
-absl::StatusOr<v1::GetStatsResponse> StatsCollector::CollectFor(absl::Duration timeout) const {
+absl::StatusOr<StatsSnapshot> StatsCollector::CollectFor(absl::Duration timeout) const {
   struct Result {
     absl::Notification ready;
-    absl::StatusOr<v1::GetStatsResponse> stats;
+    absl::StatusOr<StatsSnapshot> stats;
   };
   auto result = std::make_shared<Result>();
-  Collect([result](absl::StatusOr<v1::GetStatsResponse> stats) {
+  Collect([result](absl::StatusOr<StatsSnapshot> stats) {
     result->stats = std::move(stats);
     result->ready.Notify();
   });

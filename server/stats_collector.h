@@ -1,6 +1,6 @@
 #pragma once
 
-// StatsCollector: the daemon's statistics as one GetStatsResponse (compute.proto): the counters
+// StatsCollector: the daemon's statistics as one StatsSnapshot (stats_snapshot.h): the counters
 // and histograms of the Metrics registry plus each device's gauges (memory, sessions, handles,
 // kernel cache), which are read by a task on that device's loop, the only thread that may touch
 // the Device. GetStats and the Prometheus endpoint (metrics_text.h) both report what this builds.
@@ -12,9 +12,9 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "cubed/v1/compute.pb.h"
 #include "server/device_loop.h"
 #include "server/metrics.h"
+#include "server/stats_snapshot.h"
 
 namespace cubed {
 
@@ -22,7 +22,7 @@ namespace cubed {
 // collection in flight (the daemon stops its loops, which runs their queued tasks, first).
 class StatsCollector {
  public:
-  using Done = absl::AnyInvocable<void(absl::StatusOr<v1::GetStatsResponse>)>;
+  using Done = absl::AnyInvocable<void(absl::StatusOr<StatsSnapshot>)>;
 
   // `open_streams` returns the session streams open now; may be empty (reported as 0).
   StatsCollector(std::vector<DeviceLoop*> loops, const Metrics* metrics,
@@ -34,7 +34,7 @@ class StatsCollector {
 
   // Collect, waiting at most `timeout`: for threads that may block (the HTTP server's).
   // DEADLINE_EXCEEDED when a device loop did not answer in time (it is busy with long work).
-  absl::StatusOr<v1::GetStatsResponse> CollectFor(absl::Duration timeout) const;
+  absl::StatusOr<StatsSnapshot> CollectFor(absl::Duration timeout) const;
 
  private:
   std::vector<DeviceLoop*> loops_;
