@@ -105,7 +105,8 @@ absl::StatusOr<uint8_t*> CpuServer::Address(const ResolvedBinding& binding) cons
 }
 
 absl::StatusOr<Allocation> CpuServer::Empty(uint64_t size) {
-  ASSIGN_OR_RETURN(SliceId slice, memory_->Reserve(size));
+  ASSIGN_OR_RETURN(Reservation r, memory_->Reserve(size, kUnknownOwner));
+  const SliceId slice = r.slice;
   return Allocation{slice, size, {}};
 }
 
@@ -114,7 +115,8 @@ absl::StatusOr<Allocation> CpuServer::EmptyTensor(absl::Span<const uint64_t> sha
   std::optional<uint64_t> count = CheckedProduct(shape);
   std::optional<uint64_t> bytes = count ? CheckedMul(*count, elem_size) : std::nullopt;
   if (!bytes) return absl::InvalidArgumentError("tensor size overflows 64 bits");
-  ASSIGN_OR_RETURN(SliceId slice, memory_->Reserve(*bytes));
+  ASSIGN_OR_RETURN(Reservation r, memory_->Reserve(*bytes, kUnknownOwner));
+  const SliceId slice = r.slice;
   Allocation a{slice, *bytes, std::vector<uint64_t>(shape.size())};
   uint64_t stride = 1;  // Host tensors are contiguous.
   for (size_t i = shape.size(); i-- > 0;) {

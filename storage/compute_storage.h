@@ -21,6 +21,14 @@ struct StorageResource {
   uint64_t size = 0;  // Bytes of the allocation.
 };
 
+// What a storage promises beyond the interface (CONVENTIONS.md §5: a plain struct, not probing).
+struct StorageCapabilities {
+  // Every new allocation reads as zero until written (host: fresh anonymous pages). The pools
+  // then tag new pages kZeroedOwner instead of kUnknownOwner (Note [Owner-tagged memory],
+  // memory_manager.cc), so memory never used needs no zeroing.
+  bool zeroes_new_allocations = false;
+};
+
 // Allocates and frees raw device memory. Owned by one device's server-loop thread; not
 // thread-safe.
 class ComputeStorage {
@@ -40,6 +48,9 @@ class ComputeStorage {
 
   // The resource behind an allocation; NOT_FOUND for an unknown id.
   virtual absl::StatusOr<StorageResource> Resource(StorageId id) const = 0;
+
+  // Optional: what this storage promises; nothing by default.
+  virtual StorageCapabilities capabilities() const { return {}; }
 };
 
 }  // namespace cubed

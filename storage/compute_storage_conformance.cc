@@ -76,6 +76,21 @@ TEST_P(ComputeStorageConformance, DeallocOfUnknownIdIsIgnored) {
   storage_->Dealloc(*id);
 }
 
+TEST_P(ComputeStorageConformance, NewAllocationsReadZeroWhenPromised) {
+  if (!storage_->capabilities().zeroes_new_allocations) GTEST_SKIP() << "promises nothing";
+  for (uint64_t size : {uint64_t{64}, uint64_t{5000}, uint64_t{1} << 20}) {
+    absl::StatusOr<StorageId> id = storage_->Alloc(size);
+    ASSERT_TRUE(id.ok()) << id.status();
+    absl::StatusOr<StorageResource> resource = storage_->Resource(*id);
+    ASSERT_TRUE(resource.ok()) << resource.status();
+    if (resource->host_ptr == nullptr) continue;  // Device memory: the backend's own test.
+    const std::vector<uint8_t> zeros(size, 0);
+    EXPECT_EQ(std::memcmp(resource->host_ptr, zeros.data(), size), 0) << size;
+    std::memset(resource->host_ptr, 0xcd, size);
+    storage_->Dealloc(*id);
+  }
+}
+
 }  // namespace
 
 std::string ComputeStorageFactoryName(const testing::TestParamInfo<ComputeStorageFactory>& info) {

@@ -14,7 +14,9 @@
 // it is at most need + need/8 bytes: a tensor one size down may reuse a page, but a small request
 // never sits in a page many times its size. The waste counts as the slice's padding. Pages
 // nothing fits are kept until Cleanup() (the MemoryManager calls it when the limit or the device
-// needs the room). Reserve and Free are O(log free pages).
+// needs the room). Reserve and Free are O(log free pages). A page is tagged with its owner while
+// live and keeps the tag when freed; a new page is tagged as its storage allocates (Note
+// [Owner-tagged memory] in memory_manager.cc). A page is never split or merged.
 
 namespace cubed {
 
@@ -31,28 +33,31 @@ uint64_t ExclusivePool::NewPageSize(uint64_t size) const {
   return CheckedRoundUp(size, alignment_).value_or(max_slice_size_);
 }
 
-void ExclusivePool::Assign(Page* page, SliceId id, uint64_t size) {
+MemoryOwner ExclusivePool::Assign(Page* page, SliceId id, uint64_t size, MemoryOwner owner) {
+  const MemoryOwner previous = page->owner;
+  page->owner = owner;
   page->id = id;
   page->requested = size;
   live_.emplace(id, page);
   usage_.number_allocs += 1;
   usage_.bytes_in_use += size;
   usage_.bytes_padding += page->size - size;
+  return previous;
 }
 
-bool ExclusivePool::TryReserve(SliceId id, uint64_t size) {
-  if (size == 0 || size > max_slice_size_) return false;
+std::optional<MemoryOwner> ExclusivePool::TryReserve(SliceId id, uint64_t size, MemoryOwner owner) {
+  if (size == 0 || size > max_slice_size_) return std::nullopt;
   const uint64_t need = NewPageSize(size);
   auto it = free_.lower_bound(FreeKey(need, 0));
-  if (it == free_.end() || it->first.first - need > need / kMaxWasteDivisor) return false;
+  if (it == free_.end() || it->first.first - need > need / kMaxWasteDivisor) return std::nullopt;
   Page* page = it->second;
   free_.erase(it);
   free_page_bytes_ -= page->size;
-  Assign(page, id, size);
-  return true;
+  return Assign(page, id, size, owner);
 }
 
-absl::Status ExclusivePool::ReserveInNewPage(SliceId id, uint64_t size) {
+absl::StatusOr<MemoryOwner> ExclusivePool::ReserveInNewPage(SliceId id, uint64_t size,
+                                                            MemoryOwner owner) {
   if (size == 0 || size > max_slice_size_) {
     return absl::InvalidArgumentError(absl::StrCat("exclusive pool: a slice of ", size,
                                                    " bytes is outside 1..", max_slice_size_));
@@ -63,11 +68,11 @@ absl::Status ExclusivePool::ReserveInNewPage(SliceId id, uint64_t size) {
   page->storage = storage;
   page->serial = next_page_serial_++;
   page->size = page_size;
+  page->owner = storage_->capabilities().zeroes_new_allocations ? kZeroedOwner : kUnknownOwner;
   Page* raw = page.get();
   pages_.emplace(raw->serial, std::move(page));
   usage_.bytes_reserved += page_size;
-  Assign(raw, id, size);
-  return absl::OkStatus();
+  return Assign(raw, id, size, owner);
 }
 
 bool ExclusivePool::Free(SliceId id) {
@@ -85,10 +90,17 @@ bool ExclusivePool::Free(SliceId id) {
   return true;
 }
 
+bool ExclusivePool::ForgetOwner(SliceId id) {
+  auto it = live_.find(id);
+  if (it == live_.end()) return false;
+  it->second->owner = kUnknownOwner;
+  return true;
+}
+
 std::optional<SliceLocation> ExclusivePool::Locate(SliceId id) const {
   auto it = live_.find(id);
   if (it == live_.end()) return std::nullopt;
-  return SliceLocation{it->second->storage, 0, it->second->requested};
+  return SliceLocation{it->second->storage, 0, it->second->requested, it->second->size};
 }
 
 void ExclusivePool::Cleanup() {

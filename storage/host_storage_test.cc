@@ -1,6 +1,7 @@
 #include "storage/host_storage.h"
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 
 #include "gmock/gmock.h"
@@ -43,6 +44,30 @@ TEST(HostStorageTest, LargeAllocationsArePageAligned) {
     ASSERT_TRUE(resource.ok());
     EXPECT_EQ(reinterpret_cast<uintptr_t>(resource->host_ptr) % 4096, 0u);
     EXPECT_EQ(resource->device_ptr, 0u);
+  }
+}
+
+TEST(HostStorageTest, NewAllocationsAreZeroEvenAfterReuse) {
+  for (uint64_t alignment : {uint64_t{64}, uint64_t{1} << 21}) {  // The latter over-maps.
+    HostStorageOptions options;
+    options.alignment = alignment;
+    HostStorage storage(options);
+    EXPECT_TRUE(storage.capabilities().zeroes_new_allocations);
+    for (int round = 0; round < 2; ++round) {  // The second round reuses the freed memory.
+      for (uint64_t size : {uint64_t{1}, uint64_t{100}, uint64_t{4095}, uint64_t{4096},
+                            uint64_t{100000}, uint64_t{8} << 20}) {
+        SCOPED_TRACE(testing::Message() << "alignment " << alignment << " size " << size);
+        absl::StatusOr<StorageId> id = storage.Alloc(size);
+        ASSERT_TRUE(id.ok()) << id.status();
+        uint8_t* p = storage.Resource(*id)->host_ptr;
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % alignment, 0u);
+        uint64_t nonzero = 0;
+        for (uint64_t i = 0; i < size; ++i) nonzero += p[i] != 0;
+        EXPECT_EQ(nonzero, 0u);
+        std::memset(p, 0xab, size);
+        storage.Dealloc(*id);
+      }
+    }
   }
 }
 

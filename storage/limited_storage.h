@@ -25,6 +25,7 @@ class LimitedStorage final : public ComputeStorage {
   // Unknown ids (not allocated through this) are logged and ignored.
   void Dealloc(StorageId id) override;
   absl::StatusOr<StorageResource> Resource(StorageId id) const override;
+  StorageCapabilities capabilities() const override { return upstream_->capabilities(); }
 
   uint64_t limit() const { return limit_; }
   // Bytes held now through this decorator (requested sizes).

@@ -43,6 +43,37 @@
 // the pools in ladder order (a few hash lookups); Reserve is one best-fit lookup in the pool that
 // serves the size when a free slice fits (Note [Sliced pool], Note [Exclusive pool]).
 
+// Note [Owner-tagged memory]
+// Memory that changes owner (session) is zeroed before the new owner can see it; memory a session
+// gets back from itself is not, so the common case (one session reusing its own memory) costs
+// nothing. Every piece of pool memory carries a MemoryOwner tag (slice.h) saying whose bytes it
+// holds: a session's serial (unique per device, never reused), kZeroedOwner (known zero) or
+// kUnknownOwner (unknown or mixed). The pools keep the tags at no extra cost (no scans):
+//   * A live slice is tagged with the owner it was reserved for (it may write anywhere in it).
+//   * A freed slice keeps that tag: the bytes are its owner's.
+//   * Free neighbours that merge combine their tags (CombineOwners): equal tags stay, a zeroed
+//     piece takes the other's tag, anything else becomes unknown.
+//   * Carving a slice out of a free block leaves the rest with the block's tag (untouched bytes).
+//   * A new page is kZeroedOwner when its storage zeroes new allocations, else kUnknownOwner.
+//     HostStorage maps fresh anonymous pages; CudaStorage memsets each new allocation on the
+//     device's stream (cuMemAlloc promises nothing and may return memory another session freed
+//     to the driver). Both matter for more than the first use: a free rest of unknown content
+//     would turn every slice freed next to it unknown, and a session's reuse of its own memory
+//     would be zeroed every time.
+// Reserve hands out a slice and whether it is dirty: MustZeroFor(tag, owner), i.e. the tag is
+// neither kZeroedOwner nor the owner itself (kUnknownOwner is nobody's). A tag covers the slice's
+// whole extent, padding included (its owner may read it back through a larger slice later), so a
+// dirty slice is zeroed over SliceLocation::extent, not only the requested size. The zeroing is
+// the backend's (CpuServer: memset; CudaServer: cuMemsetD32Async on its one stream, so it runs
+// after every earlier use of the memory and before every later one, with no host wait): Empty
+// zeroes the extent, Create only the bytes its data does not cover. After zeroing the slice holds
+// only its owner's bytes, which is what its live tag says; a create that fails before its data
+// and zeroing are in place returns the slice with FreeUninitialized, which tags it unknown.
+//
+// A tag is per free block, so merging loses precision: in a page that several sessions share,
+// freed memory soon becomes kUnknownOwner and is zeroed at its next reuse, whoever reuses it.
+// Memory that one session keeps reusing stays its own and is never zeroed.
+
 namespace cubed {
 namespace {
 
@@ -85,8 +116,9 @@ class MemoryManager::Impl {
     pools_.push_back(&exclusive_);
   }
 
-  absl::StatusOr<SliceId> Reserve(uint64_t size);
+  absl::StatusOr<Reservation> Reserve(uint64_t size, MemoryOwner owner);
   void Free(SliceId id);
+  void FreeUninitialized(SliceId id);
   absl::StatusOr<SliceLocation> Locate(SliceId id) const;
   MemoryUsage Usage() const;
   void Cleanup();
@@ -98,8 +130,10 @@ class MemoryManager::Impl {
   // Makes room for `bytes` more under the limit, returning free pages only if that suffices.
   bool MakeRoom(uint64_t bytes);
   // Reserves slice `id` in a new page of `pool`, within the limit (retrying once after Cleanup
-  // when the storage refuses). Sets *over_limit when the limit was what refused.
-  absl::Status ReserveInNewPage(MemoryPool* pool, SliceId id, uint64_t size, bool* over_limit);
+  // when the storage refuses); returns the page's tag. Sets *over_limit when the limit was what
+  // refused.
+  absl::StatusOr<MemoryOwner> ReserveInNewPage(MemoryPool* pool, SliceId id, uint64_t size,
+                                               MemoryOwner owner, bool* over_limit);
 
   LimitedStorage limited_;  // Declared before the pools: they return their pages into it.
   uint64_t alignment_;
@@ -129,36 +163,42 @@ bool MemoryManager::Impl::MakeRoom(uint64_t bytes) {
   return true;
 }
 
-absl::Status MemoryManager::Impl::ReserveInNewPage(MemoryPool* pool, SliceId id, uint64_t size,
-                                                   bool* over_limit) {
+absl::StatusOr<MemoryOwner> MemoryManager::Impl::ReserveInNewPage(MemoryPool* pool, SliceId id,
+                                                                  uint64_t size, MemoryOwner owner,
+                                                                  bool* over_limit) {
   if (!MakeRoom(pool->NewPageSize(size))) {
     *over_limit = true;
     return absl::ResourceExhaustedError("it would pass the memory limit");
   }
-  absl::Status status = pool->ReserveInNewPage(id, size);
-  if (absl::IsResourceExhausted(status) && FreePageBytes() > 0) {
+  absl::StatusOr<MemoryOwner> tag = pool->ReserveInNewPage(id, size, owner);
+  if (absl::IsResourceExhausted(tag.status()) && FreePageBytes() > 0) {
     Cleanup();
-    status = pool->ReserveInNewPage(id, size);
+    tag = pool->ReserveInNewPage(id, size, owner);
   }
-  return status;
+  return tag;
 }
 
-absl::StatusOr<SliceId> MemoryManager::Impl::Reserve(uint64_t size) {
+absl::StatusOr<Reservation> MemoryManager::Impl::Reserve(uint64_t size, MemoryOwner owner) {
+  // A slice is written by whoever holds it: its bytes are never known zero once freed.
+  if (owner == kZeroedOwner) owner = kUnknownOwner;
   const SliceId id = next_id_;
+  // Note [Owner-tagged memory]: the tag of what the slice was carved from decides `dirty`.
+  auto reserved = [&](MemoryOwner tag) { return Reservation{next_id_++, MustZeroFor(tag, owner)}; };
   MemoryPool* pool = PoolFor(size);
-  if (pool->TryReserve(id, size)) return next_id_++;
+  if (std::optional<MemoryOwner> tag = pool->TryReserve(id, size, owner)) return reserved(*tag);
   bool over_limit = false;
-  absl::Status status = ReserveInNewPage(pool, id, size, &over_limit);
-  if (!status.ok() && absl::IsResourceExhausted(status) && pool != &exclusive_) {
+  absl::StatusOr<MemoryOwner> tag = ReserveInNewPage(pool, id, size, owner, &over_limit);
+  if (!tag.ok() && absl::IsResourceExhausted(tag.status()) && pool != &exclusive_) {
     // Note [Pool layout]: fall back to free memory of the larger pools, then to an exclusive
     // page of the request's rounded size.
     for (auto it = std::find(pools_.begin(), pools_.end(), pool) + 1; it != pools_.end(); ++it) {
-      if ((*it)->TryReserve(id, size)) return next_id_++;
+      if (std::optional<MemoryOwner> t = (*it)->TryReserve(id, size, owner)) return reserved(*t);
     }
     over_limit = false;
-    status = ReserveInNewPage(&exclusive_, id, size, &over_limit);
+    tag = ReserveInNewPage(&exclusive_, id, size, owner, &over_limit);
   }
-  if (status.ok()) return next_id_++;
+  if (tag.ok()) return reserved(*tag);
+  const absl::Status& status = tag.status();
   const MemoryUsage usage = Usage();
   return absl::Status(
       status.code(),
@@ -170,6 +210,13 @@ absl::StatusOr<SliceId> MemoryManager::Impl::Reserve(uint64_t size) {
 void MemoryManager::Impl::Free(SliceId id) {
   for (MemoryPool* pool : pools_) {
     if (pool->Free(id)) return;
+  }
+  spdlog::warn("memory manager: Free of unknown slice id {} ignored", id);
+}
+
+void MemoryManager::Impl::FreeUninitialized(SliceId id) {
+  for (MemoryPool* pool : pools_) {
+    if (pool->ForgetOwner(id) && pool->Free(id)) return;
   }
   spdlog::warn("memory manager: Free of unknown slice id {} ignored", id);
 }
@@ -196,7 +243,7 @@ MemoryManager::MemoryManager(ComputeStorage* storage, MemoryManagerOptions optio
 
 MemoryManager::~MemoryManager() = default;
 
-absl::StatusOr<SliceId> MemoryManager::Reserve(uint64_t size) {
+absl::StatusOr<Reservation> MemoryManager::Reserve(uint64_t size, MemoryOwner owner) {
   if (size == 0) {
     return absl::InvalidArgumentError("cannot reserve 0 bytes: size must be at least 1");
   }
@@ -206,10 +253,12 @@ absl::StatusOr<SliceId> MemoryManager::Reserve(uint64_t size) {
         "cannot reserve ", size, " bytes: more than max_allocation (", options_.max_allocation,
         " bytes), the largest allocation the memory limit allows"));
   }
-  return impl_->Reserve(size);
+  return impl_->Reserve(size, owner);
 }
 
 void MemoryManager::Free(SliceId id) { impl_->Free(id); }
+
+void MemoryManager::FreeUninitialized(SliceId id) { impl_->FreeUninitialized(id); }
 
 absl::StatusOr<SliceLocation> MemoryManager::Locate(SliceId id) const { return impl_->Locate(id); }
 

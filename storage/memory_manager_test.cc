@@ -1,6 +1,8 @@
 #include "storage/memory_manager.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <cstring>
 #include <map>
 #include <random>
 #include <set>
@@ -17,6 +19,7 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
+constexpr MemoryOwner kOwner = kFirstSessionOwner;
 
 uint64_t RoundUp(uint64_t size, uint64_t alignment) {
   return (size + alignment - 1) / alignment * alignment;
@@ -39,10 +42,10 @@ MemoryManagerOptions WithLimit(uint64_t limit) {
 
 class MemoryManagerTest : public testing::Test {
  protected:
-  SliceId MustReserve(MemoryManager& manager, uint64_t size) {
-    absl::StatusOr<SliceId> id = manager.Reserve(size);
-    EXPECT_TRUE(id.ok()) << id.status();
-    return id.value_or(0);
+  SliceId MustReserve(MemoryManager& manager, uint64_t size, MemoryOwner owner = kOwner) {
+    absl::StatusOr<Reservation> r = manager.Reserve(size, owner);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->slice : 0;
   }
 
   HostStorage storage_;
@@ -52,14 +55,14 @@ TEST_F(MemoryManagerTest, ZeroIsInvalidArgumentAndTooLargeIsResourceExhausted) {
   MemoryManagerOptions options;
   options.max_allocation = 1000;
   MemoryManager manager(&storage_, options);
-  absl::StatusOr<SliceId> zero = manager.Reserve(0);
+  absl::StatusOr<Reservation> zero = manager.Reserve(0, kOwner);
   EXPECT_EQ(zero.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(zero.status().message(), HasSubstr("0 bytes"));
-  absl::StatusOr<SliceId> big = manager.Reserve(1001);
+  absl::StatusOr<Reservation> big = manager.Reserve(1001, kOwner);
   EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(big.status().message(), HasSubstr("1001"));
   EXPECT_THAT(big.status().message(), HasSubstr("max_allocation (1000 bytes)"));
-  EXPECT_TRUE(manager.Reserve(1000).ok());
+  EXPECT_TRUE(manager.Reserve(1000, kOwner).ok());
 }
 
 TEST_F(MemoryManagerTest, ReserveLocateFree) {
@@ -187,14 +190,14 @@ TEST_F(MemoryManagerTest, LimitIsEnforcedAndAFailureChangesNothing) {
   MustReserve(manager, 10 * kMiB);  // A medium page, capped at the limit: 16 MiB.
   const MemoryUsage before = manager.Usage();
   EXPECT_EQ(before.bytes_reserved, 16 * kMiB);
-  absl::StatusOr<SliceId> failed = manager.Reserve(8 * kMiB);
+  absl::StatusOr<Reservation> failed = manager.Reserve(8 * kMiB, kOwner);
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(failed.status().message(), HasSubstr("cannot reserve 8388608 bytes"));
   EXPECT_THAT(failed.status().message(), HasSubstr("memory_limit 16777216 bytes"));
   EXPECT_THAT(failed.status().message(), HasSubstr("16777216 bytes reserved"));
   EXPECT_TRUE(manager.Usage() == before);
   EXPECT_EQ(storage_.bytes_allocated(), 16 * kMiB);
-  EXPECT_TRUE(manager.Reserve(6 * kMiB).ok());  // What is left in the page still fits.
+  EXPECT_TRUE(manager.Reserve(6 * kMiB, kOwner).ok());  // What is left in the page still fits.
 }
 
 TEST_F(MemoryManagerTest, LimitReturnsFreePagesBeforeFailing) {
@@ -212,8 +215,8 @@ TEST_F(MemoryManagerTest, PagesAreNeverLargerThanTheLimit) {
   EXPECT_EQ(manager.Usage().bytes_reserved, 4 * kMiB);
   MustReserve(manager, 3 * kMiB);  // Same page: the capped levels merged.
   EXPECT_EQ(manager.Usage().bytes_reserved, 4 * kMiB);
-  EXPECT_EQ(manager.Reserve(kMiB).status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_TRUE(manager.Reserve(kMiB - 128).ok());
+  EXPECT_EQ(manager.Reserve(kMiB, kOwner).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(manager.Reserve(kMiB - 128, kOwner).ok());
 }
 
 TEST_F(MemoryManagerTest, SmallRequestFallsBackWhenAPageDoesNotFit) {
@@ -247,11 +250,151 @@ TEST_F(MemoryManagerTest, DeviceRefusalReturnsFreePagesAndRetries) {
   // 17 MiB would waste too much of the free 20 MiB page, and the device has no room for both.
   MustReserve(manager, 17 * kMiB);
   EXPECT_USAGE(manager, 1, 17 * kMiB, 0, 17 * kMiB);
-  absl::StatusOr<SliceId> failed = manager.Reserve(4 * kMiB);
+  absl::StatusOr<Reservation> failed = manager.Reserve(4 * kMiB, kOwner);
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(failed.status().message(), HasSubstr("cannot reserve 4194304 bytes"));
   EXPECT_THAT(failed.status().message(), HasSubstr("host storage"));
   EXPECT_USAGE(manager, 1, 17 * kMiB, 0, 17 * kMiB);
+}
+
+// Note [Owner-tagged memory] (memory_manager.cc).
+TEST_F(MemoryManagerTest, SameOwnerIsNotDirtyAnotherOwnerIs) {
+  constexpr MemoryOwner kA = kFirstSessionOwner, kB = kFirstSessionOwner + 1;
+  MemoryManager manager(&storage_, MemoryManagerOptions{});
+  for (uint64_t size : {uint64_t{100}, 2 * kMiB, 20 * kMiB}) {  // Each pool of the ladder.
+    SCOPED_TRACE(testing::Message() << "size " << size);
+    auto reserve = [&](MemoryOwner owner) {
+      absl::StatusOr<Reservation> r = manager.Reserve(size, owner);
+      EXPECT_TRUE(r.ok()) << r.status();
+      if (r.ok()) manager.Free(r->slice);
+      return r.ok() && r->dirty;
+    };
+    manager.Cleanup();
+    EXPECT_FALSE(reserve(kA)) << "fresh host pages are zero";
+    EXPECT_FALSE(reserve(kA)) << "A reusing its own memory";
+    EXPECT_TRUE(reserve(kB)) << "B after A";
+    // A sliced slice merges back with the rest of A's free block (B + A: unknown); an exclusive
+    // page is B's alone.
+    if (size > 16 * kMiB) {
+      EXPECT_FALSE(reserve(kB)) << "B reusing what it zeroed and used";
+    }
+    EXPECT_TRUE(reserve(kUnknownOwner)) << "no owner: always zeroed unless known zero";
+    EXPECT_TRUE(reserve(kUnknownOwner)) << "the unknown owner owns nothing";
+    EXPECT_TRUE(reserve(kZeroedOwner)) << "counts as the unknown owner";
+    EXPECT_TRUE(reserve(kA)) << "after memory of no session";
+  }
+}
+
+TEST_F(MemoryManagerTest, UninitializedSliceIsDirtyEvenForItsOwner) {
+  MemoryManager manager(&storage_, MemoryManagerOptions{});
+  for (uint64_t size : {uint64_t{100}, 20 * kMiB}) {
+    absl::StatusOr<Reservation> r = manager.Reserve(size, kOwner);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_FALSE(r->dirty);
+    manager.FreeUninitialized(r->slice);  // E.g. a create whose copy failed.
+    r = manager.Reserve(size, kOwner);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->dirty) << "memory its owner never initialized is nobody's, " << size;
+    manager.Free(r->slice);
+  }
+  EXPECT_EQ(manager.Usage().number_allocs, 0u);
+}
+
+// A storage like HostStorage that promises nothing about new allocations, as CudaStorage.
+class UnzeroedStorage final : public ComputeStorage {
+ public:
+  uint64_t alignment() const override { return host_.alignment(); }
+  absl::StatusOr<StorageId> Alloc(uint64_t size) override { return host_.Alloc(size); }
+  void Dealloc(StorageId id) override { host_.Dealloc(id); }
+  absl::StatusOr<StorageResource> Resource(StorageId id) const override {
+    return host_.Resource(id);
+  }
+
+ private:
+  HostStorage host_;
+};
+
+TEST_F(MemoryManagerTest, NewPagesOfAStorageThatDoesNotZeroAreDirty) {
+  UnzeroedStorage storage;
+  MemoryManager manager(&storage, MemoryManagerOptions{});
+  for (uint64_t size : {uint64_t{100}, 2 * kMiB, 20 * kMiB}) {
+    absl::StatusOr<Reservation> r = manager.Reserve(size, kOwner);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->dirty) << size;
+    absl::StatusOr<Reservation> rest = manager.Reserve(size, kOwner);  // Same page or a new one.
+    ASSERT_TRUE(rest.ok()) << rest.status();
+    EXPECT_TRUE(rest->dirty) << "the rest of a page of unknown content, " << size;
+    manager.Free(r->slice);
+    r = manager.Reserve(size, kOwner);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_FALSE(r->dirty) << "the owner's own bytes once zeroed and used, " << size;
+  }
+}
+
+TEST_F(MemoryManagerTest, ExtentIsTheRoundedSizeOrTheReusedPage) {
+  MemoryManager manager(&storage_, MemoryManagerOptions{});
+  const SliceId small = MustReserve(manager, 40);
+  EXPECT_EQ(manager.Locate(small)->extent, 64u);
+  manager.Free(MustReserve(manager, 20 * kMiB));
+  const SliceId large = MustReserve(manager, 20 * kMiB - 4096);  // Reuses the 20 MiB page.
+  EXPECT_EQ(manager.Locate(large)->size, 20 * kMiB - 4096);
+  EXPECT_EQ(manager.Locate(large)->extent, 20 * kMiB);
+}
+
+// Random reserve/free/cleanup by several owners, each writing its slices, with the caller
+// zeroing dirty reservations as a backend does: no reservation ever shows another owner's bytes,
+// padding included, through the pools' splits, merges, fallbacks and cleanups.
+TEST(MemoryManagerRandomTest, NoOwnerEverSeesAnothersBytes) {
+  for (uint32_t seed : {31u, 32u}) {
+    SCOPED_TRACE(testing::Message() << "seed " << seed);
+    HostStorage storage;
+    MemoryManager manager(&storage, WithLimit(48 * kMiB));
+    std::mt19937_64 rng(seed);
+    std::vector<std::pair<SliceId, MemoryOwner>> live;
+    int dirty = 0, clean = 0;
+    for (int step = 0; step < 2000; ++step) {
+      const uint64_t roll = rng() % 100;
+      if (roll < 2) {
+        manager.Cleanup();
+      } else if (live.empty() || roll < 52) {
+        const MemoryOwner owner = kFirstSessionOwner + rng() % 3;
+        const uint64_t kind = rng() % 100;
+        const uint64_t size = kind < 90   ? 1 + rng() % 4096
+                              : kind < 98 ? kMiB + rng() % kMiB
+                                          : 16 * kMiB + rng() % (2 * kMiB);
+        absl::StatusOr<Reservation> r = manager.Reserve(size, owner);
+        if (!r.ok()) {
+          ASSERT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+          continue;
+        }
+        const SliceLocation where = manager.Locate(r->slice).value();
+        ASSERT_GE(where.extent, where.size);
+        uint8_t* base = storage.Resource(where.storage)->host_ptr + where.offset;
+        if (r->dirty) {
+          std::memset(base, 0, where.extent);
+          ++dirty;
+        } else {
+          ++clean;
+          const uint8_t mine = static_cast<uint8_t>(owner);
+          const uint8_t* begin = base;
+          const uint8_t* end = base + where.extent;
+          const uint8_t* other =
+              std::find_if(begin, end, [mine](uint8_t b) { return b != 0 && b != mine; });
+          ASSERT_EQ(other, end) << "owner " << owner << " sees byte " << int{*other} << " at "
+                                << other - base << " of " << where.extent;
+        }
+        std::memset(base, static_cast<uint8_t>(owner), size);
+        live.emplace_back(r->slice, owner);
+      } else {
+        const size_t i = rng() % live.size();
+        manager.Free(live[i].first);
+        live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+      }
+    }
+    EXPECT_GT(dirty, 100);
+    EXPECT_GT(clean, 100);
+    for (const auto& [id, owner] : live) manager.Free(id);
+  }
 }
 
 // Random reserve/free/cleanup against a shadow model, under a tight limit (with failures) and a
@@ -282,19 +425,20 @@ void RunRandom(uint32_t seed, uint64_t limit, int steps) {
                             : kind < 95 ? kMiB + rng() % (15 * kMiB)
                                         : 16 * kMiB + rng() % (24 * kMiB);
       const MemoryUsage before = manager.Usage();
-      absl::StatusOr<SliceId> id = manager.Reserve(size);
-      if (!id.ok()) {
-        ASSERT_EQ(id.status().code(), absl::StatusCode::kResourceExhausted) << id.status();
+      absl::StatusOr<Reservation> r = manager.Reserve(size, kOwner);
+      if (!r.ok()) {
+        ASSERT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
         ASSERT_TRUE(manager.Usage() == before) << "a failed Reserve changed usage";
         ++failures;
         continue;
       }
-      ASSERT_TRUE(seen.insert(*id).second) << "id reused";
-      const SliceLocation location = manager.Locate(*id).value();
+      const SliceId id = r->slice;
+      ASSERT_TRUE(seen.insert(id).second) << "id reused";
+      const SliceLocation location = manager.Locate(id).value();
       uint8_t* base = storage.Resource(location.storage)->host_ptr + location.offset;
-      base[0] = static_cast<uint8_t>(*id);
-      base[size - 1] = static_cast<uint8_t>(*id);
-      live.emplace(*id, size);
+      base[0] = static_cast<uint8_t>(id);
+      base[size - 1] = static_cast<uint8_t>(id);
+      live.emplace(id, size);
       in_use += size;
       min_padding += RoundUp(size, 64) - size;
       max_waste += RoundUp(size, 64) / 8;

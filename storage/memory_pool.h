@@ -9,13 +9,16 @@
 #include <optional>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "common/memory_usage.h"
 #include "storage/slice.h"
 
 namespace cubed {
 
-// Owned by one device's server-loop thread; not thread-safe. The destructor returns every page to
-// storage, live slices or not.
+// Every free piece of memory is tagged with the owner whose bytes it holds (Note [Owner-tagged
+// memory], memory_manager.cc); the tags cost O(1) per operation. Owned by one device's
+// server-loop thread; not thread-safe. The destructor returns every page to storage, live slices
+// or not.
 class MemoryPool {
  public:
   virtual ~MemoryPool() = default;
@@ -26,17 +29,26 @@ class MemoryPool {
   // Bytes a new page for a request of `size` bytes would take from storage.
   virtual uint64_t NewPageSize(uint64_t size) const = 0;
 
-  // Reserves `size` (1 .. max_slice_size()) bytes as slice `id` (not live in this pool) from
-  // memory the pool already holds. False, with nothing changed, when no free memory fits.
-  virtual bool TryReserve(SliceId id, uint64_t size) = 0;
+  // Reserves `size` (1 .. max_slice_size()) bytes as slice `id` (not live in this pool) for
+  // `owner` (not kZeroedOwner) from memory the pool already holds. Returns the tag of the memory
+  // handed out, which the caller compares with `owner` (Note [Owner-tagged memory],
+  // memory_manager.cc); nullopt, with nothing changed, when no free memory fits.
+  virtual std::optional<MemoryOwner> TryReserve(SliceId id, uint64_t size, MemoryOwner owner) = 0;
 
-  // Reserves `size` (1 .. max_slice_size()) bytes as slice `id` in a new page of
-  // NewPageSize(size) bytes taken from storage. The storage's error, with nothing changed, when
-  // it refuses; INVALID_ARGUMENT when `size` is out of range.
-  virtual absl::Status ReserveInNewPage(SliceId id, uint64_t size) = 0;
+  // Reserves `size` (1 .. max_slice_size()) bytes as slice `id` for `owner` (not kZeroedOwner)
+  // in a new page of NewPageSize(size) bytes taken from storage. Returns the new page's tag:
+  // kZeroedOwner when the storage zeroes new allocations, else kUnknownOwner. The storage's
+  // error, with nothing changed, when it refuses; INVALID_ARGUMENT when `size` is out of range.
+  virtual absl::StatusOr<MemoryOwner> ReserveInNewPage(SliceId id, uint64_t size,
+                                                       MemoryOwner owner) = 0;
 
-  // Frees slice `id`. False, with nothing changed, when this pool does not hold it.
+  // Frees slice `id`; its memory keeps the tag of the owner it was reserved for. False, with
+  // nothing changed, when this pool does not hold it.
   virtual bool Free(SliceId id) = 0;
+
+  // Tags live slice `id` kUnknownOwner, as if reserved for no owner (its owner never initialized
+  // it). False when this pool does not hold it.
+  virtual bool ForgetOwner(SliceId id) = 0;
 
   // Where live slice `id` lives; nullopt when this pool does not hold it.
   virtual std::optional<SliceLocation> Locate(SliceId id) const = 0;

@@ -22,7 +22,9 @@
 // so there is no sub-alignment scrap). Free merges the block with a free predecessor and a free
 // successor at once, so no two free blocks are ever adjacent and a page with no live slice is a
 // single free block of page_size bytes. Both are O(log n) in the number of free blocks plus O(1)
-// hash lookups; nothing scans pages or slices.
+// hash lookups; nothing scans pages or slices. Every block carries an owner tag (Note
+// [Owner-tagged memory] in memory_manager.cc): a live block its owner's, a free block the tag of
+// the bytes it holds. Splitting gives the rest the block's tag; merging combines the tags.
 //
 // Each page counts its live slices; when that falls to 0 the page's bytes are added to
 // free_page_bytes(), and Cleanup() returns exactly those pages (unlike CubeCL v0.5, whose sliced
@@ -42,11 +44,16 @@ struct SlicedPool::Block {
   Page* page = nullptr;
   uint64_t offset = 0;
   uint64_t size = 0;  // Multiple of the alignment.
-  bool free = true;
+  // Live: the owner it was reserved for. Free: whose bytes it holds (Note [Owner-tagged memory]).
+  MemoryOwner owner = kUnknownOwner;
   SliceId id = 0;          // Live blocks only.
-  uint64_t requested = 0;  // Live blocks only: the requested size (<= size).
+  uint64_t requested = 0;  // Live blocks only: the requested size (1 .. size); 0 when free.
   Block* prev = nullptr;
   Block* next = nullptr;
+
+  // Free blocks have no requested size (a slice has at least one byte); this keeps a block in
+  // 64 bytes, one cache line, with its owner tag.
+  bool free() const { return requested == 0; }
 };
 
 SlicedPool::SlicedPool(ComputeStorage* storage, uint64_t page_size, uint64_t max_slice_size,
@@ -76,17 +83,17 @@ void SlicedPool::InsertFree(Block* block) { free_.emplace(KeyOf(block), block); 
 
 void SlicedPool::EraseFree(Block* block) { free_.erase(KeyOf(block)); }
 
-bool SlicedPool::TryReserve(SliceId id, uint64_t size) {
-  if (size == 0 || size > max_slice_size_) return false;
+std::optional<MemoryOwner> SlicedPool::TryReserve(SliceId id, uint64_t size, MemoryOwner owner) {
+  if (size == 0 || size > max_slice_size_) return std::nullopt;
   auto it = free_.lower_bound(FreeKey(RoundUp(size), 0, 0));
-  if (it == free_.end()) return false;
+  if (it == free_.end()) return std::nullopt;
   Block* block = it->second;
   free_.erase(it);
-  Carve(block, id, size);
-  return true;
+  return Carve(block, id, size, owner);
 }
 
-absl::Status SlicedPool::ReserveInNewPage(SliceId id, uint64_t size) {
+absl::StatusOr<MemoryOwner> SlicedPool::ReserveInNewPage(SliceId id, uint64_t size,
+                                                         MemoryOwner owner) {
   if (size == 0 || size > max_slice_size_) {
     return absl::InvalidArgumentError(
         absl::StrCat("sliced pool: a slice of ", size, " bytes is outside 1..", max_slice_size_));
@@ -96,18 +103,21 @@ absl::Status SlicedPool::ReserveInNewPage(SliceId id, uint64_t size) {
   page->storage = storage;
   page->serial = next_page_serial_++;
   page->first = new Block{page.get(), 0, page_size_};
+  page->first->owner =
+      storage_->capabilities().zeroes_new_allocations ? kZeroedOwner : kUnknownOwner;
   Block* block = page->first;
   pages_.emplace(page->serial, std::move(page));
   usage_.bytes_reserved += page_size_;
   free_page_bytes_ += page_size_;  // Empty until Carve.
-  Carve(block, id, size);
-  return absl::OkStatus();
+  return Carve(block, id, size, owner);
 }
 
-void SlicedPool::Carve(Block* block, SliceId id, uint64_t size) {
+MemoryOwner SlicedPool::Carve(Block* block, SliceId id, uint64_t size, MemoryOwner owner) {
   const uint64_t need = RoundUp(size);
+  const MemoryOwner previous = block->owner;
   if (block->size > need) {
     Block* rest = new Block{block->page, block->offset + need, block->size - need};
+    rest->owner = previous;
     rest->prev = block;
     rest->next = block->next;
     if (block->next != nullptr) block->next->prev = rest;
@@ -115,7 +125,7 @@ void SlicedPool::Carve(Block* block, SliceId id, uint64_t size) {
     block->size = need;
     InsertFree(rest);
   }
-  block->free = false;
+  block->owner = owner;
   block->id = id;
   block->requested = size;
   if (block->page->live++ == 0) free_page_bytes_ -= page_size_;
@@ -123,6 +133,7 @@ void SlicedPool::Carve(Block* block, SliceId id, uint64_t size) {
   usage_.number_allocs += 1;
   usage_.bytes_in_use += size;
   usage_.bytes_padding += need - size;
+  return previous;
 }
 
 bool SlicedPool::Free(SliceId id) {
@@ -133,19 +144,21 @@ bool SlicedPool::Free(SliceId id) {
   usage_.number_allocs -= 1;
   usage_.bytes_in_use -= block->requested;
   usage_.bytes_padding -= block->size - block->requested;
-  block->free = true;
   block->id = 0;
   block->requested = 0;
-  if (Block* prev = block->prev; prev != nullptr && prev->free) {
+  // The block keeps its owner's tag (Note [Owner-tagged memory]); merging combines tags.
+  if (Block* prev = block->prev; prev != nullptr && prev->free()) {
     EraseFree(prev);
+    prev->owner = CombineOwners(prev->owner, block->owner);
     prev->size += block->size;
     prev->next = block->next;
     if (block->next != nullptr) block->next->prev = prev;
     delete block;
     block = prev;
   }
-  if (Block* next = block->next; next != nullptr && next->free) {
+  if (Block* next = block->next; next != nullptr && next->free()) {
     EraseFree(next);
+    block->owner = CombineOwners(block->owner, next->owner);
     block->size += next->size;
     block->next = next->next;
     if (next->next != nullptr) next->next->prev = block;
@@ -156,11 +169,18 @@ bool SlicedPool::Free(SliceId id) {
   return true;
 }
 
+bool SlicedPool::ForgetOwner(SliceId id) {
+  auto it = live_.find(id);
+  if (it == live_.end()) return false;
+  it->second->owner = kUnknownOwner;
+  return true;
+}
+
 std::optional<SliceLocation> SlicedPool::Locate(SliceId id) const {
   auto it = live_.find(id);
   if (it == live_.end()) return std::nullopt;
   const Block* block = it->second;
-  return SliceLocation{block->page->storage, block->offset, block->requested};
+  return SliceLocation{block->page->storage, block->offset, block->requested, block->size};
 }
 
 void SlicedPool::Cleanup() {

@@ -10,6 +10,7 @@
 #include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "common/memory_usage.h"
 #include "storage/compute_storage.h"
 #include "storage/memory_pool.h"
@@ -17,9 +18,9 @@
 
 namespace cubed {
 
-// Best-fit over every free slice of every page; freed slices merge with free neighbours; a page
-// whose slices are all free is returned by Cleanup(). Owned by one device's server-loop thread;
-// not thread-safe. The destructor returns every page to storage.
+// Best-fit over every free slice of every page; freed slices merge with free neighbours (their
+// owner tags combined); a page whose slices are all free is returned by Cleanup(). Owned by one
+// device's server-loop thread; not thread-safe. The destructor returns every page to storage.
 class SlicedPool final : public MemoryPool {
  public:
   // `storage` must outlive the pool. `alignment` (a power of two): every slice offset and size is
@@ -40,9 +41,11 @@ class SlicedPool final : public MemoryPool {
 
   uint64_t max_slice_size() const override { return max_slice_size_; }
   uint64_t NewPageSize(uint64_t) const override { return page_size_; }
-  bool TryReserve(SliceId id, uint64_t size) override;
-  absl::Status ReserveInNewPage(SliceId id, uint64_t size) override;
+  std::optional<MemoryOwner> TryReserve(SliceId id, uint64_t size, MemoryOwner owner) override;
+  absl::StatusOr<MemoryOwner> ReserveInNewPage(SliceId id, uint64_t size,
+                                               MemoryOwner owner) override;
   bool Free(SliceId id) override;
+  bool ForgetOwner(SliceId id) override;
   std::optional<SliceLocation> Locate(SliceId id) const override;
   MemoryUsage Usage() const override { return usage_; }
   uint64_t free_page_bytes() const override { return free_page_bytes_; }
@@ -57,9 +60,9 @@ class SlicedPool final : public MemoryPool {
   static FreeKey KeyOf(const Block* block);
   void InsertFree(Block* block);
   void EraseFree(Block* block);
-  // Turns free `block` (already out of free_) into live slice `id` of `size` bytes, splitting
-  // off the rest as a free block.
-  void Carve(Block* block, SliceId id, uint64_t size);
+  // Turns free `block` (already out of free_) into live slice `id` of `size` bytes for `owner`,
+  // splitting off the rest as a free block with the block's tag. Returns the block's tag.
+  MemoryOwner Carve(Block* block, SliceId id, uint64_t size, MemoryOwner owner);
   uint64_t RoundUp(uint64_t size) const { return (size + alignment_ - 1) & ~(alignment_ - 1); }
 
   ComputeStorage* storage_;

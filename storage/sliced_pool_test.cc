@@ -13,13 +13,16 @@ namespace cubed {
 namespace {
 
 constexpr uint64_t kAlignment = 64;
+constexpr MemoryOwner kOwner = kFirstSessionOwner;
+constexpr MemoryOwner kA = kFirstSessionOwner + 1;
+constexpr MemoryOwner kB = kFirstSessionOwner + 2;
 
 class SlicedPoolTest : public testing::Test {
  protected:
   // Reserves from free memory, else from a new page.
-  void Reserve(SliceId id, uint64_t size) {
-    if (!pool_.TryReserve(id, size)) {
-      ASSERT_TRUE(pool_.ReserveInNewPage(id, size).ok());
+  void Reserve(SliceId id, uint64_t size, MemoryOwner owner = kOwner) {
+    if (!pool_.TryReserve(id, size, owner)) {
+      ASSERT_TRUE(pool_.ReserveInNewPage(id, size, owner).ok());
     }
   }
   uint64_t OffsetOf(SliceId id) { return pool_.Locate(id).value().offset; }
@@ -54,7 +57,7 @@ TEST_F(SlicedPoolTest, FreedNeighboursMergeBackIntoOnePage) {
   EXPECT_EQ(pool_.free_slice_count(), 1u);
   EXPECT_EQ(pool_.free_page_bytes(), 1024u);
   // The whole page is one slice again.
-  EXPECT_TRUE(pool_.TryReserve(4, 1024));
+  EXPECT_TRUE(pool_.TryReserve(4, 1024, kOwner));
   EXPECT_EQ(OffsetOf(4), 0u);
   EXPECT_EQ(pool_.page_count(), 1u);
 }
@@ -74,17 +77,18 @@ TEST_F(SlicedPoolTest, BestFitTakesTheSmallestHole) {
 
 TEST_F(SlicedPoolTest, FreedSliceIsReusedBeforeANewPage) {
   Reserve(1, 1000);
-  EXPECT_FALSE(pool_.TryReserve(2, 100));
+  EXPECT_FALSE(pool_.TryReserve(2, 100, kOwner));
   pool_.Free(1);
-  EXPECT_TRUE(pool_.TryReserve(2, 100));
+  EXPECT_TRUE(pool_.TryReserve(2, 100, kOwner));
   EXPECT_EQ(storage_.allocation_count(), 1u);
 }
 
 TEST_F(SlicedPoolTest, LargerThanMaxSliceIsRefused) {
   SlicedPool pool(&storage_, 4096, 1024, kAlignment);
-  EXPECT_FALSE(pool.TryReserve(1, 1025));
-  EXPECT_EQ(pool.ReserveInNewPage(1, 1025).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(pool.ReserveInNewPage(1, 1024).ok());
+  EXPECT_FALSE(pool.TryReserve(1, 1025, kOwner));
+  EXPECT_EQ(pool.ReserveInNewPage(1, 1025, kOwner).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(pool.ReserveInNewPage(1, 1024, kOwner).ok());
   EXPECT_EQ(pool.Usage().bytes_reserved, 4096u);
 }
 
@@ -104,6 +108,53 @@ TEST_F(SlicedPoolTest, CleanupReturnsOnlyEmptyPages) {
   EXPECT_TRUE(storage_.Resource(pool_.Locate(2)->storage).ok());
 }
 
+// Note [Owner-tagged memory] (memory_manager.cc): tags through carve, free and merge.
+TEST_F(SlicedPoolTest, CarvingLeavesTheRestWithTheBlocksTag) {
+  ASSERT_EQ(pool_.ReserveInNewPage(1, 256, kA).value(), kZeroedOwner);  // [1:A][free 768: zero]
+  EXPECT_EQ(pool_.TryReserve(2, 64, kB), kZeroedOwner) << "the rest of a new page is zero";
+  pool_.Free(1);                               // [free 256: A][2:B][free 704: zero]
+  EXPECT_EQ(pool_.TryReserve(3, 64, kB), kA);  // Best fit: the 256 hole.
+  // [3:B][free 192: A][2:B][free 704: zero]: the rest of A's hole is still A's.
+  EXPECT_EQ(pool_.TryReserve(4, 100, kB), kA);
+  EXPECT_EQ(OffsetOf(4), 64u);
+  EXPECT_EQ(pool_.TryReserve(5, 704, kB), kZeroedOwner);
+}
+
+TEST_F(SlicedPoolTest, MergingCombinesTags) {
+  Reserve(1, 256, kA);
+  Reserve(2, 256, kA);
+  Reserve(3, 256, kB);  // [1:A][2:A][3:B][free 256: zero]
+  pool_.Free(1);
+  pool_.Free(2);  // [free 512: A + A = A][3:B][free 256: zero]
+  EXPECT_EQ(pool_.TryReserve(4, 512, kA), kA) << "A's own bytes merged stay A's";
+  pool_.Free(4);
+  Reserve(5, 256, kA);  // Best fit: the zeroed tail. [free 512: A][3:B][5:A]
+  pool_.Free(3);        // [free 768: A + B = unknown][5:A]
+  EXPECT_EQ(pool_.free_slice_count(), 1u);
+  EXPECT_EQ(pool_.TryReserve(6, 768, kA), kUnknownOwner) << "mixed bytes are nobody's";
+  // 6 was dirty: zeroed, then A's. Freed, it is A's again, and so is the merged page.
+  pool_.Free(6);
+  pool_.Free(5);
+  EXPECT_EQ(pool_.TryReserve(7, 1024, kB), kA);
+}
+
+TEST_F(SlicedPoolTest, OwnBytesNextToZeroedStayOwn) {
+  Reserve(1, 100, kA);  // [1:A][free 896: zero]
+  pool_.Free(1);        // [free 1024: A + zero = A]
+  EXPECT_EQ(pool_.free_slice_count(), 1u);
+  EXPECT_EQ(pool_.TryReserve(2, 1024, kA), kA);
+  pool_.Free(2);
+  EXPECT_EQ(pool_.TryReserve(3, 1024, kB), kA) << "another owner must zero A's bytes";
+}
+
+TEST_F(SlicedPoolTest, CleanupForgetsTagsWithThePage) {
+  Reserve(1, 1024, kA);
+  pool_.Free(1);
+  pool_.Cleanup();
+  EXPECT_EQ(pool_.page_count(), 0u);
+  EXPECT_EQ(pool_.ReserveInNewPage(2, 100, kB).value(), kZeroedOwner);
+}
+
 // Random reserve/free against a shadow model: exact usage, no two live slices overlap, every
 // slice stays inside its page and keeps its contents.
 TEST(SlicedPoolRandomTest, MatchesShadowModelAndNeverOverlaps) {
@@ -120,9 +171,9 @@ TEST(SlicedPoolRandomTest, MatchesShadowModelAndNeverOverlaps) {
       if (reserve) {
         const uint64_t size = 1 + rng() % (rng() % 4 == 0 ? (1 << 14) : 512);
         const SliceId id = next_id++;
-        if (!pool.TryReserve(id, size)) {
+        if (!pool.TryReserve(id, size, kOwner)) {
           const uint64_t pages = pool.page_count();
-          ASSERT_TRUE(pool.ReserveInNewPage(id, size).ok());
+          ASSERT_TRUE(pool.ReserveInNewPage(id, size, kOwner).ok());
           ASSERT_EQ(pool.page_count(), pages + 1);
           want.bytes_reserved += 1 << 16;
         }

@@ -186,7 +186,8 @@ absl::StatusOr<CUdeviceptr> CudaServer::DevicePointer(const ResolvedBinding& bin
 
 absl::StatusOr<Allocation> CudaServer::Empty(uint64_t size) {
   RETURN_IF_ERROR(LostStatus());
-  ASSIGN_OR_RETURN(SliceId slice, memory_->Reserve(size));
+  ASSIGN_OR_RETURN(Reservation r, memory_->Reserve(size, kUnknownOwner));
+  const SliceId slice = r.slice;
   return Allocation{slice, size, {}};
 }
 
@@ -196,7 +197,8 @@ absl::StatusOr<Allocation> CudaServer::EmptyTensor(absl::Span<const uint64_t> sh
   std::optional<TensorAllocation> layout =
       PitchedTensorLayout(shape, elem_size, CudaStorage::kAlignment);
   if (!layout) return absl::InvalidArgumentError("tensor size overflows 64 bits");
-  ASSIGN_OR_RETURN(SliceId slice, memory_->Reserve(layout->bytes));
+  ASSIGN_OR_RETURN(Reservation r, memory_->Reserve(layout->bytes, kUnknownOwner));
+  const SliceId slice = r.slice;
   return Allocation{slice, layout->bytes, std::move(layout->strides)};
 }
 

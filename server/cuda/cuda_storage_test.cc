@@ -57,10 +57,10 @@ TEST(CudaStorageTest, CleanupReallyReturnsMemoryToTheDevice) {
   MemoryManager memory(s->storage.get(), MemoryManagerOptions{});
   constexpr uint64_t kBytes = uint64_t{512} << 20;
   const uint64_t before = FreeDeviceBytes();
-  absl::StatusOr<SliceId> slice = memory.Reserve(kBytes);
-  ASSERT_TRUE(slice.ok()) << slice.status();
+  absl::StatusOr<Reservation> reserved = memory.Reserve(kBytes, kFirstSessionOwner);
+  ASSERT_TRUE(reserved.ok()) << reserved.status();
   EXPECT_LE(FreeDeviceBytes(), before - kBytes);
-  memory.Free(*slice);
+  memory.Free(reserved->slice);
   memory.Cleanup();
   EXPECT_EQ(s->storage->allocation_count(), 0u);
   // Other processes may use the device too: allow 64 MiB of drift.

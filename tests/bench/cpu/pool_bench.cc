@@ -42,16 +42,16 @@ absl::StatusOr<std::vector<double>> TimePool(uint64_t size, const PoolOptions& o
   MemoryManager manager(&storage, MemoryManagerOptions{});
   std::vector<SliceId> held;
   for (uint64_t s : HeldSizes(o.live_slices)) {
-    ASSIGN_OR_RETURN(SliceId id, manager.Reserve(s));
-    held.push_back(id);
+    ASSIGN_OR_RETURN(Reservation r, manager.Reserve(s, kFirstSessionOwner));
+    held.push_back(r.slice);
   }
   std::vector<double> ns;
   for (int b = -1; b < o.batches; ++b) {  // Batch -1 warms up.
     Clock::time_point t0 = Clock::now();
     for (int i = 0; i < o.pairs_per_batch; ++i) {
-      absl::StatusOr<SliceId> id = manager.Reserve(size);
-      if (!id.ok()) return id.status();
-      manager.Free(*id);
+      absl::StatusOr<Reservation> r = manager.Reserve(size, kFirstSessionOwner);
+      if (!r.ok()) return r.status();
+      manager.Free(r->slice);
     }
     double elapsed = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
     if (b >= 0) ns.push_back(elapsed / o.pairs_per_batch);
@@ -157,9 +157,9 @@ absl::StatusOr<Row> MeasureTraceOverhead(const TraceOptions& o) {
         dies_at.erase(dies_at.begin());
       }
       uint64_t size = static_cast<uint64_t>(std::exp2(log_size(rng)));
-      ASSIGN_OR_RETURN(SliceId id, manager.Reserve(size));
+      ASSIGN_OR_RETURN(Reservation r, manager.Reserve(size, kFirstSessionOwner));
       live += size;
-      dies_at.emplace(step + lifetime(rng), std::make_pair(id, size));
+      dies_at.emplace(step + lifetime(rng), std::make_pair(r.slice, size));
       peak_live = std::max(peak_live, live);
       MemoryUsage usage = manager.Usage();
       if (usage.bytes_reserved > peak_reserved) {
