@@ -125,15 +125,20 @@ class ComputeServer {
 
   virtual const DeviceDescription& Description() const = 0;
 
+  // Allocations are for `owner` (the session's tag). Note [Owner-tagged memory]
+  // (storage/memory_manager.cc): when the memory held anything but zeros or `owner`'s own bytes,
+  // every byte of its extent that the call does not write is zeroed, in stream order, before
+  // anything can read it; otherwise it is left as it is.
+  //
   // trait: empty / empty_tensor. RESOURCE_EXHAUSTED over the memory limit.
-  virtual absl::StatusOr<Allocation> Empty(uint64_t size) = 0;
+  virtual absl::StatusOr<Allocation> Empty(uint64_t size, MemoryOwner owner) = 0;
   virtual absl::StatusOr<Allocation> EmptyTensor(absl::Span<const uint64_t> shape,
-                                                 uint32_t elem_size) = 0;
+                                                 uint32_t elem_size, MemoryOwner owner) = 0;
   // trait: create / create_tensor. `data` is dense row-major. The copy is queued in stream order.
-  virtual absl::StatusOr<Allocation> Create(absl::Span<const uint8_t> data) = 0;
+  virtual absl::StatusOr<Allocation> Create(absl::Span<const uint8_t> data, MemoryOwner owner) = 0;
   virtual absl::StatusOr<Allocation> CreateTensor(absl::Span<const uint8_t> data,
                                                   absl::Span<const uint64_t> shape,
-                                                  uint32_t elem_size) = 0;
+                                                  uint32_t elem_size, MemoryOwner owner) = 0;
 
   // Returns a slice to the pools. Work already queued that uses it completes first.
   virtual void Free(SliceId slice) = 0;

@@ -104,19 +104,36 @@ absl::StatusOr<uint8_t*> CpuServer::Address(const ResolvedBinding& binding) cons
   return resource.host_ptr + where.offset + binding.offset;
 }
 
-absl::StatusOr<Allocation> CpuServer::Empty(uint64_t size) {
-  ASSIGN_OR_RETURN(Reservation r, memory_->Reserve(size, kUnknownOwner));
-  const SliceId slice = r.slice;
+absl::StatusOr<SliceId> CpuServer::Reserve(uint64_t size, MemoryOwner owner, uint64_t covered) {
+  ASSIGN_OR_RETURN(Reservation r, memory_->Reserve(size, owner));
+  if (!r.dirty) return r.slice;
+  // Note [Owner-tagged memory] (storage/memory_manager.cc): the whole extent, padding included.
+  absl::StatusOr<SliceLocation> where = memory_->Locate(r.slice);
+  absl::StatusOr<StorageResource> page =
+      where.ok() ? storage_->Resource(where->storage) : where.status();
+  if (!page.ok()) {
+    memory_->FreeUninitialized(r.slice);
+    return page.status();
+  }
+  if (covered < where->extent) {
+    uint8_t* slice = page->host_ptr + where->offset;
+    Timed([&] { std::memset(slice + covered, 0, where->extent - covered); });
+  }
+  return r.slice;
+}
+
+absl::StatusOr<Allocation> CpuServer::Empty(uint64_t size, MemoryOwner owner) {
+  ASSIGN_OR_RETURN(SliceId slice, Reserve(size, owner, /*covered=*/0));
   return Allocation{slice, size, {}};
 }
 
-absl::StatusOr<Allocation> CpuServer::EmptyTensor(absl::Span<const uint64_t> shape,
-                                                  uint32_t elem_size) {
+absl::StatusOr<Allocation> CpuServer::ReserveTensor(absl::Span<const uint64_t> shape,
+                                                    uint32_t elem_size, MemoryOwner owner,
+                                                    uint64_t covered) {
   std::optional<uint64_t> count = CheckedProduct(shape);
   std::optional<uint64_t> bytes = count ? CheckedMul(*count, elem_size) : std::nullopt;
   if (!bytes) return absl::InvalidArgumentError("tensor size overflows 64 bits");
-  ASSIGN_OR_RETURN(Reservation r, memory_->Reserve(*bytes, kUnknownOwner));
-  const SliceId slice = r.slice;
+  ASSIGN_OR_RETURN(SliceId slice, Reserve(*bytes, owner, covered));
   Allocation a{slice, *bytes, std::vector<uint64_t>(shape.size())};
   uint64_t stride = 1;  // Host tensors are contiguous.
   for (size_t i = shape.size(); i-- > 0;) {
@@ -126,11 +143,17 @@ absl::StatusOr<Allocation> CpuServer::EmptyTensor(absl::Span<const uint64_t> sha
   return a;
 }
 
-absl::StatusOr<Allocation> CpuServer::Create(absl::Span<const uint8_t> data) {
-  ASSIGN_OR_RETURN(Allocation a, Empty(data.size()));
+absl::StatusOr<Allocation> CpuServer::EmptyTensor(absl::Span<const uint64_t> shape,
+                                                  uint32_t elem_size, MemoryOwner owner) {
+  return ReserveTensor(shape, elem_size, owner, /*covered=*/0);
+}
+
+absl::StatusOr<Allocation> CpuServer::Create(absl::Span<const uint8_t> data, MemoryOwner owner) {
+  ASSIGN_OR_RETURN(SliceId slice, Reserve(data.size(), owner, /*covered=*/data.size()));
+  Allocation a{slice, data.size(), {}};
   absl::StatusOr<uint8_t*> dst = Address({a.slice, 0, a.size});
   if (!dst.ok()) {
-    memory_->Free(a.slice);
+    memory_->FreeUninitialized(a.slice);
     return dst.status();
   }
   Timed([&] { std::memcpy(*dst, data.data(), data.size()); });
@@ -139,11 +162,11 @@ absl::StatusOr<Allocation> CpuServer::Create(absl::Span<const uint8_t> data) {
 
 absl::StatusOr<Allocation> CpuServer::CreateTensor(absl::Span<const uint8_t> data,
                                                    absl::Span<const uint64_t> shape,
-                                                   uint32_t elem_size) {
-  ASSIGN_OR_RETURN(Allocation a, EmptyTensor(shape, elem_size));
+                                                   uint32_t elem_size, MemoryOwner owner) {
+  ASSIGN_OR_RETURN(Allocation a, ReserveTensor(shape, elem_size, owner, /*covered=*/data.size()));
   absl::StatusOr<uint8_t*> dst = Address({a.slice, 0, a.size});
   if (!dst.ok() || data.size() != a.size) {
-    memory_->Free(a.slice);
+    memory_->FreeUninitialized(a.slice);
     if (!dst.ok()) return dst.status();
     return absl::InternalError("tensor data length differs from its allocation");
   }

@@ -27,13 +27,14 @@ class CpuServer final : public ComputeServer {
   ~CpuServer() override;
 
   const DeviceDescription& Description() const override { return description_; }
-  absl::StatusOr<Allocation> Empty(uint64_t size) override;
-  absl::StatusOr<Allocation> EmptyTensor(absl::Span<const uint64_t> shape,
-                                         uint32_t elem_size) override;
-  absl::StatusOr<Allocation> Create(absl::Span<const uint8_t> data) override;
+  // A dirty reservation (Note [Owner-tagged memory]) is zeroed with memset before returning.
+  absl::StatusOr<Allocation> Empty(uint64_t size, MemoryOwner owner) override;
+  absl::StatusOr<Allocation> EmptyTensor(absl::Span<const uint64_t> shape, uint32_t elem_size,
+                                         MemoryOwner owner) override;
+  absl::StatusOr<Allocation> Create(absl::Span<const uint8_t> data, MemoryOwner owner) override;
   absl::StatusOr<Allocation> CreateTensor(absl::Span<const uint8_t> data,
-                                          absl::Span<const uint64_t> shape,
-                                          uint32_t elem_size) override;
+                                          absl::Span<const uint64_t> shape, uint32_t elem_size,
+                                          MemoryOwner owner) override;
   void Free(SliceId slice) override;
   // Dense layouts only (the only ones this backend allocates); a memcpy, done before returning.
   void Write(const ResolvedTensor& target, uint64_t dense_offset, absl::Span<const uint8_t> bytes,
@@ -54,6 +55,12 @@ class CpuServer final : public ComputeServer {
  private:
   // Host address of a binding's first byte.
   absl::StatusOr<uint8_t*> Address(const ResolvedBinding& binding) const;
+  // Reserves `size` bytes for `owner`; when dirty, zeroes the slice's extent past its first
+  // `covered` bytes (which the caller writes at once).
+  absl::StatusOr<SliceId> Reserve(uint64_t size, MemoryOwner owner, uint64_t covered);
+  // A dense tensor's allocation, reserved as Reserve does.
+  absl::StatusOr<Allocation> ReserveTensor(absl::Span<const uint64_t> shape, uint32_t elem_size,
+                                           MemoryOwner owner, uint64_t covered);
 
   DeviceDescription description_;
   std::unique_ptr<ComputeStorage> storage_;

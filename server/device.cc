@@ -89,8 +89,9 @@ absl::StatusOr<SessionGrant> Device::OpenSession(uint64_t lease_ms, absl::Time n
   } while ((id >> 8) == 0 || sessions_.contains(id));
   if (owner != nullptr) ++owners_[owner.get()].sessions;
   const std::string owner_name = owner != nullptr ? owner->name : "-";
+  // Note [Owner-tagged memory] (storage/memory_manager.cc): a fresh memory owner per session.
   sessions_.emplace(id, std::make_unique<Session>(id, lease, now, absl::Uniform<uint64_t>(random_),
-                                                  std::move(owner)));
+                                                  next_memory_owner_++, std::move(owner)));
   spdlog::info("session {} opened on device {} by {} (lease {})", id, index_, owner_name,
                absl::FormatDuration(lease));
   return SessionGrant{id, lease};
@@ -269,7 +270,7 @@ absl::StatusOr<NewHandle> Device::Create(uint64_t session, absl::Span<const uint
                                          absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
   RETURN_IF_ERROR(CheckQuota(*s, data.size()));
-  return AddHandle(*s, server_->Create(data));
+  return AddHandle(*s, server_->Create(data, s->memory_owner()));
 }
 
 absl::StatusOr<NewHandle> Device::CreateTensor(uint64_t session, absl::Span<const uint8_t> data,
@@ -277,13 +278,13 @@ absl::StatusOr<NewHandle> Device::CreateTensor(uint64_t session, absl::Span<cons
                                                uint32_t elem_size, absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
   RETURN_IF_ERROR(CheckQuota(*s, data.size()));
-  return AddHandle(*s, server_->CreateTensor(data, shape, elem_size));
+  return AddHandle(*s, server_->CreateTensor(data, shape, elem_size, s->memory_owner()));
 }
 
 absl::StatusOr<NewHandle> Device::Empty(uint64_t session, uint64_t size, absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
   RETURN_IF_ERROR(CheckQuota(*s, size));
-  return AddHandle(*s, server_->Empty(size));
+  return AddHandle(*s, server_->Empty(size, s->memory_owner()));
 }
 
 absl::StatusOr<NewHandle> Device::EmptyTensor(uint64_t session, absl::Span<const uint64_t> shape,
@@ -291,7 +292,7 @@ absl::StatusOr<NewHandle> Device::EmptyTensor(uint64_t session, absl::Span<const
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
   ASSIGN_OR_RETURN(const uint64_t bytes, TensorBytes(shape, elem_size, "shape"));
   RETURN_IF_ERROR(CheckQuota(*s, bytes));
-  return AddHandle(*s, server_->EmptyTensor(shape, elem_size));
+  return AddHandle(*s, server_->EmptyTensor(shape, elem_size, s->memory_owner()));
 }
 
 absl::Status Device::CheckReadBytes(uint64_t total) const {
@@ -597,7 +598,7 @@ absl::StatusOr<NewHandle> Device::CreateWithId(uint64_t session, uint64_t id,
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
   RETURN_IF_ERROR(CheckClientId(*s, id));
   RETURN_IF_ERROR(CheckQuota(*s, data.size()));
-  return AddHandleWithId(*s, id, server_->Create(data));
+  return AddHandleWithId(*s, id, server_->Create(data, s->memory_owner()));
 }
 
 absl::StatusOr<NewHandle> Device::CreateTensorWithId(uint64_t session, uint64_t id,
@@ -607,7 +608,7 @@ absl::StatusOr<NewHandle> Device::CreateTensorWithId(uint64_t session, uint64_t 
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
   RETURN_IF_ERROR(CheckClientId(*s, id));
   RETURN_IF_ERROR(CheckQuota(*s, data.size()));
-  return AddHandleWithId(*s, id, server_->CreateTensor(data, shape, elem_size));
+  return AddHandleWithId(*s, id, server_->CreateTensor(data, shape, elem_size, s->memory_owner()));
 }
 
 absl::StatusOr<NewHandle> Device::EmptyWithId(uint64_t session, uint64_t id, uint64_t size,
@@ -615,7 +616,7 @@ absl::StatusOr<NewHandle> Device::EmptyWithId(uint64_t session, uint64_t id, uin
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
   RETURN_IF_ERROR(CheckClientId(*s, id));
   RETURN_IF_ERROR(CheckQuota(*s, size));
-  return AddHandleWithId(*s, id, server_->Empty(size));
+  return AddHandleWithId(*s, id, server_->Empty(size, s->memory_owner()));
 }
 
 absl::StatusOr<NewHandle> Device::EmptyTensorWithId(uint64_t session, uint64_t id,
@@ -625,7 +626,7 @@ absl::StatusOr<NewHandle> Device::EmptyTensorWithId(uint64_t session, uint64_t i
   RETURN_IF_ERROR(CheckClientId(*s, id));
   ASSIGN_OR_RETURN(const uint64_t bytes, TensorBytes(shape, elem_size, "shape"));
   RETURN_IF_ERROR(CheckQuota(*s, bytes));
-  return AddHandleWithId(*s, id, server_->EmptyTensor(shape, elem_size));
+  return AddHandleWithId(*s, id, server_->EmptyTensor(shape, elem_size, s->memory_owner()));
 }
 
 void Device::PoisonId(uint64_t session, uint64_t id, absl::Status error) {

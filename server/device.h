@@ -165,6 +165,9 @@ class Device {
   DeviceOptions options_;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Session>> sessions_;
   absl::flat_hash_map<const Principal*, OwnerUsage> owners_;
+  // The next session's memory owner (Note [Owner-tagged memory] in storage/memory_manager.cc):
+  // a counter, so never reused, unlike session ids.
+  MemoryOwner next_memory_owner_ = kFirstSessionOwner;
   absl::BitGen random_;
 };
 

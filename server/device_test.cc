@@ -66,6 +66,24 @@ TEST_F(DeviceTest, AnotherSessionsHandleIsNotFound) {
   EXPECT_EQ(device_->Release(other, {h.handle}, now_).code(), absl::StatusCode::kNotFound);
 }
 
+// docs/security.md, "Memory isolation": each session is its own memory owner, so memory that
+// another session freed is zeroed and memory a session freed itself is not.
+TEST_F(DeviceTest, FreedMemoryIsZeroedForAnotherSessionOnly) {
+  const std::string secret(100, 's');
+  NewHandle h = *device_->Create(session_, Bytes(secret), now_);
+  ASSERT_TRUE(device_->Release(session_, {h.handle}, now_).ok());
+  const uint64_t own = device_->Empty(session_, 100, now_)->handle;
+  absl::Status status;
+  EXPECT_EQ(Read({{own, 0, 0}}, &status)[0], secret) << "its own bytes: not zeroed";
+  ASSERT_TRUE(device_->Release(session_, {own}, now_).ok());
+  const uint64_t other = device_->OpenSession(0, now_)->session;
+  const uint64_t e = device_->Empty(other, 100, now_)->handle;
+  std::vector<std::string> out;
+  device_->Read(other, {{e, 0, 0}}, &out, now_, [&](absl::Status s) { status = s; });
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(out[0], std::string(100, '\0')) << "another session's bytes";
+}
+
 TEST_F(DeviceTest, OffsetsAreChecked) {
   NewHandle h = *device_->Create(session_, Bytes("0123456789"), now_);
   absl::Status status;

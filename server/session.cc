@@ -19,8 +19,13 @@ uint64_t Mix(uint64_t x) {
 }  // namespace
 
 Session::Session(uint64_t id, absl::Duration lease, absl::Time now, uint64_t id_key,
-                 PrincipalPtr owner)
-    : id_(id), owner_(std::move(owner)), lease_(lease), last_used_(now), id_key_(id_key) {}
+                 MemoryOwner memory_owner, PrincipalPtr owner)
+    : id_(id),
+      memory_owner_(memory_owner),
+      owner_(std::move(owner)),
+      lease_(lease),
+      last_used_(now),
+      id_key_(id_key) {}
 
 uint64_t Session::AddHandle(SliceId slice, uint64_t size) {
   uint64_t id;

@@ -42,12 +42,15 @@ class Session {
   // thread, after its handles were released (Device::WatchSession).
   using ClosedCallback = absl::AnyInvocable<void(const absl::Status&)>;
 
-  // `owner` is the principal that opened the session (null: none, as in unit tests).
+  // `memory_owner` tags the memory the session allocates (Note [Owner-tagged memory] in
+  // storage/memory_manager.cc): unique on the device, never reused. `owner` is the principal
+  // that opened the session (null: none, as in unit tests).
   Session(uint64_t id, absl::Duration lease, absl::Time now, uint64_t id_key,
-          PrincipalPtr owner = nullptr);
+          MemoryOwner memory_owner, PrincipalPtr owner = nullptr);
 
   uint64_t id() const { return id_; }
   const PrincipalPtr& owner() const { return owner_; }
+  MemoryOwner memory_owner() const { return memory_owner_; }
   // Bytes of the handles in the table (their sizes as the client sees them), for quotas.
   uint64_t bytes() const { return bytes_; }
   void AddBytes(uint64_t n) { bytes_ += n; }
@@ -92,6 +95,7 @@ class Session {
 
  private:
   uint64_t id_;
+  MemoryOwner memory_owner_;
   PrincipalPtr owner_;
   uint64_t bytes_ = 0;
   absl::Duration lease_;

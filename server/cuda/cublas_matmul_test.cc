@@ -314,14 +314,15 @@ absl::StatusOr<std::vector<double>> RunMatmul(ComputeServer& server, const Matmu
   Launch launch;
   std::vector<SliceId> slices;
   absl::Status status;
+  const MemoryOwner owner = testing_cuda::kTestOwner;
   for (int i = 0; i < 3 && status.ok(); ++i) {
     const bool pitched = use_pitch && ops[i]->pitched;
     TensorLayout layout = ops[i]->Layout();
     absl::StatusOr<Allocation> a =
-        pitched ? (i < 2 ? server.CreateTensor(Bytes(data[i]), ops[i]->shape, es)
-                         : server.EmptyTensor(ops[i]->shape, es))
-                : (i < 2 ? server.Create(Bytes(data[i]))
-                         : server.Empty(layout.SpanElements() * es));
+        pitched ? (i < 2 ? server.CreateTensor(Bytes(data[i]), ops[i]->shape, es, owner)
+                         : server.EmptyTensor(ops[i]->shape, es, owner))
+                : (i < 2 ? server.Create(Bytes(data[i]), owner)
+                         : server.Empty(layout.SpanElements() * es, owner));
     if (!a.ok()) {
       status = a.status();
       break;

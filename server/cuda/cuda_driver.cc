@@ -67,6 +67,9 @@ absl::StatusOr<CudaDriver> OpenCudaDriver(const std::string& library_name) {
   need("cuMemcpyDtoHAsync_v2", &d.MemcpyDtoHAsync);
   need("cuMemcpyDtoH_v2", &d.MemcpyDtoH);
   need("cuMemcpy2DAsync_v2", &d.Memcpy2DAsync);
+  need("cuMemsetD8Async", &d.MemsetD8Async);
+  need("cuMemsetD32Async", &d.MemsetD32Async);
+  need("cuMemsetD2D8Async", &d.MemsetD2D8Async);
   need("cuModuleLoadData", &d.ModuleLoadData);
   need("cuModuleUnload", &d.ModuleUnload);
   need("cuModuleGetFunction", &d.ModuleGetFunction);

@@ -47,6 +47,9 @@ struct CudaDriver {
   decltype(&::cuMemcpyDtoHAsync_v2) MemcpyDtoHAsync = nullptr;
   decltype(&::cuMemcpyDtoH_v2) MemcpyDtoH = nullptr;
   decltype(&::cuMemcpy2DAsync_v2) Memcpy2DAsync = nullptr;
+  decltype(&::cuMemsetD8Async) MemsetD8Async = nullptr;
+  decltype(&::cuMemsetD32Async) MemsetD32Async = nullptr;
+  decltype(&::cuMemsetD2D8Async) MemsetD2D8Async = nullptr;
   decltype(&::cuModuleLoadData) ModuleLoadData = nullptr;
   decltype(&::cuModuleUnload) ModuleUnload = nullptr;
   decltype(&::cuModuleGetFunction) ModuleGetFunction = nullptr;

@@ -160,10 +160,12 @@ class BuiltinKernelTest : public ::testing::TestWithParam<CudaBuiltinSignature> 
     std::vector<SliceId> slices;
     for (size_t i = 0; i < operands.size(); ++i) {
       const uint64_t bytes = operands[i].buffer_elems * ElemSize(operands[i].type);
-      absl::StatusOr<Allocation> a = i < inputs.size()
-          ? server.Create(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(inputs[i].data()),
-                                              inputs[i].size()))
-          : server.Empty(bytes);
+      absl::StatusOr<Allocation> a =
+          i < inputs.size() ? server.Create(absl::MakeConstSpan(
+                                                reinterpret_cast<const uint8_t*>(inputs[i].data()),
+                                                inputs[i].size()),
+                                            testing_cuda::kTestOwner)
+                            : server.Empty(bytes, testing_cuda::kTestOwner);
       if (!a.ok()) return a.status();
       slices.push_back(a->slice);
       launch.buffers.push_back({a->slice, 0, bytes});

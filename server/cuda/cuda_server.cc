@@ -184,22 +184,66 @@ absl::StatusOr<CUdeviceptr> CudaServer::DevicePointer(const ResolvedBinding& bin
   return resource.device_ptr + where.offset + binding.offset;
 }
 
-absl::StatusOr<Allocation> CudaServer::Empty(uint64_t size) {
+absl::StatusOr<CudaServer::Reserved> CudaServer::Reserve(uint64_t size, MemoryOwner owner) {
   RETURN_IF_ERROR(LostStatus());
-  ASSIGN_OR_RETURN(Reservation r, memory_->Reserve(size, kUnknownOwner));
-  const SliceId slice = r.slice;
-  return Allocation{slice, size, {}};
+  ASSIGN_OR_RETURN(Reservation reservation, memory_->Reserve(size, owner));
+  Reserved r{reservation.slice, 0, 0, reservation.dirty};
+  absl::StatusOr<SliceLocation> where = memory_->Locate(r.slice);
+  absl::StatusOr<StorageResource> page =
+      where.ok() ? storage_->Resource(where->storage) : where.status();
+  if (!page.ok()) {
+    memory_->FreeUninitialized(r.slice);
+    return page.status();
+  }
+  r.ptr = page->device_ptr + where->offset;
+  r.extent = where->extent;
+  return r;
+}
+
+absl::Status CudaServer::ZeroAsync(CUdeviceptr ptr, uint64_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(context_->MakeCurrent());
+  // 32-bit words where aligned (slices are 256-byte aligned; a Create's tail may not be).
+  const uint64_t head = std::min<uint64_t>(bytes, (4 - ptr % 4) % 4);
+  const uint64_t words = (bytes - head) / 4;
+  const uint64_t tail = bytes - head - words * 4;
+  if (head > 0) CU_RETURN_IF_ERROR(Cu().MemsetD8Async(ptr, 0, head, stream_));
+  if (words > 0) CU_RETURN_IF_ERROR(Cu().MemsetD32Async(ptr + head, 0, words, stream_));
+  if (tail > 0) CU_RETURN_IF_ERROR(Cu().MemsetD8Async(ptr + bytes - tail, 0, tail, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaServer::ZeroOutsideRows(const Reserved& r, uint64_t width, uint64_t pitch,
+                                         uint64_t rows) {
+  if (!r.dirty) return absl::OkStatus();
+  const uint64_t covered = rows == 0 ? 0 : (rows - 1) * pitch + width;
+  if (pitch > width && rows > 1) {  // Note [Pitched tensors]: the padding of each row.
+    if (pitch > max_pitch_) return ZeroAsync(r.ptr, r.extent);  // Beyond cuMemsetD2D8's reach.
+    RETURN_IF_ERROR(context_->MakeCurrent());
+    CU_RETURN_IF_ERROR(
+        Cu().MemsetD2D8Async(r.ptr + width, pitch, 0, pitch - width, rows - 1, stream_));
+  }
+  return ZeroAsync(r.ptr + covered, r.extent - covered);
+}
+
+absl::StatusOr<Allocation> CudaServer::Empty(uint64_t size, MemoryOwner owner) {
+  ASSIGN_OR_RETURN(Reserved r, Reserve(size, owner));
+  if (absl::Status s = r.dirty ? ZeroAsync(r.ptr, r.extent) : absl::OkStatus(); !s.ok()) {
+    memory_->FreeUninitialized(r.slice);
+    return Check(s);
+  }
+  return Allocation{r.slice, size, {}};
 }
 
 absl::StatusOr<Allocation> CudaServer::EmptyTensor(absl::Span<const uint64_t> shape,
-                                                   uint32_t elem_size) {
+                                                   uint32_t elem_size, MemoryOwner owner) {
   RETURN_IF_ERROR(LostStatus());
   std::optional<TensorAllocation> layout =
       PitchedTensorLayout(shape, elem_size, CudaStorage::kAlignment);
   if (!layout) return absl::InvalidArgumentError("tensor size overflows 64 bits");
-  ASSIGN_OR_RETURN(Reservation r, memory_->Reserve(layout->bytes, kUnknownOwner));
-  const SliceId slice = r.slice;
-  return Allocation{slice, layout->bytes, std::move(layout->strides)};
+  ASSIGN_OR_RETURN(Allocation a, Empty(layout->bytes, owner));
+  a.strides = std::move(layout->strides);
+  return a;
 }
 
 absl::Status CudaServer::Copy2D(CUdeviceptr device, uint64_t pitch, uint8_t* host,
@@ -252,45 +296,49 @@ absl::Status CudaServer::Upload(CUdeviceptr base, absl::Span<const uint8_t> data
   return absl::OkStatus();
 }
 
-absl::StatusOr<Allocation> CudaServer::Create(absl::Span<const uint8_t> data) {
-  ASSIGN_OR_RETURN(Allocation a, Empty(data.size()));
-  absl::StatusOr<CUdeviceptr> ptr = DevicePointer({a.slice, 0, a.size});
-  absl::Status status = ptr.status();
+absl::StatusOr<Allocation> CudaServer::Create(absl::Span<const uint8_t> data, MemoryOwner owner) {
+  ASSIGN_OR_RETURN(Reserved r, Reserve(data.size(), owner));
+  absl::Status status = ZeroOutsideRows(r, data.size(), data.size(), 1);
   if (status.ok()) {
-    status = Upload(*ptr, data, PlanContiguousCopy(data.size(), PinnedStagingPool::kChunkBytes));
+    status = Upload(r.ptr, data, PlanContiguousCopy(data.size(), PinnedStagingPool::kChunkBytes));
   }
   if (!status.ok()) {
-    memory_->Free(a.slice);
+    memory_->FreeUninitialized(r.slice);
     return Check(status);
   }
-  return a;
+  return Allocation{r.slice, data.size(), {}};
 }
 
 absl::StatusOr<Allocation> CudaServer::CreateTensor(absl::Span<const uint8_t> data,
                                                     absl::Span<const uint64_t> shape,
-                                                    uint32_t elem_size) {
-  ASSIGN_OR_RETURN(Allocation a, EmptyTensor(shape, elem_size));
-  absl::Status status = absl::OkStatus();
-  const std::optional<uint64_t> count = CheckedProduct(shape);
-  if (!count || *count * elem_size != data.size()) {
-    status = absl::InternalError("tensor data length differs from its shape");
-  }
-  absl::StatusOr<CUdeviceptr> ptr = DevicePointer({a.slice, 0, a.size});
-  if (status.ok()) status = ptr.status();
-  if (status.ok()) {
-    CopyPlanLimits limits;
-    limits.max_pitch = max_pitch_;
-    limits.max_pieces = UINT64_MAX;
-    std::optional<std::vector<CopyPiece>> plan =
-        PlanTensorCopy(shape, a.strides, elem_size, limits);
-    status = plan ? Upload(*ptr, data, *plan)
-                  : absl::InternalError("no copy plan for a pitched tensor layout");
-  }
+                                                    uint32_t elem_size, MemoryOwner owner) {
+  RETURN_IF_ERROR(LostStatus());
+  std::optional<TensorAllocation> layout =
+      PitchedTensorLayout(shape, elem_size, CudaStorage::kAlignment);
+  if (!layout) return absl::InvalidArgumentError("tensor size overflows 64 bits");
+  ASSIGN_OR_RETURN(const uint64_t dense, TensorBytes(shape, elem_size, "shape"));
+  if (dense != data.size()) return absl::InternalError("tensor data length differs from its shape");
+  CopyPlanLimits limits;
+  limits.max_pitch = max_pitch_;
+  limits.max_pieces = UINT64_MAX;
+  std::optional<std::vector<CopyPiece>> plan =
+      PlanTensorCopy(shape, layout->strides, elem_size, limits);
+  if (!plan) return absl::InternalError("no copy plan for a pitched tensor layout");
+  ASSIGN_OR_RETURN(Reserved r, Reserve(layout->bytes, owner));
+  // Note [Pitched tensors]: rows of shape[rank-1] elements every strides[rank-2] elements; a
+  // contiguous tensor is one row of all its bytes.
+  const size_t rank = shape.size();
+  const bool pitched = rank >= 2 && layout->strides[rank - 2] != shape[rank - 1];
+  const uint64_t width = pitched ? shape[rank - 1] * elem_size : data.size();
+  const uint64_t pitch = pitched ? layout->strides[rank - 2] * elem_size : data.size();
+  const uint64_t rows = pitched ? data.size() / width : 1;
+  absl::Status status = ZeroOutsideRows(r, width, pitch, rows);
+  if (status.ok()) status = Upload(r.ptr, data, *plan);
   if (!status.ok()) {
-    memory_->Free(a.slice);
+    memory_->FreeUninitialized(r.slice);
     return Check(status);
   }
-  return a;
+  return Allocation{r.slice, layout->bytes, std::move(layout->strides)};
 }
 
 void CudaServer::Free(SliceId slice) { memory_->Free(slice); }

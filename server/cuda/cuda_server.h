@@ -64,15 +64,18 @@ class CudaServer final : public ComputeServer {
   bool lost() const { return lost_.load(std::memory_order_acquire); }
 
   const DeviceDescription& Description() const override { return description_; }
-  absl::StatusOr<Allocation> Empty(uint64_t size) override;
+  // A dirty reservation (Note [Owner-tagged memory]) is zeroed with cuMemset*Async on the
+  // stream, queued before the call returns (no host wait).
+  absl::StatusOr<Allocation> Empty(uint64_t size, MemoryOwner owner) override;
   // Pitched rows: Note [Pitched tensors] in cuda_transfer.h.
-  absl::StatusOr<Allocation> EmptyTensor(absl::Span<const uint64_t> shape,
-                                         uint32_t elem_size) override;
-  // Copied into pinned staging before returning; the upload is queued on the stream.
-  absl::StatusOr<Allocation> Create(absl::Span<const uint8_t> data) override;
+  absl::StatusOr<Allocation> EmptyTensor(absl::Span<const uint64_t> shape, uint32_t elem_size,
+                                         MemoryOwner owner) override;
+  // Copied into pinned staging before returning; the upload is queued on the stream. When dirty,
+  // the bytes the data does not cover (the tail; a pitched tensor's row padding) are zeroed.
+  absl::StatusOr<Allocation> Create(absl::Span<const uint8_t> data, MemoryOwner owner) override;
   absl::StatusOr<Allocation> CreateTensor(absl::Span<const uint8_t> data,
-                                          absl::Span<const uint64_t> shape,
-                                          uint32_t elem_size) override;
+                                          absl::Span<const uint64_t> shape, uint32_t elem_size,
+                                          MemoryOwner owner) override;
   void Free(SliceId slice) override;
   // Copies `bytes` into pinned staging (PlanDenseRangeWrite's pieces) and queues the upload;
   // `done` runs before returning, as `bytes` is no longer needed then.
@@ -119,6 +122,21 @@ class CudaServer final : public ComputeServer {
   // Marks the server lost when `status` is a device-lost error; returns `status`. Thread-safe.
   absl::Status Check(absl::Status status);
   absl::StatusOr<CUdeviceptr> DevicePointer(const ResolvedBinding& binding) const;
+
+  // A reserved slice: its device address and extent, and whether it must be zeroed.
+  struct Reserved {
+    SliceId slice = 0;
+    CUdeviceptr ptr = 0;
+    uint64_t extent = 0;
+    bool dirty = false;
+  };
+  // Reserves `size` bytes for `owner` (Note [Owner-tagged memory]); zeroes nothing.
+  absl::StatusOr<Reserved> Reserve(uint64_t size, MemoryOwner owner);
+  // Queues the zeroing of `bytes` bytes at `ptr` on the stream.
+  absl::Status ZeroAsync(CUdeviceptr ptr, uint64_t bytes);
+  // Queues the zeroing of the bytes of `r` outside a tensor's rows: `rows` rows of `width` bytes
+  // every `pitch` bytes from the slice's start (a contiguous buffer: one row).
+  absl::Status ZeroOutsideRows(const Reserved& r, uint64_t width, uint64_t pitch, uint64_t rows);
 
   // One rectangular copy on the stream between device memory (strided side) and host memory
   // (dense side, pinned).

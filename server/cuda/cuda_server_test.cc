@@ -1,5 +1,6 @@
 #include "server/cuda/cuda_server.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -19,6 +20,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing_cuda::EndProfileNow;
+using testing_cuda::kTestOwner;
 using testing_cuda::MakeCudaServer;
 using testing_cuda::RandomBytes;
 using testing_cuda::ReadAll;
@@ -53,7 +55,7 @@ class CudaServerTest : public ::testing::Test {
   }
 
   Allocation CreateOrDie(const std::string& data) {
-    absl::StatusOr<Allocation> a = server_->Create(Bytes(data));
+    absl::StatusOr<Allocation> a = server_->Create(Bytes(data), kTestOwner);
     EXPECT_TRUE(a.ok()) << a.status();
     return a.ok() ? *a : Allocation{};
   }
@@ -116,7 +118,7 @@ TEST_F(CudaServerTest, ManyReadsInOneCallComeBackInOrder) {
 TEST_F(CudaServerTest, TensorsArePitchedAndReadBackDensely) {
   const std::vector<uint64_t> shape = {3, 1000};
   const std::string data = RandomBytes(3 * 1000 * 4, 7);
-  absl::StatusOr<Allocation> a = server_->CreateTensor(Bytes(data), shape, 4);
+  absl::StatusOr<Allocation> a = server_->CreateTensor(Bytes(data), shape, 4, kTestOwner);
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_THAT(a->strides, ElementsAre(1024, 1));  // 4000-byte rows padded to 4096.
   EXPECT_EQ(a->size, 3u * 4096);
@@ -137,13 +139,75 @@ TEST_F(CudaServerTest, TensorsArePitchedAndReadBackDensely) {
   EXPECT_EQ((*out)[1], want_t);
   EXPECT_EQ((*out)[2], data.substr(0, 4000) + data.substr(0, 4000));
 
-  absl::StatusOr<Allocation> e = server_->EmptyTensor({2, 5, 1000}, 4);
+  absl::StatusOr<Allocation> e = server_->EmptyTensor({2, 5, 1000}, 4, kTestOwner);
   ASSERT_TRUE(e.ok());
   EXPECT_THAT(e->strides, ElementsAre(5 * 1024, 1024, 1));
 }
 
+// Note [Owner-tagged memory] (storage/memory_manager.cc) on the device: what owner A freed is
+// zeroed, in stream order, before owner B sees it; A reusing its own memory is not zeroed.
+constexpr MemoryOwner kA = kTestOwner + 1, kB = kTestOwner + 2;
+
+uint64_t NonZero(const std::string& s) {
+  return static_cast<uint64_t>(std::count_if(s.begin(), s.end(), [](char c) { return c != 0; }));
+}
+
+TEST_F(CudaServerTest, EmptyZeroesAnotherOwnersBytesButNotItsOwn) {
+  for (uint64_t size : {uint64_t{1000}, uint64_t{3} << 20, uint64_t{40} << 20}) {  // Each pool.
+    SCOPED_TRACE(size);
+    const std::string secret = std::string(size, '\x5a');
+    absl::StatusOr<Allocation> a = server_->Create(Bytes(secret), kA);
+    ASSERT_TRUE(a.ok()) << a.status();
+    server_->Free(a->slice);  // No wait: what follows is ordered after the copy on the stream.
+    absl::StatusOr<Allocation> own = server_->Empty(size, kA);
+    ASSERT_TRUE(own.ok()) << own.status();
+    EXPECT_EQ(ReadOrDie({own->slice, 0, own->size}), secret) << "A's own bytes, not zeroed";
+    server_->Free(own->slice);
+    absl::StatusOr<Allocation> b = server_->Empty(size, kB);
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(NonZero(ReadOrDie({b->slice, 0, b->size})), 0u) << "B saw A's bytes";
+    server_->Free(b->slice);
+  }
+}
+
+TEST_F(CudaServerTest, CreateTensorZeroesTheRowPaddingOfAnotherOwnersBytes) {
+  const std::vector<uint64_t> shape = {3, 1000};  // Rows of 4000 bytes, pitch 4096.
+  absl::StatusOr<Allocation> a =
+      server_->CreateTensor(Bytes(std::string(12000, '\x5a')), shape, 4, kA);
+  ASSERT_TRUE(a.ok()) << a.status();
+  server_->Free(a->slice);
+  const std::string data = RandomBytes(12000, 9);
+  absl::StatusOr<Allocation> t = server_->CreateTensor(Bytes(data), shape, 4, kB);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->size, 3u * 4096);
+  const std::string raw = ReadOrDie({t->slice, 0, t->size});
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(raw.substr(r * 4096, 4000), data.substr(r * 4000, 4000)) << "row " << r;
+    EXPECT_EQ(NonZero(raw.substr(r * 4096 + 4000, 96)), 0u) << "padding of row " << r;
+  }
+  server_->Free(t->slice);
+  absl::StatusOr<Allocation> e = server_->EmptyTensor(shape, 4, kA);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(NonZero(ReadOrDie({e->slice, 0, e->size})), 0u) << "A saw B's tensor";
+}
+
+TEST_F(CudaServerTest, CreateZeroesTheRestOfItsSliceOfAnotherOwnersBytes) {
+  absl::StatusOr<Allocation> first = server_->Create(Bytes(std::string(256, '\x5a')), kA);
+  absl::StatusOr<Allocation> second = server_->Create(Bytes(std::string(256, '\x5a')), kA);
+  ASSERT_TRUE(first.ok() && second.ok());
+  server_->Free(first->slice);  // A hole of 256 bytes; `second` keeps it from merging.
+  absl::StatusOr<Allocation> small = server_->Create(Bytes("b"), kB);
+  ASSERT_TRUE(small.ok()) << small.status();
+  server_->Free(small->slice);
+  absl::StatusOr<Allocation> wide = server_->Empty(256, kB);  // B's own hole: not zeroed.
+  ASSERT_TRUE(wide.ok()) << wide.status();
+  const std::string got = ReadOrDie({wide->slice, 0, 256});
+  EXPECT_EQ(got[0], 'b') << "B's own slice again";
+  EXPECT_EQ(NonZero(got.substr(1)), 0u) << "the rest of B's 1-byte create kept A's bytes";
+}
+
 TEST_F(CudaServerTest, FreeAndCleanupReturnTheMemory) {
-  absl::StatusOr<Allocation> a = server_->Empty(uint64_t{300} << 20);
+  absl::StatusOr<Allocation> a = server_->Empty(uint64_t{300} << 20, kTestOwner);
   ASSERT_TRUE(a.ok());
   EXPECT_GE(server_->Usage().bytes_reserved, uint64_t{300} << 20);
   server_->Free(a->slice);
@@ -153,16 +217,16 @@ TEST_F(CudaServerTest, FreeAndCleanupReturnTheMemory) {
 }
 
 TEST_F(CudaServerTest, OverTheMemoryLimitIsResourceExhausted) {
-  absl::StatusOr<Allocation> a = server_->Empty(uint64_t{1536} << 20);  // Limit: 2 GiB.
+  absl::StatusOr<Allocation> a = server_->Empty(uint64_t{1536} << 20, kTestOwner);  // Limit: 2 GiB.
   ASSERT_TRUE(a.ok()) << a.status();
-  absl::StatusOr<Allocation> b = server_->Empty(uint64_t{1} << 30);
+  absl::StatusOr<Allocation> b = server_->Empty(uint64_t{1} << 30, kTestOwner);
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), absl::StatusCode::kResourceExhausted) << b.status();
   EXPECT_EQ(server_->Usage().number_allocs, 1u);  // The failed request left no trace.
 }
 
 TEST_F(CudaServerTest, ProfileMeasuresDeviceTime) {
-  absl::StatusOr<Allocation> out = server_->Empty(uint64_t{256} << 20);
+  absl::StatusOr<Allocation> out = server_->Empty(uint64_t{256} << 20, kTestOwner);
   ASSERT_TRUE(out.ok());
   absl::StatusOr<ProfileToken> token = server_->StartProfile();
   ASSERT_TRUE(token.ok());

@@ -40,10 +40,28 @@ absl::StatusOr<StorageId> CudaStorage::Alloc(uint64_t size) {
     return absl::InternalError(absl::StrCat("cuMemAlloc returned an address not aligned to ",
                                             kAlignment, " bytes"));
   }
+  if (options_.stream != nullptr) {
+    // Zeroed once per allocation, so that a pool's new page is kZeroedOwner (Note [Owner-tagged
+    // memory]): a page of unknown content would make every slice freed into it unknown too, and
+    // a session's reuse of its own memory would be zeroed every time.
+    const absl::Status zeroed =
+        size % 4 == 0 ? CU_STATUS(Cu().MemsetD32Async(ptr, 0, size / 4, options_.stream))
+                      : CU_STATUS(Cu().MemsetD8Async(ptr, 0, size, options_.stream));
+    if (!zeroed.ok()) {
+      Cu().MemFree(ptr);
+      return zeroed;
+    }
+  }
   const StorageId id = next_id_++;
   allocations_.emplace(id, Allocation{ptr, size, {}});
   bytes_allocated_ += size;
   return id;
+}
+
+StorageCapabilities CudaStorage::capabilities() const {
+  StorageCapabilities capabilities;
+  capabilities.zeroes_new_allocations = options_.stream != nullptr;
+  return capabilities;
 }
 
 void CudaStorage::Dealloc(StorageId id) {

@@ -17,7 +17,8 @@ namespace cubed {
 
 struct CudaStorageOptions {
   const CudaContext* context = nullptr;  // Must outlive the storage.
-  // The device's one stream: Dealloc waits for the work queued on it (null: the whole context).
+  // The device's one stream: Dealloc waits for the work queued on it (null: the whole context),
+  // and new allocations are zeroed on it (null: not zeroed).
   CUstream stream = nullptr;
   // Told about driver errors in Dealloc, which returns nothing (a sticky one means device lost).
   absl::AnyInvocable<void(absl::Status)> on_error;
@@ -38,13 +39,19 @@ class CudaStorage final : public ComputeStorage {
 
   uint64_t alignment() const override { return kAlignment; }
   // INVALID_ARGUMENT for 0; RESOURCE_EXHAUSTED (with the device's free and total memory) when
-  // the device has no memory for it; UNAVAILABLE "device lost: ..." after a sticky error.
+  // the device has no memory for it; UNAVAILABLE "device lost: ..." after a sticky error. With a
+  // stream, the allocation is zeroed on it (cuMemsetD32Async, no host wait) before any work
+  // queued there later: cuMemAlloc promises no zeroed memory and may hand back memory this
+  // process freed, another session's bytes (Note [Owner-tagged memory],
+  // storage/memory_manager.cc).
   absl::StatusOr<StorageId> Alloc(uint64_t size) override;
   // Waits for the stream's queued work (it may use the memory), then cuMemFree: the memory is
   // back on the device when this returns. Unknown ids are logged and ignored.
   void Dealloc(StorageId id) override;
   // device_ptr and size; NOT_FOUND for an unknown id.
   absl::StatusOr<StorageResource> Resource(StorageId id) const override;
+  // New allocations read as zero (in stream order) when the storage has a stream.
+  StorageCapabilities capabilities() const override;
 
   // The 64 bytes of cuIpcGetMemHandle for an allocation (computed once, then cached), which
   // another process opens with cuIpcOpenMemHandle to map the whole allocation. NOT_FOUND for an

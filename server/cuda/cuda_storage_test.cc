@@ -1,6 +1,7 @@
 #include "server/cuda/cuda_storage.h"
 
 #include <memory>
+#include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -59,12 +60,44 @@ TEST(CudaStorageTest, CleanupReallyReturnsMemoryToTheDevice) {
   const uint64_t before = FreeDeviceBytes();
   absl::StatusOr<Reservation> reserved = memory.Reserve(kBytes, kFirstSessionOwner);
   ASSERT_TRUE(reserved.ok()) << reserved.status();
+  EXPECT_TRUE(reserved->dirty) << "cuMemAlloc promises no zeroed memory";
   EXPECT_LE(FreeDeviceBytes(), before - kBytes);
   memory.Free(reserved->slice);
   memory.Cleanup();
   EXPECT_EQ(s->storage->allocation_count(), 0u);
   // Other processes may use the device too: allow 64 MiB of drift.
   EXPECT_GE(FreeDeviceBytes() + (uint64_t{64} << 20), before);
+}
+
+// Note [Owner-tagged memory] (storage/memory_manager.cc): with a stream, every new allocation is
+// zeroed on it, also when the driver hands back memory this process just freed.
+TEST(CudaStorageTest, NewAllocationsAreZeroedOnTheStream) {
+  CUBED_SKIP_WITHOUT_CUDA();
+  std::shared_ptr<ContextAndStorage> plain = MakeStorage();
+  ASSERT_NE(plain, nullptr);
+  EXPECT_FALSE(plain->storage->capabilities().zeroes_new_allocations);
+  ASSERT_TRUE(plain->context->MakeCurrent().ok());
+  CUstream stream = nullptr;
+  ASSERT_EQ(Cu().StreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  {
+    CudaStorageOptions options;
+    options.context = plain->context.get();
+    options.stream = stream;
+    CudaStorage storage(std::move(options));
+    EXPECT_TRUE(storage.capabilities().zeroes_new_allocations);
+    for (uint64_t size : {uint64_t{1}, uint64_t{1001}, uint64_t{8} << 20, uint64_t{8} << 20}) {
+      absl::StatusOr<StorageId> id = storage.Alloc(size);
+      ASSERT_TRUE(id.ok()) << id.status();
+      const CUdeviceptr ptr = storage.Resource(*id)->device_ptr;
+      std::string bytes(size, 'x');
+      ASSERT_EQ(Cu().MemcpyDtoHAsync(bytes.data(), ptr, size, stream), CUDA_SUCCESS);
+      ASSERT_EQ(Cu().StreamSynchronize(stream), CUDA_SUCCESS);
+      EXPECT_EQ(bytes, std::string(size, '\0')) << size;
+      ASSERT_EQ(Cu().MemsetD8Async(ptr, 0xab, size, stream), CUDA_SUCCESS);  // For the next one.
+      storage.Dealloc(*id);
+    }
+  }
+  EXPECT_EQ(Cu().StreamDestroy(stream), CUDA_SUCCESS);
 }
 
 TEST(CudaStorageTest, MoreThanTheDeviceHoldsIsResourceExhausted) {

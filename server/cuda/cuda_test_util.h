@@ -24,6 +24,9 @@ bool CudaDevicePresent(std::string* why = nullptr);
     }                                                                     \
   } while (false)
 
+// The memory owner (a session's tag) that tests allocate for unless they need several.
+inline constexpr MemoryOwner kTestOwner = kFirstSessionOwner;
+
 // A CudaServer on device 0 (fails the test if it cannot be made).
 std::unique_ptr<CudaServer> MakeCudaServer(uint64_t memory_limit = uint64_t{2} << 30);
 
