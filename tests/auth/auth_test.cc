@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -429,6 +430,46 @@ TEST_F(AuthTest, SecondPrincipalCannotTouchAnothersSessionOrHandles) {
   expect_not_found(CloseSession(*alice, b), "alice closing bob's session");
   EXPECT_TRUE(CloseSession(*bob, b).ok());
   EXPECT_TRUE(CloseSession(*alice, a).ok());
+}
+
+// docs/security.md, "Memory isolation": what one principal freed is zeroed before another
+// principal's Empty hands it out (a TCP peer reading what a Unix peer released).
+TEST_F(AuthTest, AnotherPrincipalNeverReadsFreedBytes) {
+  auto daemon = StartTls(StandardConfig());
+  ASSERT_NE(daemon, nullptr);
+  auto alice = Connect(daemon->unix_address(), {});
+  auto bob = Connect(daemon->tcp_address(), Tls(kBobToken));
+  // A small and a medium slice (Note [Pool layout]; under gRPC's default 4 MiB receive limit).
+  for (uint64_t size : {uint64_t{64}, uint64_t{3} << 20}) {
+    SCOPED_TRACE(size);
+    const uint64_t a = OpenSession(*alice);
+    uint64_t secret = 0;
+    ASSERT_TRUE(Create(*alice, a, size, &secret).ok());  // `size` bytes of 'x'.
+    v1::ReleaseRequest release;
+    release.set_session(a);
+    release.add_handles(secret);
+    v1::ReleaseResponse released;
+    ASSERT_TRUE(Call(*alice, &Stub::Release, release, &released).ok());
+
+    const uint64_t b = OpenSession(*bob);
+    v1::EmptyRequest empty;
+    empty.set_session(b);
+    empty.set_size(size);
+    v1::EmptyResponse allocated;
+    ASSERT_TRUE(Call(*bob, &Stub::Empty, empty, &allocated).ok());
+    v1::ReadRequest read;
+    read.set_session(b);
+    read.add_bindings()->set_handle(allocated.handle());
+    v1::ReadResponse data;
+    grpc::Status s = Call(*bob, &Stub::Read, read, &data);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    ASSERT_EQ(data.data_size(), 1);
+    EXPECT_TRUE(data.data(0) == std::string(size, '\0'))
+        << "bob read " << std::count(data.data(0).begin(), data.data(0).end(), 'x')
+        << " of alice's freed bytes";
+    EXPECT_TRUE(CloseSession(*alice, a).ok());
+    EXPECT_TRUE(CloseSession(*bob, b).ok());
+  }
 }
 
 TEST_F(AuthTest, PermissionsNameWhatIsMissing) {

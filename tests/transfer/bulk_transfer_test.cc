@@ -2,11 +2,14 @@
 // docs/api.md "Bulk transfers") against the real daemon: round trips of odd sizes and of 1 GiB
 // through the SDK, the daemon's peak memory during it, cancellation mid-upload, mid-download and
 // of the stream itself (memory back to before), a paused upload not stalling another session,
-// and bad inputs on the raw RPCs.
+// a bulk create's allocation never showing another session's freed bytes, and bad inputs on the
+// raw RPCs.
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -22,6 +25,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/client.h"
+#include "cubed/v1/compute.grpc.pb.h"
 #include "cubed/v1/session.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tests/testing/daemon_process.h"
@@ -498,6 +502,60 @@ TEST_F(BulkTransferTest, TransfersArriveInAnyOrder) {
   EXPECT_EQ(r.code(), 0) << r.message();
   ASSERT_EQ(r.read().data_size(), 1);
   EXPECT_TRUE(r.read().data(0) == bytes_a);
+}
+
+// docs/security.md, "Memory isolation": the allocation of a bulk create exists, readable by its
+// session, while its upload is under way; it must not hold what another session freed.
+TEST_F(BulkTransferTest, BulkCreateNeverShowsAnotherSessionsFreedBytes) {
+  std::unique_ptr<v1::Compute::Stub> compute = v1::Compute::NewStub(channel_);
+  uint64_t seq = 1;
+  for (uint64_t size : {8 * kMiB + 3, 20 * kMiB + 3}) {  // A medium page and an exclusive one.
+    SCOPED_TRACE(absl::StrCat("size ", size));
+    {
+      std::unique_ptr<cubed::Client> a = Connect(0, kMiB, cubed::Transport::kUnary);
+      ASSERT_NE(a, nullptr);
+      std::string secret = Pattern(size, size);
+      for (char& c : secret) c |= 1;  // No zero byte.
+      absl::StatusOr<cubed::Handle> h = a->Create(Bytes(secret));
+      ASSERT_TRUE(h.ok()) << h.status();
+      auto read = a->Read({*h}).get();
+      ASSERT_TRUE(read.ok() && (*read)[0] == secret);
+    }  // A's session closes; its memory goes back to the pools.
+    ASSERT_EQ(BytesInUse(), 0u);
+    auto raw = OpenRaw();
+    const uint64_t id = kFirstClientId + seq;
+    raw->Send({BulkCreate(seq, id, size)});
+    for (int i = 0; i < 200 && BytesInUse() < size; ++i) absl::SleepFor(absl::Milliseconds(10));
+    ASSERT_GE(BytesInUse(), size) << "the bulk create's allocation does not exist yet";
+    // B reads its allocation before uploading anything.
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    v1::ReadRequest request;
+    request.set_session(raw->session);
+    request.add_bindings()->set_handle(id);
+    v1::ReadResponse response;
+    grpc::Status st = compute->Read(&context, request, &response);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    ASSERT_EQ(response.data_size(), 1);
+    const std::string& got = response.data(0);
+    ASSERT_EQ(got.size(), size);
+    EXPECT_EQ(std::count(got.begin(), got.end(), '\0'), static_cast<std::ptrdiff_t>(size))
+        << "a bulk create's allocation showed bytes another session freed";
+    // The upload then completes as usual.
+    const std::string data = Pattern(size, 77);
+    std::vector<v1::UploadChunk> chunks;
+    for (uint64_t off = 0; off < size; off += 4 * kMiB) {
+      chunks.push_back(Chunk(off == 0 ? raw->session : 0, off == 0 ? seq : 0, off == 0 ? size : 0,
+                             off, data.substr(off, 4 * kMiB)));
+    }
+    st = Upload(chunks);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    raw->Send({Read(seq + 1, id, false)});
+    const v1::Reply r = raw->Await(seq + 1);
+    ASSERT_EQ(r.code(), 0) << r.message();
+    EXPECT_TRUE(r.read().data(0) == data);
+    seq += 2;
+  }
 }
 
 TEST_F(BulkTransferTest, BadInputsFailClearlyAndLeaveNothing) {
