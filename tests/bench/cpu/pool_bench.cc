@@ -2,9 +2,11 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <random>
 
@@ -37,7 +39,10 @@ std::vector<uint64_t> HeldSizes(int n) {
   return sizes;
 }
 
-absl::StatusOr<std::vector<double>> TimePool(uint64_t size, const PoolOptions& o) {
+// Reserve+Free pairs timed in batches. `alternate`: the pairs alternate between two owners
+// (sessions), so that every reservation is dirty and zeroed as CpuServer zeroes it (Note
+// [Owner-tagged memory]); else one owner reuses its own memory, as in P5.
+absl::StatusOr<std::vector<double>> TimePool(uint64_t size, const PoolOptions& o, bool alternate) {
   HostStorage storage;
   MemoryManager manager(&storage, MemoryManagerOptions{});
   std::vector<SliceId> held;
@@ -49,8 +54,14 @@ absl::StatusOr<std::vector<double>> TimePool(uint64_t size, const PoolOptions& o
   for (int b = -1; b < o.batches; ++b) {  // Batch -1 warms up.
     Clock::time_point t0 = Clock::now();
     for (int i = 0; i < o.pairs_per_batch; ++i) {
-      absl::StatusOr<Reservation> r = manager.Reserve(size, kFirstSessionOwner);
+      const MemoryOwner owner = kFirstSessionOwner + (alternate ? (i & 1) : 0);
+      absl::StatusOr<Reservation> r = manager.Reserve(size, owner);
       if (!r.ok()) return r.status();
+      if (r->dirty) {
+        ASSIGN_OR_RETURN(SliceLocation where, manager.Locate(r->slice));
+        ASSIGN_OR_RETURN(StorageResource page, storage.Resource(where.storage));
+        std::memset(page.host_ptr + where.offset, 0, where.extent);
+      }
       manager.Free(r->slice);
     }
     double elapsed = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
@@ -110,7 +121,7 @@ absl::StatusOr<std::vector<Row>> MeasurePoolAllocFree(const PoolOptions& options
     for (int half = 0; half < 2; ++half) {
       PoolOptions o = options;
       o.batches = (options.batches + 1 - half) / 2;
-      ASSIGN_OR_RETURN(std::vector<double> p, TimePool(size, o));
+      ASSIGN_OR_RETURN(std::vector<double> p, TimePool(size, o, /*alternate=*/false));
       std::vector<double> m = TimeMalloc(size, o);
       pool.insert(pool.end(), p.begin(), p.end());
       libc.insert(libc.end(), m.begin(), m.end());
@@ -133,6 +144,22 @@ absl::StatusOr<std::vector<Row>> MeasurePoolAllocFree(const PoolOptions& options
         "malloc is itself a warm pool, so ~1x is the honest CPU floor",
         row.Ratio());
     rows.push_back(row);
+    // What a change of owner costs: the same pairs, two sessions taking turns.
+    PoolOptions few = options;  // Each pair moves up to 1 MiB: fewer of them.
+    few.batches = std::max(3, options.batches / 3);
+    few.pairs_per_batch = std::max(100, options.pairs_per_batch / 10);
+    ASSIGN_OR_RETURN(std::vector<double> zeroed, TimePool(size, few, /*alternate=*/true));
+    Row diag;
+    diag.id = "(P5 diag.)";
+    diag.lower_is_better = true;
+    diag.name = absl::StrCat("same, two sessions alternating (each Reserve dirty: memset) ",
+                             SizeName(size));
+    diag.unit = "ns/pair";
+    diag.figure = Summarize(zeroed);
+    diag.baseline_name = "one session reusing its own memory (P5)";
+    diag.baseline = row.figure;
+    diag.note = "Note [Owner-tagged memory]: memory that changes session is zeroed";
+    rows.push_back(diag);
   }
   return rows;
 }

@@ -18,8 +18,10 @@ struct PoolOptions {
 };
 
 // P5: ns per warm Reserve+Free pair for 256 B, 64 KiB and 1 MiB with `live_slices` held, against
-// malloc+free of the same sizes with as many blocks held. One row per size. The calling thread is
-// pinned to its current CPU meanwhile.
+// malloc+free of the same sizes with as many blocks held. One row per size, each followed by a
+// diagnostic row: the same pairs with two owners (sessions) taking turns, so that every
+// reservation is dirty and zeroed (Note [Owner-tagged memory], storage/memory_manager.cc). The
+// calling thread is pinned to its current CPU meanwhile.
 absl::StatusOr<std::vector<Row>> MeasurePoolAllocFree(const PoolOptions& options);
 
 struct TraceOptions {
