@@ -1,7 +1,7 @@
 #pragma once
 
 // The client end of the session stream's bulk transfers (Note [Bulk transfers] in
-// server/session_stream_bulk.h; docs/api.md, "Bulk transfers"): Upload and Download of one bulk
+// server/service/stream/bulk_transfers.h; docs/api.md, "Bulk transfers"): Upload and Download of one bulk
 // command, joined to it by (session, seq). cubed::Client uses them for creates and reads larger
 // than ClientOptions::bulk_threshold.
 

@@ -16,7 +16,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/disk_cache.h"
 #include "kernels/cuda/embedded_sources.h"
-#include "kernels/cuda/nvrtc_api.h"
+#include "common/cuda/nvrtc_api.h"
 #include "kernels/cuda/nvrtc_program.h"
 #include "kernels/cuda/sha256.h"
 

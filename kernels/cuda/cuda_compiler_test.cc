@@ -9,7 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/nvrtc_api.h"
+#include "common/cuda/nvrtc_api.h"
 
 namespace cubed::kernels {
 namespace {

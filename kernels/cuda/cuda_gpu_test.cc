@@ -1,11 +1,10 @@
 // Conformance of the builtin CUDA kernels against the CPU library (ggml's test-backend-ops
 // pattern): every builtin, for every dtype and cast pair, on dense, strided, broadcast and
-// misaligned layouts, run on the GPU through a minimal test-only driver binding and compared
+// misaligned layouts, run on the GPU through the project's driver table (common/cuda) and compared
 // with RunBuiltinCpu. Skipped where the CUDA driver (libcuda.so.1) or a GPU is missing.
 // CUBED_CUDA_BENCH=1 also measures elementwise bandwidth against a device-to-device copy.
 
 #include <cuda.h>
-#include <dlfcn.h>
 
 #include <chrono>
 #include <cmath>
@@ -18,6 +17,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/cuda/cuda_context.h"
+#include "common/cuda/cuda_driver.h"
 #include "common/kernel_metadata.h"
 #include "gtest/gtest.h"
 #include "kernels/builtin.h"
@@ -27,57 +28,22 @@
 namespace cubed::kernels {
 namespace {
 
-// The few driver entry points the test needs, from libcuda.so.1.
+// The project's driver table (common/cuda) and device 0's primary context, current on the
+// test's thread.
 struct Driver {
-  decltype(&::cuInit) Init;
-  decltype(&::cuDeviceGet) DeviceGet;
-  decltype(&::cuDeviceGetAttribute) DeviceGetAttribute;
-  decltype(&::cuDevicePrimaryCtxRetain) PrimaryCtxRetain;
-  decltype(&::cuCtxSetCurrent) CtxSetCurrent;
-  decltype(&::cuCtxSynchronize) CtxSynchronize;
-  decltype(&::cuMemAlloc_v2) MemAlloc;
-  decltype(&::cuMemFree_v2) MemFree;
-  decltype(&::cuMemcpyHtoD_v2) MemcpyHtoD;
-  decltype(&::cuMemcpyDtoH_v2) MemcpyDtoH;
-  decltype(&::cuMemcpyDtoD_v2) MemcpyDtoD;
-  decltype(&::cuModuleLoadData) ModuleLoadData;
-  decltype(&::cuModuleGetFunction) ModuleGetFunction;
-  decltype(&::cuLaunchKernel) LaunchKernel;
+  std::unique_ptr<CudaContext> context;
   int cc_major = 0, cc_minor = 0, sm_count = 0;
 
   // A reason to skip, or "" once a context is current.
   std::string Open() {
-    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (lib == nullptr) return "no CUDA driver (libcuda.so.1)";
-    bool ok = true;
-    auto get = [&](auto* fn, const char* name) {
-      *fn = reinterpret_cast<std::remove_pointer_t<decltype(fn)>>(dlsym(lib, name));
-      ok = ok && *fn != nullptr;
-    };
-    get(&Init, "cuInit");
-    get(&DeviceGet, "cuDeviceGet");
-    get(&DeviceGetAttribute, "cuDeviceGetAttribute");
-    get(&PrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
-    get(&CtxSetCurrent, "cuCtxSetCurrent");
-    get(&CtxSynchronize, "cuCtxSynchronize");
-    get(&MemAlloc, "cuMemAlloc_v2");
-    get(&MemFree, "cuMemFree_v2");
-    get(&MemcpyHtoD, "cuMemcpyHtoD_v2");
-    get(&MemcpyDtoH, "cuMemcpyDtoH_v2");
-    get(&MemcpyDtoD, "cuMemcpyDtoD_v2");
-    get(&ModuleLoadData, "cuModuleLoadData");
-    get(&ModuleGetFunction, "cuModuleGetFunction");
-    get(&LaunchKernel, "cuLaunchKernel");
-    if (!ok) return "libcuda.so.1 lacks a symbol";
-    CUdevice dev;
-    CUcontext ctx;
-    if (Init(0) != CUDA_SUCCESS || DeviceGet(&dev, 0) != CUDA_SUCCESS) return "no CUDA device";
-    if (PrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS || CtxSetCurrent(ctx) != CUDA_SUCCESS) {
-      return "cannot create a CUDA context";
-    }
-    DeviceGetAttribute(&cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
-    DeviceGetAttribute(&cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
-    DeviceGetAttribute(&sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+    absl::StatusOr<std::unique_ptr<CudaContext>> ctx = CudaContext::Retain(0);
+    if (!ctx.ok()) return std::string(ctx.status().message());
+    context = *std::move(ctx);
+    if (absl::Status s = context->MakeCurrent(); !s.ok()) return std::string(s.message());
+    const CUdevice dev = context->device();
+    Cu().DeviceGetAttribute(&cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+    Cu().DeviceGetAttribute(&cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+    Cu().DeviceGetAttribute(&sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
     return "";
   }
 };
@@ -93,10 +59,10 @@ class Gpu {
   CUfunction Function(const CompiledCudaKernel& k) {
     CUmodule& m = modules[k.cache_key];
     if (m == nullptr) {
-      EXPECT_EQ(d.ModuleLoadData(&m, k.image.data()), CUDA_SUCCESS);
+      EXPECT_EQ(Cu().ModuleLoadData(&m, k.image.data()), CUDA_SUCCESS);
     }
     CUfunction f = nullptr;
-    EXPECT_EQ(d.ModuleGetFunction(&f, m, k.entry_point.c_str()), CUDA_SUCCESS) << k.entry_point;
+    EXPECT_EQ(Cu().ModuleGetFunction(&f, m, k.entry_point.c_str()), CUDA_SUCCESS) << k.entry_point;
     return f;
   }
 };
@@ -279,24 +245,24 @@ void RunCase(Gpu& gpu, const Case& c) {
   std::vector<CUdeviceptr> dev(n);
   for (size_t i = 0; i < n; ++i) {
     const uint64_t off = c.misalign * ElemSize(types[i]);
-    CU_OK(gpu.d.MemAlloc(&dev[i], bytes[i] + off + 16));
+    CU_OK(Cu().MemAlloc(&dev[i], bytes[i] + off + 16));
     if (!host[i].empty()) {
-      CU_OK(gpu.d.MemcpyHtoD(dev[i] + off, host[i].data(), bytes[i]));
+      CU_OK(Cu().MemcpyHtoD(dev[i] + off, host[i].data(), bytes[i]));
     }
     args->buffers[i].ptr = dev[i] + off;
   }
   const CudaLaunchDims dims = BuiltinLaunchDims(call, *args, gpu.d.sm_count);
   void* params[] = {&*args};
-  CU_OK(gpu.d.LaunchKernel(f, dims.grid[0], dims.grid[1], dims.grid[2], dims.block[0],
+  CU_OK(Cu().LaunchKernel(f, dims.grid[0], dims.grid[1], dims.grid[2], dims.block[0],
                            dims.block[1], dims.block[2], dims.shared_bytes, nullptr, params,
                            nullptr));
-  CU_OK(gpu.d.CtxSynchronize());
+  CU_OK(Cu().CtxSynchronize());
   std::vector<uint8_t> got(bytes[n - 1]);
   if (!got.empty()) {
     CU_OK(
-        gpu.d.MemcpyDtoH(got.data(), dev[n - 1] + c.misalign * ElemSize(types[n - 1]), got.size()));
+        Cu().MemcpyDtoH(got.data(), dev[n - 1] + c.misalign * ElemSize(types[n - 1]), got.size()));
   }
-  for (CUdeviceptr p : dev) gpu.d.MemFree(p);
+  for (CUdeviceptr p : dev) Cu().MemFree(p);
   const std::string err = CompareOutput(c, types[n - 1], cpu[n - 1], got);
   EXPECT_TRUE(err.empty()) << err;
 }
@@ -393,19 +359,19 @@ TEST(CudaGpuTest, Bandwidth) {
   if (gpu == nullptr) GTEST_SKIP() << skip;
   const uint64_t elems = uint64_t{1} << 28;
   CUdeviceptr a, b, c;
-  CU_OK(gpu->d.MemAlloc(&a, elems * 4));
-  CU_OK(gpu->d.MemAlloc(&b, elems * 4));
-  CU_OK(gpu->d.MemAlloc(&c, elems * 4));
+  CU_OK(Cu().MemAlloc(&a, elems * 4));
+  CU_OK(Cu().MemAlloc(&b, elems * 4));
+  CU_OK(Cu().MemAlloc(&c, elems * 4));
   auto time = [&](auto&& fn) {
     fn();
-    gpu->d.CtxSynchronize();
+    Cu().CtxSynchronize();
     const auto start = std::chrono::steady_clock::now();
     const int reps = 20;
     for (int i = 0; i < reps; ++i) fn();
-    gpu->d.CtxSynchronize();
+    Cu().CtxSynchronize();
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / reps;
   };
-  const double memcpy_s = time([&] { gpu->d.MemcpyDtoD(b, a, elems * 4); });
+  const double memcpy_s = time([&] { Cu().MemcpyDtoD(b, a, elems * 4); });
   const double memcpy_bw = 2.0 * elems * 4 / memcpy_s / 1e9;
   std::cout << "cuMemcpyDtoD: " << memcpy_bw << " GB/s\n";
   // Runs `call` on `t` (buffers a, b, c) and returns seconds per launch.
@@ -429,7 +395,7 @@ TEST(CudaGpuTest, Bandwidth) {
     *grid = dims.grid[0];
     void* params[] = {&*args};
     return time([&] {
-      gpu->d.LaunchKernel(f, dims.grid[0], 1, 1, dims.block[0], 1, 1, 0, nullptr, params, nullptr);
+      Cu().LaunchKernel(f, dims.grid[0], 1, 1, dims.block[0], 1, 1, 0, nullptr, params, nullptr);
     });
   };
   auto bench = [&](const char* name, ElemType out_t, int buffers, double bytes_per_elem) {
@@ -480,9 +446,9 @@ TEST(CudaGpuTest, Bandwidth) {
     std::cout << "matmul " << ElemTypeName(t) << " 4096^3: " << 2.0 * n * n * n / s / 1e12
               << " TFLOP/s\n";
   }
-  gpu->d.MemFree(a);
-  gpu->d.MemFree(b);
-  gpu->d.MemFree(c);
+  Cu().MemFree(a);
+  Cu().MemFree(b);
+  Cu().MemFree(c);
 }
 
 }  // namespace

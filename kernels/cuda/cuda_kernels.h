@@ -3,8 +3,8 @@
 // The CUDA side of the kernel library: builtin kernels as CUDA C++ sources embedded in the binary
 // (kernels/cuda/*.cuh), client-shipped CUDA source, and the NVRTC pipeline that compiles either
 // for a device's architecture, cached in memory and on disk. Needs no GPU: NVRTC is loaded with
-// dlopen (kernels/cuda/nvrtc_api.h) and compiles for any architecture. The CUDA backend
-// (server/cuda/cuda_server.cc) loads the images with the driver and launches them.
+// dlopen (common/cuda/nvrtc_api.h) and compiles for any architecture. The CUDA backend
+// (server/compute/cuda/cuda_server.cc) loads the images with the driver and launches them.
 
 #include <cstdint>
 #include <memory>

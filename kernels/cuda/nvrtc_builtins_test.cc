@@ -10,7 +10,7 @@
 #include "kernels/builtin.h"
 #include "kernels/cuda/builtin_catalog.h"
 #include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/nvrtc_api.h"
+#include "common/cuda/nvrtc_api.h"
 
 namespace cubed::kernels {
 namespace {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/cuda/nvrtc_api.h"
+#include "common/cuda/nvrtc_api.h"
 
 namespace cubed::kernels {
 

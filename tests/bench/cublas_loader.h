@@ -1,7 +1,8 @@
 #pragma once
 
-// cuBLAS sgemm loaded with dlopen (libcublas.so.13, .12, then libcublas.so), so the benchmark
-// runs on machines without cuBLAS. Uses the current CUDA context.
+// cuBLAS sgemm for the benchmark's baseline, through the project's one cuBLAS loader
+// (common/cuda/cublas_api.h), so the benchmark runs on machines without cuBLAS. Uses the current
+// CUDA context.
 
 #include <cuda.h>
 
@@ -9,6 +10,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "common/cuda/cublas_api.h"
 
 namespace cubed::bench {
 
@@ -25,15 +27,8 @@ class Cublas {
 
  private:
   Cublas() = default;
-  using CreateFn = int (*)(void**);
-  using DestroyFn = int (*)(void*);
-  using SetStreamFn = int (*)(void*, CUstream);
-  using SgemmFn = int (*)(void*, int, int, int, int, int, const float*, const float*, int,
-                          const float*, int, const float*, float*, int);
-  void* library_ = nullptr;
-  void* handle_ = nullptr;
-  DestroyFn destroy_ = nullptr;
-  SgemmFn sgemm_ = nullptr;
+  const CublasApi* api_ = nullptr;
+  CublasHandle handle_ = nullptr;
 };
 
 }  // namespace cubed::bench

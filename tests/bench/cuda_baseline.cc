@@ -1,6 +1,5 @@
 #include "tests/bench/cuda_baseline.h"
 
-#include <dlfcn.h>
 
 #include <chrono>
 #include <cstring>
@@ -9,7 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "server/cuda/cuda_driver.h"
+#include "common/cuda/cuda_driver.h"
 #include "tests/bench/cublas_loader.h"
 
 namespace cubed::bench {
@@ -25,7 +24,6 @@ constexpr char kEmptyPtx[] = R"(.version 7.0
 }
 )";
 
-using MemcpyDtoDAsyncFn = decltype(&::cuMemcpyDtoDAsync_v2);
 
 // Device memory freed on scope exit.
 struct DeviceBuffer {
@@ -74,11 +72,6 @@ class CudaBaselineImpl final : public CudaBaseline {
     CU_RETURN_IF_ERROR(Cu().StreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
     CU_RETURN_IF_ERROR(Cu().EventCreate(&start_, CU_EVENT_DEFAULT));
     CU_RETURN_IF_ERROR(Cu().EventCreate(&stop_, CU_EVENT_DEFAULT));
-    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    if (lib != nullptr) {
-      dtod_ = reinterpret_cast<MemcpyDtoDAsyncFn>(dlsym(lib, "cuMemcpyDtoDAsync_v2"));
-    }
-    if (dtod_ == nullptr) return absl::FailedPreconditionError("cuMemcpyDtoDAsync_v2 not found");
     char name[256] = {};
     CU_RETURN_IF_ERROR(Cu().DeviceGetName(name, sizeof(name) - 1, device_));
     describe_ = absl::StrCat(name, " (driver ", Cu().version, ")");
@@ -93,11 +86,11 @@ class CudaBaselineImpl final : public CudaBaseline {
     CU_RETURN_IF_ERROR(Cu().MemAlloc(&src.ptr, bytes));
     CU_RETURN_IF_ERROR(Cu().MemAlloc(&dst.ptr, bytes));
     RETURN_IF_ERROR(Upload(src.ptr, bytes));
-    for (int i = 0; i < 3; ++i) CU_RETURN_IF_ERROR(dtod_(dst.ptr, src.ptr, bytes, stream_));
+    for (int i = 0; i < 3; ++i) CU_RETURN_IF_ERROR(Cu().MemcpyDtoDAsync(dst.ptr, src.ptr, bytes, stream_));
     std::vector<double> samples;
     for (int r = 0; r < repeats; ++r) {
       CU_RETURN_IF_ERROR(Cu().EventRecord(start_, stream_));
-      for (int i = 0; i < iters; ++i) CU_RETURN_IF_ERROR(dtod_(dst.ptr, src.ptr, bytes, stream_));
+      for (int i = 0; i < iters; ++i) CU_RETURN_IF_ERROR(Cu().MemcpyDtoDAsync(dst.ptr, src.ptr, bytes, stream_));
       ASSIGN_OR_RETURN(double seconds, StopSeconds());
       samples.push_back(seconds / iters);
     }
@@ -192,7 +185,6 @@ class CudaBaselineImpl final : public CudaBaseline {
   CUevent stop_ = nullptr;
   CUmodule module_ = nullptr;
   CUfunction empty_ = nullptr;
-  MemcpyDtoDAsyncFn dtod_ = nullptr;
   std::string describe_;
 };
 

@@ -1,9 +1,9 @@
 // libFuzzer target: the daemon's request decoding and validation, run against a real CPU device.
 //
 // Every input is parsed with protobuf exactly as the gRPC edge parses it, converted and checked
-// by the same functions the daemon uses (server/request_conversion.h,
-// server/session_stream_commands.h, common/kernel_metadata.h) and, when valid, executed on one
-// CPU Device (server/device.h, 1 MiB memory limit) created once per process, so the handle,
+// by the same functions the daemon uses (server/service/request_conversion.h,
+// server/channel/stream_command.h, common/kernel_metadata.h) and, when valid, executed on one
+// CPU Device (server/channel/device.h, 1 MiB memory limit) created once per process, so the handle,
 // offset, metadata and kernel bounds checks run against real storage. docs/security.md
 // ("Fuzzing") says how to run it.
 //
@@ -52,11 +52,11 @@
 #include "cubed/v1/compute.pb.h"
 #include "cubed/v1/session.pb.h"
 #include "google/protobuf/stubs/logging.h"
-#include "server/cpu_server.h"
-#include "server/device.h"
-#include "server/request_conversion.h"
-#include "server/session_stream_commands.h"
-#include "server/session_stream_runner.h"
+#include "server/compute/cpu/cpu_server.h"
+#include "server/channel/device.h"
+#include "server/service/request_conversion.h"
+#include "server/service/stream/stream_command_conversion.h"
+#include "server/channel/stream_runner.h"
 #include "spdlog/spdlog.h"
 
 namespace cubed {

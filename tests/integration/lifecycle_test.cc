@@ -177,7 +177,7 @@ bool ReadAll(int fd, char* out, size_t size) {
 // connection open without reading from it, as a stopped or busy client does, or a gRPC channel
 // with no call running in a process where nothing polls (Python's sync channels, a C++ process
 // that never used the callback API). Such a client never answers the GOAWAY's PING that the
-// daemon sends at shutdown (Note [Idle connections at shutdown], server/daemon.cc). Returns the
+// daemon sends at shutdown (Note [Idle connections at shutdown], server/daemon/daemon.cc). Returns the
 // connected fd (the caller closes it), or -1 after failing the test.
 int IdleRawClient(const std::string& address) {
   int fd = -1;

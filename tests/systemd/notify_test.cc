@@ -29,7 +29,7 @@
 #include "absl/time/time.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
-#include "server/systemd_notify.h"
+#include "server/daemon/systemd_notify.h"
 #include "tests/testing/daemon_process.h"
 
 namespace cubed {

@@ -1,4 +1,4 @@
-// Bulk transfers of the session stream (Note [Bulk transfers], server/session_stream_bulk.h;
+// Bulk transfers of the session stream (Note [Bulk transfers], server/service/stream/bulk_transfers.h;
 // docs/api.md "Bulk transfers") against the real daemon: round trips of odd sizes and of 1 GiB
 // through the SDK, the daemon's peak memory during it, cancellation mid-upload, mid-download and
 // of the stream itself (memory back to before), a paused upload not stalling another session,

@@ -1,0 +1,45 @@
+#pragma once
+
+// Plain C++ forms of the requests that reach a Device, after the service edge has checked their
+// structure (request_conversion.h). Handle ids are still unresolved: only the Device knows a
+// session's handles.
+
+#include <cstdint>
+#include <vector>
+
+#include "server/compute/compute_server.h"
+
+namespace cubed {
+
+// A wire Binding: a session handle id and byte offsets, not yet checked against the handle.
+struct BindingRef {
+  uint64_t handle = 0;
+  uint64_t offset_start = 0;
+  uint64_t offset_end = 0;
+};
+
+// A wire BindingWithMeta; shape and strides already checked for rank, overflow and elem_size.
+struct TensorRef {
+  BindingRef binding;
+  std::vector<uint64_t> shape;
+  std::vector<uint64_t> strides;
+  uint32_t elem_size = 0;
+};
+
+struct ExecuteCommand {
+  KernelCall kernel;
+  bool dynamic_count = false;
+  uint32_t count[3] = {1, 1, 1};  // Static count, checked against the device's limits.
+  BindingRef count_binding;       // Dynamic count.
+  std::vector<BindingRef> buffers;
+  bool unchecked = false;
+};
+
+// A new handle as returned to the client.
+struct NewHandle {
+  uint64_t handle = 0;
+  uint64_t size = 0;
+  std::vector<uint64_t> strides;  // Tensors only.
+};
+
+}  // namespace cubed

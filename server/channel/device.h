@@ -1,0 +1,177 @@
+#pragma once
+
+// Device: one device's ComputeServer together with the sessions that use it. Resolves handle ids
+// and offsets into slices, keeps refcounts, enforces leases, and guarantees that a failed request
+// leaves memory and handle tables exactly as they were.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/random/random.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/channel/commands.h"
+#include "server/compute/compute_server.h"
+#include "server/channel/session.h"
+
+namespace cubed {
+
+struct DeviceOptions {
+  absl::Duration default_lease = absl::Seconds(60);
+  absl::Duration max_lease = absl::Hours(24 * 7);
+  bool allow_unchecked = false;
+  uint64_t max_read_bytes = uint64_t{512} << 20;  // Total bytes one Read may return.
+};
+
+struct SessionGrant {
+  uint64_t session = 0;
+  absl::Duration lease;
+};
+
+// Owned by the device's server-loop thread (device_loop.h); not thread-safe. Callbacks passed
+// in complete on the loop thread or a backend completion thread.
+class Device {
+ public:
+  Device(uint32_t index, std::unique_ptr<ComputeServer> server, DeviceOptions options);
+  // Releases every session's handles.
+  ~Device();
+
+  uint32_t index() const { return index_; }
+  const DeviceDescription& Description() const { return server_->Description(); }
+
+  // Sessions. `lease_ms` as on the wire: 0 means the default; above max_lease is
+  // INVALID_ARGUMENT naming the value. `owner` (null: none) owns the session (Note [Session
+  // ownership]); RESOURCE_EXHAUSTED when it holds quotas.max_sessions sessions already.
+  absl::StatusOr<SessionGrant> OpenSession(uint64_t lease_ms, absl::Time now,
+                                           PrincipalPtr owner = nullptr);
+  // Returns the number of handles released. NOT_FOUND for an unknown session.
+  absl::StatusOr<uint64_t> CloseSession(uint64_t session);
+  // Closes every session whose lease has passed; returns how many.
+  size_t ExpireSessions(absl::Time now);
+  // `on_closed` (null: nobody) is told, once, when CloseSession or the lease closes `session`;
+  // not when the Device is destroyed. NOT_FOUND for an unknown session. Does not renew the lease.
+  absl::Status WatchSession(uint64_t session, Session::ClosedCallback on_closed);
+  // The earliest lease expiry, or InfiniteFuture when no session is open.
+  absl::Time NextExpiry() const;
+  size_t session_count() const { return sessions_.size(); }
+  // Whether `session` is open (does not renew its lease).
+  bool HasSession(uint64_t session) const { return sessions_.contains(session); }
+  // Note [Session ownership]: whether `session` is open and was opened by `principal` (both may
+  // be null). The edge answers a session of another principal exactly like an unknown one
+  // (NOT_FOUND), so that a guessed id says nothing about other principals' sessions.
+  bool IsOwnedBy(uint64_t session, const Principal* principal) const;
+
+  // Every method below first finds the session (NOT_FOUND) and renews its lease. Methods that
+  // allocate are RESOURCE_EXHAUSTED, naming the quota, when the new handle would take the
+  // session or its owner past a byte or handle quota (principal.h); nothing is left allocated.
+  absl::StatusOr<NewHandle> Create(uint64_t session, absl::Span<const uint8_t> data, absl::Time now);
+  absl::StatusOr<NewHandle> CreateTensor(uint64_t session, absl::Span<const uint8_t> data,
+                                         absl::Span<const uint64_t> shape, uint32_t elem_size,
+                                         absl::Time now);
+  absl::StatusOr<NewHandle> Empty(uint64_t session, uint64_t size, absl::Time now);
+  absl::StatusOr<NewHandle> EmptyTensor(uint64_t session, absl::Span<const uint64_t> shape,
+                                        uint32_t elem_size, absl::Time now);
+  // `out` must outlive `done`. Errors found before any work is queued are passed to `done` too.
+  void Read(uint64_t session, const std::vector<BindingRef>& bindings,
+            std::vector<std::string>* out, absl::Time now, DoneCallback done);
+  void ReadTensor(uint64_t session, const std::vector<TensorRef>& tensors,
+                  std::vector<std::string>* out, absl::Time now, DoneCallback done);
+  absl::StatusOr<ResourceDescription> GetResource(uint64_t session, const BindingRef& binding,
+                                                  absl::Time now);
+  absl::Status Execute(uint64_t session, ExecuteCommand command, absl::Time now);
+  absl::Status Flush(uint64_t session, absl::Time now);
+  void Sync(uint64_t session, absl::Time now, DoneCallback done);
+  absl::Status StartProfile(uint64_t session, absl::Time now);
+  void EndProfile(uint64_t session, absl::Time now, DurationCallback done);
+  // All handles are checked before any reference is dropped. A poisoned id that is not a live
+  // handle counts as one reference (Note [Poisoned handles], session.h).
+  absl::Status Release(uint64_t session, absl::Span<const uint64_t> handles, absl::Time now);
+
+  // Client-chosen ids (the session stream). CheckClientId: INVALID_ARGUMENT when `id` lacks the
+  // top bit (>= kFirstClientId), FAILED_PRECONDITION when it is in use (live or poisoned).
+  absl::Status CheckClientId(uint64_t session, uint64_t id, absl::Time now);
+  // As Create/CreateTensor/Empty/EmptyTensor, but the new handle gets `id` (checked as above).
+  absl::StatusOr<NewHandle> CreateWithId(uint64_t session, uint64_t id,
+                                         absl::Span<const uint8_t> data, absl::Time now);
+  absl::StatusOr<NewHandle> CreateTensorWithId(uint64_t session, uint64_t id,
+                                               absl::Span<const uint8_t> data,
+                                               absl::Span<const uint64_t> shape,
+                                               uint32_t elem_size, absl::Time now);
+  absl::StatusOr<NewHandle> EmptyWithId(uint64_t session, uint64_t id, uint64_t size,
+                                        absl::Time now);
+  absl::StatusOr<NewHandle> EmptyTensorWithId(uint64_t session, uint64_t id,
+                                              absl::Span<const uint64_t> shape,
+                                              uint32_t elem_size, absl::Time now);
+  // Note [Poisoned handles]. PoisonId enters `id` (a valid client id whose allocation failed);
+  // PoisonHandles marks those of `handles` that are live handles of the session. `error` gets
+  // kPoisonPayload. An unknown session is ignored.
+  void PoisonId(uint64_t session, uint64_t id, absl::Status error);
+  void PoisonHandles(uint64_t session, absl::Span<const uint64_t> handles, absl::Status error);
+
+  // Bulk transfers (Note [Bulk transfers], server/service/stream/bulk_transfers.h); the caller cuts a transfer into
+  // pieces. CheckBulkRead checks the bindings of a bulk read as Read (`raw`) or ReadTensor do,
+  // without max_read_bytes; for a raw read it sets each entry's shape to {view bytes}, strides
+  // to {1} and elem_size to 1, so that both kinds are tensors from then on.
+  absl::Status CheckBulkRead(uint64_t session, std::vector<TensorRef>& tensors, bool raw,
+                             absl::Time now);
+  // Reads one piece (a sub-tensor; binding.offset_start moved to its first element) densely into
+  // *out, which must outlive `done`. The handle is resolved again: a session closed or a handle
+  // poisoned meanwhile fails the piece.
+  void ReadPiece(uint64_t session, const TensorRef& piece, std::string* out, absl::Time now,
+                 DoneCallback done);
+  // Writes `bytes` as dense bytes [dense_offset, +size) of the whole allocation `handle`, laid
+  // out with `shape`, `strides` and `elem_size` as allocated (ComputeServer::Write). `bytes` must
+  // outlive `done`.
+  void WritePiece(uint64_t session, uint64_t handle, absl::Span<const uint64_t> shape,
+                  absl::Span<const uint64_t> strides, uint32_t elem_size, uint64_t dense_offset,
+                  absl::Span<const uint8_t> bytes, absl::Time now, DoneCallback done);
+
+  MemoryUsage Usage() const { return server_->Usage(); }
+  KernelCacheStats KernelCache() const { return server_->KernelCache(); }
+  // Live handles across every open session (for metrics; O(sessions)).
+  uint64_t handle_count() const;
+  void Cleanup() { server_->Cleanup(); }
+
+ private:
+  absl::StatusOr<Session*> FindSession(uint64_t session, absl::Time now);
+  // Checks a binding against the session's handle table and the allocation's size.
+  absl::StatusOr<ResolvedBinding> Resolve(Session& session, const BindingRef& ref,
+                                          absl::string_view what) const;
+  absl::StatusOr<NewHandle> AddHandle(Session& session, absl::StatusOr<Allocation> allocation);
+  absl::StatusOr<NewHandle> AddHandleWithId(Session& session, uint64_t id,
+                                            absl::StatusOr<Allocation> allocation);
+  absl::Status CheckClientId(const Session& session, uint64_t id) const;
+  // RESOURCE_EXHAUSTED when one read would return more than max_read_bytes.
+  absl::Status CheckReadBytes(uint64_t total) const;
+  void CloseAll(Session& session);
+  // Whether one more handle of `bytes` fits the quotas of `session` and its owner.
+  absl::Status CheckQuota(const Session& session, uint64_t bytes) const;
+  // Keeps the byte and handle counts of the session and its owner (`sign` +1 add, -1 remove).
+  void Account(Session& session, uint64_t bytes, int sign);
+
+  // What each owner holds on this device, for its quotas (keyed by the owner's address; the
+  // sessions keep the principal alive). Entries are dropped once everything is zero.
+  struct OwnerUsage {
+    uint64_t sessions = 0;
+    uint64_t handles = 0;
+    uint64_t bytes = 0;
+  };
+
+  uint32_t index_;
+  std::unique_ptr<ComputeServer> server_;
+  DeviceOptions options_;
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Session>> sessions_;
+  absl::flat_hash_map<const Principal*, OwnerUsage> owners_;
+  // The next session's memory owner (Note [Owner-tagged memory] in storage/memory_manager.cc):
+  // a counter, so never reused, unlike session ids.
+  MemoryOwner next_memory_owner_ = kFirstSessionOwner;
+  absl::BitGen random_;
+};
+
+// The device index a session id routes to (ids carry it in their low byte).
+inline uint32_t DeviceOfSession(uint64_t session) { return static_cast<uint32_t>(session & 0xff); }
+
+}  // namespace cubed

@@ -1,0 +1,48 @@
+#include "server/channel/session.h"
+
+#include <utility>
+
+namespace cubed {
+namespace {
+
+// A bijection on 64-bit values (the splitmix64 finalizer): distinct serials give distinct ids,
+// and consecutive serials give ids that look unrelated.
+uint64_t Mix(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return x;
+}
+
+}  // namespace
+
+Session::Session(uint64_t id, absl::Duration lease, absl::Time now, uint64_t id_key,
+                 MemoryOwner memory_owner, PrincipalPtr owner)
+    : id_(id),
+      memory_owner_(memory_owner),
+      owner_(std::move(owner)),
+      lease_(lease),
+      last_used_(now),
+      id_key_(id_key) {}
+
+uint64_t Session::AddHandle(SliceId slice, uint64_t size) {
+  uint64_t id;
+  do {  // 0 means "no handle" on the wire; ids with the top bit set are the client's.
+    id = Mix(next_serial_++ ^ id_key_) & ~kFirstClientId;
+  } while (id == 0 || InUse(id));
+  handles_.emplace(id, HandleEntry{slice, size, 1});
+  return id;
+}
+
+void Session::AddHandleWithId(uint64_t id, SliceId slice, uint64_t size) {
+  handles_.emplace(id, HandleEntry{slice, size, 1});
+}
+
+HandleEntry* Session::Find(uint64_t handle) {
+  auto it = handles_.find(handle);
+  return it == handles_.end() ? nullptr : &it->second;
+}
+
+}  // namespace cubed

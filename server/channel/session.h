@@ -1,0 +1,111 @@
+#pragma once
+
+// Session: the unit of ownership and isolation (ARCHITECTURE.md §3). A session's handle table
+// maps opaque ids to refcounted slices; ids are unique within the session and not sequential.
+// Ids the daemon picks never have the top bit set; ids with it set are the client's to choose
+// (kFirstClientId, the session stream). An id may be poisoned (Note [Poisoned handles]).
+
+#include <cstdint>
+#include <optional>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "server/compute/compute_server.h"
+#include "server/auth/principal.h"
+
+namespace cubed {
+
+struct HandleEntry {
+  SliceId slice = 0;
+  uint64_t size = 0;      // Bytes of the allocation as the client sees it.
+  uint32_t refcount = 1;  // References held by the client (Release drops them).
+};
+
+// The smallest id a client may choose for a new allocation (the top bit set).
+inline constexpr uint64_t kFirstClientId = uint64_t{1} << 63;
+
+// Note [Poisoned handles]: a session-stream command that fails marks the handles it would have
+// written as poisoned, with its error. A poisoned id may also be a live handle (an execute's
+// output) or only a poison entry (a create that failed). Every later use of a poisoned id fails
+// with that error, unchanged; releasing the id removes the poison (and the handle, if live).
+// Errors stored here carry kPoisonPayload, so that a command failing on one does not prefix it
+// again.
+inline constexpr char kPoisonPayload[] = "type.cubed.dev/poisoned";
+
+// Owned by the device's server-loop thread.
+class Session {
+ public:
+  // Told why the session closed (NOT_FOUND: lease passed, or CloseSession named it), on the loop
+  // thread, after its handles were released (Device::WatchSession).
+  using ClosedCallback = absl::AnyInvocable<void(const absl::Status&)>;
+
+  // `memory_owner` tags the memory the session allocates (Note [Owner-tagged memory] in
+  // storage/memory_manager.cc): unique on the device, never reused. `owner` is the principal
+  // that opened the session (null: none, as in unit tests).
+  Session(uint64_t id, absl::Duration lease, absl::Time now, uint64_t id_key,
+          MemoryOwner memory_owner, PrincipalPtr owner = nullptr);
+
+  uint64_t id() const { return id_; }
+  const PrincipalPtr& owner() const { return owner_; }
+  MemoryOwner memory_owner() const { return memory_owner_; }
+  // Bytes of the handles in the table (their sizes as the client sees them), for quotas.
+  uint64_t bytes() const { return bytes_; }
+  void AddBytes(uint64_t n) { bytes_ += n; }
+  void SubtractBytes(uint64_t n) { bytes_ -= n; }
+  absl::Duration lease() const { return lease_; }
+  absl::Time expiry() const { return last_used_ + lease_; }
+  void Touch(absl::Time now) { last_used_ = now; }
+
+  // Adds a handle over `slice` with one reference and returns its new id (never 0, top bit
+  // clear, not in use).
+  uint64_t AddHandle(SliceId slice, uint64_t size);
+  // Adds a handle under a client-chosen `id`; the caller checked it with InUse.
+  void AddHandleWithId(uint64_t id, SliceId slice, uint64_t size);
+  // Whether `id` is a live handle or a poisoned id.
+  bool InUse(uint64_t id) const { return handles_.contains(id) || poisoned_.contains(id); }
+  // The entry of a handle; nullptr when this session has no such handle.
+  HandleEntry* Find(uint64_t handle);
+  // Removes a handle from the table, and its poison (its slice is the caller's to free).
+  void Erase(uint64_t handle) {
+    handles_.erase(handle);
+    poisoned_.erase(handle);
+  }
+
+  // Poisons `id` with `error` (Note [Poisoned handles]); `error` must carry kPoisonPayload.
+  void Poison(uint64_t id, absl::Status error) { poisoned_.insert_or_assign(id, std::move(error)); }
+  // The error `id` is poisoned with; nullptr when it is not poisoned.
+  const absl::Status* PoisonOf(uint64_t id) const {
+    auto it = poisoned_.find(id);
+    return it == poisoned_.end() ? nullptr : &it->second;
+  }
+  // Removes the poison of `id` (not the handle).
+  void ClearPoison(uint64_t id) { poisoned_.erase(id); }
+
+  const absl::flat_hash_map<uint64_t, HandleEntry>& handles() const { return handles_; }
+
+  // The open profile, if any (one per session).
+  std::optional<ProfileToken>& profile() { return profile_; }
+
+  // Who is told when the session closes (null: nobody).
+  void set_on_closed(ClosedCallback on_closed) { on_closed_ = std::move(on_closed); }
+  ClosedCallback take_on_closed() { return std::exchange(on_closed_, nullptr); }
+
+ private:
+  uint64_t id_;
+  MemoryOwner memory_owner_;
+  PrincipalPtr owner_;
+  uint64_t bytes_ = 0;
+  absl::Duration lease_;
+  absl::Time last_used_;
+  uint64_t id_key_;        // Per-session key that scrambles handle ids.
+  uint64_t next_serial_ = 1;
+  absl::flat_hash_map<uint64_t, HandleEntry> handles_;
+  absl::flat_hash_map<uint64_t, absl::Status> poisoned_;
+  std::optional<ProfileToken> profile_;
+  ClosedCallback on_closed_;
+};
+
+}  // namespace cubed

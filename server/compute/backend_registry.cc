@@ -1,0 +1,72 @@
+#include "server/compute/backend_registry.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "server/compute/cpu/cpu_server.h"
+#include "spdlog/spdlog.h"
+#ifdef CUBED_WITH_CUDA
+#include "server/compute/cuda/cuda_server.h"
+#endif
+
+namespace cubed {
+namespace {
+
+std::unique_ptr<ComputeServer> CreateCpu(const BackendOptions& config) {
+  CpuServerOptions options;
+  options.index = 0;
+  options.memory_limit = config.memory_limit;
+  return std::make_unique<CpuServer>(options);
+}
+
+absl::StatusOr<std::unique_ptr<ComputeServer>> CreateCuda(BackendOptions& config) {
+#ifdef CUBED_WITH_CUDA
+  CudaServerOptions options;
+  options.index = 0;
+  options.ordinal = static_cast<int>(config.device);
+  options.memory_limit = config.memory_limit;
+  options.kernel_cache_dir = config.kernel_cache_dir;
+  absl::StatusOr<std::unique_ptr<CudaServer>> server = CudaServer::Create(std::move(options));
+  if (!server.ok()) return server.status();
+  if (config.on_device_lost != nullptr) {
+    (*server)->SetDeviceLostCallback(std::move(config.on_device_lost));
+  }
+  return std::unique_ptr<ComputeServer>(*std::move(server));
+#else
+  (void)config;
+  return absl::FailedPreconditionError(
+      "this build of cubed has no cuda backend (built without the CUDA toolkit's headers)");
+#endif
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ComputeServer>> CreateBackend(BackendOptions config) {
+  switch (config.backend) {
+    case BackendChoice::kCuda: {
+      absl::StatusOr<std::unique_ptr<ComputeServer>> cuda = CreateCuda(config);
+      if (!cuda.ok()) {
+        return absl::Status(cuda.status().code(),
+                            absl::StrCat("--backend=cuda: ", cuda.status().message()));
+      }
+      return cuda;
+    }
+    case BackendChoice::kAuto: {
+      absl::StatusOr<std::unique_ptr<ComputeServer>> cuda = CreateCuda(config);
+      if (cuda.ok()) {
+        spdlog::info("backend auto: using cuda device {}", config.device);
+        return cuda;
+      }
+      spdlog::info("backend auto: cuda is not usable here ({}); using the cpu",
+                   std::string(cuda.status().message()));
+      [[fallthrough]];
+    }
+    case BackendChoice::kCpu:
+      if (config.device != 0) {
+        return absl::InvalidArgumentError("--device: the cpu backend has one device, 0");
+      }
+      return CreateCpu(config);
+  }
+  return absl::InternalError("unknown backend choice");
+}
+
+}  // namespace cubed

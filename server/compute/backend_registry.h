@@ -1,0 +1,37 @@
+#pragma once
+
+// The list of compute backends, in one place (CONVENTIONS.md §5): no static self-registration,
+// and the only code that knows which backends exist. Callers get a ComputeServer and never
+// downcast it: what a backend needs from its owner (the device-lost hook, ...) goes in
+// BackendOptions.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/compute/compute_server.h"
+
+namespace cubed {
+
+enum class BackendChoice { kAuto, kCpu, kCuda };
+
+struct BackendOptions {
+  BackendChoice backend = BackendChoice::kAuto;
+  uint32_t device = 0;          // The device's ordinal (CUDA); the CPU backend has only 0.
+  uint64_t memory_limit = 0;    // Bytes; 0 = the backend's default.
+  std::string kernel_cache_dir;  // On-disk cache of compiled kernels (CUDA); empty = memory only.
+  // Note [Device lost] (server/compute/cuda/cuda_server.h): called once, from a backend thread,
+  // when the device became unusable. Null: only logged.
+  absl::AnyInvocable<void(const absl::Status&)> on_device_lost;
+};
+
+// Creates the ComputeServer chosen by options.backend for options.device. `auto` picks CUDA when
+// a driver and a device are present, else the CPU, and logs the choice. FAILED_PRECONDITION with
+// the reason when an explicitly chosen backend cannot run here; INVALID_ARGUMENT for a device the
+// CPU backend does not have.
+absl::StatusOr<std::unique_ptr<ComputeServer>> CreateBackend(BackendOptions options);
+
+}  // namespace cubed

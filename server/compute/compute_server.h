@@ -1,0 +1,186 @@
+#pragma once
+
+// ComputeServer: one device's implementation of CubeCL's ComputeServer trait, in plain C++
+// types. Backends (cpu_server.h, later CUDA) implement it; Device (device.h) drives it.
+// Every method runs on the device's server-loop thread: implementations need no locks.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/elem_type.h"
+#include "common/memory_usage.h"
+#include "kernels/builtin.h"
+#include "storage/memory_manager.h"
+
+namespace cubed {
+
+// A binding resolved against a session's handle table: a byte range of one live slice.
+struct ResolvedBinding {
+  SliceId slice = 0;
+  uint64_t offset = 0;  // Bytes from the slice's start (offset_start).
+  uint64_t size = 0;    // Bytes of the view.
+};
+
+// A tensor view for ReadTensor: shape and strides in elements.
+struct ResolvedTensor {
+  ResolvedBinding binding;
+  std::vector<uint64_t> shape;
+  std::vector<uint64_t> strides;
+  uint32_t elem_size = 0;
+};
+
+// A freshly reserved allocation.
+struct Allocation {
+  SliceId slice = 0;
+  uint64_t size = 0;              // Bytes reserved for the caller (padding of a tensor included).
+  std::vector<uint64_t> strides;  // Tensors only: stride of each dimension, elements.
+};
+
+// Client-shipped CUDA code (cuda_source or ptx).
+struct CudaKernel {
+  bool is_ptx = false;
+  std::string code;
+  std::string entry_point;
+  uint32_t cube_dim[3] = {1, 1, 1};
+  uint32_t shared_memory_bytes = 0;
+  std::vector<std::string> options;
+};
+
+// What Execute runs: a builtin (`builtin`) or client CUDA code (`cuda`). `builtin.metadata` and
+// `builtin.scalars` carry the launch's metadata and scalars for both kinds.
+struct KernelCall {
+  bool is_builtin = true;
+  kernels::BuiltinCall builtin;
+  CudaKernel cuda;
+};
+
+// CubeCount: static (x, y, z) or read from a binding at launch.
+struct LaunchCount {
+  bool dynamic = false;
+  uint32_t x = 1, y = 1, z = 1;
+  ResolvedBinding binding;  // When dynamic; >= 12 bytes (checked by Device).
+};
+
+struct Launch {
+  KernelCall kernel;
+  LaunchCount count;
+  std::vector<ResolvedBinding> buffers;
+  bool unchecked = false;
+};
+
+// Limits and features of a device (wire form: cubed.v1.DeviceInfo).
+struct DeviceDescription {
+  enum class Backend { kCpu, kCuda };
+  Backend backend = Backend::kCpu;
+  uint32_t index = 0;
+  std::string name;
+  uint64_t memory_total = 0;
+  uint64_t memory_limit = 0;
+  uint32_t alignment = 0;
+  uint64_t max_allocation = 0;
+  uint32_t max_cube_count[3] = {0, 0, 0};
+  uint32_t max_cube_dim[3] = {0, 0, 0};
+  uint32_t max_units_per_cube = 0;
+  uint32_t compute_units = 0;
+  std::string compute_capability;
+  std::vector<ElemType> elem_types;
+  std::vector<std::string> builtin_kernels;
+  std::vector<std::string> features;
+};
+
+// Storage behind a binding (trait: get_resource).
+struct ResourceDescription {
+  uint64_t storage_id = 0;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+  uint64_t device_pointer = 0;
+  std::string ipc_handle;
+};
+
+// Identifies an open profile (trait: start_profile / end_profile); many may be open at once.
+using ProfileToken = uint64_t;
+
+// Statistics of a backend's kernel compilation cache (GetStats, metrics): zero where the backend
+// compiles nothing (CPU).
+struct KernelCacheStats {
+  uint64_t hits = 0;             // Found compiled in memory.
+  uint64_t misses = 0;           // Compiled (or, for PTX, first seen).
+  uint64_t disk_hits = 0;        // Read from the on-disk cache.
+  uint64_t compile_time_us = 0;  // Spent compiling, microseconds.
+};
+
+// Completion callbacks run on the loop thread or on a backend completion thread; they must not
+// block.
+using DoneCallback = absl::AnyInvocable<void(absl::Status)>;
+using DurationCallback = absl::AnyInvocable<void(absl::StatusOr<absl::Duration>)>;
+
+class ComputeServer {
+ public:
+  virtual ~ComputeServer() = default;
+
+  virtual const DeviceDescription& Description() const = 0;
+
+  // Allocations are for `owner` (the session's tag). Note [Owner-tagged memory]
+  // (storage/memory_manager.cc): when the memory held anything but zeros or `owner`'s own bytes,
+  // every byte of its extent that the call does not write is zeroed, in stream order, before
+  // anything can read it; otherwise it is left as it is.
+  //
+  // trait: empty / empty_tensor. RESOURCE_EXHAUSTED over the memory limit.
+  virtual absl::StatusOr<Allocation> Empty(uint64_t size, MemoryOwner owner) = 0;
+  virtual absl::StatusOr<Allocation> EmptyTensor(absl::Span<const uint64_t> shape,
+                                                 uint32_t elem_size, MemoryOwner owner) = 0;
+  // trait: create / create_tensor. `data` is dense row-major. The copy is queued in stream order.
+  virtual absl::StatusOr<Allocation> Create(absl::Span<const uint8_t> data, MemoryOwner owner) = 0;
+  virtual absl::StatusOr<Allocation> CreateTensor(absl::Span<const uint8_t> data,
+                                                  absl::Span<const uint64_t> shape,
+                                                  uint32_t elem_size, MemoryOwner owner) = 0;
+
+  // Returns a slice to the pools. Work already queued that uses it completes first.
+  virtual void Free(SliceId slice) = 0;
+
+  // Bulk upload (Note [Bulk transfers], server/service/stream/bulk_transfers.h): writes `bytes` as the dense row-major
+  // bytes [dense_offset, dense_offset + bytes.size()) of `target`, a whole allocation laid out as
+  // this backend's Empty (shape {size}, strides {1}, elem_size 1) or EmptyTensor laid it out.
+  // Queued in stream order: every later command sees the bytes. `bytes` must stay alive until
+  // `done` runs (once they are no longer needed, possibly before Write returns). INTERNAL for a
+  // layout the backend never produces; the range is checked by the caller.
+  virtual void Write(const ResolvedTensor& target, uint64_t dense_offset,
+                     absl::Span<const uint8_t> bytes, DoneCallback done) = 0;
+
+  // trait: read. Fills (*out)[i] with the bytes of bindings[i] after all earlier work; `out`
+  // must stay alive until `done` runs. `done` may run before Read returns.
+  virtual void Read(std::vector<ResolvedBinding> bindings, std::vector<std::string>* out,
+                    DoneCallback done) = 0;
+  // trait: read_tensor. Packs each tensor densely in row-major order.
+  virtual void ReadTensor(std::vector<ResolvedTensor> tensors, std::vector<std::string>* out,
+                          DoneCallback done) = 0;
+
+  // trait: get_resource.
+  virtual absl::StatusOr<ResourceDescription> GetResource(const ResolvedBinding& binding) = 0;
+
+  // trait: execute. Validates the launch fully before anything runs; on error nothing changed.
+  virtual absl::Status Execute(Launch launch) = 0;
+
+  // trait: flush.
+  virtual absl::Status Flush() = 0;
+  // trait: sync. `done` runs once every earlier command has finished.
+  virtual void Sync(DoneCallback done) = 0;
+
+  // trait: memory_usage / memory_cleanup.
+  virtual MemoryUsage Usage() const = 0;
+  virtual void Cleanup() = 0;
+
+  // trait: start_profile / end_profile: device time of the work between the two.
+  virtual absl::StatusOr<ProfileToken> StartProfile() = 0;
+  virtual void EndProfile(ProfileToken token, DurationCallback done) = 0;
+
+  // Optional: kernel cache statistics; zeros by default.
+  virtual KernelCacheStats KernelCache() const { return {}; }
+};
+
+}  // namespace cubed

@@ -1,0 +1,77 @@
+#pragma once
+
+// CpuServer: the ComputeServer of the host CPU. Memory is host memory from HostStorage under a
+// MemoryManager; builtin kernels run on all cores (kernels/builtin.h) and complete before
+// Execute returns, so reads, syncs and profile ends complete at once, in order.
+
+#include <memory>
+
+#include "absl/container/flat_hash_map.h"
+#include "server/compute/compute_server.h"
+#include "storage/compute_storage.h"
+
+namespace cubed {
+
+struct CpuServerOptions {
+  uint32_t index = 0;
+  uint64_t memory_limit = 0;    // Bytes; 0 = half of physical memory.
+  uint64_t max_allocation = 0;  // Bytes; 0 = the memory limit.
+};
+
+// Profiles measure busy time: the time the device spent running commands (copies and kernels)
+// between StartProfile and EndProfile, not the idle time between client calls.
+// Owned by the device's server-loop thread.
+class CpuServer final : public ComputeServer {
+ public:
+  explicit CpuServer(CpuServerOptions options);
+  ~CpuServer() override;
+
+  const DeviceDescription& Description() const override { return description_; }
+  // A dirty reservation (Note [Owner-tagged memory]) is zeroed with memset before returning.
+  absl::StatusOr<Allocation> Empty(uint64_t size, MemoryOwner owner) override;
+  absl::StatusOr<Allocation> EmptyTensor(absl::Span<const uint64_t> shape, uint32_t elem_size,
+                                         MemoryOwner owner) override;
+  absl::StatusOr<Allocation> Create(absl::Span<const uint8_t> data, MemoryOwner owner) override;
+  absl::StatusOr<Allocation> CreateTensor(absl::Span<const uint8_t> data,
+                                          absl::Span<const uint64_t> shape, uint32_t elem_size,
+                                          MemoryOwner owner) override;
+  void Free(SliceId slice) override;
+  // Dense layouts only (the only ones this backend allocates); a memcpy, done before returning.
+  void Write(const ResolvedTensor& target, uint64_t dense_offset, absl::Span<const uint8_t> bytes,
+             DoneCallback done) override;
+  void Read(std::vector<ResolvedBinding> bindings, std::vector<std::string>* out,
+            DoneCallback done) override;
+  void ReadTensor(std::vector<ResolvedTensor> tensors, std::vector<std::string>* out,
+                  DoneCallback done) override;
+  absl::StatusOr<ResourceDescription> GetResource(const ResolvedBinding& binding) override;
+  absl::Status Execute(Launch launch) override;
+  absl::Status Flush() override { return absl::OkStatus(); }
+  void Sync(DoneCallback done) override { done(absl::OkStatus()); }
+  MemoryUsage Usage() const override { return memory_->Usage(); }
+  void Cleanup() override { memory_->Cleanup(); }
+  absl::StatusOr<ProfileToken> StartProfile() override;
+  void EndProfile(ProfileToken token, DurationCallback done) override;
+
+ private:
+  // Host address of a binding's first byte.
+  absl::StatusOr<uint8_t*> Address(const ResolvedBinding& binding) const;
+  // Reserves `size` bytes for `owner`; when dirty, zeroes the slice's extent past its first
+  // `covered` bytes (which the caller writes at once).
+  absl::StatusOr<SliceId> Reserve(uint64_t size, MemoryOwner owner, uint64_t covered);
+  // A dense tensor's allocation, reserved as Reserve does.
+  absl::StatusOr<Allocation> ReserveTensor(absl::Span<const uint64_t> shape, uint32_t elem_size,
+                                           MemoryOwner owner, uint64_t covered);
+
+  DeviceDescription description_;
+  std::unique_ptr<ComputeStorage> storage_;
+  std::unique_ptr<MemoryManager> memory_;
+  // Runs `work` and adds its duration to busy_.
+  template <typename F>
+  auto Timed(F&& work) -> decltype(work());
+
+  absl::Duration busy_;  // Total time spent running commands.
+  absl::flat_hash_map<ProfileToken, absl::Duration> profiles_;  // Token -> busy_ at start.
+  ProfileToken next_profile_ = 1;
+};
+
+}  // namespace cubed

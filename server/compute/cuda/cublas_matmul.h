@@ -1,0 +1,73 @@
+#pragma once
+
+// Builtin matmul through cuBLAS (Note [cuBLAS matmul]): f32 and f64 run as one
+// cublas{S,D}gemmStridedBatched on the server's stream whenever every matrix has contiguous rows
+// or columns and the batch dims flatten to one stride per operand; anything else (other strides,
+// integer types, empty dims, sizes past cuBLAS's int range) stays with the NVRTC kernel.
+//
+// Note [cuBLAS matmul]: row-major C[M,N] = A[M,K] x B[K,N] is, read column-major,
+// C^T[N,M] = B^T[N,K] x A^T[K,M], so when C has contiguous rows cuBLAS gets the operands swapped
+// (m = N, n = M); when C has contiguous columns it gets them as they are. An operand with
+// contiguous rows in the view cuBLAS needs passes as CUBLAS_OP_N, one with contiguous columns as
+// CUBLAS_OP_T. Math mode is CUBLAS_DEFAULT_MATH (no TF32): f32 stays f32 throughout.
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <optional>
+
+#include "absl/status/statusor.h"
+#include "common/elem_type.h"
+#include "kernels/cuda/builtin_args.h"
+#include "common/cuda/cublas_api.h"
+
+namespace cubed {
+
+// The arguments of one cublas{S,D}gemmStridedBatched call (column-major, cuBLAS's names).
+struct CublasGemmPlan {
+  int transa = kCublasOpN;
+  int transb = kCublasOpN;
+  int m = 0, n = 0, k = 0;
+  CUdeviceptr a = 0, b = 0, c = 0;
+  int lda = 0, ldb = 0, ldc = 0;
+  long long stride_a = 0, stride_b = 0, stride_c = 0;  // Elements; 0 broadcasts the operand.
+  int batch_count = 0;
+};
+
+// The cuBLAS call computing a validated matmul's `args` (MakeCudaBuiltinArgs, pointers set:
+// buffers a, b, out), or nullopt when cuBLAS cannot express it (Note [cuBLAS matmul]). Pure.
+std::optional<CublasGemmPlan> PlanCublasGemm(const CudaBuiltinArgs& args);
+
+// One server's cuBLAS handle, created at the first matmul cuBLAS can run. Owned by the
+// server-loop thread; the server's context must be current for every call.
+class CublasMatmul {
+ public:
+  // `api` null: cuBLAS unavailable or disabled, Run always declines.
+  CublasMatmul(const CublasApi* api, CUstream stream) : api_(api), stream_(stream) {}
+  // Destroys the handle: the stream must have been synchronized.
+  ~CublasMatmul();
+
+  CublasMatmul(const CublasMatmul&) = delete;
+  CublasMatmul& operator=(const CublasMatmul&) = delete;
+
+  // Queues the matmul on the stream through cuBLAS and returns true, or returns false with
+  // nothing queued when the caller must run its own kernel: cuBLAS unavailable, a type or layout
+  // it cannot express, or a handle that could not be set up (remembered: logged once, never
+  // retried). INTERNAL naming the cuBLAS call when a call that may have queued work fails.
+  absl::StatusOr<bool> Run(ElemType dtype, const CudaBuiltinArgs& args);
+
+  // Matmuls queued through cuBLAS so far. For tests.
+  uint64_t calls() const { return calls_; }
+
+ private:
+  // Creates the handle on the stream; on failure remembers it (api_ = null) and logs once.
+  bool EnsureHandle();
+
+  const CublasApi* api_;
+  CUstream stream_;
+  CublasHandle handle_ = nullptr;
+  uint64_t calls_ = 0;
+  bool warned_ = false;  // A refused call was logged.
+};
+
+}  // namespace cubed

@@ -1,0 +1,159 @@
+// CudaServer::Execute: builtin kernels and client-shipped CUDA kernels.
+
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/cuda/cuda_driver.h"
+#include "server/compute/cuda/cuda_server.h"
+
+namespace cubed {
+namespace {
+
+// Note [Metadata ring]: the u32 metadata of client kernels goes to the device through a 1 MiB
+// ring of device memory (allocated at the first client launch, outside the pools and their
+// memory limit). Slot reuse needs no fence: the copy that overwrites a slot is queued on the one
+// stream after every kernel that read the slot's old contents.
+constexpr uint64_t kMetadataRingBytes = uint64_t{1} << 20;
+
+// Client kernels' launch errors that their code or launch parameters cause.
+bool IsClientLaunchError(CUresult r) {
+  return r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES ||
+         r == CUDA_ERROR_INVALID_HANDLE || r == CUDA_ERROR_NOT_SUPPORTED;
+}
+
+}  // namespace
+
+absl::Status CudaServer::Execute(Launch launch) {
+  RETURN_IF_ERROR(LostStatus());
+  RETURN_IF_ERROR(context_->MakeCurrent());
+  return Check(launch.kernel.is_builtin ? ExecuteBuiltin(launch) : ExecuteClient(launch));
+}
+
+// Note [Dynamic cube count]: CUDA has no launch whose grid is read from device memory, so the
+// three u32 are copied back (through pinned staging) and the server loop waits for the stream to
+// reach them: a dynamic launch costs one full stream sync, i.e. it waits for all work queued
+// before it (as CubeCL's CUDA runtime does). Builtin kernels cover their output whatever the
+// count, so for them the count is only checked, as the CPU backend does.
+absl::Status CudaServer::ReadCubeCount(const ResolvedBinding& binding, uint32_t xyz[3]) {
+  ASSIGN_OR_RETURN(CUdeviceptr ptr, DevicePointer({binding.slice, binding.offset, 12}));
+  ASSIGN_OR_RETURN(PinnedStagingPool::Buffer buffer, staging_->Acquire(12));
+  absl::Status status = CU_STATUS(Cu().MemcpyDtoHAsync(buffer.data, ptr, 12, stream_));
+  if (status.ok()) status = CU_STATUS(Cu().StreamSynchronize(stream_));
+  if (status.ok()) std::memcpy(xyz, buffer.data, 12);
+  staging_->Release(buffer);
+  RETURN_IF_ERROR(status);
+  for (int i = 0; i < 3; ++i) {
+    if (xyz[i] == 0 || xyz[i] > description_.max_cube_count[i]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "dynamic cube count: ", std::string(1, "xyz"[i]), " = ", xyz[i],
+          " read from the binding is outside 1 .. ", description_.max_cube_count[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaServer::ExecuteBuiltin(const Launch& launch) {
+  const kernels::BuiltinCall& call = launch.kernel.builtin;
+  std::vector<uint64_t> sizes;
+  for (const ResolvedBinding& b : launch.buffers) sizes.push_back(b.size);
+  ASSIGN_OR_RETURN(CudaBuiltinArgs args, kernels::MakeCudaBuiltinArgs(call, sizes));
+  for (size_t i = 0; i < launch.buffers.size(); ++i) {
+    ASSIGN_OR_RETURN(args.buffers[i].ptr, DevicePointer(launch.buffers[i]));
+  }
+  RETURN_IF_ERROR(CheckBuiltinAddresses(call, args));
+  if (launch.count.dynamic) {
+    uint32_t xyz[3];
+    RETURN_IF_ERROR(ReadCubeCount(launch.count.binding, xyz));
+  }
+  if (call.name == "matmul") {
+    ASSIGN_OR_RETURN(const bool ran, cublas_->Run(call.dtype, args));
+    if (ran) return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(const kernels::CompiledCudaKernel* compiled, compiler_->Builtin(call, sizes.size()));
+  ASSIGN_OR_RETURN(CUfunction function, modules_->Function(*compiled));
+  const kernels::CudaLaunchDims dims = kernels::BuiltinLaunchDims(call, args, sm_count_);
+  void* params[] = {&args};
+  CU_RETURN_IF_ERROR(Cu().LaunchKernel(function, dims.grid[0], dims.grid[1], dims.grid[2],
+                                       dims.block[0], dims.block[1], dims.block[2],
+                                       dims.shared_bytes, stream_, params, nullptr));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CUdeviceptr> CudaServer::UploadMetadata(absl::Span<const uint32_t> words) {
+  if (words.empty()) return CUdeviceptr{0};
+  const uint64_t bytes = words.size() * sizeof(uint32_t);
+  if (bytes > kMetadataRingBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("bindings.metadata: ", words.size(),
+                                                   " words; at most ", kMetadataRingBytes / 4));
+  }
+  if (metadata_ring_ == 0) CU_RETURN_IF_ERROR(Cu().MemAlloc(&metadata_ring_, kMetadataRingBytes));
+  const uint64_t slot = (bytes + 255) / 256 * 256;
+  if (metadata_ring_head_ + slot > kMetadataRingBytes) metadata_ring_head_ = 0;
+  const CUdeviceptr ptr = metadata_ring_ + metadata_ring_head_;
+  metadata_ring_head_ += slot;
+  const CopyPiece piece{0, bytes, bytes, 1, 0};
+  RETURN_IF_ERROR(Upload(ptr, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(words.data()),
+                                                  bytes),
+                         absl::MakeConstSpan(&piece, 1)));
+  return ptr;
+}
+
+absl::Status CudaServer::ExecuteClient(const Launch& launch) {
+  const CudaKernel& k = launch.kernel.cuda;
+  // Request conversion carries a client kernel's metadata and scalars in the builtin call.
+  const kernels::BuiltinCall& bindings = launch.kernel.builtin;
+  absl::StatusOr<const kernels::CompiledCudaKernel*> compiled =
+      compiler_->Client(k.code, k.entry_point, k.options, k.is_ptx);
+  if (!compiled.ok()) return compiled.status();
+  ASSIGN_OR_RETURN(CUfunction function, modules_->Function(**compiled));
+
+  const uint64_t threads = uint64_t{k.cube_dim[0]} * k.cube_dim[1] * k.cube_dim[2];
+  int max_threads = 0, static_shared = 0;
+  CU_RETURN_IF_ERROR(
+      Cu().FuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, function));
+  CU_RETURN_IF_ERROR(
+      Cu().FuncGetAttribute(&static_shared, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function));
+  if (threads > static_cast<uint64_t>(max_threads)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cube_dim: ", k.cube_dim[0], " x ", k.cube_dim[1], " x ", k.cube_dim[2], " = ", threads,
+        " units, but kernel '", k.entry_point, "' can run at most ", max_threads,
+        " per cube on this device (registers)"));
+  }
+  const uint64_t shared = k.shared_memory_bytes;
+  if (shared + static_cast<uint64_t>(static_shared) > max_dynamic_shared_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shared_memory_bytes: ", shared, " dynamic + ", static_shared, " static bytes exceed the ",
+        max_dynamic_shared_, " bytes of shared memory a cube may use on this device"));
+  }
+  if (shared > 48 * 1024) {
+    CU_RETURN_IF_ERROR(Cu().FuncSetAttribute(
+        function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(shared)));
+  }
+  std::vector<CUdeviceptr> buffers;
+  for (const ResolvedBinding& b : launch.buffers) {
+    ASSIGN_OR_RETURN(CUdeviceptr ptr, DevicePointer(b));
+    buffers.push_back(ptr);
+  }
+  ClientKernelParams params(buffers, 0, bindings.scalars);
+  RETURN_IF_ERROR(CheckClientParams(function, k.entry_point, params));
+  uint32_t count[3] = {launch.count.x, launch.count.y, launch.count.z};
+  if (launch.count.dynamic) RETURN_IF_ERROR(ReadCubeCount(launch.count.binding, count));
+  ASSIGN_OR_RETURN(CUdeviceptr metadata, UploadMetadata(bindings.metadata));
+  params.set_metadata(metadata);
+  const CUresult r = Cu().LaunchKernel(function, count[0], count[1], count[2], k.cube_dim[0],
+                                       k.cube_dim[1], k.cube_dim[2], static_cast<unsigned>(shared),
+                                       stream_, params.params(), nullptr);
+  if (r != CUDA_SUCCESS && IsClientLaunchError(r)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kernel '", k.entry_point, "' cannot launch: ", CU_STATUS(r).message()));
+  }
+  CU_RETURN_IF_ERROR(r);
+  // Client code may fault: wait for it on the completion thread, so that a lost device is noticed
+  // (Note [Device lost]) even if no later call waits for the stream.
+  completion_->After(stream_, [](absl::Status) {});
+  return absl::OkStatus();
+}
+
+}  // namespace cubed

@@ -1,0 +1,190 @@
+#pragma once
+
+// CudaServer: the ComputeServer of one CUDA device. Everything runs on the device's primary
+// context and ONE non-blocking stream, in submission order, so the server loop never waits for
+// the device: copies and launches are queued and the call returns; reads, syncs and profile ends
+// complete on the completion thread (cuda_completion.h). The loop waits only where the trait's
+// meaning demands it: a dynamic cube count is read back (Note [Dynamic cube count] in
+// cuda_server.cc), Free of a whole page waits for the stream (cuda_storage.h), and a transfer
+// larger than the pinned staging pool waits for its own earlier chunks (cuda_staging.h).
+//
+// Note [Device lost]: a sticky CUDA error (illegal address, launch failure, ...; see
+// IsStickyCudaError) seen by any call or event wait marks the server lost. From then on every
+// request fails with UNAVAILABLE "device lost: <error>", callbacks already queued complete with
+// it, and the device-lost callback runs once (the daemon turns health to NOT_SERVING and exits
+// non-zero so its supervisor restarts it with a fresh context).
+
+#include <cuda.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/synchronization/mutex.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "server/compute/compute_server.h"
+#include "server/compute/cuda/cublas_matmul.h"
+#include "server/compute/cuda/cuda_completion.h"
+#include "common/cuda/cuda_context.h"
+#include "server/compute/cuda/cuda_launch.h"
+#include "storage/cuda/cuda_staging.h"
+#include "storage/cuda/cuda_storage.h"
+#include "server/compute/cuda/cuda_transfer.h"
+
+namespace cubed {
+
+struct CudaServerOptions {
+  uint32_t index = 0;           // The device's index in the daemon.
+  int ordinal = 0;              // CUDA device ordinal (--device).
+  uint64_t memory_limit = 0;    // Bytes; 0 = 90% of the device memory free at start.
+  uint64_t max_allocation = 0;  // Bytes; 0 = the memory limit.
+  std::string kernel_cache_dir;  // NVRTC's on-disk cache; empty = memory only.
+  uint64_t staging_bytes = uint64_t{64} << 20;  // Most pinned host memory for transfers.
+};
+
+// Owned by the device's server-loop thread; the completion thread touches only the completion
+// queue, the staging pool and the lost state. See the file comment.
+class CudaServer final : public ComputeServer {
+ public:
+  using DeviceLostCallback = absl::AnyInvocable<void(const absl::Status&)>;
+
+  // Retains the device's primary context, creates the stream, the pools and the NVRTC compiler.
+  // FAILED_PRECONDITION saying why when there is no usable driver, device or NVRTC.
+  static absl::StatusOr<std::unique_ptr<CudaServer>> Create(CudaServerOptions options);
+  // Waits for the stream, runs every pending callback and frees everything.
+  ~CudaServer() override;
+
+  // Called once, from the loop or the completion thread, when the device is lost (Note [Device
+  // lost]); must not block. Set before the server is used.
+  void SetDeviceLostCallback(DeviceLostCallback callback);
+  // True once a sticky error was seen. Thread-safe.
+  bool lost() const { return lost_.load(std::memory_order_acquire); }
+
+  const DeviceDescription& Description() const override { return description_; }
+  // A dirty reservation (Note [Owner-tagged memory]) is zeroed with cuMemset*Async on the
+  // stream, queued before the call returns (no host wait).
+  absl::StatusOr<Allocation> Empty(uint64_t size, MemoryOwner owner) override;
+  // Pitched rows: Note [Pitched tensors] in cuda_transfer.h.
+  absl::StatusOr<Allocation> EmptyTensor(absl::Span<const uint64_t> shape, uint32_t elem_size,
+                                         MemoryOwner owner) override;
+  // Copied into pinned staging before returning; the upload is queued on the stream. When dirty,
+  // the bytes the data does not cover (the tail; a pitched tensor's row padding) are zeroed.
+  absl::StatusOr<Allocation> Create(absl::Span<const uint8_t> data, MemoryOwner owner) override;
+  absl::StatusOr<Allocation> CreateTensor(absl::Span<const uint8_t> data,
+                                          absl::Span<const uint64_t> shape, uint32_t elem_size,
+                                          MemoryOwner owner) override;
+  void Free(SliceId slice) override;
+  // Copies `bytes` into pinned staging (PlanDenseRangeWrite's pieces) and queues the upload;
+  // `done` runs before returning, as `bytes` is no longer needed then.
+  void Write(const ResolvedTensor& target, uint64_t dense_offset, absl::Span<const uint8_t> bytes,
+             DoneCallback done) override;
+  // Queue the device-to-host copies and return; `done` runs on the completion thread.
+  void Read(std::vector<ResolvedBinding> bindings, std::vector<std::string>* out,
+            DoneCallback done) override;
+  // Note [Tensor copies] in cuda_transfer.h.
+  void ReadTensor(std::vector<ResolvedTensor> tensors, std::vector<std::string>* out,
+                  DoneCallback done) override;
+  // The binding's device pointer and the page's IPC handle (empty where CUDA IPC is refused).
+  absl::StatusOr<ResourceDescription> GetResource(const ResolvedBinding& binding) override;
+  // Builtin: ValidateBuiltin, address checks, then f32/f64 matmul through cuBLAS where it can
+  // (cublas_matmul.h), everything else NVRTC (cached) with one by-value argument. cuda_source
+  // and ptx: docs/kernel-abi.md, "CUDA kernels". Returns once the launch is queued.
+  absl::Status Execute(Launch launch) override;
+  // Every command is on the stream when its call returns: nothing is held back to push.
+  absl::Status Flush() override;
+  void Sync(DoneCallback done) override;
+  MemoryUsage Usage() const override { return memory_->Usage(); }
+  void Cleanup() override;
+  // Device time between two events on the stream (idle gaps included), measured when the end
+  // event completes; EndProfile's `done` runs on the completion thread.
+  absl::StatusOr<ProfileToken> StartProfile() override;
+  void EndProfile(ProfileToken token, DurationCallback done) override;
+  // The NVRTC compiler's cache counters.
+  KernelCacheStats KernelCache() const override;
+
+  // For tests: the pinned staging pool, the NVRTC compiler and the cuBLAS matmul runner.
+  const PinnedStagingPool& staging() const { return *staging_; }
+  kernels::CudaKernelCompiler& compiler() { return *compiler_; }
+  const CublasMatmul& cublas() const { return *cublas_; }
+
+ private:
+  struct PendingRead;
+
+  explicit CudaServer(CudaServerOptions options) : options_(std::move(options)) {}
+  absl::Status Init();
+  void Describe(uint64_t free_memory);
+
+  // UNAVAILABLE "device lost: ..." once lost, else OK.
+  absl::Status LostStatus() const;
+  // Marks the server lost when `status` is a device-lost error; returns `status`. Thread-safe.
+  absl::Status Check(absl::Status status);
+  absl::StatusOr<CUdeviceptr> DevicePointer(const ResolvedBinding& binding) const;
+
+  // A reserved slice: its device address and extent, and whether it must be zeroed.
+  struct Reserved {
+    SliceId slice = 0;
+    CUdeviceptr ptr = 0;
+    uint64_t extent = 0;
+    bool dirty = false;
+  };
+  // Reserves `size` bytes for `owner` (Note [Owner-tagged memory]); zeroes nothing.
+  absl::StatusOr<Reserved> Reserve(uint64_t size, MemoryOwner owner);
+  // Queues the zeroing of `bytes` bytes at `ptr` on the stream.
+  absl::Status ZeroAsync(CUdeviceptr ptr, uint64_t bytes);
+  // Queues the zeroing of the bytes of `r` outside a tensor's rows: `rows` rows of `width` bytes
+  // every `pitch` bytes from the slice's start (a contiguous buffer: one row).
+  absl::Status ZeroOutsideRows(const Reserved& r, uint64_t width, uint64_t pitch, uint64_t rows);
+
+  // One rectangular copy on the stream between device memory (strided side) and host memory
+  // (dense side, pinned).
+  absl::Status Copy2D(CUdeviceptr device, uint64_t pitch, uint8_t* host, uint64_t width,
+                      uint64_t height, bool to_device);
+  // Uploads `data` (dense) into the layout `pieces` describe at `base`.
+  absl::Status Upload(CUdeviceptr base, absl::Span<const uint8_t> data,
+                      absl::Span<const CopyPiece> pieces);
+  // Queues the download of `pieces` from `base` into `dst` (dense); errors go to `op`.
+  absl::Status Download(CUdeviceptr base, absl::Span<const CopyPiece> pieces, uint8_t* dst,
+                        const std::shared_ptr<PendingRead>& op);
+  // Runs `done` with the read's status after everything queued for it.
+  void FinishRead(std::shared_ptr<PendingRead> op, absl::Status loop_status, bool queued_any);
+
+  absl::Status ExecuteBuiltin(const Launch& launch);
+  absl::Status ExecuteClient(const Launch& launch);
+  // Note [Dynamic cube count]: reads and checks the three u32 with a stream sync.
+  absl::Status ReadCubeCount(const ResolvedBinding& binding, uint32_t xyz[3]);
+  // Copies `words` to the metadata ring and returns its device address (0 when empty).
+  absl::StatusOr<CUdeviceptr> UploadMetadata(absl::Span<const uint32_t> words);
+
+  CudaServerOptions options_;
+  DeviceDescription description_;
+  std::unique_ptr<CudaContext> context_;
+  CUstream stream_ = nullptr;
+  uint32_t sm_count_ = 0;
+  uint64_t max_pitch_ = 0;
+  uint32_t max_dynamic_shared_ = 0;
+  std::unique_ptr<CudaStorage> storage_;
+  std::unique_ptr<MemoryManager> memory_;
+  std::unique_ptr<PinnedStagingPool> staging_;
+  std::unique_ptr<CudaCompletionQueue> completion_;
+  std::unique_ptr<CudaModuleCache> modules_;
+  std::unique_ptr<kernels::CudaKernelCompiler> compiler_;
+  // Note [cuBLAS matmul] in cublas_matmul.h; declines everything when cuBLAS did not load or
+  // CUBED_DISABLE_CUBLAS is set.
+  std::unique_ptr<CublasMatmul> cublas_;
+
+  CUdeviceptr metadata_ring_ = 0;  // Note [Metadata ring] in cuda_execute.cc.
+  uint64_t metadata_ring_head_ = 0;
+
+  absl::flat_hash_map<ProfileToken, CUevent> profiles_;  // Token -> start event.
+  ProfileToken next_profile_ = 1;
+
+  std::atomic<bool> lost_{false};
+  mutable absl::Mutex lost_mu_;
+  absl::Status lost_status_ ABSL_GUARDED_BY(lost_mu_);
+  DeviceLostCallback on_lost_ ABSL_GUARDED_BY(lost_mu_);
+};
+
+}  // namespace cubed

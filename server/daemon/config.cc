@@ -1,0 +1,243 @@
+#include "server/daemon/config.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/internal/parse.h"
+#include "absl/flags/internal/usage.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/status_macros.h"
+
+ABSL_FLAG(std::string, listen, cubed::DefaultUnixSocket(),
+          "Unix socket to serve on: PATH or unix:PATH (no other scheme; TCP is --tcp); empty "
+          "for none.");
+ABSL_FLAG(std::string, tcp, "",
+          "host:port to also serve on over TCP (port 0 picks a free port); empty for none.");
+ABSL_FLAG(std::string, backend, "auto", "auto, cpu or cuda.");
+ABSL_FLAG(uint32_t, device, 0, "Ordinal of the device to serve (cuda).");
+ABSL_FLAG(std::string, memory_limit, "0",
+          "Most device memory the pools may hold, e.g. 8GiB; 0 = half of RAM on cpu.");
+ABSL_FLAG(absl::Duration, session_lease, absl::Seconds(60),
+          "Default session lease: a session idle this long is closed and its memory freed.");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off.");
+ABSL_FLAG(std::string, max_message_bytes, "512MiB",
+          "Largest gRPC message received or sent (and so the largest Create or Read).");
+ABSL_FLAG(bool, allow_unchecked, false,
+          "Allow kernels in unchecked mode (no bounds checks; a bad kernel can corrupt memory).");
+ABSL_FLAG(std::string, ready_file, "",
+          "File written once the daemon serves, with lines unix=ADDRESS and tcp=HOST:PORT.");
+
+ABSL_FLAG(std::string, kernel_cache_dir, "",
+          "Directory caching CUDA kernels compiled by NVRTC across restarts (created if "
+          "missing); empty = memory only.");
+
+ABSL_FLAG(absl::Duration, loop_stall_timeout, absl::Seconds(10),
+          "A device loop that has not run a task for this long (a wedged or overlong task) "
+          "makes health NOT_SERVING until it runs tasks again.");
+
+ABSL_FLAG(std::string, metrics_listen, "",
+          "HOST:PORT to serve Prometheus metrics on over HTTP (GET /metrics; port 0 picks a free "
+          "port; no authentication: bind loopback); empty = off.");
+
+ABSL_FLAG(std::string, auth_config, "",
+          "Principals, permissions and quotas (textproto of cubed.v1.AuthConfig, see "
+          "docs/security.md); empty = Unix peers with the daemon's uid or root may do anything.");
+ABSL_FLAG(std::string, listen_group, "",
+          "Group (name or number) that owns the Unix socket (mode 0660); empty = the daemon's.");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain of the TCP listener (TLS).");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA bundle; when set, TCP clients must present a certificate it signed (mTLS).");
+ABSL_FLAG(bool, insecure_tcp, false,
+          "Serve --tcp without TLS (tokens and data travel in clear text; logs a warning). "
+          "WITHOUT --auth_config EVERY PEER THAT REACHES THE PORT MAY CALL EVERY RPC, with no "
+          "token, and all such peers share one principal (each other's sessions).");
+
+namespace cubed {
+namespace {
+
+// Every flag of the daemon is defined above; --help lists the flags of this file.
+constexpr absl::string_view kFlagsFile = __FILE__;
+constexpr absl::string_view kFlagsFileShown = "server/daemon/config.cc";
+
+// Names a flag's file in --help output: this file as kFlagsFileShown (not the build machine's
+// path), any other without leading slashes (Abseil's default).
+std::string ShownFlagsFile(absl::string_view file) {
+  if (file == kFlagsFile) return std::string(kFlagsFileShown);
+  const size_t start = file.find_first_not_of('/');
+  return start == absl::string_view::npos ? "" : std::string(file.substr(start));
+}
+
+bool IsDaemonFlagsFile(absl::string_view shown_file) { return shown_file == kFlagsFileShown; }
+
+}  // namespace
+
+std::optional<int> ParseFlags(int argc, char** argv) {
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = IsDaemonFlagsFile;
+  usage.contains_helpshort_flags = IsDaemonFlagsFile;
+  usage.contains_helppackage_flags = IsDaemonFlagsFile;
+  usage.normalize_filename = ShownFlagsFile;
+  usage.version_string = [] { return absl::StrCat("cubed ", CUBED_VERSION, "\n"); };
+  absl::SetFlagsUsageConfig(std::move(usage));
+  // absl::ParseCommandLine is this parse with kHandleUsage, which ends the process with status
+  // 1 after --help (Abseil 20220623). Asking for help is no failure: the usage flags are handled
+  // here instead, and every one of them ends with 0.
+  namespace fi = absl::flags_internal;
+  fi::ParseCommandLineImpl(argc, argv, fi::ArgvListAction::kRemoveParsedArgs,
+                           fi::UsageFlagsAction::kIgnoreUsage,
+                           fi::OnUndefinedFlag::kAbortIfUndefined);
+  if (fi::HandleUsageFlags(std::cout, absl::ProgramUsageMessage()) == -1) return std::nullopt;
+  std::cout.flush();
+  return 0;
+}
+
+absl::StatusOr<std::string> ParseUnixSocketFlag(absl::string_view flag, absl::string_view value) {
+  const auto refuse = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, "=", value, ": ", why, "; ", flag,
+        " takes a Unix socket as PATH or unix:PATH (e.g. /run/cubed/cubed.sock or "
+        "unix:/run/cubed/cubed.sock; a relative PATH with a ':' needs a leading ./), or is "
+        "empty for none; for TCP use --tcp=HOST:PORT"));
+  };
+  absl::string_view path = value;
+  if (absl::ConsumePrefix(&path, "unix:")) {
+    // gRPC's two forms: unix:PATH, and unix://ABSOLUTE_PATH (three slashes in all).
+    if (absl::StartsWith(path, "//")) {
+      path.remove_prefix(2);
+      if (!absl::StartsWith(path, "/")) return refuse("unix:// needs an absolute path");
+    }
+    if (path.empty()) return refuse("unix: names no path");
+    return std::string(path);
+  }
+  // A ':' before any '/' is a scheme (tcp:, dns:, unix-abstract:, http://...) or a host:port.
+  const size_t colon = path.find(':');
+  if (colon != absl::string_view::npos &&
+      path.substr(0, colon).find('/') == absl::string_view::npos) {
+    return refuse(absl::StrCat("'", path.substr(0, colon + 1), "' is not a Unix socket path"));
+  }
+  return std::string(path);
+}
+
+std::string DefaultUnixSocket() {
+  const char* runtime = std::getenv("XDG_RUNTIME_DIR");
+  if (runtime != nullptr && runtime[0] != '\0') return absl::StrCat(runtime, "/cubed.sock");
+  return absl::StrCat("/tmp/cubed-", getuid(), "/cubed.sock");
+}
+
+absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text) {
+  absl::string_view number = absl::StripAsciiWhitespace(text);
+  uint64_t scale = 1;
+  struct Suffix {
+    const char* name;
+    uint64_t scale;
+  };
+  for (Suffix s : {Suffix{"KiB", uint64_t{1} << 10}, Suffix{"MiB", uint64_t{1} << 20},
+                   Suffix{"GiB", uint64_t{1} << 30}, Suffix{"TiB", uint64_t{1} << 40},
+                   Suffix{"B", 1}}) {
+    if (absl::ConsumeSuffix(&number, s.name)) {
+      scale = s.scale;
+      break;
+    }
+  }
+  double value = 0;
+  if (number.empty() || !absl::SimpleAtod(number, &value) || !(value >= 0) ||
+      value * static_cast<double>(scale) >= 1.8e19) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", text, "' is not a byte size (e.g. 1048576, 512KiB, 64MiB, 8GiB)"));
+  }
+  return static_cast<uint64_t>(std::llround(value * static_cast<double>(scale)));
+}
+
+absl::Status CheckTransportSecurity(const DaemonConfig& c) {
+  const bool tls = !c.tls_cert.empty() || !c.tls_key.empty() || !c.tls_client_ca.empty();
+  if (tls && (c.tls_cert.empty() || c.tls_key.empty())) {
+    return absl::InvalidArgumentError(
+        "--tls_cert and --tls_key go together (and --tls_client_ca needs both)");
+  }
+  if (tls && c.tcp_address.empty()) {
+    return absl::InvalidArgumentError("--tls_cert/--tls_key/--tls_client_ca need --tcp");
+  }
+  if (tls && c.insecure_tcp) {
+    return absl::InvalidArgumentError("--insecure_tcp and --tls_cert: choose one for --tcp");
+  }
+  if (!c.tcp_address.empty() && !tls && !c.insecure_tcp) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tcp=", c.tcp_address,
+        " needs TLS (--tls_cert and --tls_key, optionally --tls_client_ca) or, to serve plain "
+        "TCP anyway, --insecure_tcp"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DaemonConfig> ConfigFromFlags() {
+  DaemonConfig c;
+  ASSIGN_OR_RETURN(c.unix_socket, ParseUnixSocketFlag("--listen", absl::GetFlag(FLAGS_listen)));
+  c.tcp_address = absl::GetFlag(FLAGS_tcp);
+  if (c.unix_socket.empty() && c.tcp_address.empty()) {
+    return absl::InvalidArgumentError("--listen and --tcp are both empty: nothing to serve on");
+  }
+  const std::string backend = absl::AsciiStrToLower(absl::GetFlag(FLAGS_backend));
+  if (backend == "auto") {
+    c.backend = BackendChoice::kAuto;
+  } else if (backend == "cpu") {
+    c.backend = BackendChoice::kCpu;
+  } else if (backend == "cuda") {
+    c.backend = BackendChoice::kCuda;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backend=", backend, ": expected auto, cpu or cuda"));
+  }
+  c.device = absl::GetFlag(FLAGS_device);
+  absl::StatusOr<uint64_t> limit = ParseByteSize(absl::GetFlag(FLAGS_memory_limit));
+  if (!limit.ok()) return absl::InvalidArgumentError(absl::StrCat("--memory_limit: ", limit.status().message()));
+  c.memory_limit = *limit;
+  c.session_lease = absl::GetFlag(FLAGS_session_lease);
+  if (c.session_lease <= absl::ZeroDuration() || c.session_lease > absl::Hours(24 * 7)) {
+    return absl::InvalidArgumentError(absl::StrCat("--session_lease=",
+                                                   absl::FormatDuration(c.session_lease),
+                                                   ": expected more than 0 and at most 168h"));
+  }
+  c.log_level = absl::GetFlag(FLAGS_log_level);
+  absl::StatusOr<uint64_t> max_message = ParseByteSize(absl::GetFlag(FLAGS_max_message_bytes));
+  if (!max_message.ok() || *max_message < 4096 || *max_message > 0x7fffffff) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_message_bytes=", absl::GetFlag(FLAGS_max_message_bytes),
+        ": expected 4KiB .. 2GiB-1 (gRPC's limit)"));
+  }
+  c.max_message_bytes = static_cast<int>(*max_message);
+  c.allow_unchecked = absl::GetFlag(FLAGS_allow_unchecked);
+  c.ready_file = absl::GetFlag(FLAGS_ready_file);
+  c.kernel_cache_dir = absl::GetFlag(FLAGS_kernel_cache_dir);
+  c.auth_config = absl::GetFlag(FLAGS_auth_config);
+  c.listen_group = absl::GetFlag(FLAGS_listen_group);
+  c.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  c.tls_key = absl::GetFlag(FLAGS_tls_key);
+  c.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  c.insecure_tcp = absl::GetFlag(FLAGS_insecure_tcp);
+  RETURN_IF_ERROR(CheckTransportSecurity(c));
+  c.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  c.loop_stall_timeout = absl::GetFlag(FLAGS_loop_stall_timeout);
+  if (c.loop_stall_timeout < absl::Milliseconds(10) || c.loop_stall_timeout > absl::Hours(1)) {
+    return absl::InvalidArgumentError(absl::StrCat("--loop_stall_timeout=",
+                                                   absl::FormatDuration(c.loop_stall_timeout),
+                                                   ": expected 10ms .. 1h"));
+  }
+  return c;
+}
+
+}  // namespace cubed

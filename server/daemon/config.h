@@ -1,0 +1,67 @@
+#pragma once
+
+// DaemonConfig: everything the daemon is configured with, read from its flags (--flagfile
+// works too). Flags are defined in config.cc; `cubed --help` lists them.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "server/compute/backend_registry.h"  // BackendChoice.
+
+namespace cubed {
+
+struct DaemonConfig {
+  std::string unix_socket;  // Path (--listen without its unix: prefix); empty = no Unix listener.
+  std::string tcp_address;  // host:port; empty = no TCP listener.
+  BackendChoice backend = BackendChoice::kAuto;
+  uint32_t device = 0;
+  uint64_t memory_limit = 0;  // Bytes; 0 = backend default.
+  absl::Duration session_lease = absl::Seconds(60);
+  std::string log_level = "info";
+  int max_message_bytes = 512 << 20;
+  bool allow_unchecked = false;
+  std::string ready_file;  // Written once serving; empty = none.
+  std::string kernel_cache_dir;  // On-disk cache of compiled CUDA kernels; empty = memory only.
+  // Authentication and authorization (docs/security.md).
+  std::string auth_config;    // Textproto of cubed.v1.AuthConfig; empty = the default policy.
+  std::string listen_group;   // Group (name or number) of the Unix socket; empty = ours.
+  std::string tls_cert;       // PEM server certificate (chain) of the TCP listener.
+  std::string tls_key;        // PEM private key of tls_cert.
+  std::string tls_client_ca;  // PEM CA bundle: clients must present a certificate it signed.
+  bool insecure_tcp = false;  // Plain TCP (no TLS) allowed on --tcp.
+  std::string metrics_listen;    // HOST:PORT of the Prometheus endpoint; empty = off.
+  // A device loop that has not run a task this long makes health NOT_SERVING (liveness_monitor.h).
+  absl::Duration loop_stall_timeout = absl::Seconds(10);
+};
+
+// Parses argv into the flags (--flagfile too), exiting with status 1 and a message on an unknown
+// or malformed flag as absl::ParseCommandLine does. The usage flags print to stdout and return
+// the status to exit with, 0: --help the daemon's own flags, --helpfull every flag, --version the
+// version. nullopt when the daemon is to run.
+std::optional<int> ParseFlags(int argc, char** argv);
+
+// Reads the flags (after ParseFlags). INVALID_ARGUMENT naming the flag when a value
+// is malformed or out of range, or when no listener is configured.
+absl::StatusOr<DaemonConfig> ConfigFromFlags();
+
+// The TCP listener is TLS (cert and key), or plain with insecure_tcp, never neither or both; TLS
+// flags need --tcp. INVALID_ARGUMENT naming the flags otherwise.
+absl::Status CheckTransportSecurity(const DaemonConfig& config);
+
+// The socket path a Unix socket flag (`flag`, e.g. "--listen") names: `value` is PATH,
+// unix:PATH or unix:///ABSOLUTE_PATH (gRPC's forms, which the daemon prints and cubectl takes);
+// "" stays "" (no socket). INVALID_ARGUMENT naming the flag, the value and the accepted forms for
+// any other scheme (tcp:, dns:, unix-abstract:, http://...) or a host:port.
+absl::StatusOr<std::string> ParseUnixSocketFlag(absl::string_view flag, absl::string_view value);
+
+// Parses "1048576", "64MiB", "8GiB", "512KiB", "1.5GiB" into bytes. INVALID_ARGUMENT otherwise.
+absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text);
+
+// The default Unix socket: $XDG_RUNTIME_DIR/cubed.sock, else /tmp/cubed-$UID/cubed.sock.
+std::string DefaultUnixSocket();
+
+}  // namespace cubed

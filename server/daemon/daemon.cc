@@ -1,0 +1,404 @@
+#include "server/daemon/daemon.h"
+
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <thread>
+
+#include <grpc/grpc.h>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/synchronization/notification.h"
+#include "common/status_macros.h"
+#include "server/compute/backend_registry.h"
+#include "server/daemon/auth_config.h"
+#include "server/service/authenticator.h"
+#include "server/service/call_counter.h"
+#include "server/service/compute_service.h"
+#include "server/channel/device_loop.h"
+#include "server/service/health_service.h"
+#include "server/daemon/liveness_monitor.h"
+#include "server/service/request_log.h"
+#include "server/metrics/metrics.h"
+#include "server/metrics/metrics_http.h"
+#include "server/metrics/metrics_text.h"
+#include "server/metrics/stats_collector.h"
+#include "server/service/stream/session_stream.h"
+#include "server/daemon/systemd_notify.h"
+#include "server/service/unix_listener.h"
+#include "spdlog/spdlog.h"
+
+namespace cubed {
+namespace {
+
+// Note [Read framing]: a ReadResponse carries up to RequestLimits::max_bindings byte fields
+// (tag + length varint: at most 11 bytes each) around at most --max_message_bytes of payload.
+int MaxSendMessageBytes(int max_message_bytes) {
+  const int64_t framing = int64_t{RequestLimits{}.max_bindings} * 16 + 4096;
+  return static_cast<int>(
+      std::min<int64_t>(int64_t{max_message_bytes} + framing, std::numeric_limits<int>::max()));
+}
+
+// Exit status after a device was lost (docs/error-model.md rule 5): non-zero, so that systemd's
+// Restart=on-failure starts a fresh daemon with a fresh CUDA context.
+constexpr int kDeviceLostExitCode = 3;
+// Between NOT_SERVING and the exit, so that calls in flight get their UNAVAILABLE answers and
+// health checks can see NOT_SERVING.
+constexpr absl::Duration kDeviceLostGrace = absl::Seconds(1);
+
+// Makes the socket's directory (0700 when we create it) and removes a stale socket file. A live
+// daemon on the same path is an error rather than something to steal from.
+absl::Status PrepareUnixSocket(const std::string& path) {
+  if (path.size() >= sizeof(sockaddr_un{}.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat("--listen: socket path '", path, "' is longer than ",
+                                                   sizeof(sockaddr_un{}.sun_path) - 1, " bytes"));
+  }
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!dir.empty() && !std::filesystem::exists(dir, ec)) {
+    std::filesystem::create_directories(dir, ec);
+    if (ec) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--listen: cannot create directory ", dir.string(), ": ", ec.message()));
+    }
+    chmod(dir.c_str(), 0700);
+  }
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) return absl::OkStatus();
+  if (!S_ISSOCK(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--listen: ", path, " exists and is not a socket"));
+  }
+  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  const bool live = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  if (live) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--listen: another process already serves on ", path));
+  }
+  unlink(path.c_str());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadPem(const std::string& path, absl::string_view flag) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (!in || ss.str().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read ", path));
+  }
+  return ss.str();
+}
+
+// TLS (optionally requiring a client certificate) or, with --insecure_tcp, plain TCP.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(
+    const DaemonConfig& config) {
+  if (config.insecure_tcp) {
+    spdlog::warn(
+        "--insecure_tcp: serving plain TCP on {}: no encryption, and bearer tokens travel in "
+        "clear text; use --tls_cert/--tls_key outside a trusted network",
+        config.tcp_address);
+    if (config.auth_config.empty()) {
+      spdlog::warn(
+          "--insecure_tcp without --auth_config: EVERY peer that reaches {} may call EVERY RPC, "
+          "with no token, as one shared principal 'insecure-tcp' (so each other's sessions "
+          "too); give --auth_config to require tokens",
+          config.tcp_address);
+    }
+    return grpc::InsecureServerCredentials();
+  }
+  grpc::SslServerCredentialsOptions options;
+  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+  ASSIGN_OR_RETURN(pair.cert_chain, ReadPem(config.tls_cert, "--tls_cert"));
+  ASSIGN_OR_RETURN(pair.private_key, ReadPem(config.tls_key, "--tls_key"));
+  options.pem_key_cert_pairs.push_back(std::move(pair));
+  if (!config.tls_client_ca.empty()) {
+    ASSIGN_OR_RETURN(options.pem_root_certs, ReadPem(config.tls_client_ca, "--tls_client_ca"));
+    options.client_certificate_request =
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  spdlog::info("TCP {}: TLS{}", config.tcp_address,
+               config.tls_client_ca.empty() ? "" : " with client certificates (mTLS)");
+  return grpc::SslServerCredentials(options);
+}
+
+absl::Status WriteReadyFile(const std::string& path, const DaemonConfig& config, int tcp_port,
+                            const std::string& metrics_address) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    if (!config.unix_socket.empty()) out << "unix=unix:" << config.unix_socket << "\n";
+    if (!config.tcp_address.empty()) {
+      const std::string host = config.tcp_address.substr(0, config.tcp_address.rfind(':'));
+      out << "tcp=" << host << ":" << tcp_port << "\n";
+    }
+    if (!metrics_address.empty()) out << "metrics=" << metrics_address << "\n";
+    if (!out) return absl::FailedPreconditionError(absl::StrCat("--ready_file: cannot write ", tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat("--ready_file: cannot rename to ", path));
+  }
+  return absl::OkStatus();
+}
+
+// Note [Device lost] (server/compute/cuda/cuda_server.h): health NOT_SERVING, then exit non-zero after
+// a grace period. No orderly Shutdown: the device's context is unusable, and Shutdown must not
+// run on the loop or completion thread that calls this.
+void ExitAfterDeviceLost(HealthService* health, const std::string& unix_socket,
+                         const absl::Status& status) {
+  spdlog::critical("device lost ({}): health NOT_SERVING; exiting with status {} in {}",
+                   std::string(status.message()), kDeviceLostExitCode, absl::FormatDuration(kDeviceLostGrace));
+  if (health != nullptr) health->SetServing(false);
+  (void)SystemdNotifier::FromEnvironment().Notify(
+      absl::StrCat("STATUS=device lost: ", status.message(), "; exiting with status ",
+                   kDeviceLostExitCode));
+  std::thread([unix_socket] {
+    absl::SleepFor(kDeviceLostGrace);
+    if (!unix_socket.empty()) unlink(unix_socket.c_str());
+    spdlog::default_logger()->flush();
+    _exit(kDeviceLostExitCode);
+  }).detach();
+}
+
+}  // namespace
+
+void Daemon::BlockTerminationSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+int Daemon::WaitForTerminationSignal() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  int signal = 0;
+  while (sigwait(&set, &signal) != 0) {
+  }
+  return signal;
+}
+
+absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config) {
+  std::unique_ptr<Daemon> d(new Daemon());
+  d->config_ = config;
+  RETURN_IF_ERROR(d->StartDevices());
+  d->StartServices();
+  RETURN_IF_ERROR(d->StartGrpc());
+  d->health_->SetServing(true);
+  RETURN_IF_ERROR(d->StartMetricsHttp());
+  if (!config.ready_file.empty()) {
+    RETURN_IF_ERROR(WriteReadyFile(config.ready_file, config, d->tcp_port_, d->metrics_address_));
+  }
+  d->StartLivenessAndNotify();
+  return d;
+}
+
+absl::Status Daemon::StartDevices() {
+  BackendOptions backend_options;
+  backend_options.backend = config_.backend;
+  backend_options.device = config_.device;
+  backend_options.memory_limit = config_.memory_limit;
+  backend_options.kernel_cache_dir = config_.kernel_cache_dir;
+  backend_options.on_device_lost = [this](const absl::Status& status) {
+    ExitAfterDeviceLost(health_.get(), config_.unix_socket, status);
+  };
+  ASSIGN_OR_RETURN(std::unique_ptr<ComputeServer> backend,
+                   CreateBackend(std::move(backend_options)));
+  const DeviceDescription& desc = backend->Description();
+  spdlog::info("device {}: {} ({} MiB limit, alignment {})", desc.index, desc.name,
+               desc.memory_limit >> 20, desc.alignment);
+  DeviceOptions device_options;
+  device_options.default_lease = config_.session_lease;
+  device_options.allow_unchecked = config_.allow_unchecked;
+  // Note [Read framing]: a read may return --max_message_bytes of payload (what one Create can
+  // bring); its response's framing travels in the send limit's slack.
+  device_options.max_read_bytes = static_cast<uint64_t>(config_.max_message_bytes);
+  loops_.push_back(std::make_unique<DeviceLoop>(
+      std::make_unique<Device>(0, std::move(backend), device_options)));
+  return absl::OkStatus();
+}
+
+void Daemon::StartServices() {
+  std::vector<DeviceLoop*> loops;
+  for (auto& loop : loops_) loops.push_back(loop.get());
+  metrics_ = std::make_unique<Metrics>();
+  stats_ = std::make_unique<StatsCollector>(loops, metrics_.get(), [this] {
+    return streams_ == nullptr ? size_t{0} : streams_->open_streams();
+  });
+  compute_ = std::make_unique<ComputeService>(loops, RequestLimits{}, metrics_.get(),
+                                              stats_.get());
+  health_ = std::make_unique<HealthService>();
+  streams_ = std::make_unique<SessionStreamService>(loops, RequestLimits{}, SessionStreamLimits{},
+                                                    metrics_.get());
+}
+
+absl::Status Daemon::StartGrpc() {
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.SetMaxReceiveMessageSize(config_.max_message_bytes);
+  builder.SetMaxSendMessageSize(MaxSendMessageBytes(config_.max_message_bytes));
+  builder.RegisterService(compute_.get());
+  builder.RegisterService(health_.get());
+  builder.RegisterService(streams_.get());
+  {
+    // One log line per failed call, with method, session and request id (request_log.h).
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
+    creators.push_back(RequestLogFactory());
+    // Calls in flight, for shutdown (Note [Idle connections at shutdown]).
+    calls_ = std::make_unique<CallCounter>();
+    creators.push_back(calls_->InterceptorFactory());
+    builder.experimental().SetInterceptorCreators(std::move(creators));
+  }
+  // docs/security.md. The Unix socket is ours (Note [Unix peer credentials], unix_listener.h).
+  AuthPolicy policy = DefaultAuthPolicy();
+  if (!config_.auth_config.empty()) {
+    ASSIGN_OR_RETURN(policy, LoadAuthConfig(config_.auth_config));
+    spdlog::info("--auth_config {}: {} principals", config_.auth_config, policy.principals.size());
+  }
+  if (!config_.insecure_tcp) policy.anonymous_tcp = nullptr;
+  if (!config_.unix_socket.empty()) {
+    RETURN_IF_ERROR(PrepareUnixSocket(config_.unix_socket));
+    ASSIGN_OR_RETURN(unix_listener_,
+                     UnixListener::Listen(config_.unix_socket, config_.listen_group));
+  }
+  auth_ = std::make_unique<Authenticator>(std::move(policy), unix_listener_.get());
+  compute_->SetAuthenticator(auth_.get());
+  streams_->SetAuthenticator(auth_.get());
+  if (!config_.tcp_address.empty()) {
+    ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                     TcpCredentials(config_));
+    builder.AddListeningPort(config_.tcp_address, credentials, &tcp_port_);
+  }
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || (!config_.tcp_address.empty() && tcp_port_ == 0)) {
+    return absl::UnavailableError(absl::StrCat(
+        "could not start serving on ",
+        config_.unix_socket.empty() ? "" : "unix:" + config_.unix_socket, " ",
+        config_.tcp_address, " (address in use, or a bad host:port?)"));
+  }
+  if (unix_listener_ != nullptr) {
+    unix_listener_->Start(server_.get());
+    spdlog::info("serving on unix:{}", config_.unix_socket);
+  }
+  if (tcp_port_ != 0) spdlog::info("serving on tcp port {}", tcp_port_);
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::StartMetricsHttp() {
+  if (config_.metrics_listen.empty()) return absl::OkStatus();
+  const StatsCollector* stats = stats_.get();
+  ASSIGN_OR_RETURN(metrics_http_,
+                   MetricsHttpServer::Start(config_.metrics_listen,
+                                            [stats]() -> absl::StatusOr<std::string> {
+                                              ASSIGN_OR_RETURN(
+                                                  StatsSnapshot s,
+                                                  stats->CollectFor(absl::Seconds(5)));
+                                              return PrometheusText(s);
+                                            }));
+  metrics_address_ = metrics_http_->address();
+  spdlog::info("serving metrics on http://{}/metrics", metrics_address_);
+  return absl::OkStatus();
+}
+
+void Daemon::StartLivenessAndNotify() {
+  std::vector<DeviceLoop*> loops;
+  for (auto& loop : loops_) loops.push_back(loop.get());
+  const SystemdNotifier notifier = SystemdNotifier::FromEnvironment();
+  LivenessOptions liveness;
+  liveness.stall_timeout = config_.loop_stall_timeout;
+  // TEST ONLY (tests/systemd): an environment variable, never a flag or an RPC.
+  if (const char* wedge = std::getenv("CUBED_TEST_WEDGE_FILE")) liveness.wedge_file = wedge;
+  HealthService* health = health_.get();
+  liveness_ = std::make_unique<LivenessMonitor>(
+      loops, liveness, notifier,
+      [health](bool responsive) { health->SetLoopsResponsive(responsive); });
+  if (notifier.watchdog_interval().has_value()) {
+    spdlog::info("systemd watchdog on: WATCHDOG=1 every {} while every device loop answers",
+                 absl::FormatDuration(liveness_->period()));
+  }
+  const std::string where = absl::StrCat(
+      config_.unix_socket.empty() ? "" : " unix:" + config_.unix_socket,
+      tcp_port_ == 0 ? "" : absl::StrCat(" tcp port ", tcp_port_));
+  if (absl::Status s = notifier.Notify(absl::StrCat("READY=1\nSTATUS=serving on", where));
+      !s.ok()) {
+    spdlog::warn("systemd notify: {}", std::string(s.message()));
+  }
+}
+
+void Daemon::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  spdlog::info("shutting down: no new calls; waiting for calls in flight");
+  (void)SystemdNotifier::FromEnvironment().Notify("STOPPING=1\nSTATUS=shutting down");
+  if (liveness_ != nullptr) liveness_->Stop();  // Before the loops stop; ends WATCHDOG=1.
+  if (metrics_http_ != nullptr) metrics_http_->Stop();  // Scrapes read the loops: before they stop.
+  compute_->StartDraining();
+  streams_->StartDraining();
+  health_->SetServing(false);
+  health_->Shutdown();
+  // Calls already inside gRPC's pipeline reach the service during this grace period and are
+  // answered UNAVAILABLE, instead of being cancelled by the server's shutdown below. Then let
+  // the loops finish what was posted before the drain began (bounded).
+  absl::SleepFor(absl::Milliseconds(100));
+  const absl::Time give_up = absl::Now() + absl::Seconds(5);
+  for (auto& loop : loops_) {
+    while (loop->queued() > 0 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
+  }
+  // The loops keep running while the server drains, so queued calls can finish.
+  if (unix_listener_ != nullptr) unix_listener_->Stop();  // No new connections.
+  // Note [Idle connections at shutdown]: Server::Shutdown(deadline) sends every connection a
+  // GOAWAY and then waits, until the deadline, for every connection to be gone, not only for the
+  // calls in flight. gRPC 1.51 closes a connection early only once its client has answered the
+  // GOAWAY's PING (or closed it), and a client that merely holds an idle channel often reads
+  // nothing, so answers nothing (a channel with no call running in a process where nothing polls:
+  // Python's sync channels, the C++ SDK; a stopped process): each such client held the exit up
+  // for the whole 5 s, over TCP as over the Unix socket (before and after UnixListener). So
+  // Shutdown runs on a helper thread while this one watches the calls in flight (CallCounter, an
+  // interceptor on every call); whenever none is left it drops the remaining connections, which
+  // is what Shutdown itself does at its deadline (grpc_server_cancel_all_calls). It checks every
+  // 20 ms, so connections that raced with the shutdown go too, and in-flight calls still drain
+  // for up to 5 s as before. A call a client starts after that on a dropped connection fails
+  // UNAVAILABLE, as at the deadline.
+  absl::Notification server_down;
+  std::thread drain([this, &server_down] {
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    server_down.Notify();
+  });
+  while (!server_down.WaitForNotificationWithTimeout(absl::Milliseconds(20))) {
+    if (calls_->in_flight() == 0) grpc_server_cancel_all_calls(server_->c_server());
+  }
+  drain.join();
+  server_->Wait();
+  for (auto& loop : loops_) loop->Stop();  // Closes every session, frees every page.
+  loops_.clear();
+  if (!config_.unix_socket.empty()) unlink(config_.unix_socket.c_str());
+  spdlog::info("shut down cleanly");
+}
+
+Daemon::~Daemon() {
+  if (server_ != nullptr) Shutdown();
+  server_.reset();  // Before the services registered with it.
+}
+
+}  // namespace cubed

@@ -1,0 +1,87 @@
+#pragma once
+
+// Daemon: the whole cubed process once configured: device loops, gRPC services and listeners.
+// Shutdown order lives in one function (Shutdown).
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/daemon/config.h"
+
+namespace grpc {
+class Server;
+}  // namespace grpc
+
+namespace cubed {
+
+class Authenticator;
+class CallCounter;
+class ComputeService;
+class DeviceLoop;
+class HealthService;
+class LivenessMonitor;
+class Metrics;
+class MetricsHttpServer;
+class StatsCollector;
+class SessionStreamService;
+class UnixListener;
+
+class Daemon {
+ public:
+  // Builds the backend and the device loop, starts serving on the configured listeners, sets
+  // health to SERVING, writes the ready file, starts the liveness monitor and tells systemd
+  // READY=1 (when started as Type=notify). FAILED_PRECONDITION / INVALID_ARGUMENT /
+  // UNAVAILABLE (a listener could not bind) with the reason.
+  static absl::StatusOr<std::unique_ptr<Daemon>> Start(const DaemonConfig& config);
+
+  // Shuts down if not done yet.
+  ~Daemon();
+
+  // Blocks until SIGTERM or SIGINT. The caller must have blocked both signals in every thread
+  // (BlockTerminationSignals) before Start, so that they are delivered here only.
+  static int WaitForTerminationSignal();
+  static void BlockTerminationSignals();
+
+  // Tells systemd STOPPING=1 and stops the liveness monitor (no more WATCHDOG=1); new calls
+  // answered UNAVAILABLE; health NOT_SERVING; queued work finishes; stop accepting
+  // and let in-flight calls finish (up to 5 s, then cancel), closing idle connections as soon as
+  // no call is left (Note [Idle connections at shutdown], daemon.cc);
+  // stop the device loops, which closes every session and frees every page. Idempotent.
+  void Shutdown();
+
+ private:
+  Daemon() = default;
+
+  // The steps of Start, in order. The device loops (backend chosen by the registry); the
+  // services over them; the gRPC server with its listeners and authentication; the Prometheus
+  // endpoint; the liveness monitor and systemd's READY=1.
+  absl::Status StartDevices();
+  void StartServices();
+  absl::Status StartGrpc();
+  absl::Status StartMetricsHttp();
+  void StartLivenessAndNotify();
+
+  DaemonConfig config_;
+  int tcp_port_ = 0;             // The bound TCP port; 0 without --tcp.
+  std::string metrics_address_;  // HOST:PORT of --metrics_listen once serving; empty when off.
+  // Before the loops: tasks the loops still run at their end may report to these.
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<StatsCollector> stats_;
+  std::vector<std::unique_ptr<DeviceLoop>> loops_;
+  // Before the services, which use them (docs/security.md).
+  std::unique_ptr<UnixListener> unix_listener_;  // Null without --listen.
+  std::unique_ptr<Authenticator> auth_;
+  std::unique_ptr<CallCounter> calls_;  // Outlives server_, whose interceptor counts.
+  std::unique_ptr<ComputeService> compute_;
+  std::unique_ptr<HealthService> health_;
+  std::unique_ptr<SessionStreamService> streams_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<LivenessMonitor> liveness_;
+  std::unique_ptr<MetricsHttpServer> metrics_http_;  // --metrics_listen; null when off.
+  bool shut_down_ = false;
+};
+
+}  // namespace cubed

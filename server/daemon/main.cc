@@ -1,0 +1,37 @@
+// cubed: the compute daemon. Parses flags, builds the daemon, serves until SIGTERM or SIGINT.
+
+#include <cstdio>
+#include <optional>
+
+#include "absl/flags/usage.h"
+#include "common/logging.h"
+#include "server/daemon/config.h"
+#include "server/daemon/daemon.h"
+#include "spdlog/spdlog.h"
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "an out-of-process compute server (CubeCL's ComputeServer over gRPC).\n"
+      "  cubed [--listen=PATH|unix:PATH] [--tcp=HOST:PORT] [--backend=auto|cpu|cuda] "
+      "[--flagfile=F]");
+  if (std::optional<int> exit_code = cubed::ParseFlags(argc, argv)) return *exit_code;
+  absl::StatusOr<cubed::DaemonConfig> config = cubed::ConfigFromFlags();
+  if (!config.ok()) {
+    std::fprintf(stderr, "cubed: %s\n", std::string(config.status().message()).c_str());
+    return 2;
+  }
+  if (absl::Status s = cubed::SetLogLevel(config->log_level); !s.ok()) {
+    std::fprintf(stderr, "cubed: --log_level: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  cubed::Daemon::BlockTerminationSignals();
+  absl::StatusOr<std::unique_ptr<cubed::Daemon>> daemon = cubed::Daemon::Start(*config);
+  if (!daemon.ok()) {
+    spdlog::error("cannot start: {}", daemon.status().ToString());
+    return 1;
+  }
+  const int signal = cubed::Daemon::WaitForTerminationSignal();
+  spdlog::info("signal {} received", signal);
+  (*daemon)->Shutdown();
+  return 0;
+}

@@ -1,0 +1,67 @@
+#pragma once
+
+// StatsSnapshot: the daemon's statistics in plain C++ types: the Metrics registry's counters and
+// histograms plus each device's gauges. StatsCollector builds it; the Prometheus text
+// (metrics_text.h) and the GetStats RPC (its wire form, cubed.v1.GetStatsResponse, converted at
+// the service edge) both report it.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/memory_usage.h"
+#include "server/compute/compute_server.h"  // KernelCacheStats.
+
+namespace cubed {
+
+// A latency histogram: cumulative counts per bucket bound (StatsSnapshot::latency_bounds_us),
+// then the total count (the +Inf bucket) and the sum, microseconds.
+struct HistogramSnapshot {
+  std::vector<uint64_t> buckets;
+  uint64_t count = 0;
+  uint64_t sum_us = 0;
+};
+
+// Finished calls (or commands) with one status code; code is its name ("NOT_FOUND").
+struct CodeCount {
+  std::string code;
+  uint64_t count = 0;
+};
+
+struct MethodSnapshot {
+  std::string method;  // As in the proto ("Create").
+  std::vector<CodeCount> codes;  // Codes seen, in code order.
+  HistogramSnapshot queue;       // Arrival to the loop starting the call.
+  HistogramSnapshot execution;   // Loop start to completion.
+  uint64_t bytes_received = 0;
+  uint64_t bytes_sent = 0;
+};
+
+struct StreamCommandSnapshot {
+  std::string kind;  // "create_tensor"
+  std::vector<CodeCount> codes;
+  HistogramSnapshot queue;
+  HistogramSnapshot execution;
+};
+
+// One device's gauges, read on its loop.
+struct DeviceGauges {
+  uint32_t device = 0;
+  MemoryUsage memory;
+  uint64_t memory_limit = 0;
+  uint64_t sessions = 0;
+  uint64_t handles = 0;
+  uint64_t queued_tasks = 0;
+  KernelCacheStats kernel_cache;
+};
+
+struct StatsSnapshot {
+  std::vector<uint64_t> latency_bounds_us;
+  std::vector<MethodSnapshot> methods;  // Every method, in Method order.
+  std::vector<StreamCommandSnapshot> stream_commands;
+  std::vector<DeviceGauges> devices;
+  uint64_t uptime_us = 0;
+  uint64_t open_streams = 0;
+};
+
+}  // namespace cubed

@@ -1,0 +1,433 @@
+#include "server/service/compute_service.h"
+
+#include <atomic>
+#include <type_traits>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "server/metrics/stats_collector.h"
+#include "server/service/status_conversion.h"
+#include "server/service/wire_conversion.h"
+#include "spdlog/spdlog.h"
+
+namespace cubed {
+namespace {
+
+using Reactor = ComputeService::Reactor;
+
+// The reactor of every call of this service: records the call in the metrics registry (Note
+// [Metrics hot path], metrics.h) at arrival, when the loop starts it and when it finishes.
+class MeteredReactor final : public Reactor {
+ public:
+  MeteredReactor(grpc::CallbackServerContext* ctx, MethodMetrics* metrics,
+                 const google::protobuf::MessageLite& request,
+                 const google::protobuf::MessageLite* response)
+      : ctx_(ctx), metrics_(metrics), response_(response), arrival_(absl::Now()) {
+    metrics_->bytes_received.fetch_add(request.ByteSizeLong(), std::memory_order_relaxed);
+  }
+  // The device loop starts the call: ends its queue time.
+  void Started() {
+    start_ = absl::Now();
+    metrics_->queue.Observe(start_ - arrival_);
+  }
+  // Finishes the call; later calls are ignored (Note [Loop task exceptions], device_loop.h: a
+  // task that threw after finishing must not finish twice).
+  void Done(const absl::Status& status) {
+    if (done_.exchange(true, std::memory_order_acq_rel)) return;
+    if (start_ != absl::InfinitePast()) metrics_->execution.Observe(absl::Now() - start_);
+    metrics_->codes.Count(status.code());
+    if (status.ok() && response_ != nullptr) {
+      metrics_->bytes_sent.fetch_add(response_->ByteSizeLong(), std::memory_order_relaxed);
+    }
+    Finish(ToGrpcStatus(status));
+  }
+  // The reactor lives until gRPC is done with it (OnDone) and no loop task holds it: a task that
+  // throws may still finish the call (Note [Loop task exceptions]).
+  void Ref() { refs_.fetch_add(1, std::memory_order_relaxed); }
+  void Unref() {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+  void OnDone() override { Unref(); }
+  grpc::CallbackServerContext* context() const { return ctx_; }
+  // The RPC's name ("Create"), for authorization.
+  absl::string_view rpc() const { return rpc_; }
+  void set_rpc(absl::string_view rpc) { rpc_ = rpc; }
+
+ private:
+  grpc::CallbackServerContext* const ctx_;
+  MethodMetrics* const metrics_;
+  const google::protobuf::MessageLite* const response_;
+  const absl::Time arrival_;
+  absl::Time start_ = absl::InfinitePast();
+  absl::string_view rpc_;
+  std::atomic<bool> done_{false};
+  std::atomic<int> refs_{1};  // gRPC's, until OnDone; plus one per loop task holding the call.
+};
+
+// Finishes a call, logging failures at debug level (clients see the message themselves).
+void Finish(Reactor* reactor, const absl::Status& status) {
+  if (!status.ok()) spdlog::debug("request failed: {}", status.ToString());
+  static_cast<MeteredReactor*>(reactor)->Done(status);  // Every reactor here is one.
+}
+
+Reactor* FinishNow(Reactor* reactor, const absl::Status& status) {
+  Finish(reactor, status);
+  return reactor;
+}
+
+absl::Span<const uint8_t> Bytes(const std::string& s) {
+  return absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+}
+
+absl::Status SessionNotOpen(uint64_t session) {
+  return absl::NotFoundError(
+      absl::StrCat("session ", session, " is not open (closed, expired, or never opened)"));
+}
+
+}  // namespace
+
+ComputeService::ComputeService(std::vector<DeviceLoop*> loops, RequestLimits limits,
+                               Metrics* metrics, const StatsCollector* stats)
+    : loops_(std::move(loops)),
+      limits_(limits),
+      own_metrics_(metrics == nullptr ? std::make_unique<Metrics>() : nullptr),
+      metrics_(metrics == nullptr ? own_metrics_.get() : metrics),
+      stats_(stats) {}
+
+Reactor* ComputeService::StartCall(Context* ctx, Method method,
+                                   const google::protobuf::MessageLite& request,
+                                   const google::protobuf::MessageLite* response) {
+  auto* reactor = new MeteredReactor(ctx, &metrics_->method(method), request, response);
+  reactor->set_rpc(MethodName(method));
+  return reactor;
+}
+
+absl::StatusOr<PrincipalPtr> ComputeService::Authorize(Reactor* call) const {
+  if (auth_ == nullptr) return PrincipalPtr();
+  const auto* metered = static_cast<MeteredReactor*>(call);
+  return auth_->Authorize(*metered->context(), metered->rpc());
+}
+
+template <typename Work>
+Reactor* ComputeService::OnDevice(Reactor* call, uint32_t device, absl::string_view what,
+                                  Work work) {
+  if (draining_.load(std::memory_order_acquire)) {
+    return FinishNow(call, absl::UnavailableError("the daemon is shutting down"));
+  }
+  absl::StatusOr<PrincipalPtr> principal = Authorize(call);
+  if (!principal.ok()) return FinishNow(call, principal.status());
+  if (device >= loops_.size()) {
+    return FinishNow(call, absl::NotFoundError(absl::StrCat(what, ": device ", device,
+                                                            " does not exist (this daemon has ",
+                                                            loops_.size(), ")")));
+  }
+  // Quota max_inflight_commands: a slot from here until the loop starts the call.
+  const PrincipalPtr p = *std::move(principal);
+  if (p != nullptr) {
+    if (absl::Status s = p->AcquireInflight(); !s.ok()) return FinishNow(call, s);
+  }
+  auto* reactor = static_cast<MeteredReactor*>(call);
+  reactor->Ref();  // The task's; dropped when it ran or threw.
+  const bool posted = loops_[device]->Post(
+      [reactor, p, work = std::move(work)](Device& d) mutable {
+        if (p != nullptr) p->ReleaseInflight();
+        reactor->Started();
+        if constexpr (std::is_invocable_v<Work&, Device&, Reactor*, const PrincipalPtr&>) {
+          work(d, reactor, p);
+        } else {
+          work(d, reactor);
+        }
+        reactor->Unref();
+      },
+      [reactor](absl::Status error) {  // Note [Loop task exceptions].
+        Finish(reactor, error);
+        reactor->Unref();
+      });
+  if (!posted) {
+    if (p != nullptr) p->ReleaseInflight();
+    Finish(reactor, absl::UnavailableError("the daemon is shutting down"));
+    reactor->Unref();
+  }
+  return reactor;
+}
+
+template <typename Work>
+Reactor* ComputeService::OnSession(Reactor* call, uint64_t session, Work work) {
+  const uint32_t device = DeviceOfSession(session);
+  if (device >= loops_.size()) {
+    if (absl::Status s = Authorize(call).status(); !s.ok()) return FinishNow(call, s);
+    return FinishNow(call, SessionNotOpen(session));
+  }
+  // Note [Session ownership] (device.h): another principal's session is answered as unknown.
+  return OnDevice(call, device, "session",
+                  [session, work = std::move(work)](Device& d, Reactor* r,
+                                                    const PrincipalPtr& p) mutable {
+                    if (!d.IsOwnedBy(session, p.get())) {
+                      Finish(r, SessionNotOpen(session));
+                      return;
+                    }
+                    if constexpr (std::is_invocable_v<Work&, Device&, Reactor*,
+                                                      const PrincipalPtr&>) {
+                      work(d, r, p);
+                    } else {
+                      work(d, r);
+                    }
+                  });
+}
+
+Reactor* ComputeService::OpenSession(Context* ctx, const v1::OpenSessionRequest* req,
+                                     v1::OpenSessionResponse* resp) {
+  Reactor* call = StartCall(ctx, Method::kOpenSession, *req, resp);
+  return OnDevice(call, req->device(), "device",
+                  [req, resp](Device& d, Reactor* r, const PrincipalPtr& p) {
+    absl::StatusOr<SessionGrant> grant = d.OpenSession(req->lease_ms(), absl::Now(), p);
+    if (grant.ok()) {
+      resp->set_session(grant->session);
+      resp->set_lease_ms(absl::ToInt64Milliseconds(grant->lease));
+    }
+    Finish(r, grant.status());
+  });
+}
+
+Reactor* ComputeService::CloseSession(Context* ctx, const v1::CloseSessionRequest* req,
+                                      v1::CloseSessionResponse* resp) {
+  Reactor* call = StartCall(ctx, Method::kCloseSession, *req, resp);
+  return OnSession(call, req->session(), [req, resp](Device& d, Reactor* r) {
+    absl::StatusOr<uint64_t> released = d.CloseSession(req->session());
+    if (released.ok()) resp->set_handles_released(*released);
+    Finish(r, released.status());
+  });
+}
+
+Reactor* ComputeService::Create(Context* ctx, const v1::CreateRequest* req,
+                                v1::CreateResponse* resp) {
+  Reactor* call = StartCall(ctx, Method::kCreate, *req, resp);
+  if (req->data().empty()) {
+    return FinishNow(call, absl::InvalidArgumentError("data: empty; create needs at least 1 byte"));
+  }
+  return OnSession(call, req->session(), [req, resp](Device& d, Reactor* r) {
+    absl::StatusOr<NewHandle> h = d.Create(req->session(), Bytes(req->data()), absl::Now());
+    if (h.ok()) {
+      resp->set_handle(h->handle);
+      resp->set_size(h->size);
+    }
+    Finish(r, h.status());
+  });
+}
+
+Reactor* ComputeService::CreateTensor(Context* ctx, const v1::CreateTensorRequest* req,
+                                      v1::CreateTensorResponse* resp) {
+  Reactor* call = StartCall(ctx, Method::kCreateTensor, *req, resp);
+  if (absl::Status s = CheckCreateTensor(*req); !s.ok()) return FinishNow(call, s);
+  return OnSession(call, req->session(), [req, resp](Device& d, Reactor* r) {
+    const std::vector<uint64_t> shape(req->shape().begin(), req->shape().end());
+    absl::StatusOr<NewHandle> h =
+        d.CreateTensor(req->session(), Bytes(req->data()), shape, req->elem_size(), absl::Now());
+    if (h.ok()) {
+      resp->set_handle(h->handle);
+      resp->set_size(h->size);
+      for (uint64_t s : h->strides) resp->add_strides(s);
+    }
+    Finish(r, h.status());
+  });
+}
+
+Reactor* ComputeService::Empty(Context* ctx, const v1::EmptyRequest* req,
+                               v1::EmptyResponse* resp) {
+  Reactor* call = StartCall(ctx, Method::kEmpty, *req, resp);
+  if (req->size() == 0) {
+    return FinishNow(call, absl::InvalidArgumentError("size: 0; empty needs at least 1 byte"));
+  }
+  return OnSession(call, req->session(), [req, resp](Device& d, Reactor* r) {
+    absl::StatusOr<NewHandle> h = d.Empty(req->session(), req->size(), absl::Now());
+    if (h.ok()) {
+      resp->set_handle(h->handle);
+      resp->set_size(h->size);
+    }
+    Finish(r, h.status());
+  });
+}
+
+Reactor* ComputeService::EmptyTensor(Context* ctx, const v1::EmptyTensorRequest* req,
+                                     v1::EmptyTensorResponse* resp) {
+  Reactor* call = StartCall(ctx, Method::kEmptyTensor, *req, resp);
+  std::vector<uint64_t> shape(req->shape().begin(), req->shape().end());
+  if (absl::Status s = CheckTensorShape(shape, req->elem_size(), "empty_tensor").status(); !s.ok()) {
+    return FinishNow(call, s);
+  }
+  return OnSession(call, req->session(), [req, resp, shape = std::move(shape)](Device& d, Reactor* r) {
+    absl::StatusOr<NewHandle> h = d.EmptyTensor(req->session(), shape, req->elem_size(), absl::Now());
+    if (h.ok()) {
+      resp->set_handle(h->handle);
+      resp->set_size(h->size);
+      for (uint64_t s : h->strides) resp->add_strides(s);
+    }
+    Finish(r, h.status());
+  });
+}
+
+Reactor* ComputeService::Read(Context* ctx, const v1::ReadRequest* req, v1::ReadResponse* resp) {
+  Reactor* call = StartCall(ctx, Method::kRead, *req, resp);
+  absl::StatusOr<std::vector<BindingRef>> bindings = ToReadBindings(*req, limits_);
+  if (!bindings.ok()) return FinishNow(call, bindings.status());
+  // The bytes land in `out`, owned by the task until the read completes, then move into the
+  // response without another copy.
+  return OnSession(call, req->session(), [req, resp, bindings = *std::move(bindings)](
+                                            Device& d, Reactor* r) {
+    auto out = std::make_shared<std::vector<std::string>>();
+    d.Read(req->session(), bindings, out.get(), absl::Now(), [resp, r, out](absl::Status s) {
+      if (s.ok()) {
+        for (std::string& bytes : *out) resp->add_data(std::move(bytes));
+      }
+      Finish(r, s);
+    });
+  });
+}
+
+Reactor* ComputeService::ReadTensor(Context* ctx, const v1::ReadTensorRequest* req,
+                                    v1::ReadTensorResponse* resp) {
+  Reactor* call = StartCall(ctx, Method::kReadTensor, *req, resp);
+  absl::StatusOr<std::vector<TensorRef>> tensors = ToTensorRefs(*req, limits_);
+  if (!tensors.ok()) return FinishNow(call, tensors.status());
+  return OnSession(call, req->session(), [req, resp, tensors = *std::move(tensors)](
+                                            Device& d, Reactor* r) {
+    auto out = std::make_shared<std::vector<std::string>>();
+    d.ReadTensor(req->session(), tensors, out.get(), absl::Now(), [resp, r, out](absl::Status s) {
+      if (s.ok()) {
+        for (std::string& bytes : *out) resp->add_data(std::move(bytes));
+      }
+      Finish(r, s);
+    });
+  });
+}
+
+Reactor* ComputeService::GetResource(Context* ctx, const v1::GetResourceRequest* req,
+                                     v1::GetResourceResponse* resp) {
+  Reactor* call = StartCall(ctx, Method::kGetResource, *req, resp);
+  return OnSession(call, req->session(), [req, resp](Device& d, Reactor* r) {
+    absl::StatusOr<ResourceDescription> res =
+        d.GetResource(req->session(), ToBindingRef(req->binding()), absl::Now());
+    if (res.ok()) {
+      resp->set_storage_id(res->storage_id);
+      resp->set_offset(res->offset);
+      resp->set_size(res->size);
+      resp->set_device_pointer(res->device_pointer);
+      resp->set_ipc_handle(res->ipc_handle);
+    }
+    Finish(r, res.status());
+  });
+}
+
+Reactor* ComputeService::Execute(Context* ctx, const v1::ExecuteRequest* req,
+                                 v1::ExecuteResponse*) {
+  Reactor* call = StartCall(ctx, Method::kExecute, *req, nullptr);
+  absl::StatusOr<ExecuteCommand> command = ToExecuteCommand(*req, limits_);
+  if (!command.ok()) return FinishNow(call, command.status());
+  return OnSession(call, req->session(), [req, command = *std::move(command)](
+                                            Device& d, Reactor* r, const PrincipalPtr& p) mutable {
+    if (p != nullptr) {
+      if (absl::Status s = p->CheckExecute(!command.kernel.is_builtin, command.unchecked);
+          !s.ok()) {
+        Finish(r, s);
+        return;
+      }
+    }
+    Finish(r, d.Execute(req->session(), std::move(command), absl::Now()));
+  });
+}
+
+Reactor* ComputeService::Flush(Context* ctx, const v1::FlushRequest* req, v1::FlushResponse*) {
+  Reactor* call = StartCall(ctx, Method::kFlush, *req, nullptr);
+  return OnSession(call, req->session(), [req](Device& d, Reactor* r) {
+    Finish(r, d.Flush(req->session(), absl::Now()));
+  });
+}
+
+Reactor* ComputeService::Sync(Context* ctx, const v1::SyncRequest* req, v1::SyncResponse*) {
+  Reactor* call = StartCall(ctx, Method::kSync, *req, nullptr);
+  return OnSession(call, req->session(), [req](Device& d, Reactor* r) {
+    d.Sync(req->session(), absl::Now(), [r](absl::Status s) { Finish(r, s); });
+  });
+}
+
+Reactor* ComputeService::MemoryUsage(Context* ctx, const v1::MemoryUsageRequest* req,
+                                     v1::MemoryUsageResponse* resp) {
+  Reactor* call = StartCall(ctx, Method::kMemoryUsage, *req, resp);
+  return OnDevice(call, req->device(), "device", [resp](Device& d, Reactor* r) {
+    ToWire(d.Usage(), resp->mutable_usage());
+    Finish(r, absl::OkStatus());
+  });
+}
+
+Reactor* ComputeService::MemoryCleanup(Context* ctx, const v1::MemoryCleanupRequest* req,
+                                       v1::MemoryCleanupResponse* resp) {
+  Reactor* call = StartCall(ctx, Method::kMemoryCleanup, *req, resp);
+  return OnDevice(call, req->device(), "device", [resp](Device& d, Reactor* r) {
+    d.Cleanup();
+    ToWire(d.Usage(), resp->mutable_usage());
+    Finish(r, absl::OkStatus());
+  });
+}
+
+Reactor* ComputeService::StartProfile(Context* ctx, const v1::StartProfileRequest* req,
+                                      v1::StartProfileResponse*) {
+  Reactor* call = StartCall(ctx, Method::kStartProfile, *req, nullptr);
+  return OnSession(call, req->session(), [req](Device& d, Reactor* r) {
+    Finish(r, d.StartProfile(req->session(), absl::Now()));
+  });
+}
+
+Reactor* ComputeService::EndProfile(Context* ctx, const v1::EndProfileRequest* req,
+                                    v1::EndProfileResponse* resp) {
+  Reactor* call = StartCall(ctx, Method::kEndProfile, *req, resp);
+  return OnSession(call, req->session(), [req, resp](Device& d, Reactor* r) {
+    d.EndProfile(req->session(), absl::Now(), [resp, r](absl::StatusOr<absl::Duration> elapsed) {
+      if (elapsed.ok()) resp->set_duration_ns(absl::ToInt64Nanoseconds(*elapsed));
+      Finish(r, elapsed.status());
+    });
+  });
+}
+
+Reactor* ComputeService::GetInfo(Context* ctx, const v1::GetInfoRequest* req,
+                                 v1::GetInfoResponse* resp) {
+  Reactor* call = StartCall(ctx, Method::kGetInfo, *req, resp);
+  const uint32_t devices = static_cast<uint32_t>(loops_.size());
+  return OnDevice(call, req->device(), "device", [resp, devices](Device& d, Reactor* r) {
+    ToWire(d.Description(), resp->mutable_info());
+    resp->set_devices(devices);
+    resp->set_version(CUBED_VERSION);
+    Finish(r, absl::OkStatus());
+  });
+}
+
+Reactor* ComputeService::Release(Context* ctx, const v1::ReleaseRequest* req,
+                                 v1::ReleaseResponse*) {
+  Reactor* call = StartCall(ctx, Method::kRelease, *req, nullptr);
+  if (absl::Status s = CheckRelease(*req, limits_); !s.ok()) return FinishNow(call, s);
+  return OnSession(call, req->session(), [req](Device& d, Reactor* r) {
+    Finish(r, d.Release(req->session(), absl::MakeConstSpan(req->handles().data(), req->handles_size()), absl::Now()));
+  });
+}
+
+Reactor* ComputeService::GetStats(Context* ctx, const v1::GetStatsRequest* req,
+                                  v1::GetStatsResponse* resp) {
+  Reactor* call = StartCall(ctx, Method::kGetStats, *req, resp);
+  if (draining_.load(std::memory_order_acquire)) {
+    return FinishNow(call, absl::UnavailableError("the daemon is shutting down"));
+  }
+  if (absl::Status s = Authorize(call).status(); !s.ok()) return FinishNow(call, s);
+  if (stats_ == nullptr) {
+    return FinishNow(call, absl::UnimplementedError("GetStats: this server keeps no statistics"));
+  }
+  // Reads every device's gauges on its loop; answers from the last loop to reply.
+  static_cast<MeteredReactor*>(call)->Started();
+  stats_->Collect([call, resp](absl::StatusOr<StatsSnapshot> stats) {
+    if (stats.ok()) ToWire(*stats, resp);
+    Finish(call, stats.status());
+  });
+  return call;
+}
+
+}  // namespace cubed

@@ -1,0 +1,49 @@
+#pragma once
+
+// Validation and conversion of wire requests into plain commands: the single place where
+// protobuf types become C++ structs on the way in (and the fuzz target). Everything that can be
+// checked without the handle tables is checked here, with overflow-safe arithmetic; errors are
+// INVALID_ARGUMENT naming the field and the bound (UNIMPLEMENTED for kernel kinds the wire
+// allows but no backend has yet).
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cubed/v1/compute.pb.h"
+#include "server/channel/commands.h"
+
+namespace cubed {
+
+// Bounds on request sizes, from the daemon's configuration.
+struct RequestLimits {
+  uint32_t max_bindings = 1024;     // Read/ReadTensor bindings.
+  uint32_t max_buffers = 64;        // Execute buffers.
+  uint32_t max_metadata_words = 65536;
+  uint32_t max_release = 65536;
+  uint64_t max_code_bytes = 4 << 20;  // cuda_source / ptx text.
+};
+
+// Checks a tensor shape: 1 .. kMaxRank dims, each >= 1, elem_size 1 .. 16, and the byte size
+// product(shape) * elem_size fits in 63 bits. Returns that byte size.
+absl::StatusOr<uint64_t> CheckTensorShape(absl::Span<const uint64_t> shape, uint32_t elem_size,
+                                          absl::string_view field);
+
+BindingRef ToBindingRef(const v1::Binding& binding);
+
+absl::StatusOr<std::vector<BindingRef>> ToReadBindings(const v1::ReadRequest& request,
+                                                       const RequestLimits& limits);
+absl::StatusOr<std::vector<TensorRef>> ToTensorRefs(const v1::ReadTensorRequest& request,
+                                                    const RequestLimits& limits);
+absl::StatusOr<ExecuteCommand> ToExecuteCommand(const v1::ExecuteRequest& request,
+                                                const RequestLimits& limits);
+// The same from the parts of an execute (the session stream's Command.Execute), filling
+// `command` (default-constructed) in place; errors as above. `mode`: a v1::ExecutionMode value.
+absl::Status ToExecuteCommand(const v1::Kernel& kernel, const v1::CubeCount& count,
+                              const v1::Bindings& bindings, int mode,
+                              const RequestLimits& limits, ExecuteCommand& command);
+// Checks CreateTensor: shape as above and len(data) == product(shape) * elem_size.
+absl::Status CheckCreateTensor(const v1::CreateTensorRequest& request);
+absl::Status CheckRelease(const v1::ReleaseRequest& request, const RequestLimits& limits);
+
+}  // namespace cubed

@@ -1,0 +1,136 @@
+#include "server/service/request_conversion.h"
+
+#include <gtest/gtest.h>
+
+namespace cubed {
+namespace {
+
+void ExpectInvalid(const absl::Status& s, absl::string_view names) {
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find(names), absl::string_view::npos) << s;
+}
+
+TEST(CheckTensorShapeTest, AcceptsOrdinaryShapes) {
+  EXPECT_EQ(*CheckTensorShape({2, 3}, 4, "t"), 24u);
+  EXPECT_EQ(*CheckTensorShape({1}, 8, "t"), 8u);
+}
+
+TEST(CheckTensorShapeTest, RejectsBadShapes) {
+  ExpectInvalid(CheckTensorShape({}, 4, "t").status(), "t.shape");
+  ExpectInvalid(CheckTensorShape({1, 1, 1, 1, 1, 1, 1, 1, 1}, 4, "t").status(), "1 .. 8");
+  ExpectInvalid(CheckTensorShape({2, 0}, 4, "t").status(), "shape[1] is 0");
+  ExpectInvalid(CheckTensorShape({2}, 0, "t").status(), "elem_size");
+  ExpectInvalid(CheckTensorShape({2}, 17, "t").status(), "elem_size");
+  ExpectInvalid(CheckTensorShape({uint64_t{1} << 32, uint64_t{1} << 32, 16}, 4, "t").status(),
+                "overflows");
+}
+
+TEST(CheckCreateTensorTest, DataLengthMustMatchShape) {
+  v1::CreateTensorRequest req;
+  req.add_shape(2);
+  req.add_shape(3);
+  req.set_elem_size(4);
+  req.set_data(std::string(23, 'x'));
+  ExpectInvalid(CheckCreateTensor(req), "23 bytes given");
+  req.set_data(std::string(24, 'x'));
+  EXPECT_TRUE(CheckCreateTensor(req).ok());
+}
+
+v1::ExecuteRequest AddRequest() {
+  v1::ExecuteRequest req;
+  req.mutable_kernel()->mutable_builtin()->set_name("add");
+  req.mutable_kernel()->mutable_builtin()->set_dtype(v1::ELEM_TYPE_F32);
+  req.mutable_count()->mutable_static_count()->set_x(1);
+  req.mutable_count()->mutable_static_count()->set_y(1);
+  req.mutable_count()->mutable_static_count()->set_z(1);
+  return req;
+}
+
+TEST(ToExecuteCommandTest, ConvertsBuiltinWithScalars) {
+  v1::ExecuteRequest req = AddRequest();
+  v1::ScalarGroup* g = req.mutable_bindings()->add_scalars();
+  g->set_elem(v1::ELEM_TYPE_I32);
+  g->add_ints(-7);
+  g->add_ints(9);
+  absl::StatusOr<ExecuteCommand> c = ToExecuteCommand(req, RequestLimits{});
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->kernel.builtin.scalars.size(), 1u);
+  const std::vector<uint8_t>& bytes = c->kernel.builtin.scalars[0].bytes;
+  ASSERT_EQ(bytes.size(), 8u);
+  int32_t first;
+  std::memcpy(&first, bytes.data(), 4);
+  EXPECT_EQ(first, -7);
+  EXPECT_EQ(c->kernel.builtin.out_dtype, ElemType::kF32);
+}
+
+TEST(ToExecuteCommandTest, RejectsMalformedRequests) {
+  RequestLimits limits;
+  {
+    v1::ExecuteRequest req = AddRequest();
+    req.clear_kernel();
+    ExpectInvalid(ToExecuteCommand(req, limits).status(), "kernel: no kernel set");
+  }
+  {
+    v1::ExecuteRequest req = AddRequest();
+    req.clear_count();
+    ExpectInvalid(ToExecuteCommand(req, limits).status(), "count");
+  }
+  {
+    v1::ExecuteRequest req = AddRequest();
+    req.mutable_kernel()->mutable_builtin()->set_dtype(v1::ELEM_TYPE_UNSPECIFIED);
+    ExpectInvalid(ToExecuteCommand(req, limits).status(), "kernel.builtin.dtype");
+  }
+  {
+    v1::ExecuteRequest req = AddRequest();
+    req.set_mode(static_cast<v1::ExecutionMode>(42));
+    ExpectInvalid(ToExecuteCommand(req, limits).status(), "mode");
+  }
+  {
+    v1::ExecuteRequest req = AddRequest();
+    v1::ScalarGroup* g = req.mutable_bindings()->add_scalars();
+    g->set_elem(v1::ELEM_TYPE_I32);
+    g->add_ints(int64_t{1} << 40);
+    ExpectInvalid(ToExecuteCommand(req, limits).status(), "does not fit in i32");
+  }
+  {
+    v1::ExecuteRequest req = AddRequest();
+    v1::ScalarGroup* g = req.mutable_bindings()->add_scalars();
+    g->set_elem(v1::ELEM_TYPE_F32);
+    g->add_ints(3);
+    ExpectInvalid(ToExecuteCommand(req, limits).status(), "floats");
+  }
+  {
+    v1::ExecuteRequest req = AddRequest();
+    for (int i = 0; i < 2; ++i) {
+      v1::ScalarGroup* g = req.mutable_bindings()->add_scalars();
+      g->set_elem(v1::ELEM_TYPE_F64);
+      g->add_floats(1.0);
+    }
+    ExpectInvalid(ToExecuteCommand(req, limits).status(), "second group");
+  }
+  {
+    v1::ExecuteRequest req = AddRequest();
+    for (uint32_t i = 0; i <= limits.max_buffers; ++i) req.mutable_bindings()->add_buffers();
+    ExpectInvalid(ToExecuteCommand(req, limits).status(), "bindings.buffers");
+  }
+  {
+    v1::ExecuteRequest req;
+    req.mutable_kernel()->mutable_cuda_source()->set_source("__global__ void k() {}");
+    req.mutable_count()->mutable_static_count()->set_x(1);
+    ExpectInvalid(ToExecuteCommand(req, limits).status(), "entry_point");
+  }
+}
+
+TEST(ToTensorRefsTest, StridesMustMatchRank) {
+  v1::ReadTensorRequest req;
+  v1::BindingWithMeta* b = req.add_bindings();
+  b->add_shape(2);
+  b->add_shape(2);
+  b->add_strides(2);
+  b->set_elem_size(4);
+  ExpectInvalid(ToTensorRefs(req, RequestLimits{}).status(), "strides");
+  ExpectInvalid(ToTensorRefs(v1::ReadTensorRequest(), RequestLimits{}).status(), "bindings");
+}
+
+}  // namespace
+}  // namespace cubed

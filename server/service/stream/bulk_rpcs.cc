@@ -1,0 +1,254 @@
+// The Upload and Download RPCs of cubed.v1.SessionStream (Note [Bulk transfers],
+// bulk_transfers.h): their reactors, and how a transfer finds its stream.
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "server/service/stream/bulk_transfer_state.h"
+#include "server/service/stream/bulk_transfers.h"
+#include "server/service/stream/session_stream.h"
+
+namespace cubed {
+
+namespace {
+
+// A reactor's OnCancel (either direction): marks the transfer cancelled; the stream that owns it
+// handles that at its next event (failing the waiting command); with no stream left, the
+// transfer finishes CANCELLED at once.
+template <typename State>
+void CancelTransfer(State& state, const char* message) {
+  std::shared_ptr<BulkTransfers> owner;
+  {
+    absl::MutexLock lock(&state.mu);
+    state.cancelled = true;
+    owner = state.owner.lock();
+    if (owner == nullptr) {
+      state.FinishLocked(absl::CancelledError(message));
+      return;
+    }
+  }
+  owner->Event(state.seq);
+}
+
+class UploadReactor final : public grpc::ServerReadReactor<v1::UploadChunk> {
+ public:
+  UploadReactor(SessionStreamService* service, grpc::CallbackServerContext* ctx,
+                PrincipalPtr caller, v1::UploadDone* response)
+      : service_(service),
+        ctx_(ctx),
+        caller_(std::move(caller)),
+        state_(std::make_shared<UploadState>()) {
+    state_->response = response;
+    absl::MutexLock lock(&state_->mu);
+    state_->reactor = this;
+  }
+  void Begin() {
+    absl::MutexLock lock(&state_->mu);
+    state_->read_in_flight = true;
+    StartRead(&state_->chunk);
+  }
+  void FailAtOnce(const absl::Status& status) {
+    absl::MutexLock lock(&state_->mu);
+    state_->FinishLocked(status);
+  }
+
+  void OnReadDone(bool ok) override {
+    std::shared_ptr<BulkTransfers> owner;
+    bool first = false;
+    {
+      absl::MutexLock lock(&state_->mu);
+      state_->read_in_flight = false;
+      if (ok) {
+        state_->chunk_ready = true;
+      } else if (ctx_->IsCancelled()) {  // A cancel, not the client's half-close.
+        state_->cancelled = true;
+      } else {
+        state_->closed = true;
+      }
+      first = !state_->attached;
+      if (first) {
+        if (!ok) {
+          state_->FinishLocked(absl::InvalidArgumentError(
+              "the upload ended before its first chunk (session, seq, total_size, data)"));
+          return;
+        }
+        state_->attached = true;
+        state_->session = state_->chunk.session();
+        state_->seq = state_->chunk.seq();
+        state_->total = state_->chunk.total_size();
+      }
+      owner = state_->owner.lock();
+    }
+    if (first) {
+      std::shared_ptr<BulkTransfers> bulk = service_->FindBulk(state_->session, caller_.get());
+      if (bulk == nullptr) {
+        FailAtOnce(absl::NotFoundError(absl::StrCat(
+            "session: ", state_->session, " has no open session stream on this daemon")));
+        return;
+      }
+      {
+        absl::MutexLock lock(&state_->mu);
+        state_->owner = bulk;
+      }
+      bulk->AttachUpload(state_);
+      return;
+    }
+    if (owner != nullptr) {
+      owner->Event(state_->seq);
+    } else {
+      FailAtOnce(absl::UnavailableError("the session stream of this upload ended"));
+    }
+  }
+
+  void OnCancel() override { CancelTransfer(*state_, "the client cancelled the upload"); }
+
+  void OnDone() override { delete this; }
+
+ private:
+  SessionStreamService* const service_;
+  grpc::CallbackServerContext* const ctx_;
+  const PrincipalPtr caller_;
+  std::shared_ptr<UploadState> state_;
+};
+
+class DownloadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  DownloadReactor() : state_(std::make_shared<DownloadState>()) {
+    absl::MutexLock lock(&state_->mu);
+    state_->reactor = this;
+  }
+  const std::shared_ptr<DownloadState>& state() const { return state_; }
+  void FailAtOnce(const absl::Status& status) {
+    absl::MutexLock lock(&state_->mu);
+    state_->FinishLocked(status);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::shared_ptr<BulkTransfers> owner;
+    {
+      absl::MutexLock lock(&state_->mu);
+      if (state_->writing) state_->written += state_->writing_bytes;
+      state_->writing = false;
+      state_->writing_msg.Clear();
+      --state_->outstanding;
+      if (ok) {
+        state_->MaybeWriteLocked();
+      } else {
+        state_->failed = true;
+      }
+      owner = state_->owner.lock();
+    }
+    if (owner != nullptr) owner->Event(state_->seq);
+  }
+
+  void OnCancel() override { CancelTransfer(*state_, "the client cancelled the download"); }
+
+  void OnDone() override { delete this; }
+
+ private:
+  std::shared_ptr<DownloadState> state_;
+};
+
+}  // namespace
+
+void SessionStreamService::RegisterBulk(uint64_t session, std::weak_ptr<BulkTransfers> bulk,
+                                        PrincipalPtr owner) {
+  absl::MutexLock lock(&mu_);
+  bulk_[session] = BulkEntry{std::move(bulk), std::move(owner)};
+}
+
+void SessionStreamService::UnregisterBulk(uint64_t session) {
+  absl::MutexLock lock(&mu_);
+  bulk_.erase(session);
+}
+
+std::shared_ptr<BulkTransfers> SessionStreamService::FindBulk(uint64_t session,
+                                                              const Principal* caller) const {
+  absl::MutexLock lock(&mu_);
+  auto it = bulk_.find(session);
+  if (it == bulk_.end()) return nullptr;
+  const Principal* owner = it->second.owner.get();
+  // Another principal's session looks exactly like an unknown one.
+  if (owner != caller && (owner == nullptr || caller == nullptr || owner->name != caller->name)) {
+    return nullptr;
+  }
+  return it->second.bulk.lock();
+}
+
+grpc::ServerReadReactor<v1::UploadChunk>* SessionStreamService::Upload(
+    grpc::CallbackServerContext* ctx, v1::UploadDone* response) {
+  absl::StatusOr<PrincipalPtr> principal =
+      auth_ != nullptr ? auth_->Authorize(*ctx, "Create") : PrincipalPtr();
+  auto* reactor =
+      new UploadReactor(this, ctx, principal.ok() ? *principal : PrincipalPtr(), response);
+  if (!principal.ok()) {
+    reactor->FailAtOnce(principal.status());
+  } else if (draining_.load(std::memory_order_acquire)) {
+    reactor->FailAtOnce(absl::UnavailableError("the daemon is shutting down"));
+  } else {
+    reactor->Begin();
+  }
+  return reactor;
+}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* SessionStreamService::Download(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw_request) {
+  auto* reactor = new DownloadReactor();
+  v1::DownloadRequest parsed;
+  const v1::DownloadRequest* request = &parsed;
+  {
+    std::vector<grpc::Slice> slices;
+    std::string bytes;
+    if (raw_request->Dump(&slices).ok()) {
+      for (const grpc::Slice& s : slices) {
+        bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+      }
+    }
+    if (!parsed.ParseFromString(bytes)) {
+      reactor->FailAtOnce(absl::InvalidArgumentError(
+          "the DownloadRequest could not be parsed (not a cubed.v1.DownloadRequest)"));
+      return reactor;
+    }
+  }
+  absl::StatusOr<PrincipalPtr> principal =
+      auth_ != nullptr ? auth_->Authorize(*ctx, "Read") : PrincipalPtr();
+  if (!principal.ok()) {
+    reactor->FailAtOnce(principal.status());
+    return reactor;
+  }
+  if (draining_.load(std::memory_order_acquire)) {
+    reactor->FailAtOnce(absl::UnavailableError("the daemon is shutting down"));
+    return reactor;
+  }
+  // A bad chunk_bytes fails the bulk read it names too (docs/api.md): the download is joined
+  // with the error, and its command fails with it when it runs.
+  absl::Status chunk_error;
+  if (request->chunk_bytes() > kMaxBulkChunk) {
+    chunk_error = absl::InvalidArgumentError(
+        absl::StrCat("chunk_bytes: ", request->chunk_bytes(), " is outside 1 .. ", kMaxBulkChunk,
+                     " (0 = ", kMaxBulkChunk, ")"));
+  }
+  std::shared_ptr<BulkTransfers> bulk = FindBulk(request->session(), principal->get());
+  if (bulk == nullptr) {
+    reactor->FailAtOnce(!chunk_error.ok()
+                            ? chunk_error
+                            : absl::NotFoundError(absl::StrCat(
+                                  "session: ", request->session(),
+                                  " has no open session stream on this daemon")));
+    return reactor;
+  }
+  const std::shared_ptr<DownloadState>& state = reactor->state();
+  state->session = request->session();
+  state->seq = request->seq();
+  state->chunk_bytes = request->chunk_bytes() == 0 || !chunk_error.ok() ? kMaxBulkChunk
+                                                                         : request->chunk_bytes();
+  if (!chunk_error.ok()) {
+    absl::MutexLock lock(&state->mu);
+    state->error = chunk_error;
+  }
+  bulk->AttachDownload(state);
+  return reactor;
+}
+
+}  // namespace cubed

@@ -1,0 +1,118 @@
+#pragma once
+
+// The state of one Upload or Download (Note [Bulk transfers], bulk_transfers.h), shared between
+// its reactor (gRPC threads), the stream's BulkTransfers (loop thread) and backend completions;
+// each is guarded by its own mutex.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "cubed/v1/session.pb.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/server_callback.h"
+#include "grpcpp/support/slice.h"
+#include "server/service/status_conversion.h"
+#include "server/service/stream/bulk_transfers.h"
+
+namespace cubed {
+
+struct UploadState {
+  absl::Mutex mu;
+  grpc::ServerReadReactor<v1::UploadChunk>* reactor ABSL_GUARDED_BY(mu) = nullptr;  // Null: done.
+  v1::UploadDone* response = nullptr;
+  v1::UploadChunk chunk;  // The read target; touched by one side at a time (flags below).
+  bool attached = false;
+  uint64_t session = 0;
+  uint64_t seq = 0;
+  uint64_t total = 0;  // As declared by the first chunk.
+  bool read_in_flight ABSL_GUARDED_BY(mu) = false;
+  bool chunk_ready ABSL_GUARDED_BY(mu) = false;  // `chunk` holds bytes not yet written.
+  bool writing ABSL_GUARDED_BY(mu) = false;      // `chunk` is being written.
+  bool closed ABSL_GUARDED_BY(mu) = false;       // The client half-closed.
+  bool cancelled ABSL_GUARDED_BY(mu) = false;
+  bool complete ABSL_GUARDED_BY(mu) = false;     // Its command finished OK.
+  uint64_t received ABSL_GUARDED_BY(mu) = 0;     // Bytes written.
+  absl::Status error ABSL_GUARDED_BY(mu);        // A write failed.
+  std::weak_ptr<BulkTransfers> owner ABSL_GUARDED_BY(mu);
+
+  void StartReadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (reactor == nullptr || read_in_flight || chunk_ready || writing || closed || cancelled) {
+      return;
+    }
+    read_in_flight = true;
+    reactor->StartRead(&chunk);
+  }
+  void FinishLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (reactor == nullptr) return;
+    if (status.ok()) response->set_bytes(received);
+    reactor->Finish(ToGrpcStatus(status));
+    reactor = nullptr;
+  }
+};
+
+// One download chunk read and not yet written: the serialized DownloadChunk without `data`
+// (with field 4's tag and length when there is data), then the bytes themselves.
+struct DownloadPiece {
+  std::string header;
+  std::unique_ptr<std::string> data;  // Null: a chunk with the sizes only.
+};
+
+// The wire form of `chunk` (no data) followed by the tag and length of `data_bytes` bytes as
+// field 4 (the bytes themselves follow as their own slice). Pure.
+std::string DownloadHeader(const v1::DownloadChunk& chunk, uint64_t data_bytes);
+
+struct DownloadState {
+  absl::Mutex mu;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor ABSL_GUARDED_BY(mu) = nullptr;
+  uint64_t session = 0;
+  uint64_t seq = 0;
+  uint64_t chunk_bytes = kMaxBulkChunk;
+  // Pieces read and not yet written, by piece index; written in index order.
+  std::map<uint64_t, DownloadPiece> ready ABSL_GUARDED_BY(mu);
+  uint64_t next_write ABSL_GUARDED_BY(mu) = 0;
+  // The chunk being written: its message (the data slice owns the piece's bytes until gRPC is
+  // done with them) and its data bytes; `writing` while a write is in flight.
+  grpc::ByteBuffer writing_msg ABSL_GUARDED_BY(mu);
+  uint64_t writing_bytes ABSL_GUARDED_BY(mu) = 0;
+  bool writing ABSL_GUARDED_BY(mu) = false;
+  uint64_t outstanding ABSL_GUARDED_BY(mu) = 0;  // Issued pieces not yet written.
+  uint64_t written ABSL_GUARDED_BY(mu) = 0;      // Bytes written.
+  bool failed ABSL_GUARDED_BY(mu) = false;       // A write failed (the client is gone).
+  bool cancelled ABSL_GUARDED_BY(mu) = false;
+  absl::Status error ABSL_GUARDED_BY(mu);        // A piece read failed.
+  std::weak_ptr<BulkTransfers> owner ABSL_GUARDED_BY(mu);
+
+  void MaybeWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (reactor == nullptr || writing) return;
+    auto it = ready.find(next_write);
+    if (it == ready.end()) return;
+    DownloadPiece piece = std::move(it->second);
+    ready.erase(it);
+    ++next_write;
+    writing = true;
+    writing_bytes = 0;
+    std::vector<grpc::Slice> slices;
+    slices.emplace_back(piece.header);
+    if (piece.data != nullptr && !piece.data->empty()) {
+      std::string* data = piece.data.release();
+      writing_bytes = data->size();
+      slices.emplace_back(
+          data->data(), data->size(), [](void* p) { delete static_cast<std::string*>(p); }, data);
+    }
+    writing_msg = grpc::ByteBuffer(slices.data(), slices.size());
+    reactor->StartWrite(&writing_msg);
+  }
+  void FinishLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (reactor == nullptr) return;
+    reactor->Finish(ToGrpcStatus(status));
+    reactor = nullptr;
+    ready.clear();
+  }
+};
+
+}  // namespace cubed

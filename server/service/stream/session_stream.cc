@@ -1,0 +1,654 @@
+#include "server/service/stream/session_stream.h"
+
+#include <deque>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "google/protobuf/arena.h"
+#include "server/service/stream/bulk_transfers.h"
+#include "server/service/stream/stream_command_conversion.h"
+#include "server/channel/stream_runner.h"
+#include "server/service/status_conversion.h"
+#include "server/service/wire_conversion.h"
+#include "spdlog/spdlog.h"
+
+namespace cubed {
+
+using Reactor = grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>;
+
+// How a stream ends when its session went away under it: session.proto promises NOT_FOUND.
+absl::Status SessionClosedUnder(uint64_t session) {
+  return absl::NotFoundError(absl::StrCat(
+      "session ", session,
+      " was closed under the stream (its lease passed, or CloseSession named it)"));
+}
+
+// The Compute RPC a stream command needs permission for: the one of the same name
+// ("create_tensor" needs "CreateTensor").
+std::string StreamCommandRpc(StreamCommand::Kind kind) {
+  std::string rpc;
+  bool upper = true;
+  for (char c : KindName(kind)) {
+    if (c == '_') {
+      upper = true;
+      continue;
+    }
+    rpc.push_back(upper ? absl::ascii_toupper(static_cast<unsigned char>(c)) : c);
+    upper = false;
+  }
+  return rpc;
+}
+
+// Slots of a principal's quota max_inflight_commands, given back when destroyed. Move-only.
+class InflightSlots {
+ public:
+  InflightSlots() = default;
+  InflightSlots(PrincipalPtr principal, uint64_t n) : principal_(std::move(principal)), n_(n) {}
+  InflightSlots(InflightSlots&& other) noexcept
+      : principal_(std::move(other.principal_)), n_(std::exchange(other.n_, 0)) {}
+  InflightSlots& operator=(InflightSlots&& other) noexcept {
+    if (this != &other) {
+      Give();
+      principal_ = std::move(other.principal_);
+      n_ = std::exchange(other.n_, 0);
+    }
+    return *this;
+  }
+  ~InflightSlots() { Give(); }
+
+ private:
+  void Give() {
+    if (principal_ != nullptr && n_ != 0) principal_->ReleaseInflight(n_);
+    n_ = 0;
+  }
+  PrincipalPtr principal_;
+  uint64_t n_ = 0;
+};
+
+// One received SessionRequest, converted, waiting for the loop.
+struct StreamBatch {
+  bool open = false;
+  uint64_t lease_ms = 0;
+  std::vector<StreamCommand> commands;
+  size_t next = 0;     // Commands before this one already ran (a parked batch).
+  uint64_t bytes = 0;  // Wire size, for Note [Stream backpressure].
+  absl::Time arrival;  // When it was received (metrics: queue time).
+  InflightSlots inflight;  // Its slots of the principal's max_inflight_commands.
+};
+
+// Everything one stream shares between its reactor (gRPC threads), its loop tasks and backend
+// completions; owned jointly by all of them, so a task may outlive the reactor. Every call on
+// the reactor happens under mu_ and before Finish; OnDone (after Finish) only drops the
+// reactor's reference. `runner_` is touched only on the loop thread.
+class StreamState final : public ReplySink, public std::enable_shared_from_this<StreamState> {
+ public:
+  StreamState(SessionStreamService* service, Reactor* reactor)
+      : service_(service), reactor_(reactor) {}
+
+  // The stream's principal (null without an authenticator); set before Start, then fixed.
+  void SetPrincipal(PrincipalPtr principal) { principal_ = std::move(principal); }
+
+  // Starts the first read, or ends the stream UNAVAILABLE when the daemon is draining.
+  void Start(bool draining);
+  // Reactions, forwarded by the reactor.
+  void OnReadDone(bool ok);
+  void OnWriteDone(bool ok);
+  void OnCancel() { End(absl::CancelledError("the client cancelled the stream")); }
+  // Ends the stream with `status` (not OK), dropping commands not yet run and closing the session.
+  void End(absl::Status status);
+
+  uint64_t Reserve() override;
+  void Fill(uint64_t slot, StreamReply reply) override;
+
+ private:
+  // Converts incoming_ into a batch, or returns the protocol error that ends the stream.
+  absl::StatusOr<StreamBatch> TakeIncoming();
+  // Fails the commands of `batch` the principal may not run or that exceed its in-flight quotas
+  // (they fail in their place, like any invalid command), and takes the batch's quota slots.
+  void ApplyPrincipal(StreamBatch& batch);
+  // One step on the loop: runs one batch, or closes the session when the stream is over.
+  void Drain(Device& device);
+  // Loop thread: a Drain threw (Note [Loop task exceptions], device_loop.h): ends the stream
+  // with `error`, which closes its session.
+  void OnDrainException(absl::Status error);
+  // Runs `batch` from batch.next; returns false when it parked (batch.next says where).
+  bool RunBatch(Device& device, StreamBatch& batch);
+  // Runs one command through runner_, recording it in the metrics.
+  void RunMetered(Device& device, StreamCommand& command, absl::Time arrival,
+                  const std::shared_ptr<ReplySink>& sink);
+
+  void EndLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ScheduleDrainLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MaybeReadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MaybeWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MaybeFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FinishLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool InFlightOverLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool RepliesOverLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  SessionStreamService* const service_;
+  const SessionStreamLimits& limits() const { return service_->stream_limits_; }
+  PrincipalPtr principal_;
+  // Commands in flight before the reactor stops reading: the stream's bound, or the principal's
+  // max_session_inflight_commands when lower.
+  uint64_t max_commands() const {
+    const uint64_t quota =
+        principal_ != nullptr ? principal_->quotas.max_session_inflight_commands : 0;
+    return quota != 0 ? std::min<uint64_t>(quota, limits().max_commands) : limits().max_commands;
+  }
+
+  absl::Mutex mu_;
+  Reactor* reactor_ ABSL_GUARDED_BY(mu_);  // Null once finished.
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool ending_ ABSL_GUARDED_BY(mu_) = false;  // Cancelled or failed: stop, close, finish.
+  absl::Status end_status_ ABSL_GUARDED_BY(mu_);
+  bool got_first_ = false;  // Touched only in OnReadDone (one read at a time).
+  // The read target, on incoming_arena_ (Note [Request arena]); both touched only while no read
+  // is in flight.
+  google::protobuf::Arena incoming_arena_{IncomingArenaOptions()};
+  v1::SessionRequest* incoming_ =
+      google::protobuf::Arena::CreateMessage<v1::SessionRequest>(&incoming_arena_);
+  static google::protobuf::ArenaOptions IncomingArenaOptions() {
+    google::protobuf::ArenaOptions options;
+    options.start_block_size = 8 << 10;
+    options.max_block_size = 64 << 10;
+    return options;
+  }
+  bool read_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  bool read_closed_ ABSL_GUARDED_BY(mu_) = false;
+
+  DeviceLoop* loop_ ABSL_GUARDED_BY(mu_) = nullptr;  // Set by the first request.
+  bool loop_gone_ ABSL_GUARDED_BY(mu_) = false;      // Post failed: the daemon stops.
+  std::deque<StreamBatch> batches_ ABSL_GUARDED_BY(mu_);
+  bool drain_scheduled_ ABSL_GUARDED_BY(mu_) = false;
+  bool parked_ ABSL_GUARDED_BY(mu_) = false;
+  bool session_closed_ ABSL_GUARDED_BY(mu_) = true;  // No session to close (yet, or any more).
+  uint64_t pending_commands_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+
+  std::optional<StreamOpened> opened_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::optional<v1::Reply>> slots_ ABSL_GUARDED_BY(mu_);
+  uint64_t first_slot_ ABSL_GUARDED_BY(mu_) = 0;   // Slot number of slots_.front().
+  uint64_t reply_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // Filled and not yet written, bytes.
+  bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  v1::SessionResponse writing_ ABSL_GUARDED_BY(mu_);
+  uint64_t writing_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+
+  StreamRunner runner_;  // Loop thread only.
+  // Bulk transfers (Note [Bulk transfers], bulk_transfers.h); set by Start, then fixed.
+  std::shared_ptr<BulkTransfers> bulk_;
+  // Whether the loop has something to run: a batch, or a step of the transfer the stream waits
+  // for.
+  bool WorkLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (ending_) return false;
+    if (bulk_ != nullptr && bulk_->waiting()) return bulk_->ready();
+    return !parked_ && !batches_.empty();
+  }
+  bool WaitingLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return bulk_ != nullptr && bulk_->waiting();
+  }
+
+  // Metrics of the commands: the one running on the loop (loop thread only), and the answering
+  // commands whose reply is not filled yet, by slot.
+  struct RunningCommand {
+    StreamCommandMetrics* metrics = nullptr;
+    absl::Time start;
+    bool reserved = false;  // It reserved a reply slot: Fill records it.
+  };
+  RunningCommand running_;
+  absl::flat_hash_map<uint64_t, RunningCommand> answering_ ABSL_GUARDED_BY(mu_);
+  MethodMetrics& stream_metrics() { return service_->metrics_->method(Method::kSession); }
+};
+
+namespace {
+
+// The reactor: a thin shell; StreamState does the work.
+class StreamReactor final : public Reactor {
+ public:
+  // Start the stream with state()->Start once it is registered.
+  explicit StreamReactor(SessionStreamService* service)
+      : state_(std::make_shared<StreamState>(service, this)) {}
+  std::shared_ptr<StreamState> state() const { return state_; }
+
+  void OnReadDone(bool ok) override { state_->OnReadDone(ok); }
+  void OnWriteDone(bool ok) override { state_->OnWriteDone(ok); }
+  void OnCancel() override { state_->OnCancel(); }
+  void OnDone() override { delete this; }
+
+ private:
+  std::shared_ptr<StreamState> state_;
+};
+
+}  // namespace
+
+void StreamState::Start(bool draining) {
+  bulk_ = std::make_shared<BulkTransfers>([weak = weak_from_this()] {
+    if (std::shared_ptr<StreamState> self = weak.lock()) {
+      absl::MutexLock lock(&self->mu_);
+      self->ScheduleDrainLocked();
+    }
+  });
+  absl::MutexLock lock(&mu_);
+  if (draining) {
+    EndLocked(absl::UnavailableError("the daemon is shutting down"));
+    return;
+  }
+  MaybeReadLocked();
+}
+
+absl::StatusOr<StreamBatch> StreamState::TakeIncoming() {
+  const bool first = !got_first_;
+  got_first_ = true;
+  if (first && !incoming_->has_open()) {
+    return absl::InvalidArgumentError(
+        "open: the first SessionRequest must carry open {device, lease_ms}");
+  }
+  if (!first && incoming_->has_open()) {
+    return absl::InvalidArgumentError("open: only the first SessionRequest may carry open");
+  }
+  if (static_cast<uint64_t>(incoming_->commands_size()) > limits().max_commands) {
+    return absl::InvalidArgumentError(absl::StrCat("commands: ", incoming_->commands_size(),
+                                                   " in one SessionRequest; at most ",
+                                                   limits().max_commands));
+  }
+  StreamBatch batch;
+  batch.open = first;
+  batch.lease_ms = incoming_->open().lease_ms();
+  batch.bytes = incoming_->ByteSizeLong();
+  batch.arrival = absl::Now();
+  stream_metrics().bytes_received.fetch_add(batch.bytes, std::memory_order_relaxed);
+  batch.commands.reserve(incoming_->commands_size());
+  for (v1::Command& c : *incoming_->mutable_commands()) {
+    batch.commands.push_back(ToStreamCommand(c, service_->limits_));
+  }
+  ApplyPrincipal(batch);
+  return batch;
+}
+
+void StreamState::ApplyPrincipal(StreamBatch& batch) {
+  if (principal_ == nullptr) return;
+  for (StreamCommand& c : batch.commands) {
+    if (!c.invalid.ok()) continue;
+    c.invalid = principal_->CheckRpc(StreamCommandRpc(c.kind));
+    if (c.invalid.ok() && c.kind == StreamCommand::Kind::kExecute) {
+      c.invalid = principal_->CheckExecute(!c.execute.kernel.is_builtin, c.execute.unchecked);
+    }
+  }
+  const uint64_t n = batch.commands.size();
+  uint64_t room = n;
+  if (const uint64_t quota = principal_->quotas.max_session_inflight_commands; quota != 0) {
+    absl::MutexLock lock(&mu_);
+    room = pending_commands_ >= quota ? 0 : std::min(n, quota - pending_commands_);
+  }
+  const uint64_t taken = principal_->AcquireInflightUpTo(room);
+  batch.inflight = InflightSlots(principal_, taken);
+  for (uint64_t i = taken; i < n; ++i) {
+    StreamCommand& c = batch.commands[i];
+    if (!c.invalid.ok()) continue;
+    c.invalid = i >= room
+                    ? absl::ResourceExhaustedError(absl::StrCat(
+                          "quota max_session_inflight_commands of principal '", principal_->name,
+                          "' (", principal_->quotas.max_session_inflight_commands,
+                          ") exceeded by this SessionRequest"))
+                    : absl::ResourceExhaustedError(absl::StrCat(
+                          "quota max_inflight_commands of principal '", principal_->name, "' (",
+                          principal_->quotas.max_inflight_commands, ") reached"));
+  }
+}
+
+void StreamState::OnReadDone(bool ok) {
+  if (!ok) {  // Half-close, cancel or a broken stream.
+    absl::MutexLock lock(&mu_);
+    read_in_flight_ = false;
+    read_closed_ = true;
+    ScheduleDrainLocked();
+    MaybeFinishLocked();
+    return;
+  }
+  DeviceLoop* loop = nullptr;
+  if (!got_first_ && incoming_->has_open()) {
+    const uint32_t device = incoming_->open().device();
+    if (device >= service_->loops_.size()) {
+      End(absl::NotFoundError(absl::StrCat("open.device: device ", device,
+                                           " does not exist (this daemon has ",
+                                           service_->loops_.size(), ")")));
+      return;
+    }
+    loop = service_->loops_[device];
+  }
+  absl::StatusOr<StreamBatch> batch = TakeIncoming();
+  // Note [Request arena]: a parsed SessionRequest's messages (a dozen per execute) live on an
+  // arena, freed at once here instead of one by one; conversion moved out what commands keep.
+  incoming_arena_.Reset();
+  incoming_ = google::protobuf::Arena::CreateMessage<v1::SessionRequest>(&incoming_arena_);
+  absl::MutexLock lock(&mu_);
+  read_in_flight_ = false;
+  if (!batch.ok()) {
+    EndLocked(batch.status());
+    return;
+  }
+  if (ending_) return;
+  if (loop != nullptr) {
+    loop_ = loop;
+    session_closed_ = false;  // The open batch opens one; Drain closes it.
+  }
+  pending_commands_ += batch->commands.size();
+  pending_bytes_ += batch->bytes;
+  batches_.push_back(*std::move(batch));
+  ScheduleDrainLocked();
+  MaybeReadLocked();
+}
+
+void StreamState::OnWriteDone(bool ok) {
+  absl::MutexLock lock(&mu_);
+  write_in_flight_ = false;
+  reply_bytes_ -= writing_bytes_;
+  writing_bytes_ = 0;
+  writing_.Clear();
+  if (!ok) {
+    EndLocked(absl::CancelledError("the stream broke while writing a reply"));
+    return;
+  }
+  if (parked_ && !RepliesOverLocked()) {
+    parked_ = false;
+    ScheduleDrainLocked();
+  }
+  MaybeWriteLocked();
+  MaybeReadLocked();
+  MaybeFinishLocked();
+}
+
+void StreamState::End(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  EndLocked(std::move(status));
+}
+
+void StreamState::EndLocked(absl::Status status) {
+  if (ending_ || finished_) return;
+  ending_ = true;
+  end_status_ = std::move(status);
+  spdlog::debug("session stream ends: {}", end_status_.ToString());
+  if (bulk_ != nullptr) bulk_->EndAll(end_status_);
+  batches_.clear();
+  parked_ = false;
+  ScheduleDrainLocked();  // Closes the session on the loop.
+  MaybeFinishLocked();
+}
+
+uint64_t StreamState::Reserve() {
+  absl::MutexLock lock(&mu_);
+  slots_.emplace_back();
+  const uint64_t slot = first_slot_ + slots_.size() - 1;
+  if (running_.metrics != nullptr && !running_.reserved) {
+    running_.reserved = true;
+    answering_.emplace(slot, running_);
+  }
+  return slot;
+}
+
+void StreamState::Fill(uint64_t slot, StreamReply plain) {
+  v1::Reply reply;  // Converted before the lock: the bytes move, nothing is copied.
+  ToWire(std::move(plain), &reply);
+  absl::MutexLock lock(&mu_);
+  if (auto it = answering_.find(slot); it != answering_.end()) {
+    it->second.metrics->execution.Observe(absl::Now() - it->second.start);
+    it->second.metrics->codes.Count(static_cast<absl::StatusCode>(reply.code()));
+    answering_.erase(it);
+  }
+  reply_bytes_ += reply.ByteSizeLong();
+  slots_[slot - first_slot_] = std::move(reply);
+  MaybeWriteLocked();
+}
+
+bool StreamState::InFlightOverLocked() const {
+  return pending_commands_ + slots_.size() >= max_commands() ||
+         pending_bytes_ + reply_bytes_ >= limits().max_bytes;
+}
+
+bool StreamState::RepliesOverLocked() const {
+  return slots_.size() >= limits().max_commands || reply_bytes_ >= limits().max_bytes;
+}
+
+void StreamState::ScheduleDrainLocked() {
+  if (drain_scheduled_ || loop_ == nullptr || loop_gone_) return;
+  const bool work = WorkLocked();
+  const bool close =
+      (ending_ || (read_closed_ && batches_.empty() && !WaitingLocked())) && !session_closed_;
+  if (!work && !close) return;
+  drain_scheduled_ = true;
+  if (!loop_->Post([self = shared_from_this()](Device& d) { self->Drain(d); },
+                   [self = shared_from_this()](absl::Status error) {
+                     self->OnDrainException(std::move(error));
+                   })) {
+    drain_scheduled_ = false;
+    loop_gone_ = true;
+    session_closed_ = true;  // The loop's shutdown closes every session.
+    EndLocked(absl::UnavailableError("the daemon is shutting down"));
+    MaybeFinishLocked();
+  }
+}
+
+void StreamState::Drain(Device& device) {
+  StreamBatch batch;
+  bool step = false;  // The stream waits for a transfer: one step of it, not a batch.
+  {
+    absl::MutexLock lock(&mu_);
+    const bool work = WorkLocked();
+    if (!work) {
+      drain_scheduled_ = false;
+      if (ending_ || (read_closed_ && batches_.empty() && !parked_ && !WaitingLocked())) {
+        service_->UnregisterBulk(runner_.session());
+        bulk_->EndAll(end_status_);
+        runner_.Close(device);
+        session_closed_ = true;
+        MaybeFinishLocked();
+      }
+      return;
+    }
+    step = WaitingLocked();
+    if (!step) {
+      batch = std::move(batches_.front());
+      batches_.pop_front();
+    }
+  }
+  if (step) {
+    // One step of the transfer the stream waits for (Note [Bulk transfers]), without mu_: a
+    // step that throws leaves it free (Note [Loop task exceptions], device_loop.h).
+    if (!device.HasSession(runner_.session())) {
+      End(SessionClosedUnder(runner_.session()));
+    } else {
+      bulk_->Step(device, runner_, *this);
+    }
+    absl::MutexLock lock(&mu_);
+    drain_scheduled_ = false;
+    ScheduleDrainLocked();
+    MaybeReadLocked();
+    MaybeFinishLocked();
+    return;
+  }
+  const bool done = RunBatch(device, batch);
+  absl::MutexLock lock(&mu_);
+  drain_scheduled_ = false;
+  if (done) {
+    pending_bytes_ -= batch.bytes;
+  } else if (!ending_) {
+    batches_.push_front(std::move(batch));
+  }
+  // One batch per task: other streams and unary calls on this loop get their turn.
+  ScheduleDrainLocked();
+  MaybeReadLocked();
+}
+
+void StreamState::OnDrainException(absl::Status error) {
+  absl::MutexLock lock(&mu_);
+  drain_scheduled_ = false;  // The drain that threw is over; EndLocked schedules the close.
+  EndLocked(std::move(error));
+}
+
+void StreamState::RunMetered(Device& device, StreamCommand& command, absl::Time arrival,
+                             const std::shared_ptr<ReplySink>& sink) {
+  StreamCommandMetrics& metrics = service_->metrics_->stream_command(static_cast<int>(command.kind));
+  const absl::Time start = absl::Now();
+  metrics.queue.Observe(start - arrival);
+  const uint64_t failures = runner_.failures();
+  running_ = RunningCommand{&metrics, start, false};
+  runner_.Run(device, command, sink);
+  if (!running_.reserved) {  // Done now; otherwise Fill records it.
+    metrics.execution.Observe(absl::Now() - start);
+    metrics.codes.Count(runner_.failures() != failures ? runner_.last_failure_code()
+                                                       : absl::StatusCode::kOk);
+  }
+  running_ = RunningCommand();
+}
+
+bool StreamState::RunBatch(Device& device, StreamBatch& batch) {
+  if (batch.open) {
+    batch.open = false;
+    // A session closed under the stream (lease, CloseSession) ends it at once with NOT_FOUND.
+    absl::StatusOr<StreamOpened> opened = runner_.Open(
+        device, batch.lease_ms, principal_,
+        [weak = weak_from_this()](const absl::Status& why) {
+          if (std::shared_ptr<StreamState> self = weak.lock()) self->End(why);
+        });
+    absl::MutexLock lock(&mu_);
+    if (!opened.ok()) {
+      session_closed_ = true;
+      EndLocked(opened.status());
+      return true;
+    }
+    service_->RegisterBulk(opened->session, bulk_, principal_);
+    opened_ = *std::move(opened);
+    MaybeWriteLocked();
+  } else if (!device.HasSession(runner_.session())) {
+    End(SessionClosedUnder(runner_.session()));
+    return true;
+  }
+  const std::shared_ptr<ReplySink> sink = shared_from_this();
+  while (batch.next < batch.commands.size()) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (ending_) return true;
+      if (RepliesOverLocked()) {
+        parked_ = true;
+        return false;
+      }
+      --pending_commands_;
+    }
+    StreamCommand& command = batch.commands[batch.next];
+    if (IsBulkCreate(command) || IsBulkRead(command)) {
+      const bool waits = bulk_->Start(device, runner_, command, *this);
+      batch.commands[batch.next] = StreamCommand();
+      ++batch.next;
+      if (waits) return false;  // Drain steps the transfer until the command is done.
+      continue;
+    }
+    const uint64_t seq = command.seq;
+    RunMetered(device, command, batch.arrival, sink);
+    bulk_->Passed(seq);
+    batch.commands[batch.next] = StreamCommand();  // Frees its payload now.
+    ++batch.next;
+  }
+  return true;
+}
+
+void StreamState::MaybeReadLocked() {
+  if (finished_ || ending_ || read_in_flight_ || read_closed_ || InFlightOverLocked()) return;
+  read_in_flight_ = true;
+  reactor_->StartRead(incoming_);
+}
+
+void StreamState::MaybeWriteLocked() {
+  if (finished_ || ending_ || write_in_flight_) return;
+  if (opened_.has_value()) {
+    ToWire(*opened_, writing_.mutable_opened());
+    opened_.reset();
+  }
+  while (!slots_.empty() && slots_.front().has_value()) {
+    const uint64_t bytes = slots_.front()->ByteSizeLong();
+    if (writing_.replies_size() > 0 && writing_bytes_ + bytes > limits().max_response_bytes) break;
+    writing_bytes_ += bytes;
+    *writing_.add_replies() = std::move(*slots_.front());
+    slots_.pop_front();
+    ++first_slot_;
+  }
+  if (!writing_.has_opened() && writing_.replies_size() == 0) return;
+  write_in_flight_ = true;
+  stream_metrics().bytes_sent.fetch_add(writing_.ByteSizeLong(), std::memory_order_relaxed);
+  reactor_->StartWrite(&writing_);
+}
+
+void StreamState::MaybeFinishLocked() {
+  if (finished_ || write_in_flight_) return;
+  if (ending_) {
+    FinishLocked(end_status_);
+    return;
+  }
+  const bool over = read_closed_ && batches_.empty() && !drain_scheduled_ && session_closed_;
+  if (over && slots_.empty() && !opened_.has_value()) FinishLocked(absl::OkStatus());
+}
+
+void StreamState::FinishLocked(const absl::Status& status) {
+  finished_ = true;
+  if (bulk_ != nullptr) bulk_->EndAll(status);
+  stream_metrics().codes.Count(status.code());
+  reactor_->Finish(ToGrpcStatus(status));
+  reactor_ = nullptr;
+  service_->Forget(this);
+}
+
+SessionStreamService::SessionStreamService(std::vector<DeviceLoop*> loops, RequestLimits limits,
+                                           SessionStreamLimits stream_limits, Metrics* metrics)
+    : loops_(std::move(loops)),
+      limits_(limits),
+      stream_limits_(stream_limits),
+      own_metrics_(metrics == nullptr ? std::make_unique<Metrics>() : nullptr),
+      metrics_(metrics == nullptr ? own_metrics_.get() : metrics) {}
+
+SessionStreamService::~SessionStreamService() = default;
+
+Reactor* SessionStreamService::Session(grpc::CallbackServerContext* ctx) {
+  auto* reactor = new StreamReactor(this);
+  std::shared_ptr<StreamState> state = reactor->state();
+  {
+    absl::MutexLock lock(&mu_);
+    open_.emplace(state.get(), state);
+  }
+  // A stream opens a session: it needs OpenSession, and each command its own RPC.
+  absl::StatusOr<PrincipalPtr> principal =
+      auth_ != nullptr ? auth_->Authorize(*ctx, "OpenSession") : PrincipalPtr();
+  if (!principal.ok()) {
+    state->End(principal.status());
+    return reactor;
+  }
+  state->SetPrincipal(*std::move(principal));
+  // Registered first: a stream that ends at once (draining) forgets itself.
+  state->Start(draining_.load(std::memory_order_acquire));
+  return reactor;
+}
+
+void SessionStreamService::Forget(StreamState* state) {
+  absl::MutexLock lock(&mu_);
+  open_.erase(state);
+}
+
+size_t SessionStreamService::open_streams() const {
+  absl::MutexLock lock(&mu_);
+  return open_.size();
+}
+
+void SessionStreamService::StartDraining() {
+  draining_.store(true, std::memory_order_release);
+  std::vector<std::shared_ptr<StreamState>> open;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [ptr, state] : open_) open.push_back(state);
+  }
+  for (auto& state : open) state->End(absl::UnavailableError("the daemon is shutting down"));
+}
+
+}  // namespace cubed

@@ -1,0 +1,110 @@
+#pragma once
+
+// SessionStreamService: the gRPC edge of cubed.v1.SessionStream (proto/cubed/v1/session.proto),
+// the pipelined fast path. One bidirectional stream is one session. The reactor converts each
+// SessionRequest on the gRPC thread and queues it; the device's loop runs the queued commands in
+// order (StreamRunner) and hands replies back; replies are written in command order, one write
+// in flight at a time. Nothing here blocks a gRPC thread on device work.
+//
+// Note [Stream backpressure]: per stream, at most SessionStreamLimits::max_commands commands and
+// max_bytes bytes are in flight: received but not yet run (request payload) plus answered but not
+// yet written (reply payload). While over either bound the reactor does not call StartRead, so
+// gRPC's flow control makes a flooding client wait in its own writes. The loop resumes reading
+// once it drained below the bound. When replies pile up because the client does not read them,
+// the loop also stops running the stream's commands (the stream "parks") until writes drain, so
+// reads cannot grow the reply queue past the bound either. Other streams and unary calls on the
+// same loop keep being served: each posted task runs one batch of one stream.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "cubed/v1/session.grpc.pb.h"
+#include "server/service/authenticator.h"
+#include "server/channel/device_loop.h"
+#include "server/metrics/metrics.h"
+#include "server/service/request_conversion.h"
+
+namespace cubed {
+
+// Bounds of one stream (Note [Stream backpressure]).
+struct SessionStreamLimits {
+  uint64_t max_commands = 4096;              // In flight; also the most per SessionRequest.
+  uint64_t max_bytes = uint64_t{256} << 20;  // Payload in flight, bytes.
+  uint64_t max_response_bytes = 4 << 20;     // Replies gathered into one SessionResponse.
+};
+
+class StreamState;
+class BulkTransfers;
+
+// Thread-safe: gRPC calls it from its own threads. The loops must outlive the service, and the
+// service must outlive the gRPC server it is registered with.
+// Download is a raw method (grpc::ByteBuffer): its chunks are written as a small serialized
+// header plus the piece's bytes as one slice, without copying them into a message (Note [Bulk
+// transfers], session_stream_bulk.h). On the wire it is the DownloadChunk of session.proto.
+using SessionStreamServiceBase = v1::SessionStream::WithCallbackMethod_Session<
+    v1::SessionStream::WithCallbackMethod_Upload<
+        v1::SessionStream::WithRawCallbackMethod_Download<v1::SessionStream::Service>>>;
+
+class SessionStreamService final : public SessionStreamServiceBase {
+ public:
+  // Records streams and their commands in `metrics` (null: a registry of its own), which must
+  // outlive the service.
+  SessionStreamService(std::vector<DeviceLoop*> loops, RequestLimits limits,
+                       SessionStreamLimits stream_limits = {}, Metrics* metrics = nullptr);
+  ~SessionStreamService() override;
+
+  // From now on new streams end UNAVAILABLE at once, and every open stream ends UNAVAILABLE
+  // (closing its session). Called first in shutdown.
+  void StartDraining();
+  // Every later stream is authorized by `auth` (authenticator.h), which must outlive the
+  // service: opening needs OpenSession, each command the RPC of its name; the session belongs to
+  // the stream's principal. Without one (unit tests) everything is allowed. Call before serving.
+  void SetAuthenticator(const Authenticator* auth) { auth_ = auth; }
+
+  grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* Session(
+      grpc::CallbackServerContext* ctx) override;
+
+  // Bulk transfers of a stream's command (Note [Bulk transfers], bulk_transfers.h).
+  grpc::ServerReadReactor<v1::UploadChunk>* Upload(grpc::CallbackServerContext* ctx,
+                                                   v1::UploadDone* response) override;
+  // `request` is a serialized DownloadRequest; each chunk written a serialized DownloadChunk.
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Download(grpc::CallbackServerContext* ctx,
+                                                       const grpc::ByteBuffer* request) override;
+
+  // Streams open now (for tests and metrics).
+  size_t open_streams() const;
+
+  // The bulk transfers of the stream of `session`, or null when no open stream has it or it
+  // belongs to another principal than `caller` (both null without an authenticator).
+  std::shared_ptr<BulkTransfers> FindBulk(uint64_t session, const Principal* caller) const;
+
+ private:
+  friend class StreamState;
+  void Forget(StreamState* state);
+  // A stream's session is joined to its transfers from open to close.
+  void RegisterBulk(uint64_t session, std::weak_ptr<BulkTransfers> bulk, PrincipalPtr owner);
+  void UnregisterBulk(uint64_t session);
+  struct BulkEntry {
+    std::weak_ptr<BulkTransfers> bulk;
+    PrincipalPtr owner;
+  };
+
+  std::vector<DeviceLoop*> loops_;
+  RequestLimits limits_;
+  SessionStreamLimits stream_limits_;
+  std::unique_ptr<Metrics> own_metrics_;
+  Metrics* metrics_;
+  std::atomic<bool> draining_{false};
+  const Authenticator* auth_ = nullptr;
+  mutable absl::Mutex mu_;
+  // Open streams, so that StartDraining can end them. A state removes itself when it finishes.
+  absl::flat_hash_map<StreamState*, std::shared_ptr<StreamState>> open_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, BulkEntry> bulk_ ABSL_GUARDED_BY(mu_);  // By session id.
+};
+
+}  // namespace cubed
