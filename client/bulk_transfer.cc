@@ -223,8 +223,8 @@ absl::Status BulkUpload(const std::shared_ptr<grpc::Channel>& channel, uint64_t 
   const grpc::internal::RpcMethod method(kUploadMethod, grpc::internal::RpcMethod::CLIENT_STREAMING,
                                          channel);
   std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
-      grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(channel.get(), method,
-                                                                     &context, &done));
+      grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(channel.get(), method, &context,
+                                                                    &done));
   v1::UploadChunk header;
   header.set_session(session);
   header.set_seq(seq);
@@ -261,8 +261,8 @@ absl::StatusOr<std::vector<std::string>> BulkDownload(const std::shared_ptr<grpc
   const grpc::internal::RpcMethod method(kDownloadMethod,
                                          grpc::internal::RpcMethod::SERVER_STREAMING, channel);
   std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
-      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel.get(), method,
-                                                                     &context, request));
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel.get(), method, &context,
+                                                                    request));
   // This thread reads; `copier` parses and copies (Note [Bulk wire format]).
   absl::Mutex mu;
   absl::CondVar changed;

@@ -1,9 +1,9 @@
 #pragma once
 
 // The client end of the session stream's bulk transfers (Note [Bulk transfers] in
-// server/service/stream/bulk_transfers.h; docs/api.md, "Bulk transfers"): Upload and Download of one bulk
-// command, joined to it by (session, seq). cubed::Client uses them for creates and reads larger
-// than ClientOptions::bulk_threshold.
+// server/service/stream/bulk_transfers.h; docs/api.md, "Bulk transfers"): Upload and Download of
+// one bulk command, joined to it by (session, seq). cubed::Client uses them for creates and reads
+// larger than ClientOptions::bulk_threshold.
 
 #include <cstdint>
 #include <memory>

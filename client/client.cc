@@ -71,8 +71,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   InitGrpcOnce();
   if (options.address.empty()) return absl::InvalidArgumentError("ClientOptions.address is empty");
   if (options.max_message_bytes <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("ClientOptions.max_message_bytes must be > 0, got ",
-                                                   options.max_message_bytes));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ClientOptions.max_message_bytes must be > 0, got ", options.max_message_bytes));
   }
   auto impl = std::make_unique<Impl>();
   impl->options = std::move(options);
@@ -91,11 +91,11 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   if (impl->options.session != 0) {
     impl->session = impl->options.session;
   } else if (impl->options.transport == Transport::kStream) {
-    ASSIGN_OR_RETURN(impl->stream,
-                     StreamTransport::Open(
-                         impl->channel, impl->options.device,
-                         static_cast<uint64_t>(absl::ToInt64Milliseconds(impl->options.lease)),
-                         impl->options.timeout));
+    ASSIGN_OR_RETURN(
+        impl->stream,
+        StreamTransport::Open(impl->channel, impl->options.device,
+                              static_cast<uint64_t>(absl::ToInt64Milliseconds(impl->options.lease)),
+                              impl->options.timeout));
     impl->session = impl->stream->opened().session();
     impl->owns_session = true;
     impl->lease = absl::Milliseconds(static_cast<int64_t>(impl->stream->opened().lease_ms()));
@@ -305,9 +305,8 @@ absl::Status Client::Execute(const BuiltinKernel& kernel, CubeCount count,
     for (const Scalars& s : bindings.scalars) RETURN_IF_ERROR(ToProto(s, b->add_scalars()));
     return absl::OkStatus();
   };
-  const v1::ExecutionMode wire_mode = mode == ExecutionMode::kUnchecked
-                                          ? v1::EXECUTION_MODE_UNCHECKED
-                                          : v1::EXECUTION_MODE_CHECKED;
+  const v1::ExecutionMode wire_mode =
+      mode == ExecutionMode::kUnchecked ? v1::EXECUTION_MODE_UNCHECKED : v1::EXECUTION_MODE_CHECKED;
   if (impl_->stream != nullptr) {
     v1::Command command;
     v1::Command::Execute* e = command.mutable_execute();
@@ -317,7 +316,8 @@ absl::Status Client::Execute(const BuiltinKernel& kernel, CubeCount count,
   }
   v1::ExecuteRequest request;
   request.set_session(impl_->session);
-  RETURN_IF_ERROR(fill(request.mutable_kernel(), request.mutable_count(), request.mutable_bindings()));
+  RETURN_IF_ERROR(
+      fill(request.mutable_kernel(), request.mutable_count(), request.mutable_bindings()));
   request.set_mode(wire_mode);
   v1::ExecuteResponse response;
   return impl_->Call("Execute", &Impl::Stub::Execute, request, &response);
@@ -430,10 +430,10 @@ absl::StatusOr<Tensor> Client::Impl::StreamTensor(v1::Command command, uint64_t 
   t.elem_size = elem_size;
   uint64_t size = 0;
   uint64_t seq = 0;
-  std::future<absl::Status> answer =
-      Ask<absl::Status>(std::move(command), [&t, &size](absl::StatusOr<v1::Reply*> reply) {
-        return TakeLayout(reply, &t, &size);
-      }, &seq, bulk.empty() ? absl::ZeroDuration() : BulkDeadline(options.timeout, bulk.size()));
+  std::future<absl::Status> answer = Ask<absl::Status>(
+      std::move(command),
+      [&t, &size](absl::StatusOr<v1::Reply*> reply) { return TakeLayout(reply, &t, &size); }, &seq,
+      bulk.empty() ? absl::ZeroDuration() : BulkDeadline(options.timeout, bulk.size()));
   absl::Status uploaded;
   if (!bulk.empty()) {
     uploaded = BulkUpload(channel, session, seq, bulk, options.bulk_chunk, options.timeout);

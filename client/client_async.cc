@@ -2,12 +2,11 @@
 // gRPC's callback API (client/async_call.h), so no thread blocks per call.
 
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include <thread>
-
 #include "client/bulk_transfer.h"
 #include "client/client.h"
 #include "client/client_impl.h"

@@ -72,10 +72,12 @@ class Client::Impl {
     auto promise = std::make_shared<std::promise<Result>>();
     auto convert_ptr = std::make_shared<Convert>(std::move(convert));
     std::future<Result> future = promise->get_future();
-    absl::Status sent =
-        stream->Send(std::move(command), [promise, convert_ptr](absl::StatusOr<v1::Reply*> reply) {
+    absl::Status sent = stream->Send(
+        std::move(command),
+        [promise, convert_ptr](absl::StatusOr<v1::Reply*> reply) {
           promise->set_value((*convert_ptr)(std::move(reply)));
-        }, seq_out, timeout);
+        },
+        seq_out, timeout);
     if (!sent.ok()) promise->set_value((*convert_ptr)(absl::StatusOr<v1::Reply*>(sent)));
     return future;
   }

@@ -38,10 +38,12 @@ absl::Status ToProto(const Scalars& scalars, v1::ScalarGroup* out) {
   const bool int_type = !float_type && !uint_type;
   if ((!float_type && !scalars.floats.empty()) || (!int_type && !scalars.ints.empty()) ||
       (!uint_type && !scalars.uints.empty())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("scalars of type ", ElemTypeName(scalars.elem),
-                     " must use only the ", float_type ? "floats" : uint_type ? "uints" : "ints",
-                     " list"));
+    return absl::InvalidArgumentError(absl::StrCat("scalars of type ", ElemTypeName(scalars.elem),
+                                                   " must use only the ",
+                                                   float_type  ? "floats"
+                                                   : uint_type ? "uints"
+                                                               : "ints",
+                                                   " list"));
   }
   out->set_elem(ToWire(scalars.elem));
   out->mutable_floats()->Add(scalars.floats.begin(), scalars.floats.end());

@@ -41,8 +41,7 @@ class TokenInterceptor final : public grpc::experimental::Interceptor {
   const std::string* value_;  // Owned by the factory, which the channel keeps.
 };
 
-class TokenInterceptorFactory final
-    : public grpc::experimental::ClientInterceptorFactoryInterface {
+class TokenInterceptorFactory final : public grpc::experimental::ClientInterceptorFactoryInterface {
  public:
   explicit TokenInterceptorFactory(const std::string& token) : value_("Bearer " + token) {}
   grpc::experimental::Interceptor* CreateClientInterceptor(
@@ -56,8 +55,9 @@ class TokenInterceptorFactory final
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateSecureChannel(
-    const std::string& address, const ChannelSecurity& security, grpc::ChannelArguments args) {
+absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateSecureChannel(const std::string& address,
+                                                                   const ChannelSecurity& security,
+                                                                   grpc::ChannelArguments args) {
   const bool tls = !security.tls_ca_file.empty();
   if (!tls && (!security.tls_cert_file.empty() || !security.tls_key_file.empty())) {
     return absl::InvalidArgumentError(

@@ -24,7 +24,8 @@ struct ChannelSecurity {
 // A channel to `address` ("unix:PATH" or "host:port"). INVALID_ARGUMENT naming the file that
 // cannot be read, or a client certificate without its key (or the reverse), or TLS files for a
 // Unix socket. The token is never put in a message.
-absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateSecureChannel(
-    const std::string& address, const ChannelSecurity& security, grpc::ChannelArguments args);
+absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateSecureChannel(const std::string& address,
+                                                                   const ChannelSecurity& security,
+                                                                   grpc::ChannelArguments args);
 
 }  // namespace cubed

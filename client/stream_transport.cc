@@ -91,8 +91,8 @@ absl::Status StreamTransport::Send(v1::Command command, Callback on_reply, uint6
   queue_.push_back(std::move(command));
   if (on_reply != nullptr) {
     pending_.emplace(seq, std::move(on_reply));
-    deadlines_.emplace(seq, absl::Now() + (timeout != absl::ZeroDuration() ? timeout
-                                                                           : call_timeout_));
+    deadlines_.emplace(seq,
+                       absl::Now() + (timeout != absl::ZeroDuration() ? timeout : call_timeout_));
     push_now_ = true;
     wake_writer_.Signal();
   } else if (queue_.size() == 1 || queue_.size() >= kBatchCommands) {
@@ -200,9 +200,9 @@ void StreamTransport::WatchdogLoop() {
       }
     }
     for (auto& [seq, callback] : expired) {
-      callback(absl::DeadlineExceededError(absl::StrCat(
-          "SessionStream: no reply to command ", seq, " within ",
-          absl::FormatDuration(call_timeout_), " (ClientOptions::timeout)")));
+      callback(absl::DeadlineExceededError(
+          absl::StrCat("SessionStream: no reply to command ", seq, " within ",
+                       absl::FormatDuration(call_timeout_), " (ClientOptions::timeout)")));
     }
   }
 }

@@ -58,8 +58,7 @@ TEST(BuildTensorLaunch, RejectsBadTensors) {
   empty.shape = {1};
   empty.strides = {1};
   empty.elem_size = 4;
-  EXPECT_EQ(BuildTensorLaunch({empty}, {}, {}).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(BuildTensorLaunch({empty}, {}, {}).status().code(), absl::StatusCode::kInvalidArgument);
   Tensor mismatched = FakeTensor(1, {2, 2}, {1}, 4, 16);
   EXPECT_EQ(BuildTensorLaunch({mismatched}, {}, {}).status().code(),
             absl::StatusCode::kInvalidArgument);

@@ -19,13 +19,14 @@ TEST(TensorBytesTest, MultipliesShapeAndElemSize) {
 
 TEST(TensorBytesTest, OverflowIsAnErrorNamingTheField) {
   // 2^62 * 4 = 2^64: the product itself fits, the bytes do not.
-  absl::StatusOr<uint64_t> bytes = TensorBytes(std::vector<uint64_t>{uint64_t{1} << 62}, 4,
-                                               "bindings[3]");
+  absl::StatusOr<uint64_t> bytes =
+      TensorBytes(std::vector<uint64_t>{uint64_t{1} << 62}, 4, "bindings[3]");
   ASSERT_FALSE(bytes.ok());
   EXPECT_EQ(bytes.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bytes.status().message().find("bindings[3]"), absl::string_view::npos);
   EXPECT_FALSE(TensorBytes(std::vector<uint64_t>{kMax, 2}, 1, "t").ok());
-  EXPECT_FALSE(TensorBytes(std::vector<uint64_t>{uint64_t{1} << 32, uint64_t{1} << 32}, 1, "t").ok());
+  EXPECT_FALSE(
+      TensorBytes(std::vector<uint64_t>{uint64_t{1} << 32, uint64_t{1} << 32}, 1, "t").ok());
 }
 
 TEST(CheckedSumTest, AddsOrFails) {

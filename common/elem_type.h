@@ -3,9 +3,9 @@
 // Element types known to cubed, independent of the wire format.
 
 #include <cstdint>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace cubed {
 

@@ -106,8 +106,8 @@ absl::StatusOr<std::vector<uint32_t>> EncodeKernelMetadata(absl::Span<const uint
 absl::StatusOr<KernelMetadata> DecodeKernelMetadata(absl::Span<const uint32_t> words,
                                                     uint32_t num_buffers, uint32_t num_tensors) {
   if (num_tensors > num_buffers) {
-    return absl::InvalidArgumentError(absl::StrCat("metadata: ", num_tensors,
-                                                   " tensors but only ", num_buffers, " buffers"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("metadata: ", num_tensors, " tensors but only ", num_buffers, " buffers"));
   }
   const uint64_t n = num_buffers, t = num_tensors;
   const uint64_t static_len = 2 * n + 3 * t;
@@ -130,16 +130,14 @@ absl::StatusOr<KernelMetadata> DecodeKernelMetadata(absl::Span<const uint32_t> w
           absl::StrCat("metadata: tensor ", i, " has rank ", rank, " > ", kMaxRank));
     }
     if (shape_at < static_len || shape_at + rank > words.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("metadata: tensor ", i, " shape_offset ",
-                                                     shape_at, " with rank ", rank,
-                                                     " is outside the dynamic part [", static_len,
-                                                     ", ", words.size(), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("metadata: tensor ", i, " shape_offset ", shape_at, " with rank ", rank,
+                       " is outside the dynamic part [", static_len, ", ", words.size(), ")"));
     }
     if (stride_at < static_len || stride_at + rank > words.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("metadata: tensor ", i, " stride_offset ",
-                                                     stride_at, " with rank ", rank,
-                                                     " is outside the dynamic part [", static_len,
-                                                     ", ", words.size(), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("metadata: tensor ", i, " stride_offset ", stride_at, " with rank ", rank,
+                       " is outside the dynamic part [", static_len, ", ", words.size(), ")"));
     }
     layout.rank = rank;
     for (uint32_t d = 0; d < rank; ++d) {
@@ -147,10 +145,9 @@ absl::StatusOr<KernelMetadata> DecodeKernelMetadata(absl::Span<const uint32_t> w
       layout.strides[d] = words[stride_at + d];
     }
     if (layout.NumElements() != meta.logical_len[i]) {
-      return absl::InvalidArgumentError(absl::StrCat("metadata: tensor ", i, " logical_len ",
-                                                     meta.logical_len[i],
-                                                     " is not the product of its shape (",
-                                                     layout.NumElements(), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("metadata: tensor ", i, " logical_len ", meta.logical_len[i],
+                       " is not the product of its shape (", layout.NumElements(), ")"));
     }
   }
   return meta;

@@ -2,9 +2,8 @@
 
 // Logging setup for the daemon and tools: spdlog, one line per event, to stderr.
 
-#include "absl/strings/string_view.h"
-
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace cubed {
 

@@ -9,10 +9,10 @@
 #define CUBED_CONCAT(a, b) CUBED_CONCAT_INNER(a, b)
 
 // Returns the status of `expr` from the enclosing function when it is not OK.
-#define RETURN_IF_ERROR(expr)                         \
-  do {                                                \
-    ::absl::Status cubed_status_ = (expr);            \
-    if (!cubed_status_.ok()) return cubed_status_;    \
+#define RETURN_IF_ERROR(expr)                      \
+  do {                                             \
+    ::absl::Status cubed_status_ = (expr);         \
+    if (!cubed_status_.ok()) return cubed_status_; \
   } while (false)
 
 // `ASSIGN_OR_RETURN(auto x, F())`: declares/assigns the value of a StatusOr, or returns its

@@ -154,7 +154,8 @@ absl::Status CheckReduceWork(const KernelDef& def, const BuiltinCall& call,
   return absl::InvalidArgumentError(absl::StrCat(
       Prefix(def), BufferLabel(def, 0), " (", Describe(in), ") claims ", claimed,
       " elements, but its buffer holds ", held, " ", ElemTypeName(call.dtype), " elements and ",
-      def.buffer_names[1], " has ", out, "; a reduction's input may claim at most max(buffer "
+      def.buffer_names[1], " has ", out,
+      "; a reduction's input may claim at most max(buffer "
       "elements, out elements), so stride 0 or overlapping strides may not repeat its data "
       "(reduce the tensor before broadcasting it; docs/kernel-abi.md, \"Work bound\")"));
 }
@@ -189,7 +190,8 @@ absl::Status CheckMatmulWork(const KernelDef& def, const BuiltinCall& call,
     if (from_a || from_b) continue;
     return absl::InvalidArgumentError(absl::StrCat(
         Prefix(def), "out batch dim ", d, " is ", c.shape[d], ", but neither a (", Describe(a),
-        ") nor b (", Describe(b), ") has that extent there with a nonzero stride (a stride-0 dim "
+        ") nor b (", Describe(b),
+        ") has that extent there with a nonzero stride (a stride-0 dim "
         "broadcasts like a dim of 1): out's batch dims must be the broadcast of a's and b's "
         "(docs/kernel-abi.md, \"Work bound\")"));
   }
@@ -201,12 +203,13 @@ absl::Status CheckMatmulWork(const KernelDef& def, const BuiltinCall& call,
     const uint64_t claimed = UnbroadcastElements(t);
     const uint64_t held = HeldElements(buffer_bytes[i], call.dtype);
     if (claimed <= held) continue;
-    return absl::InvalidArgumentError(absl::StrCat(
-        Prefix(def), BufferLabel(def, i), " (", Describe(t), ") claims ", claimed,
-        " elements (stride-0 batch dims counted once), but its buffer holds ", held, " ",
-        ElemTypeName(call.dtype), " elements; with K = ", k, " > ", i == 0 ? "N = " : "M = ",
-        other, ", ", def.buffer_names[i], " may not repeat its data through stride 0 or "
-        "overlapping strides (docs/kernel-abi.md, \"Work bound\")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(Prefix(def), BufferLabel(def, i), " (", Describe(t), ") claims ", claimed,
+                     " elements (stride-0 batch dims counted once), but its buffer holds ", held,
+                     " ", ElemTypeName(call.dtype), " elements; with K = ", k, " > ",
+                     i == 0 ? "N = " : "M = ", other, ", ", def.buffer_names[i],
+                     " may not repeat its data through stride 0 or "
+                     "overlapping strides (docs/kernel-abi.md, \"Work bound\")"));
   }
   return absl::OkStatus();
 }

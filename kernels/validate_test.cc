@@ -315,16 +315,15 @@ TEST(WorkBoundTest, DocumentedReproducerIsRefusedQuickly) {
   call.metadata = {1, 1, 100000000, 1, 1, 1, 10, 11, 12, 13, 100000000, 1, 0, 1};
   std::vector<float> in = {1.0f}, out = {0.0f};
   const auto start = std::chrono::steady_clock::now();
-  const absl::Status st = RunBuiltinCpu(
-      call, {HostBuffer{reinterpret_cast<uint8_t*>(in.data()), 4},
-             HostBuffer{reinterpret_cast<uint8_t*>(out.data()), 4}});
+  const absl::Status st =
+      RunBuiltinCpu(call, {HostBuffer{reinterpret_cast<uint8_t*>(in.data()), 4},
+                           HostBuffer{reinterpret_cast<uint8_t*>(out.data()), 4}});
   EXPECT_LT(std::chrono::steady_clock::now() - start, kQuick);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(st.message(),
-              AllOf(HasSubstr("kernel 'sum': buffer 0 (in)"),
-                    HasSubstr("shape [100000000], strides [0]"),
-                    HasSubstr("claims 100000000 elements"), HasSubstr("holds 1 f32 elements"),
-                    HasSubstr("Work bound")));
+  EXPECT_THAT(st.message(), AllOf(HasSubstr("kernel 'sum': buffer 0 (in)"),
+                                  HasSubstr("shape [100000000], strides [0]"),
+                                  HasSubstr("claims 100000000 elements"),
+                                  HasSubstr("holds 1 f32 elements"), HasSubstr("Work bound")));
   EXPECT_EQ(out[0], 0.0f);  // Nothing ran.
 }
 
@@ -379,10 +378,9 @@ TEST(WorkBoundTest, MatmulMayNotRepeatItsInnerDim) {
   // docs/security.md: a = [1, K], b = [K, N], both stride 0 from 4 bytes (K = 10^7 ran 1.2 s).
   for (uint64_t k : {uint64_t{10000000}, uint64_t{4294967295}}) {
     std::vector<std::vector<float>> b = {{1}, {1}, {0}};
-    const Timed t = RunF32(MakeCall("matmul", ElemType::kF32),
-                           {Strided({1, k}, {0, 0}), Strided({k, 1}, {0, 0}),
-                            TensorLayout::Contiguous({1, 1})},
-                           b);
+    const Timed t = RunF32(
+        MakeCall("matmul", ElemType::kF32),
+        {Strided({1, k}, {0, 0}), Strided({k, 1}, {0, 0}), TensorLayout::Contiguous({1, 1})}, b);
     EXPECT_LT(t.took, kQuick);
     EXPECT_EQ(t.status.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(t.status.message(),
@@ -443,10 +441,10 @@ TEST(WorkBoundTest, LegitimateMatmulBroadcastsRun) {
   const std::vector<std::vector<uint64_t>> s = {{2, 1, 5, 3}, {1, 4, 3, 2}, {2, 4, 5, 2}};
   EXPECT_TRUE(ValidateBuiltin(Call("matmul", ElemType::kF32, s), Bytes(s)).ok());
   std::vector<std::vector<float>> r = {{1, 2}, {1, 0, 0, 0, 1, 0}, std::vector<float>(12, 0)};
-  t = RunF32(MakeCall("matmul", ElemType::kF32),
-             {Strided({4, 2}, {0, 1}), TensorLayout::Contiguous({2, 3}),
-              TensorLayout::Contiguous({4, 3})},
-             r);
+  t = RunF32(
+      MakeCall("matmul", ElemType::kF32),
+      {Strided({4, 2}, {0, 1}), TensorLayout::Contiguous({2, 3}), TensorLayout::Contiguous({4, 3})},
+      r);
   ASSERT_TRUE(t.status.ok()) << t.status;
   EXPECT_EQ(r[2], (std::vector<float>{1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0}));
 }
@@ -454,10 +452,9 @@ TEST(WorkBoundTest, LegitimateMatmulBroadcastsRun) {
 TEST(WorkBoundTest, ElementwiseBroadcastsAndWindowsStillRun) {
   // numpy-style: a scalar and a row vector expanded by stride 0 to the output's [4, 5].
   std::vector<std::vector<float>> b = {{10}, {0, 1, 2, 3, 4}, std::vector<float>(20, 0)};
-  Timed t = RunF32(MakeCall("add", ElemType::kF32),
-                   {Strided({4, 5}, {0, 0}), Strided({4, 5}, {0, 1}),
-                    TensorLayout::Contiguous({4, 5})},
-                   b);
+  Timed t = RunF32(
+      MakeCall("add", ElemType::kF32),
+      {Strided({4, 5}, {0, 0}), Strided({4, 5}, {0, 1}), TensorLayout::Contiguous({4, 5})}, b);
   ASSERT_TRUE(t.status.ok()) << t.status;
   for (int i = 0; i < 20; ++i) EXPECT_EQ(b[2][i], 10.0f + static_cast<float>(i % 5));
   // An overlapping (sliding-window) input: the work is the output's, which must be real.

@@ -6,9 +6,9 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "absl/strings/ascii.h"
 #include "client/handle_state.h"
 #include "common/status_macros.h"
 #include "grpcpp/create_channel.h"
@@ -17,7 +17,8 @@
 namespace cubed::cubectl {
 
 std::string DefaultAddress() {
-  if (const char* address = std::getenv("CUBED_ADDRESS"); address != nullptr && address[0] != '\0') {
+  if (const char* address = std::getenv("CUBED_ADDRESS");
+      address != nullptr && address[0] != '\0') {
     return address;
   }
   const char* runtime_dir = std::getenv("XDG_RUNTIME_DIR");
@@ -57,9 +58,8 @@ absl::StatusOr<GlobalOptions> ParseGlobalOptions(const Args& args) {
     options.security.token = token;
   }
   // Checked now, so that OpenChannel cannot fail later.
-  if (absl::Status s = CreateSecureChannel(options.address, options.security,
-                                           grpc::ChannelArguments())
-                           .status();
+  if (absl::Status s =
+          CreateSecureChannel(options.address, options.security, grpc::ChannelArguments()).status();
       !s.ok()) {
     return UsageError(s.message());
   }

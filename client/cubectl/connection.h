@@ -10,8 +10,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/client.h"
-#include "client/secure_channel.h"
 #include "client/cubectl/args.h"
+#include "client/secure_channel.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 

@@ -89,7 +89,7 @@ absl::Status Run(int argc, char** argv) {
                           ? std::string("no command given")
                           : absl::StrCat("unknown command '", args->positional()[0], "'"));
   }
-  std::vector<absl::string_view> allowed = {"address", "json",    "timeout", "session",
+  std::vector<absl::string_view> allowed = {"address", "json",     "timeout", "session",
                                             "tls_ca",  "tls_cert", "tls_key", "token_file"};
   allowed.insert(allowed.end(), command->flags.begin(), command->flags.end());
   if (absl::Status s = args->CheckAllowed(allowed); !s.ok()) return s;

@@ -60,31 +60,30 @@ absl::Status StatsCommand(const Context& ctx) {
     const v1::MemoryUsage& m = d.memory();
     fields.push_back(TextField(
         device + "memory",
-        absl::StrCat(m.number_allocs(), " allocations, ", HumanSize(m.bytes_in_use()),
-                     " in use, ", HumanSize(m.bytes_padding()), " padding, ",
-                     HumanSize(m.bytes_reserved()), " reserved of ",
-                     HumanSize(d.memory_limit()), " limit")));
-    fields.push_back(TextField(device + "sessions",
-                               absl::StrCat(d.sessions(), " (", d.handles(), " handles), ",
-                                            d.queued_tasks(), " tasks queued")));
+        absl::StrCat(m.number_allocs(), " allocations, ", HumanSize(m.bytes_in_use()), " in use, ",
+                     HumanSize(m.bytes_padding()), " padding, ", HumanSize(m.bytes_reserved()),
+                     " reserved of ", HumanSize(d.memory_limit()), " limit")));
+    fields.push_back(
+        TextField(device + "sessions", absl::StrCat(d.sessions(), " (", d.handles(), " handles), ",
+                                                    d.queued_tasks(), " tasks queued")));
     const v1::KernelCacheStats& k = d.kernel_cache();
-    fields.push_back(TextField(
-        device + "kernel_cache",
-        absl::StrCat(k.hits(), " hits, ", k.misses(), " misses, ", k.disk_hits(),
-                     " disk hits, ", k.compile_time_us(), " µs compiling")));
+    fields.push_back(
+        TextField(device + "kernel_cache",
+                  absl::StrCat(k.hits(), " hits, ", k.misses(), " misses, ", k.disk_hits(),
+                               " disk hits, ", k.compile_time_us(), " µs compiling")));
   }
   for (const v1::MethodStats& m : stats.methods()) {
     if (m.codes().empty()) continue;
     fields.push_back(TextField(
-        m.method(), absl::StrCat(Codes(m.codes()), "; ", Latencies(m.queue(), m.execution()),
-                                 "; ", HumanSize(m.bytes_received()), " in, ",
-                                 HumanSize(m.bytes_sent()), " out")));
+        m.method(),
+        absl::StrCat(Codes(m.codes()), "; ", Latencies(m.queue(), m.execution()), "; ",
+                     HumanSize(m.bytes_received()), " in, ", HumanSize(m.bytes_sent()), " out")));
   }
   for (const v1::StreamCommandStats& k : stats.stream_commands()) {
     if (k.codes().empty()) continue;
-    fields.push_back(TextField(absl::StrCat("stream ", k.kind()),
-                               absl::StrCat(Codes(k.codes()), "; ",
-                                            Latencies(k.queue(), k.execution()))));
+    fields.push_back(
+        TextField(absl::StrCat("stream ", k.kind()),
+                  absl::StrCat(Codes(k.codes()), "; ", Latencies(k.queue(), k.execution()))));
   }
   PrintReport(fields, /*json=*/false, *ctx.out);
   return absl::OkStatus();

@@ -28,8 +28,8 @@ inline constexpr int kCublasDefaultMath = 0;  // CUBLAS_DEFAULT_MATH: no TF32, e
 
 // One pointer per cuBLAS function, all non-null once loaded.
 struct CublasApi {
-  CublasStatus (*Create)(CublasHandle*) = nullptr;  // cublasCreate_v2
-  CublasStatus (*Destroy)(CublasHandle) = nullptr;  // cublasDestroy_v2
+  CublasStatus (*Create)(CublasHandle*) = nullptr;              // cublasCreate_v2
+  CublasStatus (*Destroy)(CublasHandle) = nullptr;              // cublasDestroy_v2
   CublasStatus (*SetStream)(CublasHandle, CUstream) = nullptr;  // cublasSetStream_v2
   CublasStatus (*SetMathMode)(CublasHandle, int) = nullptr;     // cublasSetMathMode
   CublasStatus (*SgemmStridedBatched)(CublasHandle, int transa, int transb, int m, int n, int k,

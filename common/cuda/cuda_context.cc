@@ -1,7 +1,7 @@
 #include "common/cuda/cuda_context.h"
 
-#include "common/status_macros.h"
 #include "common/cuda/cuda_driver.h"
+#include "common/status_macros.h"
 
 namespace cubed {
 namespace {

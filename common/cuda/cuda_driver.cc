@@ -93,11 +93,13 @@ absl::StatusOr<CudaDriver> OpenCudaDriver(const std::string& library_name) {
   if (init != CUDA_SUCCESS) {
     absl::Status status;
     if (init == CUDA_ERROR_STUB_LIBRARY) {
-      status = absl::FailedPreconditionError(absl::StrCat(
-          library_name, " is the CUDA toolkit's stub library, not a driver: no NVIDIA driver is "
-          "installed (or the stub shadows it on the library path)"));
+      status = absl::FailedPreconditionError(
+          absl::StrCat(library_name,
+                       " is the CUDA toolkit's stub library, not a driver: no NVIDIA driver is "
+                       "installed (or the stub shadows it on the library path)"));
     } else if (init == CUDA_ERROR_NO_DEVICE) {
-      status = absl::FailedPreconditionError("the CUDA driver found no CUDA device on this machine");
+      status =
+          absl::FailedPreconditionError("the CUDA driver found no CUDA device on this machine");
     } else {
       const char* name = nullptr;
       const char* text = nullptr;
@@ -133,9 +135,9 @@ absl::StatusOr<CUdevice> CudaDeviceForOrdinal(int ordinal) {
     return absl::FailedPreconditionError("the CUDA driver found no CUDA device on this machine");
   }
   if (ordinal < 0 || ordinal >= count) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("--device=", ordinal, ": this machine has ", count, " CUDA device",
-                     count == 1 ? "" : "s", " (ordinals 0 .. ", count - 1, ")"));
+    return absl::FailedPreconditionError(absl::StrCat("--device=", ordinal, ": this machine has ",
+                                                      count, " CUDA device", count == 1 ? "" : "s",
+                                                      " (ordinals 0 .. ", count - 1, ")"));
   }
   CUdevice device = 0;
   CU_RETURN_IF_ERROR(Cu().DeviceGet(&device, ordinal));
@@ -178,7 +180,8 @@ absl::Status CuStatus(CUresult result, const char* call, const char* file, int l
   const std::string message = absl::StrCat(CuErrorName(result), " (", text ? text : "?", ") in ",
                                            call, " at ", file, ":", line);
   if (result == CUDA_ERROR_OUT_OF_MEMORY) return absl::ResourceExhaustedError(message);
-  if (IsStickyCudaError(result)) return absl::UnavailableError(absl::StrCat("device lost: ", message));
+  if (IsStickyCudaError(result))
+    return absl::UnavailableError(absl::StrCat("device lost: ", message));
   return absl::InternalError(message);
 }
 

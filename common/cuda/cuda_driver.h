@@ -102,12 +102,12 @@ std::string CuErrorName(CUresult result);
 }  // namespace cubed
 
 // Returns the status of a driver call from the enclosing function when it is not CUDA_SUCCESS.
-#define CU_RETURN_IF_ERROR(call)                                                 \
-  do {                                                                           \
-    const CUresult cubed_cu_result_ = (call);                                    \
-    if (cubed_cu_result_ != CUDA_SUCCESS) {                                      \
-      return ::cubed::CuStatus(cubed_cu_result_, #call, __FILE__, __LINE__);     \
-    }                                                                            \
+#define CU_RETURN_IF_ERROR(call)                                             \
+  do {                                                                       \
+    const CUresult cubed_cu_result_ = (call);                                \
+    if (cubed_cu_result_ != CUDA_SUCCESS) {                                  \
+      return ::cubed::CuStatus(cubed_cu_result_, #call, __FILE__, __LINE__); \
+    }                                                                        \
   } while (false)
 
 // The Status of one driver call, for places that must not return at once.

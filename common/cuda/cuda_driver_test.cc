@@ -5,9 +5,9 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "common/cuda/cuda_context.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "common/cuda/cuda_context.h"
 #include "server/compute/cuda/cuda_test_util.h"
 
 namespace cubed {
@@ -44,8 +44,8 @@ TEST(CudaDriverTest, CuStatusNamesTheCallTheErrorAndTheLine) {
   EXPECT_THAT(lost.message(), HasSubstr("device lost: "));
   EXPECT_THAT(lost.message(), HasSubstr("cuFoo(x) at foo.cc:12"));
   // Named by the driver when one is loaded, by number otherwise.
-  EXPECT_THAT(lost.message(), AnyOf(HasSubstr("CUDA_ERROR_ILLEGAL_ADDRESS"),
-                                    HasSubstr("CUresult 700")));
+  EXPECT_THAT(lost.message(),
+              AnyOf(HasSubstr("CUDA_ERROR_ILLEGAL_ADDRESS"), HasSubstr("CUresult 700")));
 
   EXPECT_EQ(CuStatus(CUDA_ERROR_OUT_OF_MEMORY, "cuMemAlloc", "a.cc", 1).code(),
             absl::StatusCode::kResourceExhausted);

@@ -12,11 +12,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/cuda/nvrtc_api.h"
 #include "kernels/cuda/builtin_catalog.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/disk_cache.h"
 #include "kernels/cuda/embedded_sources.h"
-#include "common/cuda/nvrtc_api.h"
 #include "kernels/cuda/nvrtc_program.h"
 #include "kernels/cuda/sha256.h"
 
@@ -365,8 +365,6 @@ absl::StatusOr<const CompiledCudaKernel*> CudaKernelCompiler::Client(
 uint64_t CudaKernelCompiler::hits() const { return impl_->hits(); }
 uint64_t CudaKernelCompiler::misses() const { return impl_->misses(); }
 uint64_t CudaKernelCompiler::disk_hits() const { return impl_->disk_hits(); }
-uint64_t CudaKernelCompiler::compile_microseconds() const {
-  return impl_->compile_microseconds();
-}
+uint64_t CudaKernelCompiler::compile_microseconds() const { return impl_->compile_microseconds(); }
 
 }  // namespace cubed::kernels

@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "common/cuda/nvrtc_api.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_kernels.h"
-#include "common/cuda/nvrtc_api.h"
 
 namespace cubed::kernels {
 namespace {

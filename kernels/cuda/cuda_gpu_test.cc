@@ -253,9 +253,8 @@ void RunCase(Gpu& gpu, const Case& c) {
   }
   const CudaLaunchDims dims = BuiltinLaunchDims(call, *args, gpu.d.sm_count);
   void* params[] = {&*args};
-  CU_OK(Cu().LaunchKernel(f, dims.grid[0], dims.grid[1], dims.grid[2], dims.block[0],
-                           dims.block[1], dims.block[2], dims.shared_bytes, nullptr, params,
-                           nullptr));
+  CU_OK(Cu().LaunchKernel(f, dims.grid[0], dims.grid[1], dims.grid[2], dims.block[0], dims.block[1],
+                          dims.block[2], dims.shared_bytes, nullptr, params, nullptr));
   CU_OK(Cu().CtxSynchronize());
   std::vector<uint8_t> got(bytes[n - 1]);
   if (!got.empty()) {

@@ -68,9 +68,9 @@ class CudaKernelCompiler {
 
   // Cache statistics (for metrics and tests). A builtin program counts once per compile or disk
   // read, then every Builtin call for a kernel already at hand is a hit.
-  uint64_t hits() const;       // Found in memory.
-  uint64_t misses() const;     // Compiled with NVRTC (or, for PTX, first seen).
-  uint64_t disk_hits() const;  // Read from cache_dir.
+  uint64_t hits() const;                  // Found in memory.
+  uint64_t misses() const;                // Compiled with NVRTC (or, for PTX, first seen).
+  uint64_t disk_hits() const;             // Read from cache_dir.
   uint64_t compile_microseconds() const;  // Spent in NVRTC (failed compiles too).
 
   class Impl;

@@ -6,11 +6,11 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/cuda/nvrtc_api.h"
 #include "gtest/gtest.h"
 #include "kernels/builtin.h"
 #include "kernels/cuda/builtin_catalog.h"
 #include "kernels/cuda/cuda_kernels.h"
-#include "common/cuda/nvrtc_api.h"
 
 namespace cubed::kernels {
 namespace {

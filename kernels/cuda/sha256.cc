@@ -36,8 +36,8 @@ std::array<uint8_t, 32> Sha256::Digest() {
 
 std::string Sha256::HexDigest() {
   const std::array<uint8_t, 32> d = Digest();
-  return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(d.data()),
-                                                  d.size()));
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(d.data()), d.size()));
 }
 
 }  // namespace cubed::kernels

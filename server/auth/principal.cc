@@ -20,9 +20,9 @@ absl::Status Principal::CheckExecute(bool client_kernel, bool unchecked_mode) co
         "not granted"));
   }
   if (unchecked_mode && !unchecked) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "mode: principal '", name,
-        "' may not execute unchecked: permissions.unchecked is not granted"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("mode: principal '", name,
+                     "' may not execute unchecked: permissions.unchecked is not granted"));
   }
   return absl::OkStatus();
 }
@@ -31,9 +31,9 @@ absl::Status Principal::AcquireInflight() const {
   const uint64_t before = inflight.fetch_add(1, std::memory_order_acq_rel);
   if (quotas.max_inflight_commands != 0 && before >= quotas.max_inflight_commands) {
     inflight.fetch_sub(1, std::memory_order_acq_rel);
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "quota max_inflight_commands of principal '", name, "' (", quotas.max_inflight_commands,
-        ") reached: wait for earlier calls to finish"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("quota max_inflight_commands of principal '", name, "' (",
+                     quotas.max_inflight_commands, ") reached: wait for earlier calls to finish"));
   }
   return absl::OkStatus();
 }

@@ -10,7 +10,7 @@
 namespace cubed {
 
 absl::StatusOr<std::unique_ptr<BulkReadPlan>> BulkReadPlan::Make(std::vector<TensorRef> tensors,
-                                                                  uint64_t chunk) {
+                                                                 uint64_t chunk) {
   std::vector<uint64_t> sizes;
   sizes.reserve(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {

@@ -44,9 +44,9 @@ class BulkReadPlan {
   uint64_t chunk_;
   std::vector<uint64_t> sizes_;
   size_t t_ = 0;
-  size_t d_ = 0;              // The dimension pieces run along.
-  uint64_t slab_ = 0;         // Dense bytes of one index of dimension d_.
-  uint64_t k_ = 1;            // Indices of dimension d_ per piece.
+  size_t d_ = 0;               // The dimension pieces run along.
+  uint64_t slab_ = 0;          // Dense bytes of one index of dimension d_.
+  uint64_t k_ = 1;             // Indices of dimension d_ per piece.
   std::vector<uint64_t> idx_;  // Index of dimensions 0 .. d_ of the next piece.
   uint64_t offset_ = 0;        // Dense offset of the next piece in its tensor.
 };

@@ -13,8 +13,8 @@ namespace cubed {
 namespace {
 
 absl::Status SessionNotFound(uint64_t session) {
-  return absl::NotFoundError(absl::StrCat("session ", session,
-                                          " is not open (closed, expired, or never opened)"));
+  return absl::NotFoundError(
+      absl::StrCat("session ", session, " is not open (closed, expired, or never opened)"));
 }
 
 // Note [Poisoned handles] (session.h): the payload marks the error as a poison.
@@ -68,9 +68,9 @@ absl::StatusOr<SessionGrant> Device::OpenSession(uint64_t lease_ms, absl::Time n
   if (lease_ms != 0) {
     const uint64_t max_ms = absl::ToInt64Milliseconds(options_.max_lease);
     if (lease_ms > max_ms) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "lease_ms: ", lease_ms, " ms is outside 1 .. ", max_ms, " (0: the default, ",
-          absl::ToInt64Milliseconds(options_.default_lease), " ms)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("lease_ms: ", lease_ms, " ms is outside 1 .. ", max_ms, " (0: the default, ",
+                       absl::ToInt64Milliseconds(options_.default_lease), " ms)"));
     }
     lease = absl::Milliseconds(static_cast<int64_t>(lease_ms));  // <= max_ms: fits.
   }
@@ -78,9 +78,9 @@ absl::StatusOr<SessionGrant> Device::OpenSession(uint64_t lease_ms, absl::Time n
     auto it = owners_.find(owner.get());
     const uint64_t open = it == owners_.end() ? 0 : it->second.sessions;
     if (open >= owner->quotas.max_sessions) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "quota max_sessions of principal '", owner->name, "' (", owner->quotas.max_sessions,
-          ") reached: close a session first"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("quota max_sessions of principal '", owner->name, "' (",
+                       owner->quotas.max_sessions, ") reached: close a session first"));
     }
   }
   uint64_t id;
@@ -125,12 +125,12 @@ absl::Status Device::CheckQuota(const Session& session, uint64_t bytes) const {
   const Quotas& q = owner->quotas;
   const std::string who = absl::StrCat(" of principal '", owner->name, "'");
   if (q.max_session_handles != 0 && session.handles().size() >= q.max_session_handles) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "quota max_session_handles", who, " (", q.max_session_handles,
-        ") reached: this session holds ", session.handles().size(), " handles"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("quota max_session_handles", who, " (", q.max_session_handles,
+                     ") reached: this session holds ", session.handles().size(), " handles"));
   }
-  if (q.max_session_bytes != 0 && (bytes > q.max_session_bytes ||
-                                   session.bytes() > q.max_session_bytes - bytes)) {
+  if (q.max_session_bytes != 0 &&
+      (bytes > q.max_session_bytes || session.bytes() > q.max_session_bytes - bytes)) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "quota max_session_bytes", who, " (", q.max_session_bytes, "): this session holds ",
         session.bytes(), " bytes and ", bytes, " more would exceed it"));
@@ -142,9 +142,9 @@ absl::Status Device::CheckQuota(const Session& session, uint64_t bytes) const {
                                                      ") reached over all its sessions"));
   }
   if (q.max_bytes != 0 && (bytes > q.max_bytes || usage.bytes > q.max_bytes - bytes)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "quota max_bytes", who, " (", q.max_bytes, "): its sessions hold ", usage.bytes,
-        " bytes and ", bytes, " more would exceed it"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("quota max_bytes", who, " (", q.max_bytes, "): its sessions hold ",
+                     usage.bytes, " bytes and ", bytes, " more would exceed it"));
   }
   return absl::OkStatus();
 }
@@ -195,9 +195,9 @@ size_t Device::ExpireSessions(absl::Time now) {
     sessions_.erase(it);
     spdlog::info("session {} expired ({} handles released)", id, handles);
     if (on_closed != nullptr) {
-      on_closed(absl::NotFoundError(absl::StrCat("session ", id, " expired: its lease of ",
-                                                 absl::FormatDuration(lease),
-                                                 " passed without a call")));
+      on_closed(
+          absl::NotFoundError(absl::StrCat("session ", id, " expired: its lease of ",
+                                           absl::FormatDuration(lease), " passed without a call")));
     }
   }
   return expired.size();
@@ -239,8 +239,8 @@ absl::StatusOr<ResolvedBinding> Device::Resolve(Session& session, const BindingR
   }
   if (ref.offset_start > entry->size) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": offset_start ", ref.offset_start,
-                                                   " is past the end of handle ", ref.handle,
-                                                   " (", entry->size, " bytes)"));
+                                                   " is past the end of handle ", ref.handle, " (",
+                                                   entry->size, " bytes)"));
   }
   const uint64_t left = entry->size - ref.offset_start;
   if (ref.offset_end > left) {
@@ -274,8 +274,8 @@ absl::StatusOr<NewHandle> Device::Create(uint64_t session, absl::Span<const uint
 }
 
 absl::StatusOr<NewHandle> Device::CreateTensor(uint64_t session, absl::Span<const uint8_t> data,
-                                               absl::Span<const uint64_t> shape,
-                                               uint32_t elem_size, absl::Time now) {
+                                               absl::Span<const uint64_t> shape, uint32_t elem_size,
+                                               absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
   RETURN_IF_ERROR(CheckQuota(*s, data.size()));
   return AddHandle(*s, server_->CreateTensor(data, shape, elem_size, s->memory_owner()));
@@ -427,8 +427,7 @@ void Device::WritePiece(uint64_t session, uint64_t handle, absl::Span<const uint
   server_->Write(*t, dense_offset, bytes, std::move(done));
 }
 
-absl::StatusOr<ResourceDescription> Device::GetResource(uint64_t session,
-                                                        const BindingRef& binding,
+absl::StatusOr<ResourceDescription> Device::GetResource(uint64_t session, const BindingRef& binding,
                                                         absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
   ASSIGN_OR_RETURN(ResolvedBinding r, Resolve(*s, binding, "binding"));
@@ -457,9 +456,9 @@ absl::Status Device::Execute(uint64_t session, ExecuteCommand command, absl::Tim
     const DeviceDescription& d = server_->Description();
     for (int i = 0; i < 3; ++i) {
       if (command.count[i] == 0 || command.count[i] > d.max_cube_count[i]) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "count.static_count.", std::string(1, "xyz"[i]), " = ", command.count[i],
-            " is outside 1 .. ", d.max_cube_count[i]));
+        return absl::InvalidArgumentError(
+            absl::StrCat("count.static_count.", std::string(1, "xyz"[i]), " = ", command.count[i],
+                         " is outside 1 .. ", d.max_cube_count[i]));
       }
     }
     launch.count.x = command.count[0];
@@ -519,8 +518,7 @@ void Device::EndProfile(uint64_t session, absl::Time now, DurationCallback done)
   server_->EndProfile(token, std::move(done));
 }
 
-absl::Status Device::Release(uint64_t session, absl::Span<const uint64_t> handles,
-                             absl::Time now) {
+absl::Status Device::Release(uint64_t session, absl::Span<const uint64_t> handles, absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
   // Check first, so that one bad id releases nothing.
   absl::flat_hash_map<uint64_t, uint32_t> drops;
@@ -528,8 +526,8 @@ absl::Status Device::Release(uint64_t session, absl::Span<const uint64_t> handle
     const HandleEntry* entry = s->Find(handles[i]);
     if (entry == nullptr && s->PoisonOf(handles[i]) != nullptr) {
       if (++drops[handles[i]] > 1) {
-        return absl::InvalidArgumentError(absl::StrCat("handles[", i, "]: poisoned id ",
-                                                       handles[i], " is released twice"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("handles[", i, "]: poisoned id ", handles[i], " is released twice"));
       }
       continue;
     }

@@ -14,8 +14,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/channel/commands.h"
-#include "server/compute/compute_server.h"
 #include "server/channel/session.h"
+#include "server/compute/compute_server.h"
 
 namespace cubed {
 
@@ -67,7 +67,8 @@ class Device {
   // Every method below first finds the session (NOT_FOUND) and renews its lease. Methods that
   // allocate are RESOURCE_EXHAUSTED, naming the quota, when the new handle would take the
   // session or its owner past a byte or handle quota (principal.h); nothing is left allocated.
-  absl::StatusOr<NewHandle> Create(uint64_t session, absl::Span<const uint8_t> data, absl::Time now);
+  absl::StatusOr<NewHandle> Create(uint64_t session, absl::Span<const uint8_t> data,
+                                   absl::Time now);
   absl::StatusOr<NewHandle> CreateTensor(uint64_t session, absl::Span<const uint8_t> data,
                                          absl::Span<const uint64_t> shape, uint32_t elem_size,
                                          absl::Time now);
@@ -98,23 +99,23 @@ class Device {
                                          absl::Span<const uint8_t> data, absl::Time now);
   absl::StatusOr<NewHandle> CreateTensorWithId(uint64_t session, uint64_t id,
                                                absl::Span<const uint8_t> data,
-                                               absl::Span<const uint64_t> shape,
-                                               uint32_t elem_size, absl::Time now);
+                                               absl::Span<const uint64_t> shape, uint32_t elem_size,
+                                               absl::Time now);
   absl::StatusOr<NewHandle> EmptyWithId(uint64_t session, uint64_t id, uint64_t size,
                                         absl::Time now);
   absl::StatusOr<NewHandle> EmptyTensorWithId(uint64_t session, uint64_t id,
-                                              absl::Span<const uint64_t> shape,
-                                              uint32_t elem_size, absl::Time now);
+                                              absl::Span<const uint64_t> shape, uint32_t elem_size,
+                                              absl::Time now);
   // Note [Poisoned handles]. PoisonId enters `id` (a valid client id whose allocation failed);
   // PoisonHandles marks those of `handles` that are live handles of the session. `error` gets
   // kPoisonPayload. An unknown session is ignored.
   void PoisonId(uint64_t session, uint64_t id, absl::Status error);
   void PoisonHandles(uint64_t session, absl::Span<const uint64_t> handles, absl::Status error);
 
-  // Bulk transfers (Note [Bulk transfers], server/service/stream/bulk_transfers.h); the caller cuts a transfer into
-  // pieces. CheckBulkRead checks the bindings of a bulk read as Read (`raw`) or ReadTensor do,
-  // without max_read_bytes; for a raw read it sets each entry's shape to {view bytes}, strides
-  // to {1} and elem_size to 1, so that both kinds are tensors from then on.
+  // Bulk transfers (Note [Bulk transfers], server/service/stream/bulk_transfers.h); the caller cuts
+  // a transfer into pieces. CheckBulkRead checks the bindings of a bulk read as Read (`raw`) or
+  // ReadTensor do, without max_read_bytes; for a raw read it sets each entry's shape to {view
+  // bytes}, strides to {1} and elem_size to 1, so that both kinds are tensors from then on.
   absl::Status CheckBulkRead(uint64_t session, std::vector<TensorRef>& tensors, bool raw,
                              absl::Time now);
   // Reads one piece (a sub-tensor; binding.offset_start moved to its first element) densely into

@@ -34,8 +34,8 @@ void DeviceLoop::RunGuarded(Posted& posted) {
     std::move(posted.task)(*device_);
     return;
   } catch (const std::bad_alloc& e) {
-    error = absl::ResourceExhaustedError(absl::StrCat(
-        "the daemon ran out of host memory serving this request (", e.what(), ")"));
+    error = absl::ResourceExhaustedError(
+        absl::StrCat("the daemon ran out of host memory serving this request (", e.what(), ")"));
   } catch (const std::exception& e) {
     error = absl::InternalError(absl::StrCat("the daemon failed this request: ", e.what()));
   } catch (...) {
@@ -73,7 +73,8 @@ void DeviceLoop::Run() {
     bool stop = false;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !tasks_.empty() || stopping_; };
+      auto ready = [this]()
+                       ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !tasks_.empty() || stopping_; };
       mu_.AwaitWithDeadline(absl::Condition(&ready), wake);
       batch.swap(tasks_);
       stop = stopping_ && batch.empty();

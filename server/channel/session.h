@@ -13,8 +13,8 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "server/compute/compute_server.h"
 #include "server/auth/principal.h"
+#include "server/compute/compute_server.h"
 
 namespace cubed {
 
@@ -100,7 +100,7 @@ class Session {
   uint64_t bytes_ = 0;
   absl::Duration lease_;
   absl::Time last_used_;
-  uint64_t id_key_;        // Per-session key that scrambles handle ids.
+  uint64_t id_key_;  // Per-session key that scrambles handle ids.
   uint64_t next_serial_ = 1;
   absl::flat_hash_map<uint64_t, HandleEntry> handles_;
   absl::flat_hash_map<uint64_t, absl::Status> poisoned_;

@@ -6,21 +6,36 @@ using Kind = StreamCommand::Kind;
 
 absl::string_view KindName(Kind kind) {
   switch (kind) {
-    case Kind::kNone: return "none";
-    case Kind::kCreate: return "create";
-    case Kind::kCreateTensor: return "create_tensor";
-    case Kind::kEmpty: return "empty";
-    case Kind::kEmptyTensor: return "empty_tensor";
-    case Kind::kExecute: return "execute";
-    case Kind::kRelease: return "release";
-    case Kind::kRead: return "read";
-    case Kind::kReadTensor: return "read_tensor";
-    case Kind::kFlush: return "flush";
-    case Kind::kSync: return "sync";
-    case Kind::kMemoryUsage: return "memory_usage";
-    case Kind::kMemoryCleanup: return "memory_cleanup";
-    case Kind::kStartProfile: return "start_profile";
-    case Kind::kEndProfile: return "end_profile";
+    case Kind::kNone:
+      return "none";
+    case Kind::kCreate:
+      return "create";
+    case Kind::kCreateTensor:
+      return "create_tensor";
+    case Kind::kEmpty:
+      return "empty";
+    case Kind::kEmptyTensor:
+      return "empty_tensor";
+    case Kind::kExecute:
+      return "execute";
+    case Kind::kRelease:
+      return "release";
+    case Kind::kRead:
+      return "read";
+    case Kind::kReadTensor:
+      return "read_tensor";
+    case Kind::kFlush:
+      return "flush";
+    case Kind::kSync:
+      return "sync";
+    case Kind::kMemoryUsage:
+      return "memory_usage";
+    case Kind::kMemoryCleanup:
+      return "memory_cleanup";
+    case Kind::kStartProfile:
+      return "start_profile";
+    case Kind::kEndProfile:
+      return "end_profile";
   }
   return "unknown";
 }

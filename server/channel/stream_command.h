@@ -48,11 +48,11 @@ struct StreamCommand {
   // Handles an execute writes, poisoned when it fails: builtin kernels the last buffer, client
   // CUDA kernels every buffer.
   std::vector<uint64_t> outputs;
-  std::vector<uint64_t> ids;            // release.
-  std::vector<BindingRef> read;         // read.
-  std::vector<TensorRef> read_tensor;   // read_tensor.
-  // Bulk create / read (Note [Bulk transfers], server/service/stream/bulk_transfers.h): the bytes move on Upload /
-  // Download. For a bulk create, `size` is the byte count the upload must bring.
+  std::vector<uint64_t> ids;           // release.
+  std::vector<BindingRef> read;        // read.
+  std::vector<TensorRef> read_tensor;  // read_tensor.
+  // Bulk create / read (Note [Bulk transfers], server/service/stream/bulk_transfers.h): the bytes
+  // move on Upload / Download. For a bulk create, `size` is the byte count the upload must bring.
   bool bulk = false;
   std::vector<uint64_t> strides;  // A bulk create's layout once allocated (shape: `shape`).
   uint64_t allocated = 0;         // A bulk create's allocation, bytes (padding included).
@@ -60,12 +60,12 @@ struct StreamCommand {
 
 // Whether `command` is a bulk create (create.bulk_size, create_tensor.bulk) or a bulk read.
 inline bool IsBulkCreate(const StreamCommand& c) {
-  return c.bulk && (c.kind == StreamCommand::Kind::kCreate ||
-                    c.kind == StreamCommand::Kind::kCreateTensor);
+  return c.bulk &&
+         (c.kind == StreamCommand::Kind::kCreate || c.kind == StreamCommand::Kind::kCreateTensor);
 }
 inline bool IsBulkRead(const StreamCommand& c) {
-  return c.bulk && (c.kind == StreamCommand::Kind::kRead ||
-                    c.kind == StreamCommand::Kind::kReadTensor);
+  return c.bulk &&
+         (c.kind == StreamCommand::Kind::kRead || c.kind == StreamCommand::Kind::kReadTensor);
 }
 
 // The command's kind as in error messages and the proto ("create", "execute", ...).

@@ -35,9 +35,9 @@ StreamReply ErrorReply(uint64_t seq, const absl::Status& status) {
 // original code, the message prefixed with the command, unless it already is a poison.
 absl::Status Prefixed(const StreamCommand& command, const absl::Status& status) {
   if (status.GetPayload(kPoisonPayload).has_value()) return status;
-  return absl::Status(status.code(), absl::StrCat("command ", command.seq, " (",
-                                                  KindName(command.kind),
-                                                  ") failed: ", status.message()));
+  return absl::Status(status.code(),
+                      absl::StrCat("command ", command.seq, " (", KindName(command.kind),
+                                   ") failed: ", status.message()));
 }
 
 }  // namespace
@@ -273,9 +273,10 @@ void StreamRunner::RunAnswering(Device& device, StreamCommand& command,
       device.Sync(session_, now, [sink, slot, seq, first, failed](absl::Status s) {
         StreamReply reply;
         if (failed > 0) {
-          reply = ErrorReply(seq, absl::Status(first.code(), absl::StrCat(
-              first.message(), " (", failed, failed == 1 ? " command" : " commands",
-              " failed since the previous sync)")));
+          reply = ErrorReply(
+              seq, absl::Status(first.code(), absl::StrCat(first.message(), " (", failed,
+                                                           failed == 1 ? " command" : " commands",
+                                                           " failed since the previous sync)")));
           reply.failed_commands = failed;
         } else {
           reply = ErrorReply(seq, s);
@@ -302,9 +303,9 @@ void StreamRunner::RunAnswering(Device& device, StreamCommand& command,
       });
       return;
     default:
-      sink->Fill(slot, ErrorReply(seq, absl::InternalError(absl::StrCat(
-                                           "command ", seq, ": kind ", KindName(command.kind),
-                                           " has no runner"))));
+      sink->Fill(slot, ErrorReply(seq, absl::InternalError(absl::StrCat("command ", seq, ": kind ",
+                                                                        KindName(command.kind),
+                                                                        " has no runner"))));
       return;
   }
 }

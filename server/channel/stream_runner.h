@@ -21,9 +21,8 @@ class StreamRunner {
   // Opens the stream's session. Errors as Device::OpenSession. `owner` owns the session
   // (Device::OpenSession); `on_closed` is told when something else than Close closes it (its
   // lease, a CloseSession call: Device::WatchSession).
-  absl::StatusOr<StreamOpened> Open(Device& device, uint64_t lease_ms,
-                                  PrincipalPtr owner = nullptr,
-                                  Session::ClosedCallback on_closed = nullptr);
+  absl::StatusOr<StreamOpened> Open(Device& device, uint64_t lease_ms, PrincipalPtr owner = nullptr,
+                                    Session::ClosedCallback on_closed = nullptr);
   // The open session, 0 before Open succeeded or after Close.
   uint64_t session() const { return session_; }
 
@@ -34,12 +33,12 @@ class StreamRunner {
   // Closes the session (releasing everything it holds) if it is open. Idempotent.
   void Close(Device& device);
 
-  // Bulk commands (Note [Bulk transfers], server/service/stream/bulk_transfers.h). StartBulk checks the seq and, for a
-  // create, the id, then allocates (filling command.shape/strides/elem_size with the layout the
-  // upload writes into: {size}/{1}/1 for a plain create); for a read it checks the bindings and
-  // turns them into command.read_tensor (raw reads as byte tensors). OK: the command now waits
-  // for its transfer. Otherwise the failure was handled as Run handles one (poisoned, answered
-  // or recorded for sync) and is returned, so that the transfer can fail with it.
+  // Bulk commands (Note [Bulk transfers], server/service/stream/bulk_transfers.h). StartBulk checks
+  // the seq and, for a create, the id, then allocates (filling command.shape/strides/elem_size with
+  // the layout the upload writes into: {size}/{1}/1 for a plain create); for a read it checks the
+  // bindings and turns them into command.read_tensor (raw reads as byte tensors). OK: the command
+  // now waits for its transfer. Otherwise the failure was handled as Run handles one (poisoned,
+  // answered or recorded for sync) and is returned, so that the transfer can fail with it.
   absl::Status StartBulk(Device& device, StreamCommand& command, ReplySink& sink);
   // Ends a command StartBulk accepted. OK: answers (create_tensor: its layout; read: a reply
   // without data). An error releases a create's allocation and poisons its id, or answers a read
@@ -58,7 +57,7 @@ class StreamRunner {
   // Handles a failed command: prefixes the error, poisons, answers or records it. Returns the
   // error as recorded.
   absl::Status Fail(Device& device, const StreamCommand& command, const absl::Status& status,
-            ReplySink& sink, bool id_ok);
+                    ReplySink& sink, bool id_ok);
   void RunCreate(Device& device, StreamCommand& command, ReplySink& sink);
   void RunRelease(Device& device, StreamCommand& command, ReplySink& sink);
   void RunAnswering(Device& device, StreamCommand& command, const std::shared_ptr<ReplySink>& sink);

@@ -20,8 +20,8 @@ enum class BackendChoice { kAuto, kCpu, kCuda };
 
 struct BackendOptions {
   BackendChoice backend = BackendChoice::kAuto;
-  uint32_t device = 0;          // The device's ordinal (CUDA); the CPU backend has only 0.
-  uint64_t memory_limit = 0;    // Bytes; 0 = the backend's default.
+  uint32_t device = 0;           // The device's ordinal (CUDA); the CPU backend has only 0.
+  uint64_t memory_limit = 0;     // Bytes; 0 = the backend's default.
   std::string kernel_cache_dir;  // On-disk cache of compiled kernels (CUDA); empty = memory only.
   // Note [Device lost] (server/compute/cuda/cuda_server.h): called once, from a backend thread,
   // when the device became unusable. Null: only logged.

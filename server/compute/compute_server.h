@@ -143,12 +143,12 @@ class ComputeServer {
   // Returns a slice to the pools. Work already queued that uses it completes first.
   virtual void Free(SliceId slice) = 0;
 
-  // Bulk upload (Note [Bulk transfers], server/service/stream/bulk_transfers.h): writes `bytes` as the dense row-major
-  // bytes [dense_offset, dense_offset + bytes.size()) of `target`, a whole allocation laid out as
-  // this backend's Empty (shape {size}, strides {1}, elem_size 1) or EmptyTensor laid it out.
-  // Queued in stream order: every later command sees the bytes. `bytes` must stay alive until
-  // `done` runs (once they are no longer needed, possibly before Write returns). INTERNAL for a
-  // layout the backend never produces; the range is checked by the caller.
+  // Bulk upload (Note [Bulk transfers], server/service/stream/bulk_transfers.h): writes `bytes` as
+  // the dense row-major bytes [dense_offset, dense_offset + bytes.size()) of `target`, a whole
+  // allocation laid out as this backend's Empty (shape {size}, strides {1}, elem_size 1) or
+  // EmptyTensor laid it out. Queued in stream order: every later command sees the bytes. `bytes`
+  // must stay alive until `done` runs (once they are no longer needed, possibly before Write
+  // returns). INTERNAL for a layout the backend never produces; the range is checked by the caller.
   virtual void Write(const ResolvedTensor& target, uint64_t dense_offset,
                      absl::Span<const uint8_t> bytes, DoneCallback done) = 0;
 

@@ -83,7 +83,8 @@ TEST_P(ComputeServerConformance, DescriptionIsComplete) {
 }
 
 TEST_P(ComputeServerConformance, CreateThenReadReturnsTheBytes) {
-  for (size_t size : {size_t{1}, size_t{63}, size_t{4096}, size_t{1} << 20, (size_t{3} << 20) + 5}) {
+  for (size_t size :
+       {size_t{1}, size_t{63}, size_t{4096}, size_t{1} << 20, (size_t{3} << 20) + 5}) {
     const std::string data = Pattern(size, 1);
     absl::StatusOr<Allocation> a = server_->Create(Bytes(data), kOwnerA);
     ASSERT_TRUE(a.ok()) << a.status();

@@ -14,9 +14,9 @@
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
 #include "cubed/v1/auth.pb.h"
-#include "server/auth/rpc.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
+#include "server/auth/rpc.h"
 #include "spdlog/spdlog.h"
 
 namespace cubed {
@@ -75,8 +75,12 @@ absl::StatusOr<std::shared_ptr<Principal>> ToPrincipal(const v1::Principal& p,
   out->client_kernels = p.permissions().client_kernels();
   out->unchecked = p.permissions().unchecked();
   const v1::Quotas& q = p.quotas();
-  out->quotas = Quotas{q.max_bytes(),         q.max_handles(),         q.max_inflight_commands(),
-                       q.max_sessions(),      q.max_session_bytes(),   q.max_session_handles(),
+  out->quotas = Quotas{q.max_bytes(),
+                       q.max_handles(),
+                       q.max_inflight_commands(),
+                       q.max_sessions(),
+                       q.max_session_bytes(),
+                       q.max_session_handles(),
                        q.max_session_inflight_commands()};
   return out;
 }
@@ -147,8 +151,8 @@ absl::StatusOr<AuthPolicy> ParseAuthConfig(absl::string_view text, absl::string_
   AuthPolicy policy;
   absl::flat_hash_map<std::string, Principal*> by_name;
   for (int i = 0; i < config.principal_size(); ++i) {
-    const std::string where = absl::StrCat(source, ": principal[", i, "] '",
-                                           config.principal(i).name(), "'");
+    const std::string where =
+        absl::StrCat(source, ": principal[", i, "] '", config.principal(i).name(), "'");
     ASSIGN_OR_RETURN(std::shared_ptr<Principal> p, ToPrincipal(config.principal(i), where));
     if (!by_name.emplace(p->name, p.get()).second) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": the name is used twice"));

@@ -1,8 +1,8 @@
 #include "server/daemon/auth_config.h"
 
 #include "gtest/gtest.h"
-#include "server/service/authenticator.h"
 #include "server/daemon/config.h"
+#include "server/service/authenticator.h"
 
 namespace cubed {
 namespace {
@@ -16,7 +16,8 @@ TEST(AuthConfigTest, ParsesPrincipalsPermissionsAndQuotas) {
       quotas { max_bytes: 4096 max_handles: 3 max_inflight_commands: 9 max_sessions: 2
                max_session_bytes: 1024 max_session_handles: 1 max_session_inflight_commands: 5 }
     }
-  )", "test", "");
+  )",
+                                                      "test", "");
   ASSERT_TRUE(policy.ok()) << policy.status();
   ASSERT_EQ(policy->principals.size(), 2u);
   const Principal& alice = *policy->principals[0];
@@ -35,8 +36,7 @@ TEST(AuthConfigTest, ParsesPrincipalsPermissionsAndQuotas) {
 TEST(AuthConfigTest, ErrorsNameTheLineOrTheField) {
   auto syntax = ParseAuthConfig("principal {\n  name: \"a\"\n  uid: 3\n}\n", "cfg", "");
   EXPECT_EQ(syntax.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(syntax.status().message().find("cfg:3:"), absl::string_view::npos)
-      << syntax.status();
+  EXPECT_NE(syntax.status().message().find("cfg:3:"), absl::string_view::npos) << syntax.status();
   auto twice = ParseAuthConfig("principal { name: \"a\" } principal { name: \"a\" }", "cfg", "");
   EXPECT_NE(twice.status().message().find("used twice"), absl::string_view::npos);
   auto name = ParseAuthConfig("principal { name: \"a b\" }", "cfg", "");

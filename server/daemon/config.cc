@@ -146,9 +146,9 @@ absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text) {
     const char* name;
     uint64_t scale;
   };
-  for (Suffix s : {Suffix{"KiB", uint64_t{1} << 10}, Suffix{"MiB", uint64_t{1} << 20},
-                   Suffix{"GiB", uint64_t{1} << 30}, Suffix{"TiB", uint64_t{1} << 40},
-                   Suffix{"B", 1}}) {
+  for (Suffix s :
+       {Suffix{"KiB", uint64_t{1} << 10}, Suffix{"MiB", uint64_t{1} << 20},
+        Suffix{"GiB", uint64_t{1} << 30}, Suffix{"TiB", uint64_t{1} << 40}, Suffix{"B", 1}}) {
     if (absl::ConsumeSuffix(&number, s.name)) {
       scale = s.scale;
       break;
@@ -157,8 +157,8 @@ absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text) {
   double value = 0;
   if (number.empty() || !absl::SimpleAtod(number, &value) || !(value >= 0) ||
       value * static_cast<double>(scale) >= 1.8e19) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "'", text, "' is not a byte size (e.g. 1048576, 512KiB, 64MiB, 8GiB)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", text, "' is not a byte size (e.g. 1048576, 512KiB, 64MiB, 8GiB)"));
   }
   return static_cast<uint64_t>(std::llround(value * static_cast<double>(scale)));
 }
@@ -204,20 +204,21 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   }
   c.device = absl::GetFlag(FLAGS_device);
   absl::StatusOr<uint64_t> limit = ParseByteSize(absl::GetFlag(FLAGS_memory_limit));
-  if (!limit.ok()) return absl::InvalidArgumentError(absl::StrCat("--memory_limit: ", limit.status().message()));
+  if (!limit.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--memory_limit: ", limit.status().message()));
   c.memory_limit = *limit;
   c.session_lease = absl::GetFlag(FLAGS_session_lease);
   if (c.session_lease <= absl::ZeroDuration() || c.session_lease > absl::Hours(24 * 7)) {
-    return absl::InvalidArgumentError(absl::StrCat("--session_lease=",
-                                                   absl::FormatDuration(c.session_lease),
-                                                   ": expected more than 0 and at most 168h"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--session_lease=", absl::FormatDuration(c.session_lease),
+                     ": expected more than 0 and at most 168h"));
   }
   c.log_level = absl::GetFlag(FLAGS_log_level);
   absl::StatusOr<uint64_t> max_message = ParseByteSize(absl::GetFlag(FLAGS_max_message_bytes));
   if (!max_message.ok() || *max_message < 4096 || *max_message > 0x7fffffff) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--max_message_bytes=", absl::GetFlag(FLAGS_max_message_bytes),
-        ": expected 4KiB .. 2GiB-1 (gRPC's limit)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_message_bytes=", absl::GetFlag(FLAGS_max_message_bytes),
+                     ": expected 4KiB .. 2GiB-1 (gRPC's limit)"));
   }
   c.max_message_bytes = static_cast<int>(*max_message);
   c.allow_unchecked = absl::GetFlag(FLAGS_allow_unchecked);
@@ -233,9 +234,9 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   c.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   c.loop_stall_timeout = absl::GetFlag(FLAGS_loop_stall_timeout);
   if (c.loop_stall_timeout < absl::Milliseconds(10) || c.loop_stall_timeout > absl::Hours(1)) {
-    return absl::InvalidArgumentError(absl::StrCat("--loop_stall_timeout=",
-                                                   absl::FormatDuration(c.loop_stall_timeout),
-                                                   ": expected 10ms .. 1h"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--loop_stall_timeout=", absl::FormatDuration(c.loop_stall_timeout),
+                     ": expected 10ms .. 1h"));
   }
   return c;
 }

@@ -24,16 +24,16 @@ struct DaemonConfig {
   std::string log_level = "info";
   int max_message_bytes = 512 << 20;
   bool allow_unchecked = false;
-  std::string ready_file;  // Written once serving; empty = none.
+  std::string ready_file;        // Written once serving; empty = none.
   std::string kernel_cache_dir;  // On-disk cache of compiled CUDA kernels; empty = memory only.
   // Authentication and authorization (docs/security.md).
-  std::string auth_config;    // Textproto of cubed.v1.AuthConfig; empty = the default policy.
-  std::string listen_group;   // Group (name or number) of the Unix socket; empty = ours.
-  std::string tls_cert;       // PEM server certificate (chain) of the TCP listener.
-  std::string tls_key;        // PEM private key of tls_cert.
-  std::string tls_client_ca;  // PEM CA bundle: clients must present a certificate it signed.
-  bool insecure_tcp = false;  // Plain TCP (no TLS) allowed on --tcp.
-  std::string metrics_listen;    // HOST:PORT of the Prometheus endpoint; empty = off.
+  std::string auth_config;     // Textproto of cubed.v1.AuthConfig; empty = the default policy.
+  std::string listen_group;    // Group (name or number) of the Unix socket; empty = ours.
+  std::string tls_cert;        // PEM server certificate (chain) of the TCP listener.
+  std::string tls_key;         // PEM private key of tls_cert.
+  std::string tls_client_ca;   // PEM CA bundle: clients must present a certificate it signed.
+  bool insecure_tcp = false;   // Plain TCP (no TLS) allowed on --tcp.
+  std::string metrics_listen;  // HOST:PORT of the Prometheus endpoint; empty = off.
   // A device loop that has not run a task this long makes health NOT_SERVING (liveness_monitor.h).
   absl::Duration loop_stall_timeout = absl::Seconds(10);
 };

@@ -1,5 +1,8 @@
 #include "server/daemon/daemon.h"
 
+#include <grpc/grpc.h>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -16,30 +19,26 @@
 #include <sstream>
 #include <thread>
 
-#include <grpc/grpc.h>
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/grpcpp.h>
-
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "server/channel/device_loop.h"
 #include "server/compute/backend_registry.h"
 #include "server/daemon/auth_config.h"
-#include "server/service/authenticator.h"
-#include "server/service/call_counter.h"
-#include "server/service/compute_service.h"
-#include "server/channel/device_loop.h"
-#include "server/service/health_service.h"
 #include "server/daemon/liveness_monitor.h"
-#include "server/service/request_log.h"
+#include "server/daemon/systemd_notify.h"
 #include "server/metrics/metrics.h"
 #include "server/metrics/metrics_http.h"
 #include "server/metrics/metrics_text.h"
 #include "server/metrics/stats_collector.h"
+#include "server/service/authenticator.h"
+#include "server/service/call_counter.h"
+#include "server/service/compute_service.h"
+#include "server/service/health_service.h"
+#include "server/service/request_log.h"
 #include "server/service/stream/session_stream.h"
-#include "server/daemon/systemd_notify.h"
 #include "server/service/unix_listener.h"
 #include "spdlog/spdlog.h"
 
@@ -65,7 +64,8 @@ constexpr absl::Duration kDeviceLostGrace = absl::Seconds(1);
 // daemon on the same path is an error rather than something to steal from.
 absl::Status PrepareUnixSocket(const std::string& path) {
   if (path.size() >= sizeof(sockaddr_un{}.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat("--listen: socket path '", path, "' is longer than ",
+    return absl::InvalidArgumentError(absl::StrCat("--listen: socket path '", path,
+                                                   "' is longer than ",
                                                    sizeof(sockaddr_un{}.sun_path) - 1, " bytes"));
   }
   const std::filesystem::path dir = std::filesystem::path(path).parent_path();
@@ -132,8 +132,7 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(
   options.pem_key_cert_pairs.push_back(std::move(pair));
   if (!config.tls_client_ca.empty()) {
     ASSIGN_OR_RETURN(options.pem_root_certs, ReadPem(config.tls_client_ca, "--tls_client_ca"));
-    options.client_certificate_request =
-        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+    options.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
   }
   spdlog::info("TCP {}: TLS{}", config.tcp_address,
                config.tls_client_ca.empty() ? "" : " with client certificates (mTLS)");
@@ -151,7 +150,8 @@ absl::Status WriteReadyFile(const std::string& path, const DaemonConfig& config,
       out << "tcp=" << host << ":" << tcp_port << "\n";
     }
     if (!metrics_address.empty()) out << "metrics=" << metrics_address << "\n";
-    if (!out) return absl::FailedPreconditionError(absl::StrCat("--ready_file: cannot write ", tmp));
+    if (!out)
+      return absl::FailedPreconditionError(absl::StrCat("--ready_file: cannot write ", tmp));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     return absl::FailedPreconditionError(absl::StrCat("--ready_file: cannot rename to ", path));
@@ -159,17 +159,17 @@ absl::Status WriteReadyFile(const std::string& path, const DaemonConfig& config,
   return absl::OkStatus();
 }
 
-// Note [Device lost] (server/compute/cuda/cuda_server.h): health NOT_SERVING, then exit non-zero after
-// a grace period. No orderly Shutdown: the device's context is unusable, and Shutdown must not
-// run on the loop or completion thread that calls this.
+// Note [Device lost] (server/compute/cuda/cuda_server.h): health NOT_SERVING, then exit non-zero
+// after a grace period. No orderly Shutdown: the device's context is unusable, and Shutdown must
+// not run on the loop or completion thread that calls this.
 void ExitAfterDeviceLost(HealthService* health, const std::string& unix_socket,
                          const absl::Status& status) {
   spdlog::critical("device lost ({}): health NOT_SERVING; exiting with status {} in {}",
-                   std::string(status.message()), kDeviceLostExitCode, absl::FormatDuration(kDeviceLostGrace));
+                   std::string(status.message()), kDeviceLostExitCode,
+                   absl::FormatDuration(kDeviceLostGrace));
   if (health != nullptr) health->SetServing(false);
-  (void)SystemdNotifier::FromEnvironment().Notify(
-      absl::StrCat("STATUS=device lost: ", status.message(), "; exiting with status ",
-                   kDeviceLostExitCode));
+  (void)SystemdNotifier::FromEnvironment().Notify(absl::StrCat(
+      "STATUS=device lost: ", status.message(), "; exiting with status ", kDeviceLostExitCode));
   std::thread([unix_socket] {
     absl::SleepFor(kDeviceLostGrace);
     if (!unix_socket.empty()) unlink(unix_socket.c_str());
@@ -246,8 +246,7 @@ void Daemon::StartServices() {
   stats_ = std::make_unique<StatsCollector>(loops, metrics_.get(), [this] {
     return streams_ == nullptr ? size_t{0} : streams_->open_streams();
   });
-  compute_ = std::make_unique<ComputeService>(loops, RequestLimits{}, metrics_.get(),
-                                              stats_.get());
+  compute_ = std::make_unique<ComputeService>(loops, RequestLimits{}, metrics_.get(), stats_.get());
   health_ = std::make_unique<HealthService>();
   streams_ = std::make_unique<SessionStreamService>(loops, RequestLimits{}, SessionStreamLimits{},
                                                     metrics_.get());
@@ -286,16 +285,15 @@ absl::Status Daemon::StartGrpc() {
   compute_->SetAuthenticator(auth_.get());
   streams_->SetAuthenticator(auth_.get());
   if (!config_.tcp_address.empty()) {
-    ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
-                     TcpCredentials(config_));
+    ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials, TcpCredentials(config_));
     builder.AddListeningPort(config_.tcp_address, credentials, &tcp_port_);
   }
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || (!config_.tcp_address.empty() && tcp_port_ == 0)) {
-    return absl::UnavailableError(absl::StrCat(
-        "could not start serving on ",
-        config_.unix_socket.empty() ? "" : "unix:" + config_.unix_socket, " ",
-        config_.tcp_address, " (address in use, or a bad host:port?)"));
+    return absl::UnavailableError(
+        absl::StrCat("could not start serving on ",
+                     config_.unix_socket.empty() ? "" : "unix:" + config_.unix_socket, " ",
+                     config_.tcp_address, " (address in use, or a bad host:port?)"));
   }
   if (unix_listener_ != nullptr) {
     unix_listener_->Start(server_.get());
@@ -308,14 +306,12 @@ absl::Status Daemon::StartGrpc() {
 absl::Status Daemon::StartMetricsHttp() {
   if (config_.metrics_listen.empty()) return absl::OkStatus();
   const StatsCollector* stats = stats_.get();
-  ASSIGN_OR_RETURN(metrics_http_,
-                   MetricsHttpServer::Start(config_.metrics_listen,
-                                            [stats]() -> absl::StatusOr<std::string> {
-                                              ASSIGN_OR_RETURN(
-                                                  StatsSnapshot s,
-                                                  stats->CollectFor(absl::Seconds(5)));
-                                              return PrometheusText(s);
-                                            }));
+  ASSIGN_OR_RETURN(
+      metrics_http_,
+      MetricsHttpServer::Start(config_.metrics_listen, [stats]() -> absl::StatusOr<std::string> {
+        ASSIGN_OR_RETURN(StatsSnapshot s, stats->CollectFor(absl::Seconds(5)));
+        return PrometheusText(s);
+      }));
   metrics_address_ = metrics_http_->address();
   spdlog::info("serving metrics on http://{}/metrics", metrics_address_);
   return absl::OkStatus();
@@ -337,9 +333,9 @@ void Daemon::StartLivenessAndNotify() {
     spdlog::info("systemd watchdog on: WATCHDOG=1 every {} while every device loop answers",
                  absl::FormatDuration(liveness_->period()));
   }
-  const std::string where = absl::StrCat(
-      config_.unix_socket.empty() ? "" : " unix:" + config_.unix_socket,
-      tcp_port_ == 0 ? "" : absl::StrCat(" tcp port ", tcp_port_));
+  const std::string where =
+      absl::StrCat(config_.unix_socket.empty() ? "" : " unix:" + config_.unix_socket,
+                   tcp_port_ == 0 ? "" : absl::StrCat(" tcp port ", tcp_port_));
   if (absl::Status s = notifier.Notify(absl::StrCat("READY=1\nSTATUS=serving on", where));
       !s.ok()) {
     spdlog::warn("systemd notify: {}", std::string(s.message()));
@@ -351,7 +347,7 @@ void Daemon::Shutdown() {
   shut_down_ = true;
   spdlog::info("shutting down: no new calls; waiting for calls in flight");
   (void)SystemdNotifier::FromEnvironment().Notify("STOPPING=1\nSTATUS=shutting down");
-  if (liveness_ != nullptr) liveness_->Stop();  // Before the loops stop; ends WATCHDOG=1.
+  if (liveness_ != nullptr) liveness_->Stop();          // Before the loops stop; ends WATCHDOG=1.
   if (metrics_http_ != nullptr) metrics_http_->Stop();  // Scrapes read the loops: before they stop.
   compute_->StartDraining();
   streams_->StartDraining();

@@ -45,8 +45,9 @@ LivenessMonitor::LivenessMonitor(std::vector<DeviceLoop*> loops, LivenessOptions
   period_ = std::max(period_, absl::Milliseconds(1));
   for (size_t i = 0; i < loops_.size(); ++i) probes_.push_back(std::make_shared<Probe>());
   if (!options_.wedge_file.empty()) {
-    spdlog::warn("TEST ONLY: CUBED_TEST_WEDGE_FILE={} is set: the device loops hang while it exists",
-                 options_.wedge_file);
+    spdlog::warn(
+        "TEST ONLY: CUBED_TEST_WEDGE_FILE={} is set: the device loops hang while it exists",
+        options_.wedge_file);
   }
   thread_ = std::thread([this] { Run(); });
 }

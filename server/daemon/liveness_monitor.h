@@ -35,8 +35,8 @@ class LivenessMonitor {
  public:
   // `on_responsive_change(bool)` runs on the monitor thread each time "every loop answers"
   // changes (it starts true). WATCHDOG=1 goes to `notifier` when its watchdog is on.
-  LivenessMonitor(std::vector<DeviceLoop*> loops, LivenessOptions options,
-                  SystemdNotifier notifier, absl::AnyInvocable<void(bool)> on_responsive_change);
+  LivenessMonitor(std::vector<DeviceLoop*> loops, LivenessOptions options, SystemdNotifier notifier,
+                  absl::AnyInvocable<void(bool)> on_responsive_change);
   ~LivenessMonitor();
 
   // Ends the thread: no more pings or health changes. Idempotent. Not from the callback.

@@ -27,9 +27,9 @@ std::optional<absl::Duration> ParseWatchdogInterval(const char* usec, const char
 
 SystemdNotifier SystemdNotifier::FromEnvironment() {
   const char* socket = std::getenv("NOTIFY_SOCKET");
-  return SystemdNotifier(socket == nullptr ? "" : socket,
-                         ParseWatchdogInterval(std::getenv("WATCHDOG_USEC"),
-                                               std::getenv("WATCHDOG_PID"), getpid()));
+  return SystemdNotifier(
+      socket == nullptr ? "" : socket,
+      ParseWatchdogInterval(std::getenv("WATCHDOG_USEC"), std::getenv("WATCHDOG_PID"), getpid()));
 }
 
 absl::Status SystemdNotifier::Notify(absl::string_view state) const {
@@ -46,8 +46,8 @@ absl::Status SystemdNotifier::Notify(absl::string_view state) const {
   }
   std::memcpy(addr.sun_path, socket_.data(), socket_.size());
   if (abstract) addr.sun_path[0] = '\0';
-  const socklen_t length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + socket_.size() +
-                                                  (abstract ? 0 : 1));
+  const socklen_t length =
+      static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + socket_.size() + (abstract ? 0 : 1));
   const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     return absl::FailedPreconditionError(absl::StrCat("notify socket: ", std::strerror(errno)));

@@ -12,11 +12,10 @@ namespace {
 constexpr std::memory_order kRelaxed = std::memory_order_relaxed;
 
 constexpr const char* kCodeNames[] = {
-    "OK",           "CANCELLED",          "UNKNOWN",        "INVALID_ARGUMENT",
-    "DEADLINE_EXCEEDED", "NOT_FOUND",     "ALREADY_EXISTS", "PERMISSION_DENIED",
-    "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
-    "UNIMPLEMENTED", "INTERNAL",          "UNAVAILABLE",    "DATA_LOSS",
-    "UNAUTHENTICATED"};
+    "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+    "DATA_LOSS", "UNAUTHENTICATED"};
 
 }  // namespace
 
@@ -69,10 +68,9 @@ void Metrics::Snapshot(StatsSnapshot* out) const {
   out->methods.clear();
   for (int i = 0; i < static_cast<int>(Method::kCount); ++i) {
     const MethodMetrics& m = methods_[i];
-    out->methods.push_back(MethodSnapshot{std::string(MethodName(static_cast<Method>(i))), m.codes.Snapshot(), m.queue.Snapshot(),
-                                          m.execution.Snapshot(),
-                                          m.bytes_received.load(kRelaxed),
-                                          m.bytes_sent.load(kRelaxed)});
+    out->methods.push_back(MethodSnapshot{
+        std::string(MethodName(static_cast<Method>(i))), m.codes.Snapshot(), m.queue.Snapshot(),
+        m.execution.Snapshot(), m.bytes_received.load(kRelaxed), m.bytes_sent.load(kRelaxed)});
   }
   out->stream_commands.clear();
   for (int i = 0; i < kMaxStreamKinds; ++i) {

@@ -25,8 +25,8 @@ namespace cubed {
 
 // Upper bounds of the latency buckets, microseconds (a final +Inf bucket is implicit).
 inline constexpr uint64_t kLatencyBoundsUs[] = {
-    10,     25,     50,      100,     250,     500,     1000,     2500,    5000,   10000,
-    25000,  50000,  100000,  250000,  500000,  1000000, 2500000,  5000000, 10000000};
+    10,    25,    50,     100,    250,    500,     1000,    2500,    5000,    10000,
+    25000, 50000, 100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000};
 inline constexpr size_t kNumLatencyBounds = sizeof(kLatencyBoundsUs) / sizeof(kLatencyBoundsUs[0]);
 
 // A latency histogram with the fixed buckets above. Thread-safe, lock-free.

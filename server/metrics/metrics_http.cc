@@ -52,16 +52,16 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   server.new_task_queue = [] { return new httplib::ThreadPool(2); };
   server.set_read_timeout(5, 0);
   server.set_write_timeout(5, 0);
-  server.Get("/metrics", [render = std::move(render)](const httplib::Request&,
-                                                      httplib::Response& res) {
-    absl::StatusOr<std::string> body = render();
-    if (!body.ok()) {
-      res.status = 503;
-      res.set_content(absl::StrCat(body.status().ToString(), "\n"), "text/plain");
-      return;
-    }
-    res.set_content(*std::move(body), kContentType);
-  });
+  server.Get("/metrics",
+             [render = std::move(render)](const httplib::Request&, httplib::Response& res) {
+               absl::StatusOr<std::string> body = render();
+               if (!body.ok()) {
+                 res.status = 503;
+                 res.set_content(absl::StrCat(body.status().ToString(), "\n"), "text/plain");
+                 return;
+               }
+               res.set_content(*std::move(body), kContentType);
+             });
   if (hp->port == 0) {
     s->port_ = server.bind_to_any_port(hp->host);
   } else if (server.bind_to_port(hp->host, hp->port)) {
@@ -74,8 +74,8 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
                                                ": cannot bind (address in use, or a bad host?)"));
   }
   const bool v6 = hp->host.find(':') != std::string::npos;
-  s->address_ = v6 ? absl::StrCat("[", hp->host, "]:", s->port_)
-                   : absl::StrCat(hp->host, ":", s->port_);
+  s->address_ =
+      v6 ? absl::StrCat("[", hp->host, "]:", s->port_) : absl::StrCat(hp->host, ":", s->port_);
   s->thread_ = std::thread([&server] { server.listen_after_bind(); });
   // stop() is ignored until the listen loop runs: wait for it, so that Stop always ends it.
   const absl::Time give_up = absl::Now() + absl::Seconds(10);

@@ -27,7 +27,7 @@ class MetricsHttpServer {
   // Binds `address` ("HOST:PORT", "[IPv6]:PORT"; port 0 picks a free one) and starts serving.
   // INVALID_ARGUMENT for a malformed address; UNAVAILABLE when it cannot be bound.
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const std::string& address,
-                                                                   Render render);
+                                                                  Render render);
   // Stops serving (see Stop).
   ~MetricsHttpServer();
 

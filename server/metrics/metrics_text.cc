@@ -57,8 +57,7 @@ std::string PrometheusText(const StatsSnapshot& stats) {
   Family(out, "cubed_uptime_microseconds", "gauge", "Time since the daemon started, microseconds.");
   Sample(out, "cubed_uptime_microseconds", "", stats.uptime_us);
 
-  Family(out, "cubed_requests_total", "counter",
-         "Finished RPCs by method and gRPC status code.");
+  Family(out, "cubed_requests_total", "counter", "Finished RPCs by method and gRPC status code.");
   for (const MethodSnapshot& m : stats.methods) {
     for (const CodeCount& c : m.codes) {
       Sample(out, "cubed_requests_total",
@@ -68,8 +67,7 @@ std::string PrometheusText(const StatsSnapshot& stats) {
   Family(out, "cubed_request_queue_microseconds", "histogram",
          "RPC time from arrival to the device loop starting it, microseconds.");
   for (const MethodSnapshot& m : stats.methods) {
-    Histogram(out, "cubed_request_queue_microseconds", Label("method", m.method), stats,
-              m.queue);
+    Histogram(out, "cubed_request_queue_microseconds", Label("method", m.method), stats, m.queue);
   }
   Family(out, "cubed_request_execution_microseconds", "histogram",
          "RPC time from the device loop starting it to its completion, microseconds.");

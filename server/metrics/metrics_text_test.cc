@@ -18,9 +18,9 @@ TEST(MetricsTextTest, RendersCountersHistogramsAndDeviceGauges) {
   create.codes.Count(absl::StatusCode::kOk);
   create.codes.Count(absl::StatusCode::kOk);
   create.codes.Count(absl::StatusCode::kNotFound);
-  create.queue.Observe(absl::Microseconds(7));      // First bucket (<= 10).
-  create.queue.Observe(absl::Microseconds(30));     // <= 50.
-  create.queue.Observe(absl::Seconds(100));         // +Inf.
+  create.queue.Observe(absl::Microseconds(7));   // First bucket (<= 10).
+  create.queue.Observe(absl::Microseconds(30));  // <= 50.
+  create.queue.Observe(absl::Seconds(100));      // +Inf.
   StatsSnapshot stats;
   metrics.Snapshot(&stats);
   DeviceGauges gauges;

@@ -76,9 +76,8 @@ void StatsCollector::Collect(Done done) const {
   };
   for (size_t i = 0; i < loops_.size(); ++i) {
     DeviceLoop* loop = loops_[i];
-    const bool posted = loop->Post([arrive, i, loop](Device& d) {
-      arrive(i, GaugesOf(d, loop->queued()));
-    });
+    const bool posted =
+        loop->Post([arrive, i, loop](Device& d) { arrive(i, GaugesOf(d, loop->queued())); });
     if (!posted) arrive(i, absl::UnavailableError("the daemon is shutting down"));
   }
   arrive(loops_.size(), absl::StatusOr<DeviceGauges>(DeviceGauges()));
@@ -95,9 +94,9 @@ absl::StatusOr<StatsSnapshot> StatsCollector::CollectFor(absl::Duration timeout)
     result->ready.Notify();
   });
   if (!result->ready.WaitForNotificationWithTimeout(timeout)) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "a device loop did not answer within ", absl::FormatDuration(timeout),
-        " (it is busy with long work); try again"));
+    return absl::DeadlineExceededError(absl::StrCat("a device loop did not answer within ",
+                                                    absl::FormatDuration(timeout),
+                                                    " (it is busy with long work); try again"));
   }
   return std::move(result->stats);
 }

@@ -29,7 +29,7 @@ struct CodeCount {
 };
 
 struct MethodSnapshot {
-  std::string method;  // As in the proto ("Create").
+  std::string method;            // As in the proto ("Create").
   std::vector<CodeCount> codes;  // Codes seen, in code order.
   HistogramSnapshot queue;       // Arrival to the loop starting the call.
   HistogramSnapshot execution;   // Loop start to completion.

@@ -1,10 +1,10 @@
 #include "server/service/authenticator.h"
 
+#include <grpcpp/security/auth_context.h>
+#include <grpcpp/server_context.h>
+
 #include <algorithm>
 #include <string>
-
-#include <grpcpp/server_context.h>
-#include <grpcpp/security/auth_context.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"

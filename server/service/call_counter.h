@@ -4,11 +4,11 @@
 // interceptor. Shutdown uses it to tell "calls still draining" from "only idle connections left"
 // (Note [Idle connections at shutdown], daemon.cc).
 
+#include <grpcpp/support/server_interceptor.h>
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
-
-#include <grpcpp/support/server_interceptor.h>
 
 namespace cubed {
 

@@ -161,34 +161,33 @@ Reactor* ComputeService::OnSession(Reactor* call, uint64_t session, Work work) {
     return FinishNow(call, SessionNotOpen(session));
   }
   // Note [Session ownership] (device.h): another principal's session is answered as unknown.
-  return OnDevice(call, device, "session",
-                  [session, work = std::move(work)](Device& d, Reactor* r,
-                                                    const PrincipalPtr& p) mutable {
-                    if (!d.IsOwnedBy(session, p.get())) {
-                      Finish(r, SessionNotOpen(session));
-                      return;
-                    }
-                    if constexpr (std::is_invocable_v<Work&, Device&, Reactor*,
-                                                      const PrincipalPtr&>) {
-                      work(d, r, p);
-                    } else {
-                      work(d, r);
-                    }
-                  });
+  return OnDevice(
+      call, device, "session",
+      [session, work = std::move(work)](Device& d, Reactor* r, const PrincipalPtr& p) mutable {
+        if (!d.IsOwnedBy(session, p.get())) {
+          Finish(r, SessionNotOpen(session));
+          return;
+        }
+        if constexpr (std::is_invocable_v<Work&, Device&, Reactor*, const PrincipalPtr&>) {
+          work(d, r, p);
+        } else {
+          work(d, r);
+        }
+      });
 }
 
 Reactor* ComputeService::OpenSession(Context* ctx, const v1::OpenSessionRequest* req,
                                      v1::OpenSessionResponse* resp) {
   Reactor* call = StartCall(ctx, Method::kOpenSession, *req, resp);
-  return OnDevice(call, req->device(), "device",
-                  [req, resp](Device& d, Reactor* r, const PrincipalPtr& p) {
-    absl::StatusOr<SessionGrant> grant = d.OpenSession(req->lease_ms(), absl::Now(), p);
-    if (grant.ok()) {
-      resp->set_session(grant->session);
-      resp->set_lease_ms(absl::ToInt64Milliseconds(grant->lease));
-    }
-    Finish(r, grant.status());
-  });
+  return OnDevice(
+      call, req->device(), "device", [req, resp](Device& d, Reactor* r, const PrincipalPtr& p) {
+        absl::StatusOr<SessionGrant> grant = d.OpenSession(req->lease_ms(), absl::Now(), p);
+        if (grant.ok()) {
+          resp->set_session(grant->session);
+          resp->set_lease_ms(absl::ToInt64Milliseconds(grant->lease));
+        }
+        Finish(r, grant.status());
+      });
 }
 
 Reactor* ComputeService::CloseSession(Context* ctx, const v1::CloseSessionRequest* req,
@@ -234,8 +233,7 @@ Reactor* ComputeService::CreateTensor(Context* ctx, const v1::CreateTensorReques
   });
 }
 
-Reactor* ComputeService::Empty(Context* ctx, const v1::EmptyRequest* req,
-                               v1::EmptyResponse* resp) {
+Reactor* ComputeService::Empty(Context* ctx, const v1::EmptyRequest* req, v1::EmptyResponse* resp) {
   Reactor* call = StartCall(ctx, Method::kEmpty, *req, resp);
   if (req->size() == 0) {
     return FinishNow(call, absl::InvalidArgumentError("size: 0; empty needs at least 1 byte"));
@@ -254,18 +252,21 @@ Reactor* ComputeService::EmptyTensor(Context* ctx, const v1::EmptyTensorRequest*
                                      v1::EmptyTensorResponse* resp) {
   Reactor* call = StartCall(ctx, Method::kEmptyTensor, *req, resp);
   std::vector<uint64_t> shape(req->shape().begin(), req->shape().end());
-  if (absl::Status s = CheckTensorShape(shape, req->elem_size(), "empty_tensor").status(); !s.ok()) {
+  if (absl::Status s = CheckTensorShape(shape, req->elem_size(), "empty_tensor").status();
+      !s.ok()) {
     return FinishNow(call, s);
   }
-  return OnSession(call, req->session(), [req, resp, shape = std::move(shape)](Device& d, Reactor* r) {
-    absl::StatusOr<NewHandle> h = d.EmptyTensor(req->session(), shape, req->elem_size(), absl::Now());
-    if (h.ok()) {
-      resp->set_handle(h->handle);
-      resp->set_size(h->size);
-      for (uint64_t s : h->strides) resp->add_strides(s);
-    }
-    Finish(r, h.status());
-  });
+  return OnSession(call, req->session(),
+                   [req, resp, shape = std::move(shape)](Device& d, Reactor* r) {
+                     absl::StatusOr<NewHandle> h =
+                         d.EmptyTensor(req->session(), shape, req->elem_size(), absl::Now());
+                     if (h.ok()) {
+                       resp->set_handle(h->handle);
+                       resp->set_size(h->size);
+                       for (uint64_t s : h->strides) resp->add_strides(s);
+                     }
+                     Finish(r, h.status());
+                   });
 }
 
 Reactor* ComputeService::Read(Context* ctx, const v1::ReadRequest* req, v1::ReadResponse* resp) {
@@ -274,16 +275,16 @@ Reactor* ComputeService::Read(Context* ctx, const v1::ReadRequest* req, v1::Read
   if (!bindings.ok()) return FinishNow(call, bindings.status());
   // The bytes land in `out`, owned by the task until the read completes, then move into the
   // response without another copy.
-  return OnSession(call, req->session(), [req, resp, bindings = *std::move(bindings)](
-                                            Device& d, Reactor* r) {
-    auto out = std::make_shared<std::vector<std::string>>();
-    d.Read(req->session(), bindings, out.get(), absl::Now(), [resp, r, out](absl::Status s) {
-      if (s.ok()) {
-        for (std::string& bytes : *out) resp->add_data(std::move(bytes));
-      }
-      Finish(r, s);
-    });
-  });
+  return OnSession(
+      call, req->session(), [req, resp, bindings = *std::move(bindings)](Device& d, Reactor* r) {
+        auto out = std::make_shared<std::vector<std::string>>();
+        d.Read(req->session(), bindings, out.get(), absl::Now(), [resp, r, out](absl::Status s) {
+          if (s.ok()) {
+            for (std::string& bytes : *out) resp->add_data(std::move(bytes));
+          }
+          Finish(r, s);
+        });
+      });
 }
 
 Reactor* ComputeService::ReadTensor(Context* ctx, const v1::ReadTensorRequest* req,
@@ -291,16 +292,18 @@ Reactor* ComputeService::ReadTensor(Context* ctx, const v1::ReadTensorRequest* r
   Reactor* call = StartCall(ctx, Method::kReadTensor, *req, resp);
   absl::StatusOr<std::vector<TensorRef>> tensors = ToTensorRefs(*req, limits_);
   if (!tensors.ok()) return FinishNow(call, tensors.status());
-  return OnSession(call, req->session(), [req, resp, tensors = *std::move(tensors)](
-                                            Device& d, Reactor* r) {
-    auto out = std::make_shared<std::vector<std::string>>();
-    d.ReadTensor(req->session(), tensors, out.get(), absl::Now(), [resp, r, out](absl::Status s) {
-      if (s.ok()) {
-        for (std::string& bytes : *out) resp->add_data(std::move(bytes));
-      }
-      Finish(r, s);
-    });
-  });
+  return OnSession(call, req->session(),
+                   [req, resp, tensors = *std::move(tensors)](Device& d, Reactor* r) {
+                     auto out = std::make_shared<std::vector<std::string>>();
+                     d.ReadTensor(req->session(), tensors, out.get(), absl::Now(),
+                                  [resp, r, out](absl::Status s) {
+                                    if (s.ok()) {
+                                      for (std::string& bytes : *out)
+                                        resp->add_data(std::move(bytes));
+                                    }
+                                    Finish(r, s);
+                                  });
+                   });
 }
 
 Reactor* ComputeService::GetResource(Context* ctx, const v1::GetResourceRequest* req,
@@ -325,17 +328,18 @@ Reactor* ComputeService::Execute(Context* ctx, const v1::ExecuteRequest* req,
   Reactor* call = StartCall(ctx, Method::kExecute, *req, nullptr);
   absl::StatusOr<ExecuteCommand> command = ToExecuteCommand(*req, limits_);
   if (!command.ok()) return FinishNow(call, command.status());
-  return OnSession(call, req->session(), [req, command = *std::move(command)](
-                                            Device& d, Reactor* r, const PrincipalPtr& p) mutable {
-    if (p != nullptr) {
-      if (absl::Status s = p->CheckExecute(!command.kernel.is_builtin, command.unchecked);
-          !s.ok()) {
-        Finish(r, s);
-        return;
-      }
-    }
-    Finish(r, d.Execute(req->session(), std::move(command), absl::Now()));
-  });
+  return OnSession(
+      call, req->session(),
+      [req, command = *std::move(command)](Device& d, Reactor* r, const PrincipalPtr& p) mutable {
+        if (p != nullptr) {
+          if (absl::Status s = p->CheckExecute(!command.kernel.is_builtin, command.unchecked);
+              !s.ok()) {
+            Finish(r, s);
+            return;
+          }
+        }
+        Finish(r, d.Execute(req->session(), std::move(command), absl::Now()));
+      });
 }
 
 Reactor* ComputeService::Flush(Context* ctx, const v1::FlushRequest* req, v1::FlushResponse*) {
@@ -407,7 +411,9 @@ Reactor* ComputeService::Release(Context* ctx, const v1::ReleaseRequest* req,
   Reactor* call = StartCall(ctx, Method::kRelease, *req, nullptr);
   if (absl::Status s = CheckRelease(*req, limits_); !s.ok()) return FinishNow(call, s);
   return OnSession(call, req->session(), [req](Device& d, Reactor* r) {
-    Finish(r, d.Release(req->session(), absl::MakeConstSpan(req->handles().data(), req->handles_size()), absl::Now()));
+    Finish(r,
+           d.Release(req->session(),
+                     absl::MakeConstSpan(req->handles().data(), req->handles_size()), absl::Now()));
   });
 }
 

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "cubed/v1/compute.grpc.pb.h"
-#include "server/service/authenticator.h"
 #include "server/channel/device_loop.h"
 #include "server/metrics/metrics.h"
+#include "server/service/authenticator.h"
 #include "server/service/request_conversion.h"
 
 namespace cubed {
@@ -23,8 +23,8 @@ class ComputeService final : public v1::Compute::CallbackService {
  public:
   // Records every call in `metrics` (null: a registry of its own). GetStats answers from `stats`
   // (null: UNIMPLEMENTED). Both must outlive the service.
-  ComputeService(std::vector<DeviceLoop*> loops, RequestLimits limits,
-                 Metrics* metrics = nullptr, const StatsCollector* stats = nullptr);
+  ComputeService(std::vector<DeviceLoop*> loops, RequestLimits limits, Metrics* metrics = nullptr,
+                 const StatsCollector* stats = nullptr);
 
   // From now on every new call is answered UNAVAILABLE at once; calls already posted finish.
   // Called first in shutdown, so that no call races the gRPC server's own cancellation.
@@ -52,8 +52,7 @@ class ComputeService final : public v1::Compute::CallbackService {
                       v1::ReadTensorResponse* resp) override;
   Reactor* GetResource(Context* ctx, const v1::GetResourceRequest* req,
                        v1::GetResourceResponse* resp) override;
-  Reactor* Execute(Context* ctx, const v1::ExecuteRequest* req,
-                   v1::ExecuteResponse* resp) override;
+  Reactor* Execute(Context* ctx, const v1::ExecuteRequest* req, v1::ExecuteResponse* resp) override;
   Reactor* Flush(Context* ctx, const v1::FlushRequest* req, v1::FlushResponse* resp) override;
   Reactor* Sync(Context* ctx, const v1::SyncRequest* req, v1::SyncResponse* resp) override;
   Reactor* MemoryUsage(Context* ctx, const v1::MemoryUsageRequest* req,
@@ -64,10 +63,8 @@ class ComputeService final : public v1::Compute::CallbackService {
                         v1::StartProfileResponse* resp) override;
   Reactor* EndProfile(Context* ctx, const v1::EndProfileRequest* req,
                       v1::EndProfileResponse* resp) override;
-  Reactor* GetInfo(Context* ctx, const v1::GetInfoRequest* req,
-                   v1::GetInfoResponse* resp) override;
-  Reactor* Release(Context* ctx, const v1::ReleaseRequest* req,
-                   v1::ReleaseResponse* resp) override;
+  Reactor* GetInfo(Context* ctx, const v1::GetInfoRequest* req, v1::GetInfoResponse* resp) override;
+  Reactor* Release(Context* ctx, const v1::ReleaseRequest* req, v1::ReleaseResponse* resp) override;
   Reactor* GetStats(Context* ctx, const v1::GetStatsRequest* req,
                     v1::GetStatsResponse* resp) override;
 

@@ -123,9 +123,9 @@ grpc::ServerUnaryReactor* HealthService::Check(grpc::CallbackServerContext* ctx,
   absl::ReaderMutexLock lock(&mu_);
   const HealthCheckResponse::ServingStatus status = StatusOf(req->service());
   if (status == HealthCheckResponse::SERVICE_UNKNOWN) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::NOT_FOUND,
-                                 "unknown service '" + req->service() +
-                                     "' (known: \"\" and \"cubed.v1.Compute\")"));
+    reactor->Finish(grpc::Status(
+        grpc::StatusCode::NOT_FOUND,
+        "unknown service '" + req->service() + "' (known: \"\" and \"cubed.v1.Compute\")"));
   } else {
     resp->set_status(status);
     reactor->Finish(grpc::Status::OK);

@@ -39,9 +39,11 @@ absl::StatusOr<kernels::ScalarGroup> ToScalarGroup(const v1::ScalarGroup& group,
   const bool wants_ints = !wants_floats && !wants_uints;
   if ((!wants_floats && group.floats_size() > 0) || (!wants_ints && group.ints_size() > 0) ||
       (!wants_uints && group.uints_size() > 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field(), ": ", name, " scalars go in `", wants_floats ? "floats" : wants_ints ? "ints" : "uints",
-        "`; other value lists must be empty"));
+    return absl::InvalidArgumentError(absl::StrCat(field(), ": ", name, " scalars go in `",
+                                                   wants_floats ? "floats"
+                                                   : wants_ints ? "ints"
+                                                                : "uints",
+                                                   "`; other value lists must be empty"));
   }
   for (int i = 0; i < group.floats_size(); ++i) {
     if (out.elem == ElemType::kF32) {
@@ -76,16 +78,15 @@ absl::StatusOr<kernels::ScalarGroup> ToScalarGroup(const v1::ScalarGroup& group,
 absl::Status CheckCubeDim(const v1::CubeDim& dim, absl::string_view field) {
   const uint64_t x = dim.x(), y = dim.y(), z = dim.z();
   if (x < 1 || x > 1024 || y < 1 || y > 1024 || z < 1 || z > 64 || x * y * z > 1024) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, " = (", x, ", ", y, ", ", z,
-        ") is invalid: each of x, y >= 1 and <= 1024, z 1 .. 64, x*y*z <= 1024"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " = (", x, ", ", y, ", ", z,
+                     ") is invalid: each of x, y >= 1 and <= 1024, z 1 .. 64, x*y*z <= 1024"));
   }
   return absl::OkStatus();
 }
 
 // Fills `call` (default-constructed) from `kernel`.
-absl::Status ToKernelCall(const v1::Kernel& kernel, const RequestLimits& limits,
-                          KernelCall& call) {
+absl::Status ToKernelCall(const v1::Kernel& kernel, const RequestLimits& limits, KernelCall& call) {
   switch (kernel.kind_case()) {
     case v1::Kernel::kBuiltin: {
       const v1::BuiltinKernel& b = kernel.builtin();
@@ -112,12 +113,12 @@ absl::Status ToKernelCall(const v1::Kernel& kernel, const RequestLimits& limits,
       const bool is_ptx = kernel.kind_case() == v1::Kernel::kPtx;
       const std::string field = is_ptx ? "kernel.ptx" : "kernel.cuda_source";
       const std::string& code = is_ptx ? kernel.ptx().ptx() : kernel.cuda_source().source();
-      const std::string& entry = is_ptx ? kernel.ptx().entry_point() : kernel.cuda_source().entry_point();
+      const std::string& entry =
+          is_ptx ? kernel.ptx().entry_point() : kernel.cuda_source().entry_point();
       const v1::CubeDim& dim = is_ptx ? kernel.ptx().cube_dim() : kernel.cuda_source().cube_dim();
       if (code.empty() || code.size() > limits.max_code_bytes) {
-        return absl::InvalidArgumentError(absl::StrCat(field, ": code must be 1 .. ",
-                                                       limits.max_code_bytes, " bytes, got ",
-                                                       code.size()));
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, ": code must be 1 .. ", limits.max_code_bytes, " bytes, got ", code.size()));
       }
       if (entry.empty()) {
         return absl::InvalidArgumentError(absl::StrCat(field, ".entry_point: required"));
@@ -149,12 +150,13 @@ absl::Status ToKernelCall(const v1::Kernel& kernel, const RequestLimits& limits,
 absl::StatusOr<uint64_t> CheckTensorShape(absl::Span<const uint64_t> shape, uint32_t elem_size,
                                           absl::string_view field) {
   if (shape.empty() || shape.size() > kMaxRank) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ".shape: ", shape.size(),
-                                                   " dimensions; expected 1 .. ", kMaxRank));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".shape: ", shape.size(), " dimensions; expected 1 .. ", kMaxRank));
   }
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ".shape[", i, "] is 0; extents must be >= 1"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".shape[", i, "] is 0; extents must be >= 1"));
     }
   }
   if (elem_size < 1 || elem_size > 16) {
@@ -163,8 +165,8 @@ absl::StatusOr<uint64_t> CheckTensorShape(absl::Span<const uint64_t> shape, uint
   }
   absl::StatusOr<uint64_t> bytes = TensorBytes(shape, elem_size, field);
   if (!bytes.ok() || *bytes >= kMaxBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ".shape: the product of the shape times elem_size overflows 63 bits"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".shape: the product of the shape times elem_size overflows 63 bits"));
   }
   return *bytes;
 }
@@ -175,7 +177,8 @@ BindingRef ToBindingRef(const v1::Binding& binding) {
 
 absl::StatusOr<std::vector<BindingRef>> ToReadBindings(const v1::ReadRequest& request,
                                                        const RequestLimits& limits) {
-  if (request.bindings_size() == 0 || static_cast<uint32_t>(request.bindings_size()) > limits.max_bindings) {
+  if (request.bindings_size() == 0 ||
+      static_cast<uint32_t>(request.bindings_size()) > limits.max_bindings) {
     return absl::InvalidArgumentError(absl::StrCat("bindings: ", request.bindings_size(),
                                                    " given; expected 1 .. ", limits.max_bindings));
   }
@@ -187,7 +190,8 @@ absl::StatusOr<std::vector<BindingRef>> ToReadBindings(const v1::ReadRequest& re
 
 absl::StatusOr<std::vector<TensorRef>> ToTensorRefs(const v1::ReadTensorRequest& request,
                                                     const RequestLimits& limits) {
-  if (request.bindings_size() == 0 || static_cast<uint32_t>(request.bindings_size()) > limits.max_bindings) {
+  if (request.bindings_size() == 0 ||
+      static_cast<uint32_t>(request.bindings_size()) > limits.max_bindings) {
     return absl::InvalidArgumentError(absl::StrCat("bindings: ", request.bindings_size(),
                                                    " given; expected 1 .. ", limits.max_bindings));
   }
@@ -202,9 +206,8 @@ absl::StatusOr<std::vector<TensorRef>> ToTensorRefs(const v1::ReadTensorRequest&
     t.elem_size = b.elem_size();
     RETURN_IF_ERROR(CheckTensorShape(t.shape, t.elem_size, field).status());
     if (t.strides.size() != t.shape.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ".strides: ", t.strides.size(),
-                                                     " strides for ", t.shape.size(),
-                                                     " dimensions"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".strides: ", t.strides.size(), " strides for ", t.shape.size(), " dimensions"));
     }
     out.push_back(std::move(t));
   }
@@ -257,9 +260,9 @@ absl::Status ToExecuteCommand(const v1::Kernel& kernel, const v1::CubeCount& cou
     ASSIGN_OR_RETURN(kernels::ScalarGroup group, ToScalarGroup(b.scalars(i), i));
     bool& dup = seen[static_cast<int>(group.elem)];
     if (dup) {
-      return absl::InvalidArgumentError(absl::StrCat("bindings.scalars[", i, "]: a second group of ",
-                                                     ElemTypeName(group.elem),
-                                                     " scalars; put all of them in one group"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("bindings.scalars[", i, "]: a second group of ", ElemTypeName(group.elem),
+                       " scalars; put all of them in one group"));
     }
     dup = true;
     command.kernel.builtin.scalars.push_back(std::move(group));
@@ -279,15 +282,16 @@ absl::Status CheckCreateTensor(const v1::CreateTensorRequest& request) {
   const std::vector<uint64_t> shape(request.shape().begin(), request.shape().end());
   ASSIGN_OR_RETURN(uint64_t bytes, CheckTensorShape(shape, request.elem_size(), "create_tensor"));
   if (request.data().size() != bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data: ", request.data().size(), " bytes given, but shape and elem_size need ", bytes,
-        " (product(shape) * elem_size)"));
+    return absl::InvalidArgumentError(absl::StrCat("data: ", request.data().size(),
+                                                   " bytes given, but shape and elem_size need ",
+                                                   bytes, " (product(shape) * elem_size)"));
   }
   return absl::OkStatus();
 }
 
 absl::Status CheckRelease(const v1::ReleaseRequest& request, const RequestLimits& limits) {
-  if (request.handles_size() == 0 || static_cast<uint32_t>(request.handles_size()) > limits.max_release) {
+  if (request.handles_size() == 0 ||
+      static_cast<uint32_t>(request.handles_size()) > limits.max_release) {
     return absl::InvalidArgumentError(absl::StrCat("handles: ", request.handles_size(),
                                                    " given; expected 1 .. ", limits.max_release));
   }

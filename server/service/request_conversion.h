@@ -17,8 +17,8 @@ namespace cubed {
 
 // Bounds on request sizes, from the daemon's configuration.
 struct RequestLimits {
-  uint32_t max_bindings = 1024;     // Read/ReadTensor bindings.
-  uint32_t max_buffers = 64;        // Execute buffers.
+  uint32_t max_bindings = 1024;  // Read/ReadTensor bindings.
+  uint32_t max_buffers = 64;     // Execute buffers.
   uint32_t max_metadata_words = 65536;
   uint32_t max_release = 65536;
   uint64_t max_code_bytes = 4 << 20;  // cuda_source / ptx text.
@@ -40,8 +40,8 @@ absl::StatusOr<ExecuteCommand> ToExecuteCommand(const v1::ExecuteRequest& reques
 // The same from the parts of an execute (the session stream's Command.Execute), filling
 // `command` (default-constructed) in place; errors as above. `mode`: a v1::ExecutionMode value.
 absl::Status ToExecuteCommand(const v1::Kernel& kernel, const v1::CubeCount& count,
-                              const v1::Bindings& bindings, int mode,
-                              const RequestLimits& limits, ExecuteCommand& command);
+                              const v1::Bindings& bindings, int mode, const RequestLimits& limits,
+                              ExecuteCommand& command);
 // Checks CreateTensor: shape as above and len(data) == product(shape) * elem_size.
 absl::Status CheckCreateTensor(const v1::CreateTensorRequest& request);
 absl::Status CheckRelease(const v1::ReleaseRequest& request, const RequestLimits& limits);

@@ -1,11 +1,11 @@
 #include "server/service/request_log.h"
 
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
+
 #include <atomic>
 #include <cstdint>
 #include <string>
-
-#include <google/protobuf/descriptor.h>
-#include <google/protobuf/message.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -78,7 +78,8 @@ class RequestLog final : public grpc::experimental::Interceptor {
                      code == grpc::StatusCode::DATA_LOSS;
     spdlog::log(bug ? spdlog::level::err : spdlog::level::info,
                 "request failed: method={} session={} request_id={} code={}: {}", info_->method(),
-                session, request_id_, absl::StatusCodeToString(static_cast<absl::StatusCode>(code)), status.error_message());
+                session, request_id_, absl::StatusCodeToString(static_cast<absl::StatusCode>(code)),
+                status.error_message());
   }
 
   grpc::experimental::ServerRpcInfo* info_;
@@ -86,8 +87,7 @@ class RequestLog final : public grpc::experimental::Interceptor {
   std::string request_id_;
 };
 
-class RequestLogFactoryImpl final
-    : public grpc::experimental::ServerInterceptorFactoryInterface {
+class RequestLogFactoryImpl final : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {

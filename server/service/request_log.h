@@ -8,9 +8,9 @@
 // Client errors (bad input, unknown handle, limits) log at info; INTERNAL, UNKNOWN and DATA_LOSS
 // (bugs) at error.
 
-#include <memory>
-
 #include <grpcpp/support/server_interceptor.h>
+
+#include <memory>
 
 namespace cubed {
 

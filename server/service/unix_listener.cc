@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <grpcpp/server.h>
+#include <grpcpp/server_posix.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -10,9 +12,6 @@
 
 #include <cerrno>
 #include <cstring>
-
-#include <grpcpp/server.h>
-#include <grpcpp/server_posix.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -27,8 +26,7 @@ absl::StatusOr<gid_t> GroupId(const std::string& group) {
   if (absl::SimpleAtoi(group, &number)) return static_cast<gid_t>(number);
   struct group* g = getgrnam(group.c_str());
   if (g == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--listen_group: no group named '", group, "'"));
+    return absl::InvalidArgumentError(absl::StrCat("--listen_group: no group named '", group, "'"));
   }
   return g->gr_gid;
 }
@@ -60,11 +58,12 @@ absl::StatusOr<std::unique_ptr<UnixListener>> UnixListener::Listen(const std::st
   }
   // Mode and group before listen(): until then nobody can connect.
   if (chmod(path.c_str(), 0660) != 0) {
-    return absl::UnavailableError(absl::StrCat("--listen: chmod ", path, ": ", std::strerror(errno)));
+    return absl::UnavailableError(
+        absl::StrCat("--listen: chmod ", path, ": ", std::strerror(errno)));
   }
   if (gid.has_value() && chown(path.c_str(), static_cast<uid_t>(-1), *gid) != 0) {
-    return absl::UnavailableError(absl::StrCat("--listen_group: chown ", path, " to group ",
-                                               group, ": ", std::strerror(errno)));
+    return absl::UnavailableError(absl::StrCat("--listen_group: chown ", path, " to group ", group,
+                                               ": ", std::strerror(errno)));
   }
   if (listen(l->listen_fd_, 128) != 0) {
     return absl::UnavailableError(

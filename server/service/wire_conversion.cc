@@ -32,7 +32,7 @@ void ToWire(const MemoryUsage& usage, v1::MemoryUsage* out) {
 void ToWire(const DeviceDescription& d, v1::DeviceInfo* out) {
   out->set_device(d.index);
   out->set_backend(d.backend == DeviceDescription::Backend::kCuda ? v1::DeviceInfo::BACKEND_CUDA
-                                                                   : v1::DeviceInfo::BACKEND_CPU);
+                                                                  : v1::DeviceInfo::BACKEND_CPU);
   out->set_name(d.name);
   out->set_memory_total(d.memory_total);
   out->set_memory_limit(d.memory_limit);

@@ -4,8 +4,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
 #include "common/cuda/cuda_driver.h"
+#include "common/status_macros.h"
 
 namespace cubed {
 namespace {
@@ -73,9 +73,8 @@ absl::StatusOr<PinnedStagingPool::Buffer> PinnedStagingPool::Acquire(uint64_t si
     held_ -= bucket;
     const absl::Status status = CU_STATUS(result);
     if (result == CUDA_ERROR_OUT_OF_MEMORY) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("out of pinned host memory for a ", bucket, "-byte staging buffer: ",
-                       status.message()));
+      return absl::ResourceExhaustedError(absl::StrCat("out of pinned host memory for a ", bucket,
+                                                       "-byte staging buffer: ", status.message()));
     }
     return status;
   }

@@ -2,8 +2,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
 #include "common/cuda/cuda_driver.h"
+#include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace cubed {
@@ -29,16 +29,16 @@ absl::StatusOr<StorageId> CudaStorage::Alloc(uint64_t size) {
   if (result == CUDA_ERROR_OUT_OF_MEMORY) {
     size_t free = 0, total = 0;
     Cu().MemGetInfo(&free, &total);
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "cuda storage: out of device memory allocating ", size, " bytes (device ",
-        options_.context->ordinal(), ": ", free, " of ", total, " bytes free; ", bytes_allocated_,
-        " bytes held by cubed)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cuda storage: out of device memory allocating ", size, " bytes (device ",
+                     options_.context->ordinal(), ": ", free, " of ", total, " bytes free; ",
+                     bytes_allocated_, " bytes held by cubed)"));
   }
   CU_RETURN_IF_ERROR(result);
   if (ptr % kAlignment != 0) {  // Never seen; guards the pools' alignment invariant.
     Cu().MemFree(ptr);
-    return absl::InternalError(absl::StrCat("cuMemAlloc returned an address not aligned to ",
-                                            kAlignment, " bytes"));
+    return absl::InternalError(
+        absl::StrCat("cuMemAlloc returned an address not aligned to ", kAlignment, " bytes"));
   }
   if (options_.stream != nullptr) {
     // Zeroed once per allocation, so that a pool's new page is kZeroedOwner (Note [Owner-tagged
@@ -107,9 +107,9 @@ absl::StatusOr<std::string> CudaStorage::IpcHandle(StorageId id) {
     CUipcMemHandle handle;
     const CUresult result = Cu().IpcGetMemHandle(&handle, it->second.ptr);
     if (result == CUDA_ERROR_NOT_SUPPORTED || result == CUDA_ERROR_INVALID_VALUE) {
-      return absl::UnimplementedError(absl::StrCat(
-          "cuIpcGetMemHandle: CUDA IPC is not available on this device or system (",
-          CuErrorName(result), ")"));
+      return absl::UnimplementedError(
+          absl::StrCat("cuIpcGetMemHandle: CUDA IPC is not available on this device or system (",
+                       CuErrorName(result), ")"));
     }
     CU_RETURN_IF_ERROR(result);
     it->second.ipc_handle.assign(handle.reserved, sizeof(handle.reserved));

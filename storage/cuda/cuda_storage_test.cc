@@ -3,9 +3,9 @@
 #include <memory>
 #include <string>
 
+#include "common/cuda/cuda_driver.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "common/cuda/cuda_driver.h"
 #include "server/compute/cuda/cuda_test_util.h"
 #include "storage/compute_storage_conformance.h"
 #include "storage/memory_manager.h"
@@ -37,8 +37,7 @@ std::vector<ComputeStorageFactory> Factories() {
   if (!testing_cuda::CudaDevicePresent()) return {};
   return {ComputeStorageFactory{"Cuda", []() -> std::shared_ptr<ComputeStorage> {
                                   std::shared_ptr<ContextAndStorage> both = MakeStorage();
-                                  return std::shared_ptr<ComputeStorage>(both,
-                                                                         both->storage.get());
+                                  return std::shared_ptr<ComputeStorage>(both, both->storage.get());
                                 }}};
 }
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(ComputeStorageConformance);

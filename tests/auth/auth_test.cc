@@ -71,7 +71,8 @@ class AuthTest : public ::testing::Test {
   // ci (client certificate CN ci-client).
   static std::string StandardConfig() {
     return Config("standard", absl::StrCat(R"(
-      principal { name: "alice" uids: )", getuid(), R"( permissions { all_rpcs: true } }
+      principal { name: "alice" uids: )",
+                                           getuid(), R"( permissions { all_rpcs: true } }
       principal { name: "bob" permissions { all_rpcs: true } }
       principal {
         name: "limited"
@@ -205,8 +206,8 @@ TEST_F(AuthTest, MissingOrWrongTokenIsUnauthenticatedAndAllocatesNothing) {
   ASSERT_NE(daemon, nullptr);
   auto bob = Connect(daemon->tcp_address(), Tls(kBobToken));
   const v1::MemoryUsage before = Usage(*bob);
-  for (const std::string& token : {std::string(), std::string("not-a-token-at-all-0000"),
-                                   std::string(kBobToken) + "x"}) {
+  for (const std::string& token :
+       {std::string(), std::string("not-a-token-at-all-0000"), std::string(kBobToken) + "x"}) {
     SCOPED_TRACE(token);
     auto stranger = Connect(daemon->tcp_address(), Tls(token));
     v1::OpenSessionResponse opened;
@@ -299,8 +300,8 @@ TEST_F(AuthTest, MutualTlsIdentifiesByCertificate) {
   stranger.tls_cert_file = Cert("stranger.pem");
   stranger.tls_key_file = Cert("stranger.key");
   v1::GetInfoResponse info;
-  grpc::Status s = Call(*Connect(daemon->tcp_address(), stranger), &Stub::GetInfo,
-                        v1::GetInfoRequest(), &info);
+  grpc::Status s =
+      Call(*Connect(daemon->tcp_address(), stranger), &Stub::GetInfo, v1::GetInfoRequest(), &info);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
   EXPECT_THAT(s.error_message(), HasSubstr("cert_common_names"));
 
@@ -324,8 +325,10 @@ TEST_F(AuthTest, MutualTlsIdentifiesByCertificate) {
 
 TEST_F(AuthTest, UnixPeerOutsideTheAllowListIsPermissionDenied) {
   // Only a uid that is not ours; bob (token, plain TCP) watches the memory.
-  const std::string config = Config("others", absl::StrCat(R"(
-      principal { name: "alice" uids: )", getuid() + 4242, R"( permissions { all_rpcs: true } }
+  const std::string config =
+      Config("others", absl::StrCat(R"(
+      principal { name: "alice" uids: )",
+                                    getuid() + 4242, R"( permissions { all_rpcs: true } }
       principal { name: "bob" permissions { all_rpcs: true } }
   )"));
   testing::DaemonProcess::Options options;
@@ -393,9 +396,9 @@ TEST_F(AuthTest, SecondPrincipalCannotTouchAnothersSessionOrHandles) {
   grpc::Status s = Call(*bob, &Stub::Read, read, &data);
   expect_not_found(s, "Read");
   read.set_session(a ^ 0xffff00);
-  EXPECT_EQ(Call(*bob, &Stub::Read, read, &data).error_message(),
-            absl::StrCat("session ", a ^ 0xffff00,
-                         " is not open (closed, expired, or never opened)"));
+  EXPECT_EQ(
+      Call(*bob, &Stub::Read, read, &data).error_message(),
+      absl::StrCat("session ", a ^ 0xffff00, " is not open (closed, expired, or never opened)"));
   EXPECT_THAT(s.error_message(), HasSubstr("is not open"));
   v1::ReleaseRequest release;
   release.set_session(a);
@@ -481,8 +484,7 @@ TEST_F(AuthTest, PermissionsNameWhatIsMissing) {
   ASSERT_TRUE(Create(*limited, session, 64, &handle).ok());
 
   v1::MemoryCleanupResponse cleaned;
-  grpc::Status s =
-      Call(*limited, &Stub::MemoryCleanup, v1::MemoryCleanupRequest(), &cleaned);
+  grpc::Status s = Call(*limited, &Stub::MemoryCleanup, v1::MemoryCleanupRequest(), &cleaned);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(s.error_message(), HasSubstr("may not call MemoryCleanup"));
   EXPECT_EQ(CloseSession(*limited, session).error_code(), grpc::StatusCode::PERMISSION_DENIED);
@@ -574,8 +576,7 @@ TEST_F(AuthTest, QuotasAreEnforcedAndNamed) {
   const uint64_t s1 = OpenSession(*q);
   const uint64_t s2 = OpenSession(*q);
   v1::OpenSessionResponse opened;
-  expect_exhausted(Call(*q, &Stub::OpenSession, v1::OpenSessionRequest(), &opened),
-                   "max_sessions");
+  expect_exhausted(Call(*q, &Stub::OpenSession, v1::OpenSessionRequest(), &opened), "max_sessions");
 
   // Per session: bytes, then handles.
   EXPECT_EQ(Empty(*q, s1, 1500).error_code(), grpc::StatusCode::OK);

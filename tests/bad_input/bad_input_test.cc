@@ -30,24 +30,42 @@ constexpr uint64_t kMiB = uint64_t{1} << 20;
 
 std::string CodeName(grpc::StatusCode code) {
   switch (code) {
-    case grpc::OK: return "OK";
-    case grpc::CANCELLED: return "CANCELLED";
-    case grpc::UNKNOWN: return "UNKNOWN";
-    case grpc::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case grpc::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-    case grpc::NOT_FOUND: return "NOT_FOUND";
-    case grpc::ALREADY_EXISTS: return "ALREADY_EXISTS";
-    case grpc::PERMISSION_DENIED: return "PERMISSION_DENIED";
-    case grpc::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case grpc::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case grpc::ABORTED: return "ABORTED";
-    case grpc::OUT_OF_RANGE: return "OUT_OF_RANGE";
-    case grpc::UNIMPLEMENTED: return "UNIMPLEMENTED";
-    case grpc::INTERNAL: return "INTERNAL";
-    case grpc::UNAVAILABLE: return "UNAVAILABLE";
-    case grpc::DATA_LOSS: return "DATA_LOSS";
-    case grpc::UNAUTHENTICATED: return "UNAUTHENTICATED";
-    default: return absl::StrCat("code ", static_cast<int>(code));
+    case grpc::OK:
+      return "OK";
+    case grpc::CANCELLED:
+      return "CANCELLED";
+    case grpc::UNKNOWN:
+      return "UNKNOWN";
+    case grpc::INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case grpc::DEADLINE_EXCEEDED:
+      return "DEADLINE_EXCEEDED";
+    case grpc::NOT_FOUND:
+      return "NOT_FOUND";
+    case grpc::ALREADY_EXISTS:
+      return "ALREADY_EXISTS";
+    case grpc::PERMISSION_DENIED:
+      return "PERMISSION_DENIED";
+    case grpc::RESOURCE_EXHAUSTED:
+      return "RESOURCE_EXHAUSTED";
+    case grpc::FAILED_PRECONDITION:
+      return "FAILED_PRECONDITION";
+    case grpc::ABORTED:
+      return "ABORTED";
+    case grpc::OUT_OF_RANGE:
+      return "OUT_OF_RANGE";
+    case grpc::UNIMPLEMENTED:
+      return "UNIMPLEMENTED";
+    case grpc::INTERNAL:
+      return "INTERNAL";
+    case grpc::UNAVAILABLE:
+      return "UNAVAILABLE";
+    case grpc::DATA_LOSS:
+      return "DATA_LOSS";
+    case grpc::UNAUTHENTICATED:
+      return "UNAUTHENTICATED";
+    default:
+      return absl::StrCat("code ", static_cast<int>(code));
   }
 }
 
@@ -60,7 +78,8 @@ std::string Describe(const grpc::Status& s) {
                                  std::vector<std::string> words) {
   if (s.ok()) return ::testing::AssertionFailure() << "succeeded, expected " << CodeName(code);
   if (s.error_code() != code) {
-    return ::testing::AssertionFailure() << "got " << Describe(s) << ", expected " << CodeName(code);
+    return ::testing::AssertionFailure()
+           << "got " << Describe(s) << ", expected " << CodeName(code);
   }
   const std::string message = absl::AsciiStrToLower(s.error_message());
   for (const std::string& w : words) {
@@ -410,8 +429,8 @@ TEST_F(BadInputTest, ShapeProductOverflows) {
   req.add_shape(16);
   req.set_elem_size(4);
   v1::EmptyTensorResponse resp;
-  EXPECT_TRUE(Fails(stub_->EmptyTensor(Context().get(), req, &resp), grpc::INVALID_ARGUMENT,
-                    {"shape"}));
+  EXPECT_TRUE(
+      Fails(stub_->EmptyTensor(Context().get(), req, &resp), grpc::INVALID_ARGUMENT, {"shape"}));
   ExpectUsageUnchanged();
 }
 
@@ -442,8 +461,8 @@ TEST_F(BadInputTest, OverMemoryLimit) {
   req.set_session(session_);
   req.set_size(100 * kMiB);
   v1::EmptyResponse resp;
-  EXPECT_TRUE(Fails(stub_->Empty(Context().get(), req, &resp), grpc::RESOURCE_EXHAUSTED,
-                    {"limit"}));
+  EXPECT_TRUE(
+      Fails(stub_->Empty(Context().get(), req, &resp), grpc::RESOURCE_EXHAUSTED, {"limit"}));
   ExpectUsageUnchanged();
 }
 
@@ -456,8 +475,8 @@ TEST_F(BadInputTest, OverMemoryLimitInTotal) {
   req.set_session(session_);
   req.set_size(40 * kMiB);
   v1::EmptyResponse resp;
-  EXPECT_TRUE(Fails(stub_->Empty(Context().get(), req, &resp), grpc::RESOURCE_EXHAUSTED,
-                    {"limit"}));
+  EXPECT_TRUE(
+      Fails(stub_->Empty(Context().get(), req, &resp), grpc::RESOURCE_EXHAUSTED, {"limit"}));
   ExpectUsageUnchanged();
   Release(session_, {first});
 }
@@ -578,7 +597,8 @@ TEST_F(BadInputTest, EndProfileWithoutStart) {
 }
 
 TEST_F(BadInputTest, CudaSourceOnCpu) {
-  if (cubed::testing::TestBackend() != "cpu") GTEST_SKIP() << "a row of the cpu backend: cuda runs client kernels";
+  if (cubed::testing::TestBackend() != "cpu")
+    GTEST_SKIP() << "a row of the cpu backend: cuda runs client kernels";
   ExpectValidAddRuns();
   v1::ExecuteRequest req = ValidAdd();
   v1::CudaSourceKernel* k = req.mutable_kernel()->mutable_cuda_source();
@@ -593,7 +613,8 @@ TEST_F(BadInputTest, CudaSourceOnCpu) {
 }
 
 TEST_F(BadInputTest, PtxOnCpu) {
-  if (cubed::testing::TestBackend() != "cpu") GTEST_SKIP() << "a row of the cpu backend: cuda runs client kernels";
+  if (cubed::testing::TestBackend() != "cpu")
+    GTEST_SKIP() << "a row of the cpu backend: cuda runs client kernels";
   ExpectValidAddRuns();
   v1::ExecuteRequest req = ValidAdd();
   v1::PtxKernel* k = req.mutable_kernel()->mutable_ptx();
@@ -612,8 +633,7 @@ TEST_F(BadInputTest, ReadWithZeroBindings) {
   v1::ReadRequest req;
   req.set_session(session_);
   v1::ReadResponse resp;
-  EXPECT_TRUE(Fails(stub_->Read(Context().get(), req, &resp), grpc::INVALID_ARGUMENT,
-                    {"binding"}));
+  EXPECT_TRUE(Fails(stub_->Read(Context().get(), req, &resp), grpc::INVALID_ARGUMENT, {"binding"}));
   ExpectUsageUnchanged();
 }
 
@@ -625,8 +645,8 @@ TEST_F(BadInputTest, ReleaseUnknownHandleReleasesNothing) {
   req.add_handles(h);  // valid, listed first: must survive the failed call
   req.add_handles(987654321);
   v1::ReleaseResponse resp;
-  EXPECT_TRUE(Fails(stub_->Release(Context().get(), req, &resp), grpc::NOT_FOUND,
-                    {"handle", "987654321"}));
+  EXPECT_TRUE(
+      Fails(stub_->Release(Context().get(), req, &resp), grpc::NOT_FOUND, {"handle", "987654321"}));
   ExpectUsageUnchanged();
   EXPECT_EQ(ReadAll(h), "kept");
 }
@@ -753,8 +773,8 @@ TEST_F(MessageLimitTest, WhatOneCreateBringsOneReadReturns) {
   EXPECT_TRUE(s.ok()) << Describe(s);
   ASSERT_EQ(resp.data_size(), 1);
   EXPECT_EQ(resp.data(0).size(), kLimit);
-  EXPECT_TRUE(Fails(ReadAll(e.handle(), &got), grpc::RESOURCE_EXHAUSTED,
-                    {"1048577", "max_message_bytes"}));
+  EXPECT_TRUE(
+      Fails(ReadAll(e.handle(), &got), grpc::RESOURCE_EXHAUSTED, {"1048577", "max_message_bytes"}));
 }
 
 TEST_F(BadInputTest, ReleaseMoreTimesThanHeld) {

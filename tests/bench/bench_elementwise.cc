@@ -73,7 +73,8 @@ absl::StatusOr<std::vector<Row>> MeasureElementwise(Client& client, CudaBaseline
   std::string issue_note;  // Set when any sample was issue-bound.
   for (int r = 0; r < options.repeats; ++r) {
     ASSIGN_OR_RETURN(Profiled p, ProfiledSeconds(client, options.add_iters, run));
-      if (options.cuda && !IssueBoundNote(p, options.add_iters).empty()) issue_note = IssueBoundNote(p, options.add_iters);
+    if (options.cuda && !IssueBoundNote(p, options.add_iters).empty())
+      issue_note = IssueBoundNote(p, options.add_iters);
     figure.push_back(3.0 * bytes * options.add_iters / p.device_s / 1e9);
   }
   Row row;
@@ -82,9 +83,9 @@ absl::StatusOr<std::vector<Row>> MeasureElementwise(Client& client, CudaBaseline
   row.unit = "GB/s";
   row.figure = Summarize(figure);
   row.goal = ">= 0.85x";
-  row.note = absl::StrCat(bytes >> 20, " MiB per tensor, ", options.add_iters,
-                          " kernels per sample, device time from StartProfile/EndProfile",
-                          issue_note);
+  row.note =
+      absl::StrCat(bytes >> 20, " MiB per tensor, ", options.add_iters,
+                   " kernels per sample, device time from StartProfile/EndProfile", issue_note);
   if (cuda != nullptr) {
     ASSIGN_OR_RETURN(std::vector<double> copy,
                      cuda->CopyDtoDSeconds(bytes, options.add_iters, options.repeats));
@@ -94,7 +95,8 @@ absl::StatusOr<std::vector<Row>> MeasureElementwise(Client& client, CudaBaseline
   } else {
     row.baseline_name = "host memcpy (1 thread), 2 x bytes";
     row.baseline = Summarize(MemcpyBandwidth(bytes, options.add_iters, options.repeats));
-    absl::StrAppend(&row.note, "; CPU backend: busy time of the server loop, kernel multi-threaded");
+    absl::StrAppend(&row.note,
+                    "; CPU backend: busy time of the server loop, kernel multi-threaded");
   }
   return std::vector<Row>{row};
 }

@@ -62,9 +62,9 @@ absl::StatusOr<std::vector<Row>> MeasureExecuteRate(Client& client, CudaBaseline
   row.figure = Summarize(figure);
   row.goal = stream ? (cuda != nullptr ? ">= 0.9x" : ">= 1,000,000 cmd/s")
                     : "report (the goal is for the session stream)";
-  row.note = absl::StrCat(options.execute_count, " commands + Sync per sample, one thread, ",
-                          stream ? "batched on the session stream"
-                                 : "each a unary gRPC round trip");
+  row.note =
+      absl::StrCat(options.execute_count, " commands + Sync per sample, one thread, ",
+                   stream ? "batched on the session stream" : "each a unary gRPC round trip");
   if (cuda != nullptr) {
     ASSIGN_OR_RETURN(std::vector<double> rate,
                      cuda->EmptyLaunchRate(options.execute_count, options.repeats));

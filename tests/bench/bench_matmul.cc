@@ -25,7 +25,8 @@ absl::StatusOr<std::vector<Row>> MeasureMatmul(Client& client, CudaBaseline* cud
     std::string issue_note;  // Set when any sample was issue-bound.
     for (int r = 0; r < options.repeats; ++r) {
       ASSIGN_OR_RETURN(Profiled p, ProfiledSeconds(client, options.matmul_iters, run));
-      if (options.cuda && !IssueBoundNote(p, options.matmul_iters).empty()) issue_note = IssueBoundNote(p, options.matmul_iters);
+      if (options.cuda && !IssueBoundNote(p, options.matmul_iters).empty())
+        issue_note = IssueBoundNote(p, options.matmul_iters);
       figure.push_back(flops * options.matmul_iters / p.device_s / 1e12);
     }
     Row row;

@@ -17,18 +17,19 @@
 namespace cubed::bench {
 
 struct BenchOptions {
-  bool cuda = true;              // Backend of the daemon (false: CPU).
-  int repeats = 7;               // Samples per figure.
+  bool cuda = true;                        // Backend of the daemon (false: CPU).
+  int repeats = 7;                         // Samples per figure.
   uint64_t add_bytes = uint64_t{1} << 30;  // Per tensor, measurement 1.
-  int add_iters = 50;                   // Kernels per sample, measurement 1.
-  uint64_t transfer_bytes = 256 << 20;  // Measurement 2.
-  int execute_count = 2000;             // Commands per sample, measurement 3.
-  std::vector<uint64_t> matmul_sizes;   // Square sizes, measurement 4.
-  int matmul_iters = 10;                // Kernels per sample, measurement 4.
+  int add_iters = 50;                      // Kernels per sample, measurement 1.
+  uint64_t transfer_bytes = 256 << 20;     // Measurement 2.
+  int execute_count = 2000;                // Commands per sample, measurement 3.
+  std::vector<uint64_t> matmul_sizes;      // Square sizes, measurement 4.
+  int matmul_iters = 10;                   // Kernels per sample, measurement 4.
 };
 
-// 1. Builtin f32 `add` (inputs set by `fill` on the device) effective bandwidth (3 x bytes / device time from StartProfile /
-// EndProfile) vs D2D copy bandwidth (2 x bytes / time) on CUDA, vs memcpy on the CPU.
+// 1. Builtin f32 `add` (inputs set by `fill` on the device) effective bandwidth (3 x bytes / device
+// time from StartProfile / EndProfile) vs D2D copy bandwidth (2 x bytes / time) on CUDA, vs memcpy
+// on the CPU.
 absl::StatusOr<std::vector<Row>> MeasureElementwise(Client& client, CudaBaseline* cuda,
                                                     const BenchOptions& options);
 
@@ -49,7 +50,8 @@ absl::StatusOr<std::vector<Row>> MeasureMatmul(Client& client, CudaBaseline* cud
 
 // Helpers shared by the measurements.
 
-// A dense f32 tensor of `shape` holding a non-zero pattern (PatternValue), created through `client`.
+// A dense f32 tensor of `shape` holding a non-zero pattern (PatternValue), created through
+// `client`.
 absl::StatusOr<Tensor> CreatePatternTensor(Client& client, std::vector<uint64_t> shape);
 
 // Element `i` of the pattern: 0.25 + (i % 97) / 64, exact in f32.

@@ -81,8 +81,7 @@ void PrintTable(const std::string& title, const std::vector<Row>& rows) {
   if (verdicts) cells[0].push_back("verdict");
   for (const Row& r : rows) {
     cells.push_back({r.id, r.name, r.unit, Cell(r.figure, r.show_p99),
-                     r.baseline_name.empty() ? "-" : r.baseline_name,
-                     Cell(r.baseline, r.show_p99),
+                     r.baseline_name.empty() ? "-" : r.baseline_name, Cell(r.baseline, r.show_p99),
                      r.Ratio() == 0 ? "-" : absl::StrFormat("%.3fx", r.Ratio()), r.goal});
     if (verdicts) cells.back().push_back(r.verdict);
   }
@@ -121,13 +120,14 @@ std::string ToJson(const std::vector<std::pair<std::string, std::string>>& conte
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
     const char* met = r.verdict.empty() ? "null" : (r.goal_met ? "true" : "false");
-    absl::StrAppend(&out, i ? "," : "", "\n    {\"id\": ", Quote(r.id), ", \"name\": ",
-                    Quote(r.name), ", \"unit\": ", Quote(r.unit), ", \"lower_is_better\": ",
-                    r.lower_is_better ? "true" : "false", ", \"figure\": ",
-                    SummaryJson(r.figure), ", \"baseline_name\": ", Quote(r.baseline_name),
+    absl::StrAppend(&out, i ? "," : "", "\n    {\"id\": ", Quote(r.id),
+                    ", \"name\": ", Quote(r.name), ", \"unit\": ", Quote(r.unit),
+                    ", \"lower_is_better\": ", r.lower_is_better ? "true" : "false",
+                    ", \"figure\": ", SummaryJson(r.figure),
+                    ", \"baseline_name\": ", Quote(r.baseline_name),
                     ", \"baseline\": ", SummaryJson(r.baseline),
-                    absl::StrFormat(", \"ratio\": %.6g", r.Ratio()), ", \"goal\": ",
-                    Quote(r.goal), ", \"goal_met\": ", met, ", \"verdict\": ", Quote(r.verdict),
+                    absl::StrFormat(", \"ratio\": %.6g", r.Ratio()), ", \"goal\": ", Quote(r.goal),
+                    ", \"goal_met\": ", met, ", \"verdict\": ", Quote(r.verdict),
                     ", \"note\": ", Quote(r.note), "}");
   }
   absl::StrAppend(&out, "\n  ]\n}\n");

@@ -25,18 +25,18 @@ Summary Summarize(std::vector<double> samples);
 
 // One line of the table.
 struct Row {
-  std::string id;     // e.g. "P1".
-  std::string name;   // What was measured through cubed.
-  std::string unit;   // Unit of figure and baseline, e.g. "us", "GB/s".
+  std::string id;    // e.g. "P1".
+  std::string name;  // What was measured through cubed.
+  std::string unit;  // Unit of figure and baseline, e.g. "us", "GB/s".
   bool lower_is_better = false;
-  bool show_p99 = false;      // Latency rows: print p99 next to p50.
+  bool show_p99 = false;  // Latency rows: print p99 next to p50.
   Summary figure;
   std::string baseline_name;  // Empty when there is no baseline.
   Summary baseline;
-  std::string goal;           // Human form, e.g. "<= 1.2x", ">= 0.85x".
-  bool goal_met = false;      // Meaningful only with a verdict.
-  std::string verdict;        // "met", "missed (...)"; empty: the program does not judge the row.
-  std::string note;           // Anything the reader must know.
+  std::string goal;       // Human form, e.g. "<= 1.2x", ">= 0.85x".
+  bool goal_met = false;  // Meaningful only with a verdict.
+  std::string verdict;    // "met", "missed (...)"; empty: the program does not judge the row.
+  std::string note;       // Anything the reader must know.
 
   // figure.p50 / baseline.p50; 0 without a baseline.
   double Ratio() const;

@@ -2,7 +2,6 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
-
 #include "tests/bench/bench_measure.h"
 
 namespace cubed::bench {

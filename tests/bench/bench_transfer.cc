@@ -62,10 +62,12 @@ absl::StatusOr<std::vector<Row>> MeasureTransfer(Client& client, CudaBaseline* c
   row.figure = Summarize(figure);
   row.goal = "report (P3/P4 need streams/shm)";
   row.note = absl::StrFormat(
-      "%d MiB; create %.3g GB/s, read %.3g GB/s (medians); one gRPC message each way (no chunking yet), expected far below 1",
+      "%d MiB; create %.3g GB/s, read %.3g GB/s (medians); one gRPC message each way (no chunking "
+      "yet), expected far below 1",
       bytes >> 20, Summarize(create_gbs).p50, Summarize(read_gbs).p50);
   if (cuda != nullptr) {
-    ASSIGN_OR_RETURN(std::vector<double> copy, cuda->PinnedRoundTripSeconds(bytes, options.repeats));
+    ASSIGN_OR_RETURN(std::vector<double> copy,
+                     cuda->PinnedRoundTripSeconds(bytes, options.repeats));
     for (double& s : copy) s = 2.0 * bytes / s / 1e9;
     row.baseline_name = "pinned HtoD + DtoH, 2 x bytes / time";
     row.baseline = Summarize(copy);

@@ -27,12 +27,11 @@ absl::Status Cublas::Sgemm(uint64_t m, uint64_t n, uint64_t k, CUdeviceptr a, CU
   const float alpha = 1.0f, beta = 0.0f;
   const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
   // Column-major view of row-major data: C^T[n,m] = B^T[n,k] x A^T[k,m]; one batch.
-  return CublasToStatus(
-      api_->SgemmStridedBatched(handle_, kCublasOpN, kCublasOpN, ni, mi, ki, &alpha,
-                                reinterpret_cast<const float*>(b), ni, 0,
-                                reinterpret_cast<const float*>(a), ki, 0, &beta,
-                                reinterpret_cast<float*>(c), ni, 0, 1),
-      "cublasSgemmStridedBatched");
+  return CublasToStatus(api_->SgemmStridedBatched(handle_, kCublasOpN, kCublasOpN, ni, mi, ki,
+                                                  &alpha, reinterpret_cast<const float*>(b), ni, 0,
+                                                  reinterpret_cast<const float*>(a), ki, 0, &beta,
+                                                  reinterpret_cast<float*>(c), ni, 0, 1),
+                        "cublasSgemmStridedBatched");
 }
 
 }  // namespace cubed::bench

@@ -1,14 +1,13 @@
 #include "tests/bench/cuda_baseline.h"
 
-
 #include <chrono>
 #include <cstring>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
 #include "common/cuda/cuda_driver.h"
+#include "common/status_macros.h"
 #include "tests/bench/cublas_loader.h"
 
 namespace cubed::bench {
@@ -23,7 +22,6 @@ constexpr char kEmptyPtx[] = R"(.version 7.0
   ret;
 }
 )";
-
 
 // Device memory freed on scope exit.
 struct DeviceBuffer {
@@ -50,7 +48,8 @@ struct PinnedBuffer {
 // Fills `bytes` with a non-zero float pattern.
 void FillPattern(void* data, uint64_t bytes) {
   float* f = static_cast<float*>(data);
-  for (uint64_t i = 0; i < bytes / sizeof(float); ++i) f[i] = 0.25f + static_cast<float>(i % 97) / 64;
+  for (uint64_t i = 0; i < bytes / sizeof(float); ++i)
+    f[i] = 0.25f + static_cast<float>(i % 97) / 64;
 }
 
 class CudaBaselineImpl final : public CudaBaseline {
@@ -86,19 +85,20 @@ class CudaBaselineImpl final : public CudaBaseline {
     CU_RETURN_IF_ERROR(Cu().MemAlloc(&src.ptr, bytes));
     CU_RETURN_IF_ERROR(Cu().MemAlloc(&dst.ptr, bytes));
     RETURN_IF_ERROR(Upload(src.ptr, bytes));
-    for (int i = 0; i < 3; ++i) CU_RETURN_IF_ERROR(Cu().MemcpyDtoDAsync(dst.ptr, src.ptr, bytes, stream_));
+    for (int i = 0; i < 3; ++i)
+      CU_RETURN_IF_ERROR(Cu().MemcpyDtoDAsync(dst.ptr, src.ptr, bytes, stream_));
     std::vector<double> samples;
     for (int r = 0; r < repeats; ++r) {
       CU_RETURN_IF_ERROR(Cu().EventRecord(start_, stream_));
-      for (int i = 0; i < iters; ++i) CU_RETURN_IF_ERROR(Cu().MemcpyDtoDAsync(dst.ptr, src.ptr, bytes, stream_));
+      for (int i = 0; i < iters; ++i)
+        CU_RETURN_IF_ERROR(Cu().MemcpyDtoDAsync(dst.ptr, src.ptr, bytes, stream_));
       ASSIGN_OR_RETURN(double seconds, StopSeconds());
       samples.push_back(seconds / iters);
     }
     return samples;
   }
 
-  absl::StatusOr<std::vector<double>> PinnedRoundTripSeconds(uint64_t bytes,
-                                                             int repeats) override {
+  absl::StatusOr<std::vector<double>> PinnedRoundTripSeconds(uint64_t bytes, int repeats) override {
     PinnedBuffer up, down;
     DeviceBuffer dev;
     CU_RETURN_IF_ERROR(Cu().MemHostAlloc(&up.ptr, bytes, 0));

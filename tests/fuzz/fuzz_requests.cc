@@ -36,8 +36,8 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -52,11 +52,11 @@
 #include "cubed/v1/compute.pb.h"
 #include "cubed/v1/session.pb.h"
 #include "google/protobuf/stubs/logging.h"
-#include "server/compute/cpu/cpu_server.h"
 #include "server/channel/device.h"
+#include "server/channel/stream_runner.h"
+#include "server/compute/cpu/cpu_server.h"
 #include "server/service/request_conversion.h"
 #include "server/service/stream/stream_command_conversion.h"
-#include "server/channel/stream_runner.h"
 #include "spdlog/spdlog.h"
 
 namespace cubed {
@@ -103,8 +103,8 @@ Fixture& Get() {
     spdlog::set_level(spdlog::level::off);
     // Parse failures (e.g. invalid UTF-8 in a string field) are logged by protobuf; the daemon
     // answers them with gRPC's own error, and here they only flood the fuzzer's output.
-    google::protobuf::SetLogHandler([](google::protobuf::LogLevel, const char*, int,
-                                       const std::string&) {});
+    google::protobuf::SetLogHandler(
+        [](google::protobuf::LogLevel, const char*, int, const std::string&) {});
     auto* f = new Fixture;
     CpuServerOptions cpu;
     cpu.memory_limit = 1 << 20;  // Small: keeps kernels and reads fast under ASan.
@@ -350,7 +350,8 @@ class UnaryRun {
         status = CheckTensorShape(shape, r.elem_size(), "empty_tensor").status();
         if (status.ok() && !OnDevice(r.session())) status = NoSession(r.session());
         if (status.ok()) {
-          absl::StatusOr<NewHandle> h = device().EmptyTensor(r.session(), shape, r.elem_size(), now);
+          absl::StatusOr<NewHandle> h =
+              device().EmptyTensor(r.session(), shape, r.elem_size(), now);
           if (h.ok()) Check(h->strides.size() == shape.size(), "EmptyTensor: strides != rank");
           Created(h);
           status = h.status();
@@ -431,10 +432,10 @@ class UnaryRun {
           status = device().StartProfile(s, now);
         } else {
           status = Completed([&](DoneCallback done) {
-            device().EndProfile(s, now, [done = std::move(done)](
-                                            absl::StatusOr<absl::Duration> d) mutable {
-              done(d.status());
-            });
+            device().EndProfile(s, now,
+                                [done = std::move(done)](absl::StatusOr<absl::Duration> d) mutable {
+                                  done(d.status());
+                                });
           });
         }
         return true;
@@ -458,8 +459,8 @@ class UnaryRun {
         status = CheckRelease(r, f_.limits);
         if (status.ok() && !OnDevice(r.session())) status = NoSession(r.session());
         if (status.ok()) {
-          status = device().Release(
-              r.session(), absl::MakeConstSpan(r.handles().data(), r.handles_size()), now);
+          status = device().Release(r.session(),
+                                    absl::MakeConstSpan(r.handles().data(), r.handles_size()), now);
         }
         return true;
       }

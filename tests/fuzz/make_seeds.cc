@@ -90,7 +90,8 @@ class Stream {
   }
   v1::Command::Execute* Execute(const std::string& name, v1::ElemType dtype,
                                 std::initializer_list<uint64_t> handles,
-                                const std::vector<std::vector<uint64_t>>& shapes, uint32_t axis = 0) {
+                                const std::vector<std::vector<uint64_t>>& shapes,
+                                uint32_t axis = 0) {
     v1::Command::Execute* e = Add()->mutable_execute();
     SetBuiltin(e->mutable_kernel(), name, dtype, axis);
     SetStatic(e->mutable_count());
@@ -173,14 +174,14 @@ std::vector<std::string> StreamSeeds() {
     s.EmptyTensor(kId + 2, {4, 4});
     s.Execute("softmax", v1::ELEM_TYPE_F32, {kId + 1, kId + 2}, {{4, 4}, {4, 4}});
     s.EmptyTensor(kId + 3, {4, 4});
-    v1::Command::Execute* cast = s.Execute("cast", v1::ELEM_TYPE_F32, {kId + 2, kId + 3},
-                                           {{4, 4}, {4, 4}});
+    v1::Command::Execute* cast =
+        s.Execute("cast", v1::ELEM_TYPE_F32, {kId + 2, kId + 3}, {{4, 4}, {4, 4}});
     cast->mutable_kernel()->mutable_builtin()->set_out_dtype(v1::ELEM_TYPE_I32);
     v1::Command::Create* count = s.Add()->mutable_create();
     count->set_id(kId + 4);
     count->set_data(std::string("\1\0\0\0\1\0\0\0\1\0\0\0", 12));
-    v1::Command::Execute* dyn = s.Execute("relu", v1::ELEM_TYPE_F32, {kId + 2, kId + 1},
-                                          {{4, 4}, {4, 4}});
+    v1::Command::Execute* dyn =
+        s.Execute("relu", v1::ELEM_TYPE_F32, {kId + 2, kId + 1}, {{4, 4}, {4, 4}});
     dyn->mutable_count()->mutable_dynamic()->set_handle(kId + 4);
     s.ReadTensor(kId + 3, {4, 4}, {4, 1});
     s.Sync();
@@ -210,9 +211,24 @@ std::vector<std::string> StreamSeeds() {
 
 // Record numbers as in fuzz_requests.cc's enum Rpc (compute.proto order).
 enum Rpc : uint8_t {
-  kOpenSession, kCloseSession, kCreate, kCreateTensor, kEmpty, kEmptyTensor, kRead, kReadTensor,
-  kGetResource, kExecute, kFlush, kSync, kMemoryUsage, kMemoryCleanup, kStartProfile,
-  kEndProfile, kGetInfo, kRelease,
+  kOpenSession,
+  kCloseSession,
+  kCreate,
+  kCreateTensor,
+  kEmpty,
+  kEmptyTensor,
+  kRead,
+  kReadTensor,
+  kGetResource,
+  kExecute,
+  kFlush,
+  kSync,
+  kMemoryUsage,
+  kMemoryCleanup,
+  kStartProfile,
+  kEndProfile,
+  kGetInfo,
+  kRelease,
 };
 
 class Unary {

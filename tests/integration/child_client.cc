@@ -48,7 +48,8 @@ void MaybeRunChildClient(int argc, char** argv) {
   uint64_t bytes = 0;
   for (int i = 1; i < argc; ++i) {
     absl::string_view arg = argv[i];
-    if (absl::StartsWith(arg, kAddressFlag)) address = std::string(arg.substr(strlen(kAddressFlag)));
+    if (absl::StartsWith(arg, kAddressFlag))
+      address = std::string(arg.substr(strlen(kAddressFlag)));
     if (absl::StartsWith(arg, kBytesFlag) &&
         !absl::SimpleAtoi(arg.substr(strlen(kBytesFlag)), &bytes)) {
       _exit(2);
@@ -87,9 +88,8 @@ absl::StatusOr<pid_t> StartChildClient(const std::string& address, uint64_t byte
     kill(pid, SIGKILL);
     int status = 0;
     waitpid(pid, &status, 0);
-    return absl::InternalError(absl::StrCat("child client did not get ready (wait status ",
-                                            status, ", said \"", std::string(buf, n > 0 ? n : 0),
-                                            "\")"));
+    return absl::InternalError(absl::StrCat("child client did not get ready (wait status ", status,
+                                            ", said \"", std::string(buf, n > 0 ? n : 0), "\")"));
   }
   return pid;
 }

@@ -55,12 +55,18 @@ void CheckArithmetic(Client& client, std::mt19937_64& rng) {
   // Integer ranges include 0 (x / 0 == 0) and, for signed types, negatives.
   const double lo = std::is_signed_v<T> ? -50 : 0;
   const double hi = 50;
-  CheckBinary<T>(client, "add", lo, hi, [](T a, T b) { return WrapOp(a, b, '+'); }, rng);
-  CheckBinary<T>(client, "sub", lo, hi, [](T a, T b) { return WrapOp(a, b, '-'); }, rng);
-  CheckBinary<T>(client, "mul", lo, hi, [](T a, T b) { return WrapOp(a, b, '*'); }, rng);
-  CheckBinary<T>(client, "div", lo, hi, [](T a, T b) { return WrapOp(a, b, '/'); }, rng);
-  CheckBinary<T>(client, "max", lo, hi, [](T a, T b) { return a < b ? b : a; }, rng);
-  CheckBinary<T>(client, "min", lo, hi, [](T a, T b) { return b < a ? b : a; }, rng);
+  CheckBinary<T>(
+      client, "add", lo, hi, [](T a, T b) { return WrapOp(a, b, '+'); }, rng);
+  CheckBinary<T>(
+      client, "sub", lo, hi, [](T a, T b) { return WrapOp(a, b, '-'); }, rng);
+  CheckBinary<T>(
+      client, "mul", lo, hi, [](T a, T b) { return WrapOp(a, b, '*'); }, rng);
+  CheckBinary<T>(
+      client, "div", lo, hi, [](T a, T b) { return WrapOp(a, b, '/'); }, rng);
+  CheckBinary<T>(
+      client, "max", lo, hi, [](T a, T b) { return a < b ? b : a; }, rng);
+  CheckBinary<T>(
+      client, "min", lo, hi, [](T a, T b) { return b < a ? b : a; }, rng);
 }
 
 TEST_F(BinaryKernelTest, ArithmeticF32) {
@@ -102,10 +108,10 @@ TEST_F(BinaryKernelTest, Pow) {
   auto client = Connect();
   ASSERT_NE(client, nullptr);
   std::mt19937_64 rng(35);
-  CheckBinary<float>(*client, "pow", 0.1, 4, [](float a, float b) { return std::pow(a, b); },
-                     rng, 1e-5);
-  CheckBinary<double>(*client, "pow", 0.1, 4, [](double a, double b) { return std::pow(a, b); },
-                      rng);
+  CheckBinary<float>(
+      *client, "pow", 0.1, 4, [](float a, float b) { return std::pow(a, b); }, rng, 1e-5);
+  CheckBinary<double>(
+      *client, "pow", 0.1, 4, [](double a, double b) { return std::pow(a, b); }, rng);
 }
 
 TEST_F(BinaryKernelTest, IntegerEdgeCasesFollowTheAbi) {

@@ -7,8 +7,8 @@ namespace {
 
 using DataKernelTest = DaemonTest;
 
-const std::vector<std::vector<uint64_t>> kShapes = {{1}, {7}, {3, 5}, {2, 3, 4}, {33, 17},
-                                                    {1, 1, 1}, {2, 1, 5, 3}, {1000}};
+const std::vector<std::vector<uint64_t>> kShapes = {{1},      {7},       {3, 5},       {2, 3, 4},
+                                                    {33, 17}, {1, 1, 1}, {2, 1, 5, 3}, {1000}};
 
 TEST_F(DataKernelTest, FillWritesTheScalarEverywhere) {
   auto client = Connect();

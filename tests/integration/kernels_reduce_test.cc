@@ -10,7 +10,7 @@ namespace {
 
 using ReduceKernelTest = DaemonTest;
 
-const std::vector<std::vector<uint64_t>> kShapes = {{1}, {7}, {3, 5}, {2, 3, 4},
+const std::vector<std::vector<uint64_t>> kShapes = {{1},      {7},       {3, 5},  {2, 3, 4},
                                                     {1, 257}, {5, 1, 3}, {64, 33}};
 
 // Folds `in` along `axis` with `fold(values)` into an output of shape[axis] = 1.
@@ -25,7 +25,8 @@ std::vector<Out> ReduceRef(const HostTensor<T>& in, uint32_t axis, Fold fold) {
     uint64_t base = 0;
     for (size_t d = 0; d < idx.size(); ++d) base += idx[d] * strides[d];
     std::vector<T> values;
-    for (uint64_t k = 0; k < in.shape[axis]; ++k) values.push_back(in.data[base + k * strides[axis]]);
+    for (uint64_t k = 0; k < in.shape[axis]; ++k)
+      values.push_back(in.data[base + k * strides[axis]]);
     out[o] = fold(values);
   }
   return out;
@@ -38,8 +39,8 @@ void CheckReduce(Client& client, const std::string& name, double lo, double hi, 
   const ElemType t = ElemTypeOf<T>();
   for (const auto& shape : kShapes) {
     for (uint32_t axis = 0; axis < shape.size(); ++axis) {
-      SCOPED_TRACE(absl::StrCat(name, " ", ElemTypeName(t), " ", ShapeString(shape), " axis ",
-                                axis));
+      SCOPED_TRACE(
+          absl::StrCat(name, " ", ElemTypeName(t), " ", ShapeString(shape), " axis ", axis));
       auto in = RandomTensor<T>(rng, shape, lo, hi);
       std::vector<uint64_t> out_shape = shape;
       out_shape[axis] = 1;
@@ -72,27 +73,29 @@ void CheckAllReductions(Client& client, std::mt19937_64& rng) {
   // Small integer ranges make ties likely: argmax must pick the first maximum.
   const double lo = std::is_floating_point_v<T> ? -100 : (std::is_signed_v<T> ? -20 : 0);
   const double hi = std::is_floating_point_v<T> ? 100 : 20;
-  CheckReduce<T, T>(client, "sum", lo, hi, [](const std::vector<T>& v) { return SumOf(v); }, rng);
-  CheckReduce<T, T>(client, "max", lo, hi,
-                    [](const std::vector<T>& v) { return *std::max_element(v.begin(), v.end()); },
-                    rng);
-  CheckReduce<T, T>(client, "min", lo, hi,
-                    [](const std::vector<T>& v) { return *std::min_element(v.begin(), v.end()); },
-                    rng);
-  CheckReduce<T, int64_t>(client, "argmax", lo, hi,
-                          [](const std::vector<T>& v) {
-                            return static_cast<int64_t>(std::max_element(v.begin(), v.end()) -
-                                                        v.begin());
-                          },
-                          rng);
+  CheckReduce<T, T>(
+      client, "sum", lo, hi, [](const std::vector<T>& v) { return SumOf(v); }, rng);
+  CheckReduce<T, T>(
+      client, "max", lo, hi,
+      [](const std::vector<T>& v) { return *std::max_element(v.begin(), v.end()); }, rng);
+  CheckReduce<T, T>(
+      client, "min", lo, hi,
+      [](const std::vector<T>& v) { return *std::min_element(v.begin(), v.end()); }, rng);
+  CheckReduce<T, int64_t>(
+      client, "argmax", lo, hi,
+      [](const std::vector<T>& v) {
+        return static_cast<int64_t>(std::max_element(v.begin(), v.end()) - v.begin());
+      },
+      rng);
   if constexpr (std::is_floating_point_v<T>) {
-    CheckReduce<T, T>(client, "mean", lo, hi,
-                      [](const std::vector<T>& v) {
-                        double s = 0;
-                        for (T x : v) s += x;
-                        return static_cast<T>(s / v.size());
-                      },
-                      rng);
+    CheckReduce<T, T>(
+        client, "mean", lo, hi,
+        [](const std::vector<T>& v) {
+          double s = 0;
+          for (T x : v) s += x;
+          return static_cast<T>(s / v.size());
+        },
+        rng);
   }
 }
 

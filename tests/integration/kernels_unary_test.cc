@@ -41,12 +41,14 @@ TEST_F(UnaryKernelTest, NegAbsRelu) {
   auto client = Connect();
   ASSERT_NE(client, nullptr);
   std::mt19937_64 rng(20);
-  CheckUnary(*client, "neg", kSignedTypes, -1000, 1000, [](auto x) { return decltype(x)(-x); },
-             rng);
-  CheckUnary(*client, "abs", kSignedTypes, -1000, 1000,
-             [](auto x) { return x < 0 ? decltype(x)(-x) : x; }, rng);
-  CheckUnary(*client, "relu", kSignedTypes, -1000, 1000,
-             [](auto x) { return x < 0 ? decltype(x)(0) : x; }, rng);
+  CheckUnary(
+      *client, "neg", kSignedTypes, -1000, 1000, [](auto x) { return decltype(x)(-x); }, rng);
+  CheckUnary(
+      *client, "abs", kSignedTypes, -1000, 1000, [](auto x) { return x < 0 ? decltype(x)(-x) : x; },
+      rng);
+  CheckUnary(
+      *client, "relu", kSignedTypes, -1000, 1000, [](auto x) { return x < 0 ? decltype(x)(0) : x; },
+      rng);
 }
 
 TEST_F(UnaryKernelTest, IntegerNegAndAbsWrapAtTheMinimum) {
@@ -67,12 +69,17 @@ TEST_F(UnaryKernelTest, Transcendentals) {
   auto client = Connect();
   ASSERT_NE(client, nullptr);
   std::mt19937_64 rng(21);
-  CheckUnary(*client, "exp", kFloatTypes, -20, 20, [](auto x) { return std::exp(x); }, rng);
-  CheckUnary(*client, "log", kFloatTypes, 1e-3, 1e4, [](auto x) { return std::log(x); }, rng);
-  CheckUnary(*client, "sqrt", kFloatTypes, 0, 1e4, [](auto x) { return std::sqrt(x); }, rng);
-  CheckUnary(*client, "tanh", kFloatTypes, -10, 10, [](auto x) { return std::tanh(x); }, rng);
-  CheckUnary(*client, "sigmoid", kFloatTypes, -50, 50,
-             [](auto x) { return decltype(x)(1) / (decltype(x)(1) + std::exp(-x)); }, rng);
+  CheckUnary(
+      *client, "exp", kFloatTypes, -20, 20, [](auto x) { return std::exp(x); }, rng);
+  CheckUnary(
+      *client, "log", kFloatTypes, 1e-3, 1e4, [](auto x) { return std::log(x); }, rng);
+  CheckUnary(
+      *client, "sqrt", kFloatTypes, 0, 1e4, [](auto x) { return std::sqrt(x); }, rng);
+  CheckUnary(
+      *client, "tanh", kFloatTypes, -10, 10, [](auto x) { return std::tanh(x); }, rng);
+  CheckUnary(
+      *client, "sigmoid", kFloatTypes, -50, 50,
+      [](auto x) { return decltype(x)(1) / (decltype(x)(1) + std::exp(-x)); }, rng);
 }
 
 TEST_F(UnaryKernelTest, InPlaceOnTheSameTensor) {

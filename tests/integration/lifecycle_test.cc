@@ -2,6 +2,8 @@
 // connected (busy, idle, or with a call still running), and the TCP listener.
 
 #include <arpa/inet.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -14,9 +16,6 @@
 #include <cerrno>
 #include <cstring>
 #include <thread>
-
-#include <grpcpp/generic/generic_stub.h>
-#include <grpcpp/grpcpp.h>
 
 #include "absl/strings/match.h"
 #include "tests/integration/child_client.h"
@@ -177,8 +176,8 @@ bool ReadAll(int fd, char* out, size_t size) {
 // connection open without reading from it, as a stopped or busy client does, or a gRPC channel
 // with no call running in a process where nothing polls (Python's sync channels, a C++ process
 // that never used the callback API). Such a client never answers the GOAWAY's PING that the
-// daemon sends at shutdown (Note [Idle connections at shutdown], server/daemon/daemon.cc). Returns the
-// connected fd (the caller closes it), or -1 after failing the test.
+// daemon sends at shutdown (Note [Idle connections at shutdown], server/daemon/daemon.cc). Returns
+// the connected fd (the caller closes it), or -1 after failing the test.
 int IdleRawClient(const std::string& address) {
   int fd = -1;
   if (absl::StartsWith(address, "unix:")) {
@@ -202,8 +201,7 @@ int IdleRawClient(const std::string& address) {
   const std::string headers = Header(":method", "POST") + Header(":scheme", "http") +
                               Header(":path", "/grpc.health.v1.Health/Check") +
                               Header(":authority", "cubed") +
-                              Header("content-type", "application/grpc") +
-                              Header("te", "trailers");
+                              Header("content-type", "application/grpc") + Header("te", "trailers");
   const std::string empty_request(5, '\0');  // Uncompressed, length 0: HealthCheckRequest{}.
   if (!WriteAll(fd, std::string("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") + Frame(4, 0, 0, "") +
                         Frame(1, 0x4 /*END_HEADERS*/, 1, headers) +
@@ -285,13 +283,13 @@ TEST(LifecycleTest, SigtermLetsACallInFlightFinishWhileIdleClientsAreConnected) 
   ASSERT_GE(idle_fd, 0);
   // A call that stays in flight for as long as the client wants: a reflection stream (the
   // daemon's drain ends its own session streams, not this one).
-  grpc::GenericStub stub(grpc::CreateChannel(daemon->unix_address(),
-                                             grpc::InsecureChannelCredentials()));
+  grpc::GenericStub stub(
+      grpc::CreateChannel(daemon->unix_address(), grpc::InsecureChannelCredentials()));
   grpc::CompletionQueue cq;
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-  auto call = stub.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
-                               &cq);
+  auto call =
+      stub.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
   ASSERT_NE(call, nullptr);
   int tag = 0;
   call->StartCall(&tag);

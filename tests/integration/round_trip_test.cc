@@ -17,8 +17,8 @@ TEST_F(RoundTripTest, CreateThenReadReturnsTheSameBytes) {
   auto client = Connect();
   ASSERT_NE(client, nullptr);
   std::mt19937_64 rng(1);
-  for (size_t size : {size_t{1}, size_t{7}, size_t{4096}, size_t{(1 << 20) + 3},
-                      size_t{64} << 20}) {
+  for (size_t size :
+       {size_t{1}, size_t{7}, size_t{4096}, size_t{(1 << 20) + 3}, size_t{64} << 20}) {
     SCOPED_TRACE(size);
     std::string data = RandomBytes(rng, size);
     auto h = client->Create(AsSpan(data));
@@ -37,8 +37,8 @@ TEST_F(RoundTripTest, SubViewReadsSkipTheOffsets) {
   std::string data = RandomBytes(rng, 1000);
   auto h = client->Create(AsSpan(data));
   ASSERT_TRUE(h.ok()) << h.status();
-  const std::pair<uint64_t, uint64_t> views[] = {{0, 0}, {1, 0}, {0, 1}, {13, 17}, {999, 0},
-                                                 {0, 999}, {500, 500}, {123, 456}};
+  const std::pair<uint64_t, uint64_t> views[] = {{0, 0},   {1, 0},   {0, 1},     {13, 17},
+                                                 {999, 0}, {0, 999}, {500, 500}, {123, 456}};
   std::vector<Binding> bindings;
   for (auto [start, end] : views) bindings.emplace_back(*h, start, end);
   auto all = client->Read(bindings).get();

@@ -229,9 +229,9 @@ TEST_F(RpcTest, UncheckedExecuteIsRefusedByDefault) {
   LaunchBindings bindings;
   bindings.buffers = {a->handle};
   bindings.metadata = {1, 1};  // One plain buffer of 1 element... irrelevant: refused first.
-  absl::Status s = Settled(*client, client->Execute(Builtin("copy", ElemType::kF32),
-                                                    CubeCount{1, 1, 1}, bindings,
-                                                    ExecutionMode::kUnchecked));
+  absl::Status s =
+      Settled(*client, client->Execute(Builtin("copy", ElemType::kF32), CubeCount{1, 1, 1},
+                                       bindings, ExecutionMode::kUnchecked));
   EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
 }
 

@@ -311,13 +311,12 @@ TEST_F(SessionStreamTest, FailedExecutePoisonsItsOutputWithTheOriginalError) {
   const uint64_t a = s.NewId(), out = s.NewId(), good = s.NewId(), next = s.NewId();
   const uint64_t missing = s.NewId() + 1000;  // Never created.
   const uint64_t bad_seq = 10;
-  ASSERT_TRUE(s.Send({Create(1, a, FloatBytes(std::vector<float>(kN, 2.0f))),
-                      Empty(2, out, kN * 4), Empty(3, good, kN * 4), Empty(4, next, kN * 4),
-                      Add(bad_seq, a, missing, out, kN),  // Fails: rhs is no handle.
-                      Read(11, out),                      // The original error.
-                      Add(12, a, a, good, kN),            // Later good work still runs.
-                      Read(13, good),
-                      Add(14, out, a, next, kN),          // Reads a poisoned input.
+  ASSERT_TRUE(s.Send({Create(1, a, FloatBytes(std::vector<float>(kN, 2.0f))), Empty(2, out, kN * 4),
+                      Empty(3, good, kN * 4), Empty(4, next, kN * 4),
+                      Add(bad_seq, a, missing, out, kN),          // Fails: rhs is no handle.
+                      Read(11, out),                              // The original error.
+                      Add(12, a, a, good, kN),                    // Later good work still runs.
+                      Read(13, good), Add(14, out, a, next, kN),  // Reads a poisoned input.
                       Read(15, next), Sync(16), Sync(17)}));
   const std::string prefix = absl::StrCat("command ", bad_seq, " (execute) failed: ");
   v1::Reply r = s.Next();
@@ -349,8 +348,8 @@ TEST_F(SessionStreamTest, FailedExecutePoisonsItsOutputWithTheOriginalError) {
   EXPECT_EQ(r.failed_commands(), 0u);
 
   // Releasing a poisoned handle removes it; the id can be used again.
-  ASSERT_TRUE(s.Send({Release(18, out), Read(19, out), Create(20, out, "abcd"), Read(21, out),
-                      Sync(22)}));
+  ASSERT_TRUE(
+      s.Send({Release(18, out), Read(19, out), Create(20, out, "abcd"), Read(21, out), Sync(22)}));
   r = s.Next();
   EXPECT_EQ(r.seq(), 19u);
   EXPECT_EQ(r.code(), grpc::NOT_FOUND);
@@ -375,8 +374,8 @@ TEST_F(SessionStreamTest, FailedCreatePoisonsItsNewId) {
   bad_tensor.mutable_create_tensor()->add_shape(2);
   bad_tensor.mutable_create_tensor()->add_shape(2);
   bad_tensor.mutable_create_tensor()->set_elem_size(4);
-  ASSERT_TRUE(s.Send({bad_tensor, Read(2, t), Empty(3, big, uint64_t{1} << 40), Read(4, big),
-                      Sync(5)}));
+  ASSERT_TRUE(
+      s.Send({bad_tensor, Read(2, t), Empty(3, big, uint64_t{1} << 40), Read(4, big), Sync(5)}));
   v1::Reply r = s.Next();  // create_tensor answers with its layout, here its error.
   EXPECT_EQ(r.seq(), 1u);
   EXPECT_EQ(r.code(), grpc::INVALID_ARGUMENT);

@@ -2,9 +2,9 @@
 // opened and closed, a line per failed call naming method, session and request id, and nothing
 // per successful call.
 
-#include <string>
-
 #include <grpcpp/grpcpp.h>
+
+#include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
@@ -35,14 +35,15 @@ TEST(Logs, SessionsAndFailuresOneLineEachSuccessesSilent) {
     if (request_id != nullptr) ctx.AddMetadata("x-request-id", request_id);
     grpc::Status s = ((*stub).*method)(&ctx, req, resp);
     auto it = ctx.GetServerTrailingMetadata().find("x-request-id");
-    std::string echoed =
-        it == ctx.GetServerTrailingMetadata().end() ? "" : std::string(it->second.data(), it->second.size());
+    std::string echoed = it == ctx.GetServerTrailingMetadata().end()
+                             ? ""
+                             : std::string(it->second.data(), it->second.size());
     return std::make_pair(s, echoed);
   };
 
   v1::OpenSessionResponse opened;
-  ASSERT_TRUE(call(&v1::Compute::Stub::OpenSession, v1::OpenSessionRequest(), &opened, nullptr)
-                  .first.ok());
+  ASSERT_TRUE(
+      call(&v1::Compute::Stub::OpenSession, v1::OpenSessionRequest(), &opened, nullptr).first.ok());
   const std::string sid = std::to_string(opened.session());
   v1::SyncRequest sync;
   sync.set_session(opened.session());

@@ -3,6 +3,7 @@
 // WATCHDOG_USEC interval while every device loop runs, none once a loop is wedged (the test-only
 // CUBED_TEST_WEDGE_FILE switch), and health following the same truth.
 
+#include <grpcpp/grpcpp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -19,8 +20,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -196,7 +195,8 @@ TEST(SystemdNotify, ReadyOnlyOnceServingThenStoppingOnSigterm) {
   listener.join();
   ASSERT_TRUE(daemon.ok()) << daemon.status();
   ASSERT_TRUE(ready.has_value()) << (*daemon)->Log();
-  EXPECT_TRUE(absl::StrContains(*ready, "STATUS=serving on " + (*daemon)->unix_address())) << *ready;
+  EXPECT_TRUE(absl::StrContains(*ready, "STATUS=serving on " + (*daemon)->unix_address()))
+      << *ready;
   ASSERT_TRUE(health_at_ready.ok()) << health_at_ready.status();
   EXPECT_EQ(*health_at_ready, HealthCheckResponse::SERVING);
 

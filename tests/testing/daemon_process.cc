@@ -91,7 +91,8 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(Options opti
     std::string contents = ReadFile(ready);
     if (!contents.empty() && contents.back() == '\n') {
       for (absl::string_view line : absl::StrSplit(contents, '\n')) {
-        if (absl::ConsumePrefix(&line, "tcp=")) d->tcp_address_ = std::string(line.data(), line.size());
+        if (absl::ConsumePrefix(&line, "tcp="))
+          d->tcp_address_ = std::string(line.data(), line.size());
       }
       return d;
     }
@@ -114,7 +115,8 @@ absl::StatusOr<int> DaemonProcess::Stop(int signal, absl::Duration timeout) {
     }
     absl::SleepFor(absl::Milliseconds(5));
   }
-  return absl::DeadlineExceededError(absl::StrCat("cubed did not exit within ", absl::FormatDuration(timeout)));
+  return absl::DeadlineExceededError(
+      absl::StrCat("cubed did not exit within ", absl::FormatDuration(timeout)));
 }
 
 std::string DaemonProcess::Log() const { return ReadFile(dir_ + "/log"); }

@@ -19,10 +19,11 @@ class DaemonProcess {
  public:
   struct Options {
     std::vector<std::string> flags;  // Extra flags, e.g. "--memory_limit=64MiB".
-    bool tcp = false;  // Also listen on 127.0.0.1:0 (plain, --insecure_tcp, unless flags has --tls_cert).
+    bool tcp =
+        false;  // Also listen on 127.0.0.1:0 (plain, --insecure_tcp, unless flags has --tls_cert).
     absl::Duration start_timeout = absl::Seconds(20);
-    std::string binary;   // The cubed binary; empty: CubedBinaryPath().
-    std::string backend;  // --backend= value; empty: TestBackend().
+    std::string binary;       // The cubed binary; empty: CubedBinaryPath().
+    std::string backend;      // --backend= value; empty: TestBackend().
     std::string working_dir;  // The daemon's current directory; empty: this process's.
   };
 

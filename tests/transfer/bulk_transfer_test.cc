@@ -1,9 +1,9 @@
-// Bulk transfers of the session stream (Note [Bulk transfers], server/service/stream/bulk_transfers.h;
-// docs/api.md "Bulk transfers") against the real daemon: round trips of odd sizes and of 1 GiB
-// through the SDK, the daemon's peak memory during it, cancellation mid-upload, mid-download and
-// of the stream itself (memory back to before), a paused upload not stalling another session,
-// a bulk create's allocation never showing another session's freed bytes, and bad inputs on the
-// raw RPCs.
+// Bulk transfers of the session stream (Note [Bulk transfers],
+// server/service/stream/bulk_transfers.h; docs/api.md "Bulk transfers") against the real daemon:
+// round trips of odd sizes and of 1 GiB through the SDK, the daemon's peak memory during it,
+// cancellation mid-upload, mid-download and of the stream itself (memory back to before), a paused
+// upload not stalling another session, a bulk create's allocation never showing another session's
+// freed bytes, and bad inputs on the raw RPCs.
 
 #include <grpcpp/grpcpp.h>
 
@@ -260,8 +260,9 @@ TEST_F(BulkTransferTest, OneGiBRoundTripStaysBelowTwoCopies) {
   }
   EXPECT_TRUE(same);
   const uint64_t peak = PeakRss(daemon_->pid());
-  std::printf("1 GiB create + read through the bulk path: %s; daemon VmHWM %.0f MiB (before %.0f)\n",
-              absl::FormatDuration(took).c_str(), peak / 1048576.0, before / 1048576.0);
+  std::printf(
+      "1 GiB create + read through the bulk path: %s; daemon VmHWM %.0f MiB (before %.0f)\n",
+      absl::FormatDuration(took).c_str(), peak / 1048576.0, before / 1048576.0);
   // Under AddressSanitizer the daemon also maps shadow memory (1/8 of what it touches) and keeps
   // freed chunks in ASan's quarantine (256 MiB by default) before reusing them: allowed for here,
   // so the bound still measures what cubed itself holds.
@@ -573,7 +574,8 @@ TEST_F(BulkTransferTest, BadInputsFailClearlyAndLeaveNothing) {
   raw->Send({BulkCreate(2, kFirstClientId + 2, 8 * kMiB)});
   st = Upload({Chunk(s, 2, 8 * kMiB, 0, std::string(4 * kMiB + 1, 'x'))});
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_TRUE(absl::StrContains(st.error_message(), "chunks are 1 .. 4194304")) << st.error_message();
+  EXPECT_TRUE(absl::StrContains(st.error_message(), "chunks are 1 .. 4194304"))
+      << st.error_message();
   raw->Send({Read(3, kFirstClientId + 2, false)});
   v1::Reply r = raw->Await(3);
   EXPECT_EQ(r.code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
@@ -590,7 +592,8 @@ TEST_F(BulkTransferTest, BadInputsFailClearlyAndLeaveNothing) {
   EXPECT_TRUE(absl::StrContains(st.error_message(), "ended after 60 of 100")) << st.error_message();
   // A gap.
   raw->Send({BulkCreate(6, kFirstClientId + 6, 100)});
-  st = Upload({Chunk(s, 6, 100, 0, std::string(50, 'y')), Chunk(0, 0, 0, 60, std::string(40, 'y'))});
+  st =
+      Upload({Chunk(s, 6, 100, 0, std::string(50, 'y')), Chunk(0, 0, 0, 60, std::string(40, 'y'))});
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_TRUE(absl::StrContains(st.error_message(), "offset")) << st.error_message();
   // A good one, then a duplicate upload for the same seq.

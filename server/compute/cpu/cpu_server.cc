@@ -39,7 +39,8 @@ void PackTensor(const uint8_t* base, const ResolvedTensor& t, uint64_t bytes, ui
       std::memcpy(out, src, cols * elem);
       out += cols * elem;
     } else {
-      for (uint64_t c = 0; c < cols; ++c, out += elem) std::memcpy(out, src + c * col_stride * elem, elem);
+      for (uint64_t c = 0; c < cols; ++c, out += elem)
+        std::memcpy(out, src + c * col_stride * elem, elem);
     }
     for (size_t d = rank - 1; d-- > 0;) {  // Next row index, odometer style.
       if (++index[d] < t.shape[d]) break;
@@ -205,7 +206,7 @@ void CpuServer::Read(std::vector<ResolvedBinding> bindings, std::vector<std::str
   out->resize(bindings.size());
   absl::Status status = Timed([&]() -> absl::Status {
     for (size_t i = 0; i < bindings.size(); ++i) {
-      ASSIGN_OR_RETURN(uint8_t* src, Address(bindings[i]));
+      ASSIGN_OR_RETURN(uint8_t * src, Address(bindings[i]));
       (*out)[i].assign(reinterpret_cast<const char*>(src), bindings[i].size);
     }
     return absl::OkStatus();
@@ -218,7 +219,7 @@ void CpuServer::ReadTensor(std::vector<ResolvedTensor> tensors, std::vector<std:
   out->resize(tensors.size());
   absl::Status status = Timed([&]() -> absl::Status {
     for (size_t i = 0; i < tensors.size(); ++i) {
-      ASSIGN_OR_RETURN(uint8_t* src, Address(tensors[i].binding));
+      ASSIGN_OR_RETURN(uint8_t * src, Address(tensors[i].binding));
       ASSIGN_OR_RETURN(const uint64_t bytes,
                        TensorBytes(tensors[i].shape, tensors[i].elem_size, "tensor"));
       (*out)[i].resize(bytes);
@@ -248,14 +249,14 @@ absl::Status CpuServer::Execute(Launch launch) {
   if (launch.count.dynamic) {
     // The count is read as the kernel would read it; builtin kernels cover their output whatever
     // the count, so it is only validated.
-    ASSIGN_OR_RETURN(uint8_t* src, Address(launch.count.binding));
+    ASSIGN_OR_RETURN(uint8_t * src, Address(launch.count.binding));
     uint32_t xyz[3];
     std::memcpy(xyz, src, sizeof(xyz));
     for (int i = 0; i < 3; ++i) {
       if (xyz[i] == 0 || xyz[i] > description_.max_cube_count[i]) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "dynamic cube count: ", std::string(1, "xyz"[i]), " = ", xyz[i], " read from the binding is outside 1 .. ",
-            description_.max_cube_count[i]));
+            "dynamic cube count: ", std::string(1, "xyz"[i]), " = ", xyz[i],
+            " read from the binding is outside 1 .. ", description_.max_cube_count[i]));
       }
     }
   }

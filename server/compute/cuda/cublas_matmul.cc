@@ -156,27 +156,27 @@ absl::StatusOr<bool> CublasMatmul::Run(ElemType dtype, const CudaBuiltinArgs& ar
   if (dtype == ElemType::kF32) {
     const float one = 1.0f, zero = 0.0f;
     call = "cublasSgemmStridedBatched";
-    s = api_->SgemmStridedBatched(handle_, p->transa, p->transb, p->m, p->n, p->k, &one,
-                                  reinterpret_cast<const float*>(p->a), p->lda, p->stride_a,
-                                  reinterpret_cast<const float*>(p->b), p->ldb, p->stride_b,
-                                  &zero, reinterpret_cast<float*>(p->c), p->ldc, p->stride_c,
-                                  p->batch_count);
+    s = api_->SgemmStridedBatched(
+        handle_, p->transa, p->transb, p->m, p->n, p->k, &one, reinterpret_cast<const float*>(p->a),
+        p->lda, p->stride_a, reinterpret_cast<const float*>(p->b), p->ldb, p->stride_b, &zero,
+        reinterpret_cast<float*>(p->c), p->ldc, p->stride_c, p->batch_count);
   } else {
     const double one = 1.0, zero = 0.0;
     call = "cublasDgemmStridedBatched";
     s = api_->DgemmStridedBatched(handle_, p->transa, p->transb, p->m, p->n, p->k, &one,
                                   reinterpret_cast<const double*>(p->a), p->lda, p->stride_a,
-                                  reinterpret_cast<const double*>(p->b), p->ldb, p->stride_b,
-                                  &zero, reinterpret_cast<double*>(p->c), p->ldc, p->stride_c,
+                                  reinterpret_cast<const double*>(p->b), p->ldb, p->stride_b, &zero,
+                                  reinterpret_cast<double*>(p->c), p->ldc, p->stride_c,
                                   p->batch_count);
   }
   // Argument checks refuse before anything is queued: the NVRTC kernel runs instead.
   if (s == kCublasInvalidValue || s == kCublasNotSupported || s == kCublasArchMismatch) {
     if (!warned_) {
-      spdlog::warn("{} (m={} n={} k={} lda={} ldb={} ldc={} batches={}); this matmul and any "
-                   "other cuBLAS refuses use cubed's own kernel",
-                   std::string(CublasToStatus(s, call).message()), p->m, p->n, p->k, p->lda,
-                   p->ldb, p->ldc, p->batch_count);
+      spdlog::warn(
+          "{} (m={} n={} k={} lda={} ldb={} ldc={} batches={}); this matmul and any "
+          "other cuBLAS refuses use cubed's own kernel",
+          std::string(CublasToStatus(s, call).message()), p->m, p->n, p->k, p->lda, p->ldb, p->ldc,
+          p->batch_count);
       warned_ = true;
     }
     return false;

@@ -17,9 +17,9 @@
 #include <optional>
 
 #include "absl/status/statusor.h"
+#include "common/cuda/cublas_api.h"
 #include "common/elem_type.h"
 #include "kernels/cuda/builtin_args.h"
-#include "common/cuda/cublas_api.h"
 
 namespace cubed {
 

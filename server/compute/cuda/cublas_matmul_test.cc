@@ -15,11 +15,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/cuda/cublas_api.h"
 #include "common/kernel_metadata.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/compute/cpu/cpu_server.h"
-#include "common/cuda/cublas_api.h"
 #include "server/compute/cuda/cuda_test_util.h"
 
 #if __has_include(<cublas_api.h>)
@@ -42,8 +42,7 @@ using ::testing::Not;
 
 // ---- Planning (no device) ----
 
-CudaTensorArg Tensor(std::vector<uint64_t> shape, std::vector<uint64_t> strides,
-                     CUdeviceptr ptr) {
+CudaTensorArg Tensor(std::vector<uint64_t> shape, std::vector<uint64_t> strides, CUdeviceptr ptr) {
   CudaTensorArg t;
   std::memset(&t, 0, sizeof(t));
   t.rank = static_cast<uint32_t>(shape.size());
@@ -173,11 +172,11 @@ TEST(PlanCublasGemmTest, InexpressibleLayoutsAreDeclined) {
   // Batch dims that do not flatten: a broadcasts the inner one only.
   EXPECT_FALSE(PlanCublasGemm(Args({4, 1, 8, 8}, {}, {4, 3, 8, 8}, {}, {4, 3, 8, 8})).has_value());
   // Batch dims padded apart.
-  EXPECT_FALSE(PlanCublasGemm(Args({2, 3, 4, 4}, {100, 16, 4, 1}, {2, 3, 4, 4}, {},
-                                   {2, 3, 4, 4})).has_value());
-  // Every batch writing one output matrix.
-  EXPECT_FALSE(PlanCublasGemm(Args({4, 8, 8}, {}, {4, 8, 8}, {}, {4, 8, 8}, {0, 8, 1}))
+  EXPECT_FALSE(PlanCublasGemm(Args({2, 3, 4, 4}, {100, 16, 4, 1}, {2, 3, 4, 4}, {}, {2, 3, 4, 4}))
                    .has_value());
+  // Every batch writing one output matrix.
+  EXPECT_FALSE(
+      PlanCublasGemm(Args({4, 8, 8}, {}, {4, 8, 8}, {}, {4, 8, 8}, {0, 8, 1})).has_value());
   // Empty dims stay with the NVRTC kernel.
   EXPECT_FALSE(PlanCublasGemm(Args({3, 0}, {}, {0, 7}, {}, {3, 7})).has_value());
   EXPECT_FALSE(PlanCublasGemm(Args({0, 3, 5}, {}, {0, 5, 7}, {}, {0, 3, 7})).has_value());
@@ -484,8 +483,8 @@ std::vector<MatmulCase> Cases() {
     cases.push_back(Case("small_" + ty, t, Op({3, 5}), Op({5, 7}), Op({3, 7})));
     cases.push_back(Case("batched_" + ty, t, Op({2, 64, 33}), Op({2, 33, 17}), Op({2, 64, 17})));
     cases.push_back(Case("broadcast_" + ty, t, Op({1, 8, 8}), Op({4, 8, 8}), Op({4, 8, 8})));
-    cases.push_back(Case("transposed_" + ty, t, Op({33, 20}, {1, 33}), Op({20, 40}, {1, 20}),
-                         Op({33, 40})));
+    cases.push_back(
+        Case("transposed_" + ty, t, Op({33, 20}, {1, 33}), Op({20, 40}, {1, 20}), Op({33, 40})));
     cases.push_back(
         Case("column_major_out_" + ty, t, Op({33, 20}), Op({20, 40}), Op({33, 40}, {1, 33})));
     // Rows of 240 and 120 elements: padded to 256-byte pitches (Note [Pitched tensors]).

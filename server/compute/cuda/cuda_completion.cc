@@ -86,9 +86,8 @@ void CudaCompletionQueue::Run() {
     Item item;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-        return !items_.empty() || stopping_;
-      };
+      auto ready = [this]()
+                       ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !items_.empty() || stopping_; };
       mu_.Await(absl::Condition(&ready));
       if (items_.empty()) return;  // Stopping and drained.
       item = std::move(items_.front());

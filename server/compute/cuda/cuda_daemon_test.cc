@@ -68,8 +68,7 @@ TEST(CudaDaemonTest, DeviceLostFailsCallsTurnsHealthNotServingAndExitsNonZero) {
   options.flags = {"--backend=cuda", "--allow_unchecked"};
   absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start(options);
   ASSERT_TRUE(daemon.ok()) << daemon.status();
-  auto channel =
-      grpc::CreateChannel((*daemon)->unix_address(), grpc::InsecureChannelCredentials());
+  auto channel = grpc::CreateChannel((*daemon)->unix_address(), grpc::InsecureChannelCredentials());
   auto stub = v1::Compute::NewStub(channel);
 
   uint64_t session = 0, handle = 0;

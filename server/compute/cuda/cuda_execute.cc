@@ -4,8 +4,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
 #include "common/cuda/cuda_driver.h"
+#include "common/status_macros.h"
 #include "server/compute/cuda/cuda_server.h"
 
 namespace cubed {
@@ -46,9 +46,9 @@ absl::Status CudaServer::ReadCubeCount(const ResolvedBinding& binding, uint32_t 
   RETURN_IF_ERROR(status);
   for (int i = 0; i < 3; ++i) {
     if (xyz[i] == 0 || xyz[i] > description_.max_cube_count[i]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "dynamic cube count: ", std::string(1, "xyz"[i]), " = ", xyz[i],
-          " read from the binding is outside 1 .. ", description_.max_cube_count[i]));
+      return absl::InvalidArgumentError(
+          absl::StrCat("dynamic cube count: ", std::string(1, "xyz"[i]), " = ", xyz[i],
+                       " read from the binding is outside 1 .. ", description_.max_cube_count[i]));
     }
   }
   return absl::OkStatus();
@@ -71,7 +71,8 @@ absl::Status CudaServer::ExecuteBuiltin(const Launch& launch) {
     ASSIGN_OR_RETURN(const bool ran, cublas_->Run(call.dtype, args));
     if (ran) return absl::OkStatus();
   }
-  ASSIGN_OR_RETURN(const kernels::CompiledCudaKernel* compiled, compiler_->Builtin(call, sizes.size()));
+  ASSIGN_OR_RETURN(const kernels::CompiledCudaKernel* compiled,
+                   compiler_->Builtin(call, sizes.size()));
   ASSIGN_OR_RETURN(CUfunction function, modules_->Function(*compiled));
   const kernels::CudaLaunchDims dims = kernels::BuiltinLaunchDims(call, args, sm_count_);
   void* params[] = {&args};
@@ -94,8 +95,8 @@ absl::StatusOr<CUdeviceptr> CudaServer::UploadMetadata(absl::Span<const uint32_t
   const CUdeviceptr ptr = metadata_ring_ + metadata_ring_head_;
   metadata_ring_head_ += slot;
   const CopyPiece piece{0, bytes, bytes, 1, 0};
-  RETURN_IF_ERROR(Upload(ptr, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(words.data()),
-                                                  bytes),
+  RETURN_IF_ERROR(Upload(ptr,
+                         absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(words.data()), bytes),
                          absl::MakeConstSpan(&piece, 1)));
   return ptr;
 }
@@ -116,10 +117,10 @@ absl::Status CudaServer::ExecuteClient(const Launch& launch) {
   CU_RETURN_IF_ERROR(
       Cu().FuncGetAttribute(&static_shared, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function));
   if (threads > static_cast<uint64_t>(max_threads)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cube_dim: ", k.cube_dim[0], " x ", k.cube_dim[1], " x ", k.cube_dim[2], " = ", threads,
-        " units, but kernel '", k.entry_point, "' can run at most ", max_threads,
-        " per cube on this device (registers)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cube_dim: ", k.cube_dim[0], " x ", k.cube_dim[1], " x ", k.cube_dim[2], " = ",
+                     threads, " units, but kernel '", k.entry_point, "' can run at most ",
+                     max_threads, " per cube on this device (registers)"));
   }
   const uint64_t shared = k.shared_memory_bytes;
   if (shared + static_cast<uint64_t>(static_shared) > max_dynamic_shared_) {

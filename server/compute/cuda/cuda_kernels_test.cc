@@ -57,8 +57,7 @@ std::vector<Operand> OperandsFor(CudaFamily family, const CudaBuiltinSignature& 
       return {transposed, Dense({1, 65}, in), Dense({33, 65}, in)};
     }
     case CudaFamily::kReduce:
-      return {Dense({33, 65}, in),
-              Dense({33, 1}, sig.name == "argmax" ? ElemType::kI64 : in)};
+      return {Dense({33, 65}, in), Dense({33, 1}, sig.name == "argmax" ? ElemType::kI64 : in)};
     case CudaFamily::kMatmul:
       return {Dense({2, 17, 23}, in), Dense({1, 23, 19}, in), Dense({2, 17, 19}, in)};
   }

@@ -5,9 +5,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/cuda/cuda_driver.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/builtin_catalog.h"
-#include "common/cuda/cuda_driver.h"
 
 namespace cubed {
 namespace {
@@ -63,9 +63,9 @@ absl::StatusOr<CUfunction> CudaModuleCache::Function(const kernels::CompiledCuda
   if (loaded != CUDA_SUCCESS) {
     absl::Status status = CU_STATUS(loaded);
     if (IsStickyCudaError(loaded) || loaded == CUDA_ERROR_OUT_OF_MEMORY) return status;
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the CUDA driver cannot load the kernel's ", kernel.is_cubin ? "CUBIN" : "PTX",
-        " image: ", status.message()));
+    return absl::InvalidArgumentError(absl::StrCat("the CUDA driver cannot load the kernel's ",
+                                                   kernel.is_cubin ? "CUBIN" : "PTX",
+                                                   " image: ", status.message()));
   }
   const CUresult found =
       Cu().ModuleGetFunction(&entry.function, entry.module, kernel.entry_point.c_str());
@@ -83,17 +83,16 @@ absl::StatusOr<CUfunction> CudaModuleCache::Function(const kernels::CompiledCuda
   return entry.function;
 }
 
-absl::Status CheckBuiltinAddresses(const kernels::BuiltinCall& call,
-                                   const CudaBuiltinArgs& args) {
+absl::Status CheckBuiltinAddresses(const kernels::BuiltinCall& call, const CudaBuiltinArgs& args) {
   const uint32_t n = args.num_buffers;
   uint64_t span[CUBED_CUDA_MAX_BUFFERS] = {};
   for (uint32_t i = 0; i < n; ++i) {
     const uint32_t es = BufferElemSize(call, i, n);
     span[i] = SpanBytes(args.buffers[i], es);
     if (span[i] != 0 && args.buffers[i].ptr % es != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "kernel '", call.name, "': buffer ", i, " is not aligned to its ", es,
-          "-byte elements; bind it at an offset that is a multiple of ", es));
+      return absl::InvalidArgumentError(
+          absl::StrCat("kernel '", call.name, "': buffer ", i, " is not aligned to its ", es,
+                       "-byte elements; bind it at an offset that is a multiple of ", es));
     }
   }
   ASSIGN_OR_RETURN(const kernels::CudaFamily family, kernels::FindCudaFamily(call.name, n));
@@ -119,8 +118,7 @@ absl::Status CheckBuiltinAddresses(const kernels::BuiltinCall& call,
   return absl::OkStatus();
 }
 
-ClientKernelParams::ClientKernelParams(absl::Span<const CUdeviceptr> buffers,
-                                       CUdeviceptr metadata,
+ClientKernelParams::ClientKernelParams(absl::Span<const CUdeviceptr> buffers, CUdeviceptr metadata,
                                        absl::Span<const kernels::ScalarGroup> scalars) {
   pointers_.assign(buffers.begin(), buffers.end());
   pointers_.push_back(metadata);
@@ -138,7 +136,8 @@ ClientKernelParams::ClientKernelParams(absl::Span<const CUdeviceptr> buffers,
 }
 
 std::string ClientKernelParams::Describe() const {
-  std::string text = absl::StrCat(pointers_.size() - 1, " buffer pointers (8 bytes each), the "
+  std::string text = absl::StrCat(pointers_.size() - 1,
+                                  " buffer pointers (8 bytes each), the "
                                   "metadata pointer (8 bytes)");
   for (size_t i = 0; i < scalars_.size(); ++i) {
     absl::StrAppend(&text, ", scalars ", scalar_names_[i], " (", scalars_[i].size(), " bytes)");
@@ -161,10 +160,10 @@ absl::Status CheckClientParams(CUfunction function, absl::string_view entry_poin
     if (i >= sizes.size() || sizes[i] != size) mismatch = true;
   }
   if (!mismatch && declared.size() == sizes.size()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "kernel '", entry_point, "' declares ", declared.size(), " parameters of [",
-      absl::StrJoin(declared, ", "), "] bytes, but the launch passes ", sizes.size(), " (",
-      params.Describe(), "); see docs/kernel-abi.md, \"CUDA kernels\""));
+  return absl::InvalidArgumentError(
+      absl::StrCat("kernel '", entry_point, "' declares ", declared.size(), " parameters of [",
+                   absl::StrJoin(declared, ", "), "] bytes, but the launch passes ", sizes.size(),
+                   " (", params.Describe(), "); see docs/kernel-abi.md, \"CUDA kernels\""));
 }
 
 }  // namespace cubed

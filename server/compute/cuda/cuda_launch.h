@@ -54,8 +54,7 @@ class CudaModuleCache {
 // (docs/kernel-abi.md): each non-empty buffer aligned to its element size, and the output
 // overlapping no input unless the kernel may run in place and the input is the very same memory
 // and layout. `args` holds the pointers. INVALID_ARGUMENT naming the buffer.
-absl::Status CheckBuiltinAddresses(const kernels::BuiltinCall& call,
-                                   const CudaBuiltinArgs& args);
+absl::Status CheckBuiltinAddresses(const kernels::BuiltinCall& call, const CudaBuiltinArgs& args);
 
 // The parameters of a client kernel launch, in order (docs/kernel-abi.md, "CUDA kernels"): one
 // device pointer per buffer, the metadata pointer, one by-value array per scalar group.

@@ -5,13 +5,13 @@
 #include <cstring>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/match.h"
 #include "common/checked_math.h"
+#include "common/cuda/cuda_driver.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/builtin_catalog.h"
-#include "common/cuda/cuda_driver.h"
 #include "spdlog/spdlog.h"
 
 namespace cubed {
@@ -36,8 +36,8 @@ absl::Status CudaServer::Init() {
   int sm = 0, pitch = 0, shared = 0, major = 0, minor = 0;
   CU_RETURN_IF_ERROR(Cu().DeviceGetAttribute(&sm, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
   CU_RETURN_IF_ERROR(Cu().DeviceGetAttribute(&pitch, CU_DEVICE_ATTRIBUTE_MAX_PITCH, dev));
-  CU_RETURN_IF_ERROR(Cu().DeviceGetAttribute(
-      &shared, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev));
+  CU_RETURN_IF_ERROR(
+      Cu().DeviceGetAttribute(&shared, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev));
   CU_RETURN_IF_ERROR(
       Cu().DeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
   CU_RETURN_IF_ERROR(
@@ -54,8 +54,8 @@ absl::Status CudaServer::Init() {
   storage.on_error = [this](absl::Status s) { Check(std::move(s)).IgnoreError(); };
   storage_ = std::make_unique<CudaStorage>(std::move(storage));
   MemoryManagerOptions mm;
-  mm.memory_limit = options_.memory_limit != 0 ? std::min<uint64_t>(options_.memory_limit, total)
-                                               : free / 10 * 9;
+  mm.memory_limit =
+      options_.memory_limit != 0 ? std::min<uint64_t>(options_.memory_limit, total) : free / 10 * 9;
   mm.max_allocation = options_.max_allocation != 0
                           ? std::min(options_.max_allocation, mm.memory_limit)
                           : mm.memory_limit;
@@ -76,8 +76,10 @@ absl::Status CudaServer::Init() {
   const char* disable = std::getenv("CUBED_DISABLE_CUBLAS");
   const CublasApi* cublas = nullptr;
   if (disable != nullptr && disable[0] != '\0' && std::strcmp(disable, "0") != 0) {
-    spdlog::info("cuda device {}: CUBED_DISABLE_CUBLAS is set: builtin matmul uses cubed's own "
-                 "kernel", options_.ordinal);
+    spdlog::info(
+        "cuda device {}: CUBED_DISABLE_CUBLAS is set: builtin matmul uses cubed's own "
+        "kernel",
+        options_.ordinal);
   } else if (absl::StatusOr<const CublasApi*> loaded = LoadCublas(); loaded.ok()) {
     cublas = *loaded;
   }
@@ -131,12 +133,12 @@ absl::Status CudaServer::Init() {
 CudaServer::~CudaServer() {
   if (context_ == nullptr) return;
   if (context_->MakeCurrent().ok() && stream_ != nullptr) Cu().StreamSynchronize(stream_);
-  cublas_.reset();  // Its handle frees device memory: the context is current.
+  cublas_.reset();      // Its handle frees device memory: the context is current.
   completion_.reset();  // Runs every pending callback.
   for (auto& [token, event] : profiles_) Cu().EventDestroy(event);
   compiler_.reset();
   modules_.reset();
-  memory_.reset();  // Returns every page to the storage...
+  memory_.reset();   // Returns every page to the storage...
   storage_.reset();  // ...which frees it.
   staging_.reset();
   if (metadata_ring_ != 0) Cu().MemFree(metadata_ring_);
@@ -246,8 +248,8 @@ absl::StatusOr<Allocation> CudaServer::EmptyTensor(absl::Span<const uint64_t> sh
   return a;
 }
 
-absl::Status CudaServer::Copy2D(CUdeviceptr device, uint64_t pitch, uint8_t* host,
-                                uint64_t width, uint64_t height, bool to_device) {
+absl::Status CudaServer::Copy2D(CUdeviceptr device, uint64_t pitch, uint8_t* host, uint64_t width,
+                                uint64_t height, bool to_device) {
   if (height == 1) {
     if (to_device) {
       CU_RETURN_IF_ERROR(Cu().MemcpyHtoDAsync(device, host, width, stream_));
@@ -285,8 +287,8 @@ absl::Status CudaServer::Upload(CUdeviceptr base, absl::Span<const uint8_t> data
   for (const CopyPiece& piece : pieces) {
     ASSIGN_OR_RETURN(PinnedStagingPool::Buffer buffer, pool->Acquire(piece.bytes()));
     std::memcpy(buffer.data, data.data() + piece.dense_offset, piece.bytes());
-    absl::Status status = Copy2D(base + piece.strided_offset, piece.pitch, buffer.data,
-                                 piece.width, piece.height, /*to_device=*/true);
+    absl::Status status = Copy2D(base + piece.strided_offset, piece.pitch, buffer.data, piece.width,
+                                 piece.height, /*to_device=*/true);
     if (!status.ok()) {
       pool->Release(buffer);
       return status;
@@ -351,8 +353,9 @@ void CudaServer::Write(const ResolvedTensor& target, uint64_t dense_offset,
   if (status.ok()) {
     std::optional<std::vector<CopyPiece>> plan = PlanDenseRangeWrite(
         target.shape, target.strides, target.elem_size, dense_offset, bytes.size());
-    status = plan ? Upload(*ptr, bytes, *plan)
-                  : absl::InternalError("cuda Write: the target layout is neither dense nor pitched");
+    status =
+        plan ? Upload(*ptr, bytes, *plan)
+             : absl::InternalError("cuda Write: the target layout is neither dense nor pitched");
   }
   done(Check(std::move(status)));
 }
@@ -374,8 +377,8 @@ absl::Status CudaServer::Download(CUdeviceptr base, absl::Span<const CopyPiece> 
   PinnedStagingPool* pool = staging_.get();
   for (const CopyPiece& piece : pieces) {
     ASSIGN_OR_RETURN(PinnedStagingPool::Buffer buffer, pool->Acquire(piece.bytes()));
-    absl::Status status = Copy2D(base + piece.strided_offset, piece.pitch, buffer.data,
-                                 piece.width, piece.height, /*to_device=*/false);
+    absl::Status status = Copy2D(base + piece.strided_offset, piece.pitch, buffer.data, piece.width,
+                                 piece.height, /*to_device=*/false);
     if (!status.ok()) {
       pool->Release(buffer);
       return status;

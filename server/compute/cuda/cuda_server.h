@@ -24,23 +24,23 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/synchronization/mutex.h"
+#include "common/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "server/compute/compute_server.h"
 #include "server/compute/cuda/cublas_matmul.h"
 #include "server/compute/cuda/cuda_completion.h"
-#include "common/cuda/cuda_context.h"
 #include "server/compute/cuda/cuda_launch.h"
+#include "server/compute/cuda/cuda_transfer.h"
 #include "storage/cuda/cuda_staging.h"
 #include "storage/cuda/cuda_storage.h"
-#include "server/compute/cuda/cuda_transfer.h"
 
 namespace cubed {
 
 struct CudaServerOptions {
-  uint32_t index = 0;           // The device's index in the daemon.
-  int ordinal = 0;              // CUDA device ordinal (--device).
-  uint64_t memory_limit = 0;    // Bytes; 0 = 90% of the device memory free at start.
-  uint64_t max_allocation = 0;  // Bytes; 0 = the memory limit.
+  uint32_t index = 0;            // The device's index in the daemon.
+  int ordinal = 0;               // CUDA device ordinal (--device).
+  uint64_t memory_limit = 0;     // Bytes; 0 = 90% of the device memory free at start.
+  uint64_t max_allocation = 0;   // Bytes; 0 = the memory limit.
   std::string kernel_cache_dir;  // NVRTC's on-disk cache; empty = memory only.
   uint64_t staging_bytes = uint64_t{64} << 20;  // Most pinned host memory for transfers.
 };

@@ -8,10 +8,10 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/cuda/cuda_driver.h"
 #include "common/kernel_metadata.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "common/cuda/cuda_driver.h"
 #include "server/compute/compute_server_conformance.h"
 #include "server/compute/cuda/cuda_test_util.h"
 
@@ -352,11 +352,11 @@ TEST_F(CudaServerTest, AnotherProcessReadsTheBindingThroughItsIpcHandle) {
   EXPECT_EQ(r->size, 1024u);
   if (r->ipc_handle.empty()) GTEST_SKIP() << "CUDA IPC is refused on this system";
   ASSERT_EQ(r->ipc_handle.size(), 64u);
-  ASSERT_TRUE(SyncNow(*server_).ok());  // The upload has landed.
+  ASSERT_TRUE(SyncNow(*server_).ok());                   // The upload has landed.
   const char* reader = getenv("CUBED_CUDA_IPC_READER");  // Where the build tree moved.
-  const std::string command = absl::StrCat(reader != nullptr ? reader : CUBED_CUDA_IPC_READER, " ",
-                                           absl::BytesToHexString(r->ipc_handle), " ", r->offset,
-                                           " ", r->size, " 2>&1");
+  const std::string command =
+      absl::StrCat(reader != nullptr ? reader : CUBED_CUDA_IPC_READER, " ",
+                   absl::BytesToHexString(r->ipc_handle), " ", r->offset, " ", r->size, " 2>&1");
   FILE* pipe = popen(command.c_str(), "r");
   ASSERT_NE(pipe, nullptr);
   std::string output;
@@ -373,21 +373,21 @@ namespace cubed {
 namespace {
 
 // The CUDA backend against the ComputeServer conformance suite (skipped without a device).
-INSTANTIATE_TEST_SUITE_P(
-    Cuda, ComputeServerConformance,
-    testing::Values(ComputeServerFactory{
-        "cuda",
-        [](std::string* skip) -> std::unique_ptr<ComputeServer> {
-          CudaServerOptions options;
-          options.memory_limit = uint64_t{1} << 30;
-          absl::StatusOr<std::unique_ptr<CudaServer>> server = CudaServer::Create(options);
-          if (!server.ok()) {
-            *skip = std::string(server.status().message());
-            return nullptr;
-          }
-          return *std::move(server);
-        }}),
-    ComputeServerFactoryName);
+INSTANTIATE_TEST_SUITE_P(Cuda, ComputeServerConformance,
+                         testing::Values(ComputeServerFactory{
+                             "cuda",
+                             [](std::string* skip) -> std::unique_ptr<ComputeServer> {
+                               CudaServerOptions options;
+                               options.memory_limit = uint64_t{1} << 30;
+                               absl::StatusOr<std::unique_ptr<CudaServer>> server =
+                                   CudaServer::Create(options);
+                               if (!server.ok()) {
+                                 *skip = std::string(server.status().message());
+                                 return nullptr;
+                               }
+                               return *std::move(server);
+                             }}),
+                         ComputeServerFactoryName);
 
 }  // namespace
 }  // namespace cubed

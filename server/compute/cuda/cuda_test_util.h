@@ -16,12 +16,12 @@ namespace cubed::testing_cuda {
 bool CudaDevicePresent(std::string* why = nullptr);
 
 // Skips the current test when no CUDA device is present.
-#define CUBED_SKIP_WITHOUT_CUDA()                                         \
-  do {                                                                    \
-    std::string cubed_why_;                                               \
-    if (!::cubed::testing_cuda::CudaDevicePresent(&cubed_why_)) {         \
-      GTEST_SKIP() << "no CUDA device here: " << cubed_why_;              \
-    }                                                                     \
+#define CUBED_SKIP_WITHOUT_CUDA()                                 \
+  do {                                                            \
+    std::string cubed_why_;                                       \
+    if (!::cubed::testing_cuda::CudaDevicePresent(&cubed_why_)) { \
+      GTEST_SKIP() << "no CUDA device here: " << cubed_why_;      \
+    }                                                             \
   } while (false)
 
 // The memory owner (a session's tag) that tests allocate for unless they need several.

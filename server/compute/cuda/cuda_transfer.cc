@@ -33,8 +33,8 @@ std::vector<Dim> Simplify(absl::Span<const uint64_t> shape, absl::Span<const uin
 }
 
 // Appends the pieces of one 2D block: `height` rows of `width` bytes, `pitch` apart.
-void AppendBlock(uint64_t strided, uint64_t pitch, uint64_t width, uint64_t height,
-                 uint64_t* dense, uint64_t max_bytes, std::vector<CopyPiece>* pieces) {
+void AppendBlock(uint64_t strided, uint64_t pitch, uint64_t width, uint64_t height, uint64_t* dense,
+                 uint64_t max_bytes, std::vector<CopyPiece>* pieces) {
   if (width > max_bytes) {  // Rows wider than a piece: each row in several 1-row pieces.
     for (uint64_t r = 0; r < height; ++r) {
       for (uint64_t x = 0; x < width; x += max_bytes) {
@@ -112,8 +112,7 @@ std::optional<std::vector<CopyPiece>> PlanTensorCopy(absl::Span<const uint64_t> 
   for (uint64_t c = 0; c < copies; ++c) {
     uint64_t offset = 0;
     for (size_t d = 0; d < outer; ++d) offset += index[d] * dims[d].stride;
-    AppendBlock(offset * elem_size, pitch, width, height, &dense, limits.max_piece_bytes,
-                &pieces);
+    AppendBlock(offset * elem_size, pitch, width, height, &dense, limits.max_piece_bytes, &pieces);
     for (size_t d = outer; d-- > 0;) {  // Odometer over the outer dims.
       if (++index[d] < dims[d].size) break;
       index[d] = 0;
@@ -195,8 +194,8 @@ std::optional<TensorAllocation> PitchedTensorLayout(absl::Span<const uint64_t> s
 
 std::optional<std::vector<CopyPiece>> PlanDenseRangeWrite(absl::Span<const uint64_t> shape,
                                                           absl::Span<const uint64_t> strides,
-                                                          uint64_t elem_size,
-                                                          uint64_t dense_offset, uint64_t size) {
+                                                          uint64_t elem_size, uint64_t dense_offset,
+                                                          uint64_t size) {
   std::vector<CopyPiece> pieces;
   if (size == 0) return pieces;
   const size_t rank = shape.size();

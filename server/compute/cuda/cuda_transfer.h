@@ -35,8 +35,8 @@ struct CopyPiece {
 
 struct CopyPlanLimits {
   uint64_t max_piece_bytes = uint64_t{16} << 20;  // One staging buffer.
-  uint64_t max_pitch = uint64_t{1} << 31;          // CU_DEVICE_ATTRIBUTE_MAX_PITCH.
-  uint64_t max_pieces = 4096;                      // More: let the host pack instead.
+  uint64_t max_pitch = uint64_t{1} << 31;         // CU_DEVICE_ATTRIBUTE_MAX_PITCH.
+  uint64_t max_pieces = 4096;                     // More: let the host pack instead.
 };
 
 // Pieces that move every element of the tensor (shape and strides in elements, already checked
@@ -52,13 +52,13 @@ std::vector<CopyPiece> PlanContiguousCopy(uint64_t size, uint64_t max_piece_byte
 
 // Pieces that write the dense row-major bytes [dense_offset, dense_offset + size) of a tensor
 // laid out densely or in pitched rows (Note [Pitched tensors]) to their places (a bulk upload's
-// chunk, Note [Bulk transfers] in server/service/stream/bulk_transfers.h). Each piece's dense_offset is relative
-// to dense_offset (the chunk's first byte); at most three pieces (a partial first row, whole rows,
-// a partial last row). nullopt for any other layout.
+// chunk, Note [Bulk transfers] in server/service/stream/bulk_transfers.h). Each piece's
+// dense_offset is relative to dense_offset (the chunk's first byte); at most three pieces (a
+// partial first row, whole rows, a partial last row). nullopt for any other layout.
 std::optional<std::vector<CopyPiece>> PlanDenseRangeWrite(absl::Span<const uint64_t> shape,
                                                           absl::Span<const uint64_t> strides,
-                                                          uint64_t elem_size,
-                                                          uint64_t dense_offset, uint64_t size);
+                                                          uint64_t elem_size, uint64_t dense_offset,
+                                                          uint64_t size);
 
 // Bytes from the tensor's first element to one past its last: (1 + sum((shape-1)*stride)) *
 // elem_size, 0 for a tensor with no elements. Callers have checked it against the binding.

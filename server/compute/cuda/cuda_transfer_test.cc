@@ -75,8 +75,7 @@ TEST_P(TensorCopyTest, PlanAndHostPackGiveTheDenseRowMajorBytes) {
     CopyPlanLimits limits;
     limits.max_piece_bytes = max_piece;
     limits.max_pieces = 1 << 20;
-    std::optional<std::vector<CopyPiece>> plan =
-        PlanTensorCopy(t.shape, t.strides, t.elem, limits);
+    std::optional<std::vector<CopyPiece>> plan = PlanTensorCopy(t.shape, t.strides, t.elem, limits);
     if (!plan) continue;  // Host fallback; checked above.
     uint64_t dense = 0;
     for (const CopyPiece& p : *plan) {
@@ -94,18 +93,18 @@ TEST_P(TensorCopyTest, PlanAndHostPackGiveTheDenseRowMajorBytes) {
 
 INSTANTIATE_TEST_SUITE_P(
     Layouts, TensorCopyTest,
-    ::testing::Values(Layout{{4, 5, 6}, {30, 6, 1}},        // Contiguous.
-                      Layout{{3, 7}, {9, 1}},               // Pitched rows.
-                      Layout{{2, 3, 7}, {27, 9, 1}},        // Pitched, batched.
-                      Layout{{2, 3, 7}, {40, 9, 1}},        // Pitched, gap between batches.
-                      Layout{{5, 4}, {1, 5}},               // Transposed.
-                      Layout{{3, 4}, {12, 2}},              // Stepped.
-                      Layout{{3, 4}, {0, 1}},               // Broadcast rows: host fallback.
-                      Layout{{3, 1, 4}, {4, 99, 1}},        // Size-1 dim with any stride.
-                      Layout{{1}, {1}, 8},                  // One element.
-                      Layout{{}, {}, 8},                    // Rank 0.
-                      Layout{{6}, {3}, 2},                  // Strided vector.
-                      Layout{{2, 2, 2, 3}, {30, 1, 2, 6}})); // Permuted.
+    ::testing::Values(Layout{{4, 5, 6}, {30, 6, 1}},          // Contiguous.
+                      Layout{{3, 7}, {9, 1}},                 // Pitched rows.
+                      Layout{{2, 3, 7}, {27, 9, 1}},          // Pitched, batched.
+                      Layout{{2, 3, 7}, {40, 9, 1}},          // Pitched, gap between batches.
+                      Layout{{5, 4}, {1, 5}},                 // Transposed.
+                      Layout{{3, 4}, {12, 2}},                // Stepped.
+                      Layout{{3, 4}, {0, 1}},                 // Broadcast rows: host fallback.
+                      Layout{{3, 1, 4}, {4, 99, 1}},          // Size-1 dim with any stride.
+                      Layout{{1}, {1}, 8},                    // One element.
+                      Layout{{}, {}, 8},                      // Rank 0.
+                      Layout{{6}, {3}, 2},                    // Strided vector.
+                      Layout{{2, 2, 2, 3}, {30, 1, 2, 6}}));  // Permuted.
 
 TEST(TensorCopyPlanTest, EmptyTensorHasNoPieces) {
   std::optional<std::vector<CopyPiece>> plan = PlanTensorCopy({3, 0}, {1, 1}, 4, {});

@@ -32,8 +32,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   CUdeviceptr base = 0;
-  absl::Status status = CU_STATUS(cubed::Cu().IpcOpenMemHandle(
-      &base, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+  absl::Status status =
+      CU_STATUS(cubed::Cu().IpcOpenMemHandle(&base, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
   std::string bytes(size, '\0');
   if (status.ok()) status = CU_STATUS(cubed::Cu().MemcpyDtoH(bytes.data(), base + offset, size));
   if (base != 0) cubed::Cu().IpcCloseMemHandle(base);

@@ -83,8 +83,8 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadChunk> {
     if (first) {
       std::shared_ptr<BulkTransfers> bulk = service_->FindBulk(state_->session, caller_.get());
       if (bulk == nullptr) {
-        FailAtOnce(absl::NotFoundError(absl::StrCat(
-            "session: ", state_->session, " has no open session stream on this daemon")));
+        FailAtOnce(absl::NotFoundError(absl::StrCat("session: ", state_->session,
+                                                    " has no open session stream on this daemon")));
         return;
       }
       {
@@ -225,24 +225,23 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* SessionStreamService::Download(
   // with the error, and its command fails with it when it runs.
   absl::Status chunk_error;
   if (request->chunk_bytes() > kMaxBulkChunk) {
-    chunk_error = absl::InvalidArgumentError(
-        absl::StrCat("chunk_bytes: ", request->chunk_bytes(), " is outside 1 .. ", kMaxBulkChunk,
-                     " (0 = ", kMaxBulkChunk, ")"));
+    chunk_error = absl::InvalidArgumentError(absl::StrCat("chunk_bytes: ", request->chunk_bytes(),
+                                                          " is outside 1 .. ", kMaxBulkChunk,
+                                                          " (0 = ", kMaxBulkChunk, ")"));
   }
   std::shared_ptr<BulkTransfers> bulk = FindBulk(request->session(), principal->get());
   if (bulk == nullptr) {
-    reactor->FailAtOnce(!chunk_error.ok()
-                            ? chunk_error
-                            : absl::NotFoundError(absl::StrCat(
-                                  "session: ", request->session(),
-                                  " has no open session stream on this daemon")));
+    reactor->FailAtOnce(!chunk_error.ok() ? chunk_error
+                                          : absl::NotFoundError(absl::StrCat(
+                                                "session: ", request->session(),
+                                                " has no open session stream on this daemon")));
     return reactor;
   }
   const std::shared_ptr<DownloadState>& state = reactor->state();
   state->session = request->session();
   state->seq = request->seq();
-  state->chunk_bytes = request->chunk_bytes() == 0 || !chunk_error.ok() ? kMaxBulkChunk
-                                                                         : request->chunk_bytes();
+  state->chunk_bytes =
+      request->chunk_bytes() == 0 || !chunk_error.ok() ? kMaxBulkChunk : request->chunk_bytes();
   if (!chunk_error.ok()) {
     absl::MutexLock lock(&state->mu);
     state->error = chunk_error;

@@ -35,9 +35,9 @@ struct UploadState {
   bool writing ABSL_GUARDED_BY(mu) = false;      // `chunk` is being written.
   bool closed ABSL_GUARDED_BY(mu) = false;       // The client half-closed.
   bool cancelled ABSL_GUARDED_BY(mu) = false;
-  bool complete ABSL_GUARDED_BY(mu) = false;     // Its command finished OK.
-  uint64_t received ABSL_GUARDED_BY(mu) = 0;     // Bytes written.
-  absl::Status error ABSL_GUARDED_BY(mu);        // A write failed.
+  bool complete ABSL_GUARDED_BY(mu) = false;  // Its command finished OK.
+  uint64_t received ABSL_GUARDED_BY(mu) = 0;  // Bytes written.
+  absl::Status error ABSL_GUARDED_BY(mu);     // A write failed.
   std::weak_ptr<BulkTransfers> owner ABSL_GUARDED_BY(mu);
 
   void StartReadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
@@ -84,7 +84,7 @@ struct DownloadState {
   uint64_t written ABSL_GUARDED_BY(mu) = 0;      // Bytes written.
   bool failed ABSL_GUARDED_BY(mu) = false;       // A write failed (the client is gone).
   bool cancelled ABSL_GUARDED_BY(mu) = false;
-  absl::Status error ABSL_GUARDED_BY(mu);        // A piece read failed.
+  absl::Status error ABSL_GUARDED_BY(mu);  // A piece read failed.
   std::weak_ptr<BulkTransfers> owner ABSL_GUARDED_BY(mu);
 
   void MaybeWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {

@@ -13,8 +13,8 @@ namespace {
 
 absl::Status EndedStatus(const absl::Status& end, uint64_t seq) {
   if (!end.ok()) return end;
-  return absl::FailedPreconditionError(absl::StrCat(
-      "seq: the session stream ended without running bulk command ", seq));
+  return absl::FailedPreconditionError(
+      absl::StrCat("seq: the session stream ended without running bulk command ", seq));
 }
 
 }  // namespace
@@ -76,8 +76,8 @@ bool BulkTransfers::Start(Device& device, StreamRunner& runner, StreamCommand& c
   if (wait_->upload) {
     if (auto it = downloads_.find(seq); it != downloads_.end()) {
       absl::MutexLock tl(&it->second->mu);
-      it->second->FinishLocked(absl::FailedPreconditionError(absl::StrCat(
-          "seq: command ", seq, " is a bulk create; its bytes come through Upload")));
+      it->second->FinishLocked(absl::FailedPreconditionError(
+          absl::StrCat("seq: command ", seq, " is a bulk create; its bytes come through Upload")));
       downloads_.erase(it);
       --attached_;
     }
@@ -152,11 +152,11 @@ void BulkTransfers::Attach(TransferMap<State> BulkTransfers::*member,
       reject = absl::FailedPreconditionError(
           absl::StrCat("seq: command ", seq, " already has ", direction.one));
     } else if (waited && wait_->upload != direction.upload) {
-      reject = absl::FailedPreconditionError(
-          absl::StrCat("seq: command ", seq, direction.wrong_kind));
+      reject =
+          absl::FailedPreconditionError(absl::StrCat("seq: command ", seq, direction.wrong_kind));
     } else if (!waited && seq <= last_seq_) {
-      reject = absl::FailedPreconditionError(
-          absl::StrCat("seq: command ", seq, direction.not_kind));
+      reject =
+          absl::FailedPreconditionError(absl::StrCat("seq: command ", seq, direction.not_kind));
     }
     if (!reject.ok()) {
       absl::MutexLock tl(&state->mu);
@@ -213,9 +213,9 @@ void BulkTransfers::SettleLocked(uint64_t seq) {
     bool done = true;
     if (u.complete) {
       if (u.chunk_ready) {
-        u.FinishLocked(absl::InvalidArgumentError(absl::StrCat(
-            "data: a chunk at offset ", u.chunk.offset(), " after all ", u.total,
-            " bytes (total_size) arrived; the create itself succeeded")));
+        u.FinishLocked(absl::InvalidArgumentError(
+            absl::StrCat("data: a chunk at offset ", u.chunk.offset(), " after all ", u.total,
+                         " bytes (total_size) arrived; the create itself succeeded")));
       } else if (u.closed) {
         u.FinishLocked(absl::OkStatus());
       } else if (u.cancelled) {
@@ -352,9 +352,9 @@ bool BulkTransfers::StepUpload(Device& device, StreamRunner& runner, ReplySink& 
       error = absl::CancelledError(absl::StrCat("the client cancelled the upload after ",
                                                 u->received, " of ", total, " bytes"));
     } else if (u->total != total) {
-      error = absl::InvalidArgumentError(
-          absl::StrCat("total_size: the upload declares ", u->total, " bytes but command ", seq,
-                       " (", KindName(command->kind), ") needs ", total));
+      error = absl::InvalidArgumentError(absl::StrCat("total_size: the upload declares ", u->total,
+                                                      " bytes but command ", seq, " (",
+                                                      KindName(command->kind), ") needs ", total));
     } else if (u->chunk_ready) {
       const std::string& data = u->chunk.data();
       if (data.empty() || data.size() > kMaxBulkChunk) {
@@ -362,21 +362,21 @@ bool BulkTransfers::StepUpload(Device& device, StreamRunner& runner, ReplySink& 
             absl::StrCat("data: a chunk of ", data.size(), " bytes at offset ", u->chunk.offset(),
                          "; chunks are 1 .. ", kMaxBulkChunk, " bytes"));
       } else if (u->chunk.offset() != u->received) {
-        error = absl::InvalidArgumentError(absl::StrCat(
-            "offset: a chunk at offset ", u->chunk.offset(), " but ", u->received,
-            " bytes came before it; chunks come in order, without gaps"));
-      } else if (data.size() > total - u->received) {
         error = absl::InvalidArgumentError(
-            absl::StrCat("data: the chunk [", u->chunk.offset(), ", +", data.size(),
-                         ") goes past total_size ", total));
+            absl::StrCat("offset: a chunk at offset ", u->chunk.offset(), " but ", u->received,
+                         " bytes came before it; chunks come in order, without gaps"));
+      } else if (data.size() > total - u->received) {
+        error =
+            absl::InvalidArgumentError(absl::StrCat("data: the chunk [", u->chunk.offset(), ", +",
+                                                    data.size(), ") goes past total_size ", total));
       } else {
         u->writing = true;
         bytes = absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(data.data()), data.size());
         offset = u->received;
       }
     } else if (u->closed) {
-      error = absl::InvalidArgumentError(absl::StrCat(
-          "total_size: the upload ended after ", u->received, " of ", total, " bytes"));
+      error = absl::InvalidArgumentError(absl::StrCat("total_size: the upload ended after ",
+                                                      u->received, " of ", total, " bytes"));
     } else {
       return false;  // Waiting for the next chunk.
     }
@@ -473,8 +473,7 @@ bool BulkTransfers::StepDownload(Device& device, StreamRunner& runner, ReplySink
                          absl::MutexLock tl(&d->mu);
                          if (s.ok() && ready.data->size() != bytes) {
                            s = absl::InternalError(absl::StrCat(
-                               "a bulk read piece of ", bytes, " bytes read ",
-                               ready.data->size()));
+                               "a bulk read piece of ", bytes, " bytes read ", ready.data->size()));
                          }
                          if (s.ok()) {
                            d->ready.emplace(index, std::move(ready));

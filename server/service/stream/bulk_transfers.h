@@ -96,8 +96,8 @@ class BulkTransfers : public std::enable_shared_from_this<BulkTransfers> {
   // failed, duplicate, wrong direction, seq already ran) by finishing it, else records it and
   // kicks the stream when it waits for it.
   template <typename State>
-  void Attach(TransferMap<State> BulkTransfers::*member,
-              const std::shared_ptr<State>& state, const Direction& direction);
+  void Attach(TransferMap<State> BulkTransfers::*member, const std::shared_ptr<State>& state,
+              const Direction& direction);
   void RememberFailureLocked(uint64_t seq, absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the transfers of seqs <= `seq` that no command will join: FAILED_PRECONDITION, except
   // uploads that brought their command's bytes and wait for the client's half-close.
@@ -117,7 +117,7 @@ class BulkTransfers : public std::enable_shared_from_this<BulkTransfers> {
   std::unique_ptr<Wait> wait_ ABSL_GUARDED_BY(mu_);
   bool kicked_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t last_seq_ ABSL_GUARDED_BY(mu_) = 0;  // Of the last command run (bulk or not).
-  std::atomic<size_t> attached_{0};              // uploads_.size() + downloads_.size().
+  std::atomic<size_t> attached_{0};             // uploads_.size() + downloads_.size().
   std::map<uint64_t, std::shared_ptr<UploadState>> uploads_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, std::shared_ptr<DownloadState>> downloads_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, absl::Status> failed_ ABSL_GUARDED_BY(mu_);

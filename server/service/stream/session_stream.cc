@@ -10,10 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "google/protobuf/arena.h"
-#include "server/service/stream/bulk_transfers.h"
-#include "server/service/stream/stream_command_conversion.h"
 #include "server/channel/stream_runner.h"
 #include "server/service/status_conversion.h"
+#include "server/service/stream/bulk_transfers.h"
+#include "server/service/stream/stream_command_conversion.h"
 #include "server/service/wire_conversion.h"
 #include "spdlog/spdlog.h"
 
@@ -23,9 +23,9 @@ using Reactor = grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>
 
 // How a stream ends when its session went away under it: session.proto promises NOT_FOUND.
 absl::Status SessionClosedUnder(uint64_t session) {
-  return absl::NotFoundError(absl::StrCat(
-      "session ", session,
-      " was closed under the stream (its lease passed, or CloseSession named it)"));
+  return absl::NotFoundError(
+      absl::StrCat("session ", session,
+                   " was closed under the stream (its lease passed, or CloseSession named it)"));
 }
 
 // The Compute RPC a stream command needs permission for: the one of the same name
@@ -75,9 +75,9 @@ struct StreamBatch {
   bool open = false;
   uint64_t lease_ms = 0;
   std::vector<StreamCommand> commands;
-  size_t next = 0;     // Commands before this one already ran (a parked batch).
-  uint64_t bytes = 0;  // Wire size, for Note [Stream backpressure].
-  absl::Time arrival;  // When it was received (metrics: queue time).
+  size_t next = 0;         // Commands before this one already ran (a parked batch).
+  uint64_t bytes = 0;      // Wire size, for Note [Stream backpressure].
+  absl::Time arrival;      // When it was received (metrics: queue time).
   InflightSlots inflight;  // Its slots of the principal's max_inflight_commands.
 };
 
@@ -492,7 +492,8 @@ void StreamState::OnDrainException(absl::Status error) {
 
 void StreamState::RunMetered(Device& device, StreamCommand& command, absl::Time arrival,
                              const std::shared_ptr<ReplySink>& sink) {
-  StreamCommandMetrics& metrics = service_->metrics_->stream_command(static_cast<int>(command.kind));
+  StreamCommandMetrics& metrics =
+      service_->metrics_->stream_command(static_cast<int>(command.kind));
   const absl::Time start = absl::Now();
   metrics.queue.Observe(start - arrival);
   const uint64_t failures = runner_.failures();
@@ -511,8 +512,7 @@ bool StreamState::RunBatch(Device& device, StreamBatch& batch) {
     batch.open = false;
     // A session closed under the stream (lease, CloseSession) ends it at once with NOT_FOUND.
     absl::StatusOr<StreamOpened> opened = runner_.Open(
-        device, batch.lease_ms, principal_,
-        [weak = weak_from_this()](const absl::Status& why) {
+        device, batch.lease_ms, principal_, [weak = weak_from_this()](const absl::Status& why) {
           if (std::shared_ptr<StreamState> self = weak.lock()) self->End(why);
         });
     absl::MutexLock lock(&mu_);

@@ -24,9 +24,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "cubed/v1/session.grpc.pb.h"
-#include "server/service/authenticator.h"
 #include "server/channel/device_loop.h"
 #include "server/metrics/metrics.h"
+#include "server/service/authenticator.h"
 #include "server/service/request_conversion.h"
 
 namespace cubed {
@@ -46,8 +46,8 @@ class BulkTransfers;
 // Download is a raw method (grpc::ByteBuffer): its chunks are written as a small serialized
 // header plus the piece's bytes as one slice, without copying them into a message (Note [Bulk
 // transfers], session_stream_bulk.h). On the wire it is the DownloadChunk of session.proto.
-using SessionStreamServiceBase = v1::SessionStream::WithCallbackMethod_Session<
-    v1::SessionStream::WithCallbackMethod_Upload<
+using SessionStreamServiceBase =
+    v1::SessionStream::WithCallbackMethod_Session<v1::SessionStream::WithCallbackMethod_Upload<
         v1::SessionStream::WithRawCallbackMethod_Download<v1::SessionStream::Service>>>;
 
 class SessionStreamService final : public SessionStreamServiceBase {

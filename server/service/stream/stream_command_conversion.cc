@@ -14,9 +14,9 @@ absl::Status CheckTensor(absl::Span<const uint64_t> shape, uint32_t elem_size,
                          absl::string_view field, const std::string* data) {
   ASSIGN_OR_RETURN(uint64_t bytes, CheckTensorShape(shape, elem_size, field));
   if (data != nullptr && data->size() != bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data: ", data->size(), " bytes given, but shape and elem_size need ", bytes,
-                     " (product(shape) * elem_size)"));
+    return absl::InvalidArgumentError(absl::StrCat("data: ", data->size(),
+                                                   " bytes given, but shape and elem_size need ",
+                                                   bytes, " (product(shape) * elem_size)"));
   }
   return absl::OkStatus();
 }
@@ -47,9 +47,9 @@ absl::Status Convert(v1::Command& c, const RequestLimits& limits, StreamCommand&
         out.bulk = true;
         out.size = c.create().bulk_size();
         if (!out.data.empty()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "data: ", out.data.size(), " bytes given with bulk_size ", out.size,
-              "; a bulk create's bytes come through Upload, data must be empty"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("data: ", out.data.size(), " bytes given with bulk_size ", out.size,
+                           "; a bulk create's bytes come through Upload, data must be empty"));
         }
         return absl::OkStatus();
       }
@@ -102,9 +102,8 @@ absl::Status Convert(v1::Command& c, const RequestLimits& limits, StreamCommand&
       const auto& ids = c.release().ids();
       out.ids.assign(ids.begin(), ids.end());
       if (ids.empty() || static_cast<uint32_t>(ids.size()) > limits.max_release) {
-        return absl::InvalidArgumentError(absl::StrCat("release.ids: ", ids.size(),
-                                                       " given; expected 1 .. ",
-                                                       limits.max_release));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "release.ids: ", ids.size(), " given; expected 1 .. ", limits.max_release));
       }
       return absl::OkStatus();
     }

@@ -1,6 +1,7 @@
 // cubed-bench: the daemon's RPC-path benchmark program. Starts the real daemon (--backend=cpu by
 // default; --backend=cuda measures the same paths on a GPU) and a forked baseline child,
-// measures each figure with its baseline in the same run, prints a table and writes JSON (--json=FILE). Figures and goals: /work/shared/design/PERFORMANCE.md.
+// measures each figure with its baseline in the same run, prints a table and writes JSON
+// (--json=FILE). Figures and goals: /work/shared/design/PERFORMANCE.md.
 
 #include <signal.h>
 #include <stdlib.h>
@@ -24,11 +25,11 @@
 #include "absl/time/time.h"
 #include "tests/bench/cpu/baseline_child.h"
 #include "tests/bench/cpu/bench_report.h"
+#include "tests/bench/cpu/p3_bulk.h"
+#include "tests/bench/cpu/p9_concurrent.h"
 #include "tests/bench/cpu/pool_bench.h"
 #include "tests/bench/cpu/rpc_latency.h"
-#include "tests/bench/cpu/p3_bulk.h"
 #include "tests/bench/cpu/transfer_bench.h"
-#include "tests/bench/cpu/p9_concurrent.h"
 #include "tests/testing/daemon_process.h"
 
 ABSL_FLAG(std::string, cubed, CUBED_BENCH_CUBED_PATH, "Path of the cubed daemon binary.");
@@ -160,8 +161,8 @@ int main(int argc, char** argv) {
         bulk.bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_bulk_mib)) << 20;
         bulk.repetitions = absl::GetFlag(FLAGS_bulk_reps);
         std::fprintf(stderr, "cubed-bench: P3 bulk create+read ...\n");
-        absl::StatusOr<std::vector<Row>> p3 = MeasureBulkCreateRead(
-            (*daemon)->unix_address(), (*baseline)->raw_socket_path(), bulk);
+        absl::StatusOr<std::vector<Row>> p3 =
+            MeasureBulkCreateRead((*daemon)->unix_address(), (*baseline)->raw_socket_path(), bulk);
         if (!p3.ok()) return p3.status();
         rows.insert(rows.end(), p3->begin(), p3->end());
       }
@@ -200,8 +201,8 @@ int main(int argc, char** argv) {
       {"seconds", absl::StrCat(absl::ToDoubleSeconds(took))},
   };
   std::printf("cubed-bench (%s backend) %s, %s cpus, load %s -> %s, %.1f s\n\n",
-              context[1].second.c_str(), context[4].second.c_str(), context[6].second.c_str(), load_before.c_str(),
-              context[8].second.c_str(), absl::ToDoubleSeconds(took));
+              context[1].second.c_str(), context[4].second.c_str(), context[6].second.c_str(),
+              load_before.c_str(), context[8].second.c_str(), absl::ToDoubleSeconds(took));
   PrintTable("", rows);
   const std::string json_path = absl::GetFlag(FLAGS_json);
   if (!json_path.empty()) {

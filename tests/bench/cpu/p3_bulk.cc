@@ -41,8 +41,7 @@ absl::StatusOr<std::vector<Row>> MeasureBulkCreateRead(const std::string& daemon
   ASSIGN_OR_RETURN(int fd, ConnectUnix(raw_socket_path));
   std::unique_ptr<int, void (*)(int*)> closer(&fd, [](int* f) { close(*f); });
   const std::string data = PatternBytes(options.bytes);
-  const auto span =
-      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(data.data()), data.size());
+  const auto span = absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(data.data()), data.size());
   const double gib = 2.0 * static_cast<double>(options.bytes) / (1ull << 30);
   std::vector<Row> rows;
   std::string back;

@@ -96,7 +96,8 @@ Sched Delta(const std::map<std::string, Sched>& before, const std::map<std::stri
 int SocketCount(pid_t pid) {
   int n = 0;
   std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/fd"), ec)) {
+  for (const auto& e :
+       std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/fd"), ec)) {
     std::error_code ec2;
     if (std::filesystem::read_symlink(e.path(), ec2).string().rfind("socket:", 0) == 0) ++n;
   }
@@ -123,8 +124,8 @@ class Issuer {
     const float zero = 0;
     ASSIGN_OR_RETURN(is->tensor_,
                      is->client_->CreateTensor(
-                         absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(&zero), 4),
-                         {1}, sizeof(float)));
+                         absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(&zero), 4), {1},
+                         sizeof(float)));
     return is;
   }
 
@@ -349,8 +350,7 @@ class ProcessClients : public ClientSet {
       ASSIGN_OR_RETURN(std::string line, workers_[i]->ReadLine(absl::Seconds(60)));
       Window w;
       if (std::sscanf(line.c_str(), "%" SCNd64 " %" SCNd64 " %" SCNd64 " %" SCNd64 " %" SCNd64,
-                      &w.t0_ns, &w.t1_ns, &w.commands, &w.sched.run_ns,
-                      &w.sched.wait_ns) != 5 ||
+                      &w.t0_ns, &w.t1_ns, &w.commands, &w.sched.run_ns, &w.sched.wait_ns) != 5 ||
           w.t1_ns <= w.t0_ns) {
         return absl::InternalError(absl::StrCat("P9 worker answered '", line, "'"));
       }
@@ -381,8 +381,8 @@ struct CpuTally {
         "daemon on a CPU %.2f cores + runnable waiting for one %.2f, clients %.2f + %.2f; "
         "busiest daemon thread on a CPU %.0f%% of the time, waiting for one %.0f%%; %.1f us "
         "CPU/command (daemon %.1f, clients %.1f)",
-        cores(daemon.run_ns), cores(daemon.wait_ns), cores(clients.run_ns),
-        cores(clients.wait_ns), 100 * cores(busiest.run_ns), 100 * cores(busiest.wait_ns),
+        cores(daemon.run_ns), cores(daemon.wait_ns), cores(clients.run_ns), cores(clients.wait_ns),
+        100 * cores(busiest.run_ns), 100 * cores(busiest.wait_ns),
         (daemon.run_ns + clients.run_ns) / 1e3 / commands, daemon.run_ns / 1e3 / commands,
         clients.run_ns / 1e3 / commands);
   }
@@ -452,11 +452,12 @@ absl::StatusOr<std::vector<Row>> Measure(ClientSet& set, pid_t daemon_pid,
   agg.goal = ">= 0.8x";
   agg.goal_met = agg.Ratio() >= 0.8;
   agg.verdict = agg.goal_met ? "met" : absl::StrFormat("missed (%.2fx < 0.8x)", agg.Ratio());
-  agg.note = absl::StrCat(
-      setup, "; pipelined fill(1 x f32) for ", window_text, " then Sync, alternating 1 client / ",
-      n, " clients, ", options.repetitions, " of each after a warm-up; aggregate = all commands / "
-      "(last Sync - first start). CPU, 1 client: ", solo_cpu.Describe(), ". CPU, ", n,
-      " clients: ", all_cpu.Describe());
+  agg.note =
+      absl::StrCat(setup, "; pipelined fill(1 x f32) for ", window_text,
+                   " then Sync, alternating 1 client / ", n, " clients, ", options.repetitions,
+                   " of each after a warm-up; aggregate = all commands / "
+                   "(last Sync - first start). CPU, 1 client: ",
+                   solo_cpu.Describe(), ". CPU, ", n, " clients: ", all_cpu.Describe());
 
   // Fairness is judged per window (the slowest and the fastest client of the same window); the
   // baseline is that fastest client, so it is 1 in every window.
@@ -471,9 +472,9 @@ absl::StatusOr<std::vector<Row>> Measure(ClientSet& set, pid_t daemon_pid,
   fair.goal_met = fair.Ratio() >= 0.7;
   fair.verdict = fair.goal_met ? "met" : absl::StrFormat("missed (%.2fx < 0.7x)", fair.Ratio());
   const Summary lo = Summarize(slowest), hi = Summarize(fastest);
-  fair.note = absl::StrFormat(
-      "slowest client p50 %.0f cmd/s [%.0f..%.0f], fastest %.0f [%.0f..%.0f]", lo.p50, lo.min,
-      lo.max, hi.p50, hi.min, hi.max);
+  fair.note =
+      absl::StrFormat("slowest client p50 %.0f cmd/s [%.0f..%.0f], fastest %.0f [%.0f..%.0f]",
+                      lo.p50, lo.min, lo.max, hi.p50, hi.min, hi.max);
   return std::vector<Row>{agg, fair};
 }
 
@@ -499,25 +500,28 @@ absl::StatusOr<std::vector<Row>> MeasureConcurrentClients(const std::string& dae
     const int sockets_before = SocketCount(daemon_pid);
     ASSIGN_OR_RETURN(std::unique_ptr<ProcessClients> set,
                      ProcessClients::Start(daemon_address, options));
-    const std::string setup = absl::StrCat(
-        options.clients, " worker processes (this program, --p9_worker), one Client and session "
-        "each; daemon sockets +", SocketCount(daemon_pid) - sockets_before);
-    ASSIGN_OR_RETURN(std::vector<Row> got,
-                     Measure(*set, daemon_pid, options, "P9", "client processes",
-                             "one client process", setup));
+    const std::string setup =
+        absl::StrCat(options.clients,
+                     " worker processes (this program, --p9_worker), one Client and session "
+                     "each; daemon sockets +",
+                     SocketCount(daemon_pid) - sockets_before);
+    ASSIGN_OR_RETURN(
+        std::vector<Row> got,
+        Measure(*set, daemon_pid, options, "P9", "client processes", "one client process", setup));
     rows.insert(rows.end(), got.begin(), got.end());
   }
   if (options.threads) {
     const int sockets_before = SocketCount(daemon_pid);
     ASSIGN_OR_RETURN(std::unique_ptr<ThreadClients> set,
                      ThreadClients::Start(daemon_address, options));
-    const std::string setup = absl::StrCat(
-        options.clients, " threads of this process, one Client and session each; daemon "
-        "sockets +", SocketCount(daemon_pid) - sockets_before,
-        " (gRPC's global subchannel pool shares one connection)");
-    ASSIGN_OR_RETURN(std::vector<Row> got,
-                     Measure(*set, daemon_pid, options, "P9t", "client threads",
-                             "one client thread", setup));
+    const std::string setup =
+        absl::StrCat(options.clients,
+                     " threads of this process, one Client and session each; daemon "
+                     "sockets +",
+                     SocketCount(daemon_pid) - sockets_before,
+                     " (gRPC's global subchannel pool shares one connection)");
+    ASSIGN_OR_RETURN(std::vector<Row> got, Measure(*set, daemon_pid, options, "P9t",
+                                                   "client threads", "one client thread", setup));
     rows.insert(rows.end(), got.begin(), got.end());
   }
   return rows;
@@ -547,8 +551,8 @@ int RunConcurrentWorker() {
     absl::StatusOr<Window> w = (*issuer)->RunWindow(window);
     if (!w.ok()) return fail(w.status());
     const Sched sched = Delta(before, ThreadSched("self"), nullptr);
-    std::printf("%" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 "\n", w->t0_ns,
-                w->t1_ns, w->commands, sched.run_ns, sched.wait_ns);
+    std::printf("%" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 "\n", w->t0_ns, w->t1_ns,
+                w->commands, sched.run_ns, sched.wait_ns);
     std::fflush(stdout);
   }
   return 0;

@@ -24,7 +24,7 @@ struct ConcurrentOptions {
   int repetitions = 7;  // Timed windows of each kind (solo, concurrent), after one warm-up each.
   absl::Duration window = absl::Milliseconds(500);  // Each client issues commands this long.
   int warmup_commands = 2000;                       // Per client before its first window.
-  std::string self;  // This program, re-executed for the worker processes.
+  std::string self;     // This program, re-executed for the worker processes.
   bool threads = true;  // Also measure clients as threads of this process (rows "P9t").
 };
 

@@ -129,8 +129,8 @@ absl::StatusOr<std::vector<Row>> MeasurePoolAllocFree(const PoolOptions& options
     Row row;
     row.id = "P5";
     row.lower_is_better = true;
-    row.name = absl::StrCat("pool Reserve+Free ", SizeName(size), ", ", options.live_slices,
-                            " live");
+    row.name =
+        absl::StrCat("pool Reserve+Free ", SizeName(size), ", ", options.live_slices, " live");
     row.unit = "ns/pair";
     row.figure = Summarize(pool);
     row.baseline_name = "malloc+free, same sizes held";
@@ -172,7 +172,7 @@ absl::StatusOr<Row> MeasureTraceOverhead(const TraceOptions& o) {
     MemoryManager manager(&storage, MemoryManagerOptions{});
     std::mt19937_64 rng(seed);
     std::uniform_real_distribution<double> log_size(std::log2(static_cast<double>(o.min_size)),
-                                                     std::log2(static_cast<double>(o.max_size)));
+                                                    std::log2(static_cast<double>(o.max_size)));
     std::uniform_int_distribution<int> lifetime(1, o.max_lifetime);
     std::multimap<int, std::pair<SliceId, uint64_t>> dies_at;  // step -> (slice, size)
     uint64_t live = 0, peak_live = 0, peak_reserved = 0;
@@ -206,14 +206,14 @@ absl::StatusOr<Row> MeasureTraceOverhead(const TraceOptions& o) {
   Row row;
   row.id = "P6";
   row.lower_is_better = true;
-  row.name = absl::StrFormat("peak reserved / peak live, %d allocs %s..%s, life 1..%d", o.allocations,
-                             SizeName(o.min_size), SizeName(o.max_size), o.max_lifetime);
+  row.name =
+      absl::StrFormat("peak reserved / peak live, %d allocs %s..%s, life 1..%d", o.allocations,
+                      SizeName(o.min_size), SizeName(o.max_size), o.max_lifetime);
   row.unit = "ratio";
   row.figure = Summarize(ratios);
   row.goal = "<= 1.25";
   row.goal_met = row.figure.p50 <= 1.25;
-  row.verdict = row.goal_met ? "met"
-                             : absl::StrFormat("missed (%.3f > 1.25)", row.figure.p50);
+  row.verdict = row.goal_met ? "met" : absl::StrFormat("missed (%.3f > 1.25)", row.figure.p50);
   row.note = absl::StrFormat(
       "%d seeds (bracket = their range); peak live %.0f MiB median; at the moment of peak "
       "reserved: %.0f%% live slices, %.0f%% padding, %.0f%% free (kept pages and holes)",

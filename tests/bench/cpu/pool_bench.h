@@ -25,9 +25,9 @@ struct PoolOptions {
 absl::StatusOr<std::vector<Row>> MeasurePoolAllocFree(const PoolOptions& options);
 
 struct TraceOptions {
-  int allocations = 4000;        // Reservations in one trace.
-  int max_lifetime = 200;        // Each lives 1 .. max_lifetime later allocations (uniform).
-  uint64_t min_size = 64;        // Sizes log-uniform in [min_size, max_size].
+  int allocations = 4000;  // Reservations in one trace.
+  int max_lifetime = 200;  // Each lives 1 .. max_lifetime later allocations (uniform).
+  uint64_t min_size = 64;  // Sizes log-uniform in [min_size, max_size].
   uint64_t max_size = 64ull << 20;
   std::vector<uint64_t> seeds = {1, 2, 3, 4, 5};
 };

@@ -75,8 +75,8 @@ absl::StatusOr<std::vector<Row>> MeasureTinyUnary(const std::string& transport,
                                                   const LatencyOptions& options) {
   auto echo_stub = cubed_bench::Echo::NewStub(
       grpc::CreateChannel(echo_address, grpc::InsecureChannelCredentials()));
-  auto compute_stub = v1::Compute::NewStub(
-      grpc::CreateChannel(daemon_address, grpc::InsecureChannelCredentials()));
+  auto compute_stub =
+      v1::Compute::NewStub(grpc::CreateChannel(daemon_address, grpc::InsecureChannelCredentials()));
   ClientOptions client_options;
   client_options.address = daemon_address;
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(client_options);
@@ -140,8 +140,7 @@ absl::StatusOr<std::vector<Row>> MeasureTinyUnary(const std::string& transport,
                           hop.note);
   return std::vector<Row>{
       MakeRow(transport, "MemoryUsage, raw sync stub", samples[1], samples[0]),
-      MakeRow(transport, "MemoryUsage, SDK Client::GetMemoryUsage", samples[2], samples[0]),
-      hop};
+      MakeRow(transport, "MemoryUsage, SDK Client::GetMemoryUsage", samples[2], samples[0]), hop};
 }
 
 }  // namespace cubed::cpubench

@@ -12,15 +12,15 @@
 namespace cubed::cpubench {
 
 struct LatencyOptions {
-  int rounds = 10;           // Rounds; each runs every path once, in a rotating order.
-  int calls_per_round = 300; // Sequential calls per path per round, each timed.
-  int warmup_calls = 200;    // Untimed calls per path first.
+  int rounds = 10;            // Rounds; each runs every path once, in a rotating order.
+  int calls_per_round = 300;  // Sequential calls per path per round, each timed.
+  int warmup_calls = 200;     // Untimed calls per path first.
 };
 
 // Three rows for one transport ("unix" or "tcp"): MemoryUsage through a raw generated sync stub,
 // GetMemoryUsage through the SDK (cubed::Client), and (diagnostic, id "P1*") the echo answered
-// from a second server thread, each against the echo baseline measured in the same rounds. Figures in microseconds: p50 and p99 over all calls; the bracket is the range
-// of the per-round medians.
+// from a second server thread, each against the echo baseline measured in the same rounds. Figures
+// in microseconds: p50 and p99 over all calls; the bracket is the range of the per-round medians.
 absl::StatusOr<std::vector<Row>> MeasureTinyUnary(const std::string& transport,
                                                   const std::string& daemon_address,
                                                   const std::string& echo_address,

@@ -60,9 +60,9 @@ absl::StatusOr<SdkTimes> SdkRoundTrip(Client& client, const std::string& data, b
 }  // namespace
 
 absl::StatusOr<std::vector<Row>> MeasureCreateRead(const std::string& daemon_address,
-                                      const std::string& raw_socket_path,
-                                      const std::string& echo_address,
-                                      const TransferOptions& options) {
+                                                   const std::string& raw_socket_path,
+                                                   const std::string& echo_address,
+                                                   const TransferOptions& options) {
   ClientOptions client_options;
   client_options.address = daemon_address;
   client_options.bulk_threshold = 0;  // One message each way; P3 measures the chunked path.

@@ -24,6 +24,6 @@ struct TransferOptions {
 absl::StatusOr<std::vector<Row>> MeasureCreateRead(const std::string& daemon_address,
                                                    const std::string& raw_socket_path,
                                                    const std::string& echo_address,
-                                      const TransferOptions& options);
+                                                   const TransferOptions& options);
 
 }  // namespace cubed::cpubench
