@@ -13,6 +13,7 @@ packages=(
   libabsl-dev libspdlog-dev libfmt-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-14 libclang-rt-14-dev  # tests/fuzz: the libFuzzer build (clang + the fuzzer runtime)
+  clang-format-14  # tests/format: the formatting check
   python3 python3-pip python3-grpcio python3-grpc-tools python3-protobuf python3-numpy
   python3-prometheus-client
   python3-venv python3-pytest python3-setuptools python3-wheel
