@@ -138,13 +138,14 @@ class CheckingSink final : public ReplySink {
     slots_.emplace_back();
     return slots_.size() - 1;
   }
-  void Fill(uint64_t slot, v1::Reply reply) override {
+  void Fill(uint64_t slot, StreamReply reply) override {
     Check(slot < slots_.size(), "Fill of a slot never reserved");
     Check(!slots_[slot].has_value(), "a reply slot filled twice");
-    if (Verbose()) std::fprintf(stderr, "reply %s\n", reply.ShortDebugString().c_str());
-    if (reply.code() != 0) {
-      CheckStatus(absl::Status(static_cast<absl::StatusCode>(reply.code()), reply.message()));
+    if (Verbose()) {
+      std::fprintf(stderr, "reply %llu %s\n", static_cast<unsigned long long>(reply.seq),
+                   reply.status.ToString().c_str());
     }
+    if (!reply.status.ok()) CheckStatus(reply.status);
     slots_[slot] = std::move(reply);
   }
   void CheckAllFilled() const {
@@ -152,7 +153,7 @@ class CheckingSink final : public ReplySink {
   }
 
  private:
-  std::vector<std::optional<v1::Reply>> slots_;
+  std::vector<std::optional<StreamReply>> slots_;
 };
 
 void RunStream(const uint8_t* data, size_t size) {
@@ -167,8 +168,7 @@ void RunStream(const uint8_t* data, size_t size) {
     commands.push_back(ToStreamCommand(c, f.limits));
   }
   StreamRunner runner;
-  absl::StatusOr<v1::SessionResponse::Opened> opened =
-      runner.Open(*f.device, request.open().lease_ms());
+  absl::StatusOr<StreamOpened> opened = runner.Open(*f.device, request.open().lease_ms());
   CheckStatus(opened.status());
   if (opened.ok()) {
     auto sink = std::make_shared<CheckingSink>();
