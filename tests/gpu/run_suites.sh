@@ -11,7 +11,7 @@ mkdir -p "$out"
 export CUBED_TEST_BACKEND=cuda
 suites=("$@")
 if ((${#suites[@]} == 0)); then
-  suites=(cubed_cuda_tests cubed_cuda_kernels_tests cubed_compute_cpu_tests cubed_channel_tests
+  suites=(cubed_cuda_tests cubed_cuda_daemon_tests cubed_cuda_kernels_tests cubed_compute_cpu_tests cubed_channel_tests
           cubed_integration_tests cubed_bad_input_tests cubed_stream_tests cubed_transfer_tests
           cubed_systemd_tests cubectl_test)
 fi
