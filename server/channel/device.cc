@@ -12,11 +12,6 @@
 namespace cubed {
 namespace {
 
-absl::Status SessionNotFound(uint64_t session) {
-  return absl::NotFoundError(
-      absl::StrCat("session ", session, " is not open (closed, expired, or never opened)"));
-}
-
 // Note [Poisoned handles] (session.h): the payload marks the error as a poison.
 absl::Status MarkPoison(absl::Status error) {
   error.SetPayload(kPoisonPayload, absl::Cord("1"));
@@ -55,124 +50,39 @@ bool IsDense(absl::Span<const uint64_t> shape, absl::Span<const uint64_t> stride
 }  // namespace
 
 Device::Device(uint32_t index, std::unique_ptr<ComputeServer> server, DeviceOptions options)
-    : index_(index), server_(std::move(server)), options_(options) {}
+    : index_(index),
+      server_(std::move(server)),
+      options_(options),
+      sessions_(index, options.default_lease, options.max_lease) {}
 
 Device::~Device() {
-  for (auto& [id, session] : sessions_) CloseAll(*session);
-  sessions_.clear();
+  for (uint64_t id : sessions_.ids()) Free(*sessions_.Remove(id));
 }
 
 absl::StatusOr<SessionGrant> Device::OpenSession(uint64_t lease_ms, absl::Time now,
                                                  PrincipalPtr owner) {
-  absl::Duration lease = options_.default_lease;
-  if (lease_ms != 0) {
-    const uint64_t max_ms = absl::ToInt64Milliseconds(options_.max_lease);
-    if (lease_ms > max_ms) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("lease_ms: ", lease_ms, " ms is outside 1 .. ", max_ms, " (0: the default, ",
-                       absl::ToInt64Milliseconds(options_.default_lease), " ms)"));
-    }
-    lease = absl::Milliseconds(static_cast<int64_t>(lease_ms));  // <= max_ms: fits.
-  }
-  if (owner != nullptr && owner->quotas.max_sessions != 0) {
-    auto it = owners_.find(owner.get());
-    const uint64_t open = it == owners_.end() ? 0 : it->second.sessions;
-    if (open >= owner->quotas.max_sessions) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("quota max_sessions of principal '", owner->name, "' (",
-                       owner->quotas.max_sessions, ") reached: close a session first"));
-    }
-  }
-  uint64_t id;
-  do {  // Random, unguessable, low byte = device index; never 0 above the low byte.
-    id = (absl::Uniform<uint64_t>(random_) & ~uint64_t{0xff}) | index_;
-  } while ((id >> 8) == 0 || sessions_.contains(id));
-  if (owner != nullptr) ++owners_[owner.get()].sessions;
-  const std::string owner_name = owner != nullptr ? owner->name : "-";
-  // Note [Owner-tagged memory] (storage/memory_manager.cc): a fresh memory owner per session.
-  sessions_.emplace(id, std::make_unique<Session>(id, lease, now, absl::Uniform<uint64_t>(random_),
-                                                  next_memory_owner_++, std::move(owner)));
-  spdlog::info("session {} opened on device {} by {} (lease {})", id, index_, owner_name,
-               absl::FormatDuration(lease));
-  return SessionGrant{id, lease};
+  ASSIGN_OR_RETURN(Session * s, sessions_.Open(lease_ms, now, std::move(owner)));
+  return SessionGrant{s->id(), s->lease()};
 }
 
-void Device::CloseAll(Session& session) {
+void Device::Free(Session& session) {
   if (session.profile().has_value()) {
     server_->EndProfile(*session.profile(), [](absl::StatusOr<absl::Duration>) {});
     session.profile().reset();
   }
   for (const auto& [handle, entry] : session.handles()) server_->Free(entry.slice);
-  if (session.owner() == nullptr) return;
-  auto it = owners_.find(session.owner().get());
-  if (it == owners_.end()) return;
-  it->second.sessions -= 1;
-  it->second.handles -= session.handles().size();
-  it->second.bytes -= session.bytes();
-  if (it->second.sessions == 0 && it->second.handles == 0 && it->second.bytes == 0) {
-    owners_.erase(it);
-  }
 }
 
 bool Device::IsOwnedBy(uint64_t session, const Principal* principal) const {
-  auto it = sessions_.find(session);
-  return it != sessions_.end() && it->second->owner().get() == principal;
-}
-
-absl::Status Device::CheckQuota(const Session& session, uint64_t bytes) const {
-  const Principal* owner = session.owner().get();
-  if (owner == nullptr) return absl::OkStatus();
-  const Quotas& q = owner->quotas;
-  const std::string who = absl::StrCat(" of principal '", owner->name, "'");
-  if (q.max_session_handles != 0 && session.handles().size() >= q.max_session_handles) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("quota max_session_handles", who, " (", q.max_session_handles,
-                     ") reached: this session holds ", session.handles().size(), " handles"));
-  }
-  if (q.max_session_bytes != 0 &&
-      (bytes > q.max_session_bytes || session.bytes() > q.max_session_bytes - bytes)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "quota max_session_bytes", who, " (", q.max_session_bytes, "): this session holds ",
-        session.bytes(), " bytes and ", bytes, " more would exceed it"));
-  }
-  auto it = owners_.find(owner);
-  const OwnerUsage usage = it == owners_.end() ? OwnerUsage{} : it->second;
-  if (q.max_handles != 0 && usage.handles >= q.max_handles) {
-    return absl::ResourceExhaustedError(absl::StrCat("quota max_handles", who, " (", q.max_handles,
-                                                     ") reached over all its sessions"));
-  }
-  if (q.max_bytes != 0 && (bytes > q.max_bytes || usage.bytes > q.max_bytes - bytes)) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("quota max_bytes", who, " (", q.max_bytes, "): its sessions hold ",
-                     usage.bytes, " bytes and ", bytes, " more would exceed it"));
-  }
-  return absl::OkStatus();
-}
-
-void Device::Account(Session& session, uint64_t bytes, int sign) {
-  if (sign > 0) {
-    session.AddBytes(bytes);
-  } else {
-    session.SubtractBytes(bytes);
-  }
-  if (session.owner() == nullptr) return;
-  OwnerUsage& usage = owners_[session.owner().get()];
-  if (sign > 0) {
-    usage.handles += 1;
-    usage.bytes += bytes;
-  } else {
-    usage.handles -= 1;
-    usage.bytes -= bytes;
-  }
+  return sessions_.IsOwnedBy(session, principal);
 }
 
 absl::StatusOr<uint64_t> Device::CloseSession(uint64_t session) {
-  auto it = sessions_.find(session);
-  if (it == sessions_.end()) return SessionNotFound(session);
-  const uint64_t released = it->second->handles().size();
-  Session::ClosedCallback on_closed = it->second->take_on_closed();
-  CloseAll(*it->second);
-  sessions_.erase(it);
+  std::unique_ptr<Session> s = sessions_.Remove(session);
+  if (s == nullptr) return SessionNotFound(session);
+  const uint64_t released = s->handles().size();
+  Session::ClosedCallback on_closed = s->take_on_closed();
+  Free(*s);
   spdlog::info("session {} closed ({} handles released)", session, released);
   if (on_closed != nullptr) {
     on_closed(absl::NotFoundError(
@@ -182,51 +92,31 @@ absl::StatusOr<uint64_t> Device::CloseSession(uint64_t session) {
 }
 
 size_t Device::ExpireSessions(absl::Time now) {
-  std::vector<uint64_t> expired;
-  for (const auto& [id, session] : sessions_) {
-    if (session->expiry() <= now) expired.push_back(id);
-  }
+  const std::vector<uint64_t> expired = sessions_.Expired(now);
   for (uint64_t id : expired) {
-    auto it = sessions_.find(id);
-    const size_t handles = it->second->handles().size();
-    const absl::Duration lease = it->second->lease();
-    Session::ClosedCallback on_closed = it->second->take_on_closed();
-    CloseAll(*it->second);
-    sessions_.erase(it);
+    std::unique_ptr<Session> s = sessions_.Remove(id);
+    const size_t handles = s->handles().size();
+    Session::ClosedCallback on_closed = s->take_on_closed();
+    Free(*s);
     spdlog::info("session {} expired ({} handles released)", id, handles);
     if (on_closed != nullptr) {
-      on_closed(
-          absl::NotFoundError(absl::StrCat("session ", id, " expired: its lease of ",
-                                           absl::FormatDuration(lease), " passed without a call")));
+      on_closed(absl::NotFoundError(absl::StrCat("session ", id, " expired: its lease of ",
+                                                 absl::FormatDuration(s->lease()),
+                                                 " passed without a call")));
     }
   }
   return expired.size();
 }
 
 absl::Status Device::WatchSession(uint64_t session, Session::ClosedCallback on_closed) {
-  auto it = sessions_.find(session);
-  if (it == sessions_.end()) return SessionNotFound(session);
-  it->second->set_on_closed(std::move(on_closed));
+  Session* s = sessions_.Get(session);
+  if (s == nullptr) return SessionNotFound(session);
+  s->set_on_closed(std::move(on_closed));
   return absl::OkStatus();
 }
 
-absl::Time Device::NextExpiry() const {
-  absl::Time next = absl::InfiniteFuture();
-  for (const auto& [id, session] : sessions_) next = std::min(next, session->expiry());
-  return next;
-}
-
-uint64_t Device::handle_count() const {
-  uint64_t n = 0;
-  for (const auto& [id, session] : sessions_) n += session->handles().size();
-  return n;
-}
-
 absl::StatusOr<Session*> Device::FindSession(uint64_t session, absl::Time now) {
-  auto it = sessions_.find(session);
-  if (it == sessions_.end()) return SessionNotFound(session);
-  it->second->Touch(now);
-  return it->second.get();
+  return sessions_.Find(session, now);
 }
 
 absl::StatusOr<ResolvedBinding> Device::Resolve(Session& session, const BindingRef& ref,
@@ -254,7 +144,7 @@ absl::StatusOr<ResolvedBinding> Device::Resolve(Session& session, const BindingR
 absl::StatusOr<NewHandle> Device::AddHandle(Session& session,
                                             absl::StatusOr<Allocation> allocation) {
   if (!allocation.ok()) return allocation.status();
-  if (absl::Status quota = CheckQuota(session, allocation->size); !quota.ok()) {
+  if (absl::Status quota = sessions_.CheckQuota(session, allocation->size); !quota.ok()) {
     server_->Free(allocation->slice);
     return quota;
   }
@@ -262,14 +152,14 @@ absl::StatusOr<NewHandle> Device::AddHandle(Session& session,
   h.size = allocation->size;
   h.strides = std::move(allocation->strides);
   h.handle = session.AddHandle(allocation->slice, allocation->size);
-  Account(session, h.size, +1);
+  sessions_.Account(session, h.size, +1);
   return h;
 }
 
 absl::StatusOr<NewHandle> Device::Create(uint64_t session, absl::Span<const uint8_t> data,
                                          absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
-  RETURN_IF_ERROR(CheckQuota(*s, data.size()));
+  RETURN_IF_ERROR(sessions_.CheckQuota(*s, data.size()));
   return AddHandle(*s, server_->Create(data, s->memory_owner()));
 }
 
@@ -277,13 +167,13 @@ absl::StatusOr<NewHandle> Device::CreateTensor(uint64_t session, absl::Span<cons
                                                absl::Span<const uint64_t> shape, uint32_t elem_size,
                                                absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
-  RETURN_IF_ERROR(CheckQuota(*s, data.size()));
+  RETURN_IF_ERROR(sessions_.CheckQuota(*s, data.size()));
   return AddHandle(*s, server_->CreateTensor(data, shape, elem_size, s->memory_owner()));
 }
 
 absl::StatusOr<NewHandle> Device::Empty(uint64_t session, uint64_t size, absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
-  RETURN_IF_ERROR(CheckQuota(*s, size));
+  RETURN_IF_ERROR(sessions_.CheckQuota(*s, size));
   return AddHandle(*s, server_->Empty(size, s->memory_owner()));
 }
 
@@ -291,7 +181,7 @@ absl::StatusOr<NewHandle> Device::EmptyTensor(uint64_t session, absl::Span<const
                                               uint32_t elem_size, absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
   ASSIGN_OR_RETURN(const uint64_t bytes, TensorBytes(shape, elem_size, "shape"));
-  RETURN_IF_ERROR(CheckQuota(*s, bytes));
+  RETURN_IF_ERROR(sessions_.CheckQuota(*s, bytes));
   return AddHandle(*s, server_->EmptyTensor(shape, elem_size, s->memory_owner()));
 }
 
@@ -550,7 +440,7 @@ absl::Status Device::Release(uint64_t session, absl::Span<const uint64_t> handle
     entry->refcount -= count;
     if (entry->refcount == 0) {
       server_->Free(entry->slice);
-      Account(*s, entry->size, -1);
+      sessions_.Account(*s, entry->size, -1);
       s->Erase(handle);
     }
   }
@@ -578,7 +468,7 @@ absl::Status Device::CheckClientId(uint64_t session, uint64_t id, absl::Time now
 absl::StatusOr<NewHandle> Device::AddHandleWithId(Session& session, uint64_t id,
                                                   absl::StatusOr<Allocation> allocation) {
   if (!allocation.ok()) return allocation.status();
-  if (absl::Status quota = CheckQuota(session, allocation->size); !quota.ok()) {
+  if (absl::Status quota = sessions_.CheckQuota(session, allocation->size); !quota.ok()) {
     server_->Free(allocation->slice);
     return quota;
   }
@@ -587,7 +477,7 @@ absl::StatusOr<NewHandle> Device::AddHandleWithId(Session& session, uint64_t id,
   h.size = allocation->size;
   h.strides = std::move(allocation->strides);
   session.AddHandleWithId(id, allocation->slice, allocation->size);
-  Account(session, h.size, +1);
+  sessions_.Account(session, h.size, +1);
   return h;
 }
 
@@ -595,7 +485,7 @@ absl::StatusOr<NewHandle> Device::CreateWithId(uint64_t session, uint64_t id,
                                                absl::Span<const uint8_t> data, absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
   RETURN_IF_ERROR(CheckClientId(*s, id));
-  RETURN_IF_ERROR(CheckQuota(*s, data.size()));
+  RETURN_IF_ERROR(sessions_.CheckQuota(*s, data.size()));
   return AddHandleWithId(*s, id, server_->Create(data, s->memory_owner()));
 }
 
@@ -605,7 +495,7 @@ absl::StatusOr<NewHandle> Device::CreateTensorWithId(uint64_t session, uint64_t 
                                                      uint32_t elem_size, absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
   RETURN_IF_ERROR(CheckClientId(*s, id));
-  RETURN_IF_ERROR(CheckQuota(*s, data.size()));
+  RETURN_IF_ERROR(sessions_.CheckQuota(*s, data.size()));
   return AddHandleWithId(*s, id, server_->CreateTensor(data, shape, elem_size, s->memory_owner()));
 }
 
@@ -613,7 +503,7 @@ absl::StatusOr<NewHandle> Device::EmptyWithId(uint64_t session, uint64_t id, uin
                                               absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
   RETURN_IF_ERROR(CheckClientId(*s, id));
-  RETURN_IF_ERROR(CheckQuota(*s, size));
+  RETURN_IF_ERROR(sessions_.CheckQuota(*s, size));
   return AddHandleWithId(*s, id, server_->Empty(size, s->memory_owner()));
 }
 
@@ -623,23 +513,21 @@ absl::StatusOr<NewHandle> Device::EmptyTensorWithId(uint64_t session, uint64_t i
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
   RETURN_IF_ERROR(CheckClientId(*s, id));
   ASSIGN_OR_RETURN(const uint64_t bytes, TensorBytes(shape, elem_size, "shape"));
-  RETURN_IF_ERROR(CheckQuota(*s, bytes));
+  RETURN_IF_ERROR(sessions_.CheckQuota(*s, bytes));
   return AddHandleWithId(*s, id, server_->EmptyTensor(shape, elem_size, s->memory_owner()));
 }
 
 void Device::PoisonId(uint64_t session, uint64_t id, absl::Status error) {
-  auto it = sessions_.find(session);
-  if (it == sessions_.end()) return;
-  it->second->Poison(id, MarkPoison(std::move(error)));
+  if (Session* s = sessions_.Get(session)) s->Poison(id, MarkPoison(std::move(error)));
 }
 
 void Device::PoisonHandles(uint64_t session, absl::Span<const uint64_t> handles,
                            absl::Status error) {
-  auto it = sessions_.find(session);
-  if (it == sessions_.end()) return;
+  Session* s = sessions_.Get(session);
+  if (s == nullptr) return;
   const absl::Status marked = MarkPoison(std::move(error));
   for (uint64_t h : handles) {
-    if (it->second->Find(h) != nullptr) it->second->Poison(h, marked);
+    if (s->Find(h) != nullptr) s->Poison(h, marked);
   }
 }
 

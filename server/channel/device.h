@@ -1,8 +1,9 @@
 #pragma once
 
-// Device: one device's ComputeServer together with the sessions that use it. Resolves handle ids
-// and offsets into slices, keeps refcounts, enforces leases, and guarantees that a failed request
-// leaves memory and handle tables exactly as they were.
+// Device: one device's ComputeServer as its sessions see it: the backend plus its SessionTable
+// (session_table.h: ids, leases, owners, quotas). Every request names a session and handle ids;
+// Device resolves them into slices and byte ranges of the backend, keeps refcounts and poisons,
+// and guarantees that a failed request leaves memory and handle tables exactly as they were.
 
 #include <cstdint>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "absl/time/time.h"
 #include "server/channel/commands.h"
 #include "server/channel/session.h"
+#include "server/channel/session_table.h"
 #include "server/compute/compute_server.h"
 
 namespace cubed {
@@ -55,10 +57,10 @@ class Device {
   // not when the Device is destroyed. NOT_FOUND for an unknown session. Does not renew the lease.
   absl::Status WatchSession(uint64_t session, Session::ClosedCallback on_closed);
   // The earliest lease expiry, or InfiniteFuture when no session is open.
-  absl::Time NextExpiry() const;
+  absl::Time NextExpiry() const { return sessions_.NextExpiry(); }
   size_t session_count() const { return sessions_.size(); }
   // Whether `session` is open (does not renew its lease).
-  bool HasSession(uint64_t session) const { return sessions_.contains(session); }
+  bool HasSession(uint64_t session) const { return sessions_.Get(session) != nullptr; }
   // Note [Session ownership]: whether `session` is open and was opened by `principal` (both may
   // be null). The edge answers a session of another principal exactly like an unknown one
   // (NOT_FOUND), so that a guessed id says nothing about other principals' sessions.
@@ -133,7 +135,7 @@ class Device {
   MemoryUsage Usage() const { return server_->Usage(); }
   KernelCacheStats KernelCache() const { return server_->KernelCache(); }
   // Live handles across every open session (for metrics; O(sessions)).
-  uint64_t handle_count() const;
+  uint64_t handle_count() const { return sessions_.handle_count(); }
   void Cleanup() { server_->Cleanup(); }
 
  private:
@@ -147,29 +149,13 @@ class Device {
   absl::Status CheckClientId(const Session& session, uint64_t id) const;
   // RESOURCE_EXHAUSTED when one read would return more than max_read_bytes.
   absl::Status CheckReadBytes(uint64_t total) const;
-  void CloseAll(Session& session);
-  // Whether one more handle of `bytes` fits the quotas of `session` and its owner.
-  absl::Status CheckQuota(const Session& session, uint64_t bytes) const;
-  // Keeps the byte and handle counts of the session and its owner (`sign` +1 add, -1 remove).
-  void Account(Session& session, uint64_t bytes, int sign);
-
-  // What each owner holds on this device, for its quotas (keyed by the owner's address; the
-  // sessions keep the principal alive). Entries are dropped once everything is zero.
-  struct OwnerUsage {
-    uint64_t sessions = 0;
-    uint64_t handles = 0;
-    uint64_t bytes = 0;
-  };
+  // Gives back what a session that left the table held: its open profile, its slices.
+  void Free(Session& session);
 
   uint32_t index_;
   std::unique_ptr<ComputeServer> server_;
   DeviceOptions options_;
-  absl::flat_hash_map<uint64_t, std::unique_ptr<Session>> sessions_;
-  absl::flat_hash_map<const Principal*, OwnerUsage> owners_;
-  // The next session's memory owner (Note [Owner-tagged memory] in storage/memory_manager.cc):
-  // a counter, so never reused, unlike session ids.
-  MemoryOwner next_memory_owner_ = kFirstSessionOwner;
-  absl::BitGen random_;
+  SessionTable sessions_;
 };
 
 // The device index a session id routes to (ids carry it in their low byte).
