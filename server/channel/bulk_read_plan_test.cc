@@ -13,7 +13,7 @@ namespace {
 
 TensorRef Tensor(std::vector<uint64_t> shape, std::vector<uint64_t> strides, uint32_t elem) {
   TensorRef t;
-  t.binding.handle = 7;
+  t.binding.handle = HandleId(7);
   t.shape = std::move(shape);
   t.strides = std::move(strides);
   t.elem_size = elem;

@@ -7,13 +7,14 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/ids.h"
 #include "server/compute/compute_server.h"
 
 namespace cubed {
 
 // A wire Binding: a session handle id and byte offsets, not yet checked against the handle.
 struct BindingRef {
-  uint64_t handle = 0;
+  HandleId handle;
   uint64_t offset_start = 0;
   uint64_t offset_end = 0;
 };
@@ -37,7 +38,7 @@ struct ExecuteCommand {
 
 // A new handle as returned to the client.
 struct NewHandle {
-  uint64_t handle = 0;
+  HandleId handle;
   uint64_t size = 0;
   std::vector<uint64_t> strides;  // Tensors only.
 };

@@ -56,7 +56,7 @@ Device::Device(uint32_t index, std::unique_ptr<ComputeServer> server, DeviceOpti
       sessions_(index, options.default_lease, options.max_lease) {}
 
 Device::~Device() {
-  for (uint64_t id : sessions_.ids()) Free(*sessions_.Remove(id));
+  for (SessionId id : sessions_.ids()) Free(*sessions_.Remove(id));
 }
 
 absl::StatusOr<SessionGrant> Device::OpenSession(uint64_t lease_ms, absl::Time now,
@@ -73,34 +73,34 @@ void Device::Free(Session& session) {
   for (const auto& [handle, entry] : session.handles()) server_->Free(entry.slice);
 }
 
-bool Device::IsOwnedBy(uint64_t session, const Principal* principal) const {
+bool Device::IsOwnedBy(SessionId session, const Principal* principal) const {
   return sessions_.IsOwnedBy(session, principal);
 }
 
-absl::StatusOr<uint64_t> Device::CloseSession(uint64_t session) {
+absl::StatusOr<uint64_t> Device::CloseSession(SessionId session) {
   std::unique_ptr<Session> s = sessions_.Remove(session);
   if (s == nullptr) return SessionNotFound(session);
   const uint64_t released = s->handles().size();
   Session::ClosedCallback on_closed = s->take_on_closed();
   Free(*s);
-  spdlog::info("session {} closed ({} handles released)", session, released);
+  spdlog::info("session {} closed ({} handles released)", session.value(), released);
   if (on_closed != nullptr) {
     on_closed(absl::NotFoundError(
-        absl::StrCat("session ", session, " was closed by a CloseSession call")));
+        absl::StrCat("session ", session.value(), " was closed by a CloseSession call")));
   }
   return released;
 }
 
 size_t Device::ExpireSessions(absl::Time now) {
-  const std::vector<uint64_t> expired = sessions_.Expired(now);
-  for (uint64_t id : expired) {
+  const std::vector<SessionId> expired = sessions_.Expired(now);
+  for (SessionId id : expired) {
     std::unique_ptr<Session> s = sessions_.Remove(id);
     const size_t handles = s->handles().size();
     Session::ClosedCallback on_closed = s->take_on_closed();
     Free(*s);
-    spdlog::info("session {} expired ({} handles released)", id, handles);
+    spdlog::info("session {} expired ({} handles released)", id.value(), handles);
     if (on_closed != nullptr) {
-      on_closed(absl::NotFoundError(absl::StrCat("session ", id, " expired: its lease of ",
+      on_closed(absl::NotFoundError(absl::StrCat("session ", id.value(), " expired: its lease of ",
                                                  absl::FormatDuration(s->lease()),
                                                  " passed without a call")));
     }
@@ -108,14 +108,14 @@ size_t Device::ExpireSessions(absl::Time now) {
   return expired.size();
 }
 
-absl::Status Device::WatchSession(uint64_t session, Session::ClosedCallback on_closed) {
+absl::Status Device::WatchSession(SessionId session, Session::ClosedCallback on_closed) {
   Session* s = sessions_.Get(session);
   if (s == nullptr) return SessionNotFound(session);
   s->set_on_closed(std::move(on_closed));
   return absl::OkStatus();
 }
 
-absl::StatusOr<Session*> Device::FindSession(uint64_t session, absl::Time now) {
+absl::StatusOr<Session*> Device::FindSession(SessionId session, absl::Time now) {
   return sessions_.Find(session, now);
 }
 
@@ -125,18 +125,19 @@ absl::StatusOr<ResolvedBinding> Device::Resolve(Session& session, const BindingR
   const HandleEntry* entry = session.Find(ref.handle);
   if (entry == nullptr) {
     return absl::NotFoundError(
-        absl::StrCat(what, ": handle ", ref.handle, " is not a handle of this session"));
+        absl::StrCat(what, ": handle ", ref.handle.value(), " is not a handle of this session"));
   }
   if (ref.offset_start > entry->size) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": offset_start ", ref.offset_start,
-                                                   " is past the end of handle ", ref.handle, " (",
-                                                   entry->size, " bytes)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": offset_start ", ref.offset_start, " is past the end of handle ",
+                     ref.handle.value(), " (", entry->size, " bytes)"));
   }
   const uint64_t left = entry->size - ref.offset_start;
   if (ref.offset_end > left) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": offset_end ", ref.offset_end, " exceeds the ", left, " bytes of handle ",
-        ref.handle, " left after offset_start ", ref.offset_start, " (size ", entry->size, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(what, ": offset_end ", ref.offset_end,
+                                                   " exceeds the ", left, " bytes of handle ",
+                                                   ref.handle.value(), " left after offset_start ",
+                                                   ref.offset_start, " (size ", entry->size, ")"));
   }
   return ResolvedBinding{entry->slice, ref.offset_start, left - ref.offset_end};
 }
@@ -156,14 +157,14 @@ absl::StatusOr<NewHandle> Device::AddHandle(Session& session,
   return h;
 }
 
-absl::StatusOr<NewHandle> Device::Create(uint64_t session, absl::Span<const uint8_t> data,
+absl::StatusOr<NewHandle> Device::Create(SessionId session, absl::Span<const uint8_t> data,
                                          absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
   RETURN_IF_ERROR(sessions_.CheckQuota(*s, data.size()));
   return AddHandle(*s, server_->Create(data, s->memory_owner()));
 }
 
-absl::StatusOr<NewHandle> Device::CreateTensor(uint64_t session, absl::Span<const uint8_t> data,
+absl::StatusOr<NewHandle> Device::CreateTensor(SessionId session, absl::Span<const uint8_t> data,
                                                absl::Span<const uint64_t> shape, uint32_t elem_size,
                                                absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
@@ -171,13 +172,13 @@ absl::StatusOr<NewHandle> Device::CreateTensor(uint64_t session, absl::Span<cons
   return AddHandle(*s, server_->CreateTensor(data, shape, elem_size, s->memory_owner()));
 }
 
-absl::StatusOr<NewHandle> Device::Empty(uint64_t session, uint64_t size, absl::Time now) {
+absl::StatusOr<NewHandle> Device::Empty(SessionId session, uint64_t size, absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
   RETURN_IF_ERROR(sessions_.CheckQuota(*s, size));
   return AddHandle(*s, server_->Empty(size, s->memory_owner()));
 }
 
-absl::StatusOr<NewHandle> Device::EmptyTensor(uint64_t session, absl::Span<const uint64_t> shape,
+absl::StatusOr<NewHandle> Device::EmptyTensor(SessionId session, absl::Span<const uint64_t> shape,
                                               uint32_t elem_size, absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
   ASSIGN_OR_RETURN(const uint64_t bytes, TensorBytes(shape, elem_size, "shape"));
@@ -192,7 +193,7 @@ absl::Status Device::CheckReadBytes(uint64_t total) const {
       "-byte message limit (--max_message_bytes); read in parts (offsets), or use a bulk read"));
 }
 
-void Device::Read(uint64_t session, const std::vector<BindingRef>& bindings,
+void Device::Read(SessionId session, const std::vector<BindingRef>& bindings,
                   std::vector<std::string>* out, absl::Time now, DoneCallback done) {
   auto resolve = [&]() -> absl::StatusOr<std::vector<ResolvedBinding>> {
     ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
@@ -216,7 +217,7 @@ void Device::Read(uint64_t session, const std::vector<BindingRef>& bindings,
   server_->Read(*std::move(resolved), out, std::move(done));
 }
 
-void Device::ReadTensor(uint64_t session, const std::vector<TensorRef>& tensors,
+void Device::ReadTensor(SessionId session, const std::vector<TensorRef>& tensors,
                         std::vector<std::string>* out, absl::Time now, DoneCallback done) {
   auto resolve = [&]() -> absl::StatusOr<std::vector<ResolvedTensor>> {
     ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
@@ -242,7 +243,7 @@ void Device::ReadTensor(uint64_t session, const std::vector<TensorRef>& tensors,
   server_->ReadTensor(*std::move(resolved), out, std::move(done));
 }
 
-absl::Status Device::CheckBulkRead(uint64_t session, std::vector<TensorRef>& tensors, bool raw,
+absl::Status Device::CheckBulkRead(SessionId session, std::vector<TensorRef>& tensors, bool raw,
                                    absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -261,7 +262,7 @@ absl::Status Device::CheckBulkRead(uint64_t session, std::vector<TensorRef>& ten
   return absl::OkStatus();
 }
 
-void Device::ReadPiece(uint64_t session, const TensorRef& piece, std::string* out, absl::Time now,
+void Device::ReadPiece(SessionId session, const TensorRef& piece, std::string* out, absl::Time now,
                        DoneCallback done) {
   auto resolve = [&]() -> absl::StatusOr<ResolvedTensor> {
     ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
@@ -293,7 +294,7 @@ void Device::ReadPiece(uint64_t session, const TensorRef& piece, std::string* ou
   }
 }
 
-void Device::WritePiece(uint64_t session, uint64_t handle, absl::Span<const uint64_t> shape,
+void Device::WritePiece(SessionId session, HandleId handle, absl::Span<const uint64_t> shape,
                         absl::Span<const uint64_t> strides, uint32_t elem_size,
                         uint64_t dense_offset, absl::Span<const uint8_t> bytes, absl::Time now,
                         DoneCallback done) {
@@ -304,7 +305,7 @@ void Device::WritePiece(uint64_t session, uint64_t handle, absl::Span<const uint
     if (dense_offset > total || bytes.size() > total - dense_offset) {
       return absl::InvalidArgumentError(absl::StrCat("bytes [", dense_offset, ", +", bytes.size(),
                                                      ") exceed the ", total, " bytes of handle ",
-                                                     handle));
+                                                     handle.value()));
     }
     return ResolvedTensor{r, std::vector<uint64_t>(shape.begin(), shape.end()),
                           std::vector<uint64_t>(strides.begin(), strides.end()), elem_size};
@@ -317,14 +318,14 @@ void Device::WritePiece(uint64_t session, uint64_t handle, absl::Span<const uint
   server_->Write(*t, dense_offset, bytes, std::move(done));
 }
 
-absl::StatusOr<ResourceDescription> Device::GetResource(uint64_t session, const BindingRef& binding,
-                                                        absl::Time now) {
+absl::StatusOr<ResourceDescription> Device::GetResource(SessionId session,
+                                                        const BindingRef& binding, absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
   ASSIGN_OR_RETURN(ResolvedBinding r, Resolve(*s, binding, "binding"));
   return server_->GetResource(r);
 }
 
-absl::Status Device::Execute(uint64_t session, ExecuteCommand command, absl::Time now) {
+absl::Status Device::Execute(SessionId session, ExecuteCommand command, absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
   if (command.unchecked && !options_.allow_unchecked) {
     return absl::PermissionDeniedError(
@@ -366,13 +367,13 @@ absl::Status Device::Execute(uint64_t session, ExecuteCommand command, absl::Tim
   return server_->Execute(std::move(launch));
 }
 
-absl::Status Device::Flush(uint64_t session, absl::Time now) {
+absl::Status Device::Flush(SessionId session, absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
   (void)s;
   return server_->Flush();
 }
 
-void Device::Sync(uint64_t session, absl::Time now, DoneCallback done) {
+void Device::Sync(SessionId session, absl::Time now, DoneCallback done) {
   absl::StatusOr<Session*> s = FindSession(session, now);
   if (!s.ok()) {
     done(s.status());
@@ -381,7 +382,7 @@ void Device::Sync(uint64_t session, absl::Time now, DoneCallback done) {
   server_->Sync(std::move(done));
 }
 
-absl::Status Device::StartProfile(uint64_t session, absl::Time now) {
+absl::Status Device::StartProfile(SessionId session, absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
   if (s->profile().has_value()) {
     return absl::FailedPreconditionError(
@@ -392,7 +393,7 @@ absl::Status Device::StartProfile(uint64_t session, absl::Time now) {
   return absl::OkStatus();
 }
 
-void Device::EndProfile(uint64_t session, absl::Time now, DurationCallback done) {
+void Device::EndProfile(SessionId session, absl::Time now, DurationCallback done) {
   absl::StatusOr<Session*> s = FindSession(session, now);
   if (!s.ok()) {
     done(s.status());
@@ -408,27 +409,28 @@ void Device::EndProfile(uint64_t session, absl::Time now, DurationCallback done)
   server_->EndProfile(token, std::move(done));
 }
 
-absl::Status Device::Release(uint64_t session, absl::Span<const uint64_t> handles, absl::Time now) {
+absl::Status Device::Release(SessionId session, absl::Span<const HandleId> handles,
+                             absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
   // Check first, so that one bad id releases nothing.
-  absl::flat_hash_map<uint64_t, uint32_t> drops;
+  absl::flat_hash_map<HandleId, uint32_t> drops;
   for (size_t i = 0; i < handles.size(); ++i) {
     const HandleEntry* entry = s->Find(handles[i]);
     if (entry == nullptr && s->PoisonOf(handles[i]) != nullptr) {
       if (++drops[handles[i]] > 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("handles[", i, "]: poisoned id ", handles[i], " is released twice"));
+        return absl::InvalidArgumentError(absl::StrCat("handles[", i, "]: poisoned id ",
+                                                       handles[i].value(), " is released twice"));
       }
       continue;
     }
     if (entry == nullptr) {
-      return absl::NotFoundError(absl::StrCat("handles[", i, "]: handle ", handles[i],
+      return absl::NotFoundError(absl::StrCat("handles[", i, "]: handle ", handles[i].value(),
                                               " is not a handle of this session"));
     }
     if (++drops[handles[i]] > entry->refcount) {
-      return absl::InvalidArgumentError(absl::StrCat("handles[", i, "]: handle ", handles[i],
-                                                     " is released more times than it is held (",
-                                                     entry->refcount, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("handles[", i, "]: handle ", handles[i].value(),
+                       " is released more times than it is held (", entry->refcount, ")"));
     }
   }
   for (const auto& [handle, count] : drops) {
@@ -447,25 +449,25 @@ absl::Status Device::Release(uint64_t session, absl::Span<const uint64_t> handle
   return absl::OkStatus();
 }
 
-absl::Status Device::CheckClientId(const Session& session, uint64_t id) const {
-  if (id < kFirstClientId) {
+absl::Status Device::CheckClientId(const Session& session, HandleId id) const {
+  if (id.value() < kFirstClientId) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "id: ", id, " is not a client id; client ids have the top bit set (>= ", kFirstClientId,
-        ")"));
+        "id: ", id.value(),
+        " is not a client id; client ids have the top bit set (>= ", kFirstClientId, ")"));
   }
   if (session.InUse(id)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "id: ", id, " is already in use in this session; release it before reusing it"));
+        "id: ", id.value(), " is already in use in this session; release it before reusing it"));
   }
   return absl::OkStatus();
 }
 
-absl::Status Device::CheckClientId(uint64_t session, uint64_t id, absl::Time now) {
+absl::Status Device::CheckClientId(SessionId session, HandleId id, absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
   return CheckClientId(*s, id);
 }
 
-absl::StatusOr<NewHandle> Device::AddHandleWithId(Session& session, uint64_t id,
+absl::StatusOr<NewHandle> Device::AddHandleWithId(Session& session, HandleId id,
                                                   absl::StatusOr<Allocation> allocation) {
   if (!allocation.ok()) return allocation.status();
   if (absl::Status quota = sessions_.CheckQuota(session, allocation->size); !quota.ok()) {
@@ -481,7 +483,7 @@ absl::StatusOr<NewHandle> Device::AddHandleWithId(Session& session, uint64_t id,
   return h;
 }
 
-absl::StatusOr<NewHandle> Device::CreateWithId(uint64_t session, uint64_t id,
+absl::StatusOr<NewHandle> Device::CreateWithId(SessionId session, HandleId id,
                                                absl::Span<const uint8_t> data, absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
   RETURN_IF_ERROR(CheckClientId(*s, id));
@@ -489,7 +491,7 @@ absl::StatusOr<NewHandle> Device::CreateWithId(uint64_t session, uint64_t id,
   return AddHandleWithId(*s, id, server_->Create(data, s->memory_owner()));
 }
 
-absl::StatusOr<NewHandle> Device::CreateTensorWithId(uint64_t session, uint64_t id,
+absl::StatusOr<NewHandle> Device::CreateTensorWithId(SessionId session, HandleId id,
                                                      absl::Span<const uint8_t> data,
                                                      absl::Span<const uint64_t> shape,
                                                      uint32_t elem_size, absl::Time now) {
@@ -499,7 +501,7 @@ absl::StatusOr<NewHandle> Device::CreateTensorWithId(uint64_t session, uint64_t 
   return AddHandleWithId(*s, id, server_->CreateTensor(data, shape, elem_size, s->memory_owner()));
 }
 
-absl::StatusOr<NewHandle> Device::EmptyWithId(uint64_t session, uint64_t id, uint64_t size,
+absl::StatusOr<NewHandle> Device::EmptyWithId(SessionId session, HandleId id, uint64_t size,
                                               absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
   RETURN_IF_ERROR(CheckClientId(*s, id));
@@ -507,7 +509,7 @@ absl::StatusOr<NewHandle> Device::EmptyWithId(uint64_t session, uint64_t id, uin
   return AddHandleWithId(*s, id, server_->Empty(size, s->memory_owner()));
 }
 
-absl::StatusOr<NewHandle> Device::EmptyTensorWithId(uint64_t session, uint64_t id,
+absl::StatusOr<NewHandle> Device::EmptyTensorWithId(SessionId session, HandleId id,
                                                     absl::Span<const uint64_t> shape,
                                                     uint32_t elem_size, absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
@@ -517,16 +519,16 @@ absl::StatusOr<NewHandle> Device::EmptyTensorWithId(uint64_t session, uint64_t i
   return AddHandleWithId(*s, id, server_->EmptyTensor(shape, elem_size, s->memory_owner()));
 }
 
-void Device::PoisonId(uint64_t session, uint64_t id, absl::Status error) {
+void Device::PoisonId(SessionId session, HandleId id, absl::Status error) {
   if (Session* s = sessions_.Get(session)) s->Poison(id, MarkPoison(std::move(error)));
 }
 
-void Device::PoisonHandles(uint64_t session, absl::Span<const uint64_t> handles,
+void Device::PoisonHandles(SessionId session, absl::Span<const HandleId> handles,
                            absl::Status error) {
   Session* s = sessions_.Get(session);
   if (s == nullptr) return;
   const absl::Status marked = MarkPoison(std::move(error));
-  for (uint64_t h : handles) {
+  for (HandleId h : handles) {
     if (s->Find(h) != nullptr) s->Poison(h, marked);
   }
 }

@@ -29,7 +29,7 @@ struct DeviceOptions {
 };
 
 struct SessionGrant {
-  uint64_t session = 0;
+  SessionId session;
   absl::Duration lease;
 };
 
@@ -50,85 +50,85 @@ class Device {
   absl::StatusOr<SessionGrant> OpenSession(uint64_t lease_ms, absl::Time now,
                                            PrincipalPtr owner = nullptr);
   // Returns the number of handles released. NOT_FOUND for an unknown session.
-  absl::StatusOr<uint64_t> CloseSession(uint64_t session);
+  absl::StatusOr<uint64_t> CloseSession(SessionId session);
   // Closes every session whose lease has passed; returns how many.
   size_t ExpireSessions(absl::Time now);
   // `on_closed` (null: nobody) is told, once, when CloseSession or the lease closes `session`;
   // not when the Device is destroyed. NOT_FOUND for an unknown session. Does not renew the lease.
-  absl::Status WatchSession(uint64_t session, Session::ClosedCallback on_closed);
+  absl::Status WatchSession(SessionId session, Session::ClosedCallback on_closed);
   // The earliest lease expiry, or InfiniteFuture when no session is open.
   absl::Time NextExpiry() const { return sessions_.NextExpiry(); }
   size_t session_count() const { return sessions_.size(); }
   // Whether `session` is open (does not renew its lease).
-  bool HasSession(uint64_t session) const { return sessions_.Get(session) != nullptr; }
+  bool HasSession(SessionId session) const { return sessions_.Get(session) != nullptr; }
   // Note [Session ownership]: whether `session` is open and was opened by `principal` (both may
   // be null). The edge answers a session of another principal exactly like an unknown one
   // (NOT_FOUND), so that a guessed id says nothing about other principals' sessions.
-  bool IsOwnedBy(uint64_t session, const Principal* principal) const;
+  bool IsOwnedBy(SessionId session, const Principal* principal) const;
 
   // Every method below first finds the session (NOT_FOUND) and renews its lease. Methods that
   // allocate are RESOURCE_EXHAUSTED, naming the quota, when the new handle would take the
   // session or its owner past a byte or handle quota (principal.h); nothing is left allocated.
-  absl::StatusOr<NewHandle> Create(uint64_t session, absl::Span<const uint8_t> data,
+  absl::StatusOr<NewHandle> Create(SessionId session, absl::Span<const uint8_t> data,
                                    absl::Time now);
-  absl::StatusOr<NewHandle> CreateTensor(uint64_t session, absl::Span<const uint8_t> data,
+  absl::StatusOr<NewHandle> CreateTensor(SessionId session, absl::Span<const uint8_t> data,
                                          absl::Span<const uint64_t> shape, uint32_t elem_size,
                                          absl::Time now);
-  absl::StatusOr<NewHandle> Empty(uint64_t session, uint64_t size, absl::Time now);
-  absl::StatusOr<NewHandle> EmptyTensor(uint64_t session, absl::Span<const uint64_t> shape,
+  absl::StatusOr<NewHandle> Empty(SessionId session, uint64_t size, absl::Time now);
+  absl::StatusOr<NewHandle> EmptyTensor(SessionId session, absl::Span<const uint64_t> shape,
                                         uint32_t elem_size, absl::Time now);
   // `out` must outlive `done`. Errors found before any work is queued are passed to `done` too.
-  void Read(uint64_t session, const std::vector<BindingRef>& bindings,
+  void Read(SessionId session, const std::vector<BindingRef>& bindings,
             std::vector<std::string>* out, absl::Time now, DoneCallback done);
-  void ReadTensor(uint64_t session, const std::vector<TensorRef>& tensors,
+  void ReadTensor(SessionId session, const std::vector<TensorRef>& tensors,
                   std::vector<std::string>* out, absl::Time now, DoneCallback done);
-  absl::StatusOr<ResourceDescription> GetResource(uint64_t session, const BindingRef& binding,
+  absl::StatusOr<ResourceDescription> GetResource(SessionId session, const BindingRef& binding,
                                                   absl::Time now);
-  absl::Status Execute(uint64_t session, ExecuteCommand command, absl::Time now);
-  absl::Status Flush(uint64_t session, absl::Time now);
-  void Sync(uint64_t session, absl::Time now, DoneCallback done);
-  absl::Status StartProfile(uint64_t session, absl::Time now);
-  void EndProfile(uint64_t session, absl::Time now, DurationCallback done);
+  absl::Status Execute(SessionId session, ExecuteCommand command, absl::Time now);
+  absl::Status Flush(SessionId session, absl::Time now);
+  void Sync(SessionId session, absl::Time now, DoneCallback done);
+  absl::Status StartProfile(SessionId session, absl::Time now);
+  void EndProfile(SessionId session, absl::Time now, DurationCallback done);
   // All handles are checked before any reference is dropped. A poisoned id that is not a live
   // handle counts as one reference (Note [Poisoned handles], session.h).
-  absl::Status Release(uint64_t session, absl::Span<const uint64_t> handles, absl::Time now);
+  absl::Status Release(SessionId session, absl::Span<const HandleId> handles, absl::Time now);
 
   // Client-chosen ids (the session stream). CheckClientId: INVALID_ARGUMENT when `id` lacks the
   // top bit (>= kFirstClientId), FAILED_PRECONDITION when it is in use (live or poisoned).
-  absl::Status CheckClientId(uint64_t session, uint64_t id, absl::Time now);
+  absl::Status CheckClientId(SessionId session, HandleId id, absl::Time now);
   // As Create/CreateTensor/Empty/EmptyTensor, but the new handle gets `id` (checked as above).
-  absl::StatusOr<NewHandle> CreateWithId(uint64_t session, uint64_t id,
+  absl::StatusOr<NewHandle> CreateWithId(SessionId session, HandleId id,
                                          absl::Span<const uint8_t> data, absl::Time now);
-  absl::StatusOr<NewHandle> CreateTensorWithId(uint64_t session, uint64_t id,
+  absl::StatusOr<NewHandle> CreateTensorWithId(SessionId session, HandleId id,
                                                absl::Span<const uint8_t> data,
                                                absl::Span<const uint64_t> shape, uint32_t elem_size,
                                                absl::Time now);
-  absl::StatusOr<NewHandle> EmptyWithId(uint64_t session, uint64_t id, uint64_t size,
+  absl::StatusOr<NewHandle> EmptyWithId(SessionId session, HandleId id, uint64_t size,
                                         absl::Time now);
-  absl::StatusOr<NewHandle> EmptyTensorWithId(uint64_t session, uint64_t id,
+  absl::StatusOr<NewHandle> EmptyTensorWithId(SessionId session, HandleId id,
                                               absl::Span<const uint64_t> shape, uint32_t elem_size,
                                               absl::Time now);
   // Note [Poisoned handles]. PoisonId enters `id` (a valid client id whose allocation failed);
   // PoisonHandles marks those of `handles` that are live handles of the session. `error` gets
   // kPoisonPayload. An unknown session is ignored.
-  void PoisonId(uint64_t session, uint64_t id, absl::Status error);
-  void PoisonHandles(uint64_t session, absl::Span<const uint64_t> handles, absl::Status error);
+  void PoisonId(SessionId session, HandleId id, absl::Status error);
+  void PoisonHandles(SessionId session, absl::Span<const HandleId> handles, absl::Status error);
 
   // Bulk transfers (Note [Bulk transfers], server/service/stream/bulk_transfers.h); the caller cuts
   // a transfer into pieces. CheckBulkRead checks the bindings of a bulk read as Read (`raw`) or
   // ReadTensor do, without max_read_bytes; for a raw read it sets each entry's shape to {view
   // bytes}, strides to {1} and elem_size to 1, so that both kinds are tensors from then on.
-  absl::Status CheckBulkRead(uint64_t session, std::vector<TensorRef>& tensors, bool raw,
+  absl::Status CheckBulkRead(SessionId session, std::vector<TensorRef>& tensors, bool raw,
                              absl::Time now);
   // Reads one piece (a sub-tensor; binding.offset_start moved to its first element) densely into
   // *out, which must outlive `done`. The handle is resolved again: a session closed or a handle
   // poisoned meanwhile fails the piece.
-  void ReadPiece(uint64_t session, const TensorRef& piece, std::string* out, absl::Time now,
+  void ReadPiece(SessionId session, const TensorRef& piece, std::string* out, absl::Time now,
                  DoneCallback done);
   // Writes `bytes` as dense bytes [dense_offset, +size) of the whole allocation `handle`, laid
   // out with `shape`, `strides` and `elem_size` as allocated (ComputeServer::Write). `bytes` must
   // outlive `done`.
-  void WritePiece(uint64_t session, uint64_t handle, absl::Span<const uint64_t> shape,
+  void WritePiece(SessionId session, HandleId handle, absl::Span<const uint64_t> shape,
                   absl::Span<const uint64_t> strides, uint32_t elem_size, uint64_t dense_offset,
                   absl::Span<const uint8_t> bytes, absl::Time now, DoneCallback done);
 
@@ -139,14 +139,14 @@ class Device {
   void Cleanup() { server_->Cleanup(); }
 
  private:
-  absl::StatusOr<Session*> FindSession(uint64_t session, absl::Time now);
+  absl::StatusOr<Session*> FindSession(SessionId session, absl::Time now);
   // Checks a binding against the session's handle table and the allocation's size.
   absl::StatusOr<ResolvedBinding> Resolve(Session& session, const BindingRef& ref,
                                           absl::string_view what) const;
   absl::StatusOr<NewHandle> AddHandle(Session& session, absl::StatusOr<Allocation> allocation);
-  absl::StatusOr<NewHandle> AddHandleWithId(Session& session, uint64_t id,
+  absl::StatusOr<NewHandle> AddHandleWithId(Session& session, HandleId id,
                                             absl::StatusOr<Allocation> allocation);
-  absl::Status CheckClientId(const Session& session, uint64_t id) const;
+  absl::Status CheckClientId(const Session& session, HandleId id) const;
   // RESOURCE_EXHAUSTED when one read would return more than max_read_bytes.
   absl::Status CheckReadBytes(uint64_t total) const;
   // Gives back what a session that left the table held: its open profile, its slices.
@@ -159,6 +159,8 @@ class Device {
 };
 
 // The device index a session id routes to (ids carry it in their low byte).
-inline uint32_t DeviceOfSession(uint64_t session) { return static_cast<uint32_t>(session & 0xff); }
+inline uint32_t DeviceOfSession(SessionId session) {
+  return static_cast<uint32_t>(session.value() & 0xff);
+}
 
 }  // namespace cubed

@@ -30,7 +30,7 @@ class DeviceTest : public ::testing::Test {
 
   absl::Time now_ = absl::FromUnixSeconds(1000);
   std::unique_ptr<Device> device_;
-  uint64_t session_ = 0;
+  SessionId session_;
 };
 
 TEST_F(DeviceTest, CreateReadSubviewRelease) {
@@ -50,14 +50,14 @@ TEST_F(DeviceTest, CreateReadSubviewRelease) {
 }
 
 TEST_F(DeviceTest, HandleIdsAreNotSequential) {
-  uint64_t a = device_->Empty(session_, 8, now_)->handle;
-  uint64_t b = device_->Empty(session_, 8, now_)->handle;
+  const uint64_t a = device_->Empty(session_, 8, now_)->handle.value();
+  const uint64_t b = device_->Empty(session_, 8, now_)->handle.value();
   EXPECT_NE(a, 0u);
   EXPECT_GT(a > b ? a - b : b - a, 1000u);
 }
 
 TEST_F(DeviceTest, AnotherSessionsHandleIsNotFound) {
-  uint64_t other = device_->OpenSession(0, now_)->session;
+  SessionId other = device_->OpenSession(0, now_)->session;
   NewHandle h = *device_->Create(session_, Bytes("abc"), now_);
   std::vector<std::string> out;
   absl::Status status;
@@ -72,12 +72,12 @@ TEST_F(DeviceTest, FreedMemoryIsZeroedForAnotherSessionOnly) {
   const std::string secret(100, 's');
   NewHandle h = *device_->Create(session_, Bytes(secret), now_);
   ASSERT_TRUE(device_->Release(session_, {h.handle}, now_).ok());
-  const uint64_t own = device_->Empty(session_, 100, now_)->handle;
+  const HandleId own = device_->Empty(session_, 100, now_)->handle;
   absl::Status status;
   EXPECT_EQ(Read({{own, 0, 0}}, &status)[0], secret) << "its own bytes: not zeroed";
   ASSERT_TRUE(device_->Release(session_, {own}, now_).ok());
-  const uint64_t other = device_->OpenSession(0, now_)->session;
-  const uint64_t e = device_->Empty(other, 100, now_)->handle;
+  const SessionId other = device_->OpenSession(0, now_)->session;
+  const HandleId e = device_->Empty(other, 100, now_)->handle;
   std::vector<std::string> out;
   device_->Read(other, {{e, 0, 0}}, &out, now_, [&](absl::Status s) { status = s; });
   ASSERT_TRUE(status.ok()) << status;
@@ -101,7 +101,7 @@ TEST_F(DeviceTest, OffsetsAreChecked) {
 TEST_F(DeviceTest, ReleaseChecksEveryHandleFirst) {
   NewHandle h = *device_->Create(session_, Bytes("abc"), now_);
   const MemoryUsage before = device_->Usage();
-  absl::Status s = device_->Release(session_, {h.handle, 12345}, now_);
+  absl::Status s = device_->Release(session_, {h.handle, HandleId(12345)}, now_);
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(device_->Usage(), before);
   s = device_->Release(session_, {h.handle, h.handle}, now_);

@@ -18,7 +18,7 @@ uint64_t Mix(uint64_t x) {
 
 }  // namespace
 
-Session::Session(uint64_t id, absl::Duration lease, absl::Time now, uint64_t id_key,
+Session::Session(SessionId id, absl::Duration lease, absl::Time now, uint64_t id_key,
                  MemoryOwner memory_owner, PrincipalPtr owner)
     : id_(id),
       memory_owner_(memory_owner),
@@ -27,20 +27,20 @@ Session::Session(uint64_t id, absl::Duration lease, absl::Time now, uint64_t id_
       last_used_(now),
       id_key_(id_key) {}
 
-uint64_t Session::AddHandle(SliceId slice, uint64_t size) {
-  uint64_t id;
+HandleId Session::AddHandle(SliceId slice, uint64_t size) {
+  HandleId id;
   do {  // 0 means "no handle" on the wire; ids with the top bit set are the client's.
-    id = Mix(next_serial_++ ^ id_key_) & ~kFirstClientId;
-  } while (id == 0 || InUse(id));
+    id = HandleId(Mix(next_serial_++ ^ id_key_) & ~kFirstClientId);
+  } while (id.value() == 0 || InUse(id));
   handles_.emplace(id, HandleEntry{slice, size, 1});
   return id;
 }
 
-void Session::AddHandleWithId(uint64_t id, SliceId slice, uint64_t size) {
+void Session::AddHandleWithId(HandleId id, SliceId slice, uint64_t size) {
   handles_.emplace(id, HandleEntry{slice, size, 1});
 }
 
-HandleEntry* Session::Find(uint64_t handle) {
+HandleEntry* Session::Find(HandleId handle) {
   auto it = handles_.find(handle);
   return it == handles_.end() ? nullptr : &it->second;
 }

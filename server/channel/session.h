@@ -13,6 +13,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/ids.h"
 #include "server/auth/principal.h"
 #include "server/compute/compute_server.h"
 
@@ -45,10 +46,10 @@ class Session {
   // `memory_owner` tags the memory the session allocates (Note [Owner-tagged memory] in
   // storage/memory_manager.cc): unique on the device, never reused. `owner` is the principal
   // that opened the session (null: none, as in unit tests).
-  Session(uint64_t id, absl::Duration lease, absl::Time now, uint64_t id_key,
+  Session(SessionId id, absl::Duration lease, absl::Time now, uint64_t id_key,
           MemoryOwner memory_owner, PrincipalPtr owner = nullptr);
 
-  uint64_t id() const { return id_; }
+  SessionId id() const { return id_; }
   const PrincipalPtr& owner() const { return owner_; }
   MemoryOwner memory_owner() const { return memory_owner_; }
   // Bytes of the handles in the table (their sizes as the client sees them), for quotas.
@@ -61,30 +62,30 @@ class Session {
 
   // Adds a handle over `slice` with one reference and returns its new id (never 0, top bit
   // clear, not in use).
-  uint64_t AddHandle(SliceId slice, uint64_t size);
+  HandleId AddHandle(SliceId slice, uint64_t size);
   // Adds a handle under a client-chosen `id`; the caller checked it with InUse.
-  void AddHandleWithId(uint64_t id, SliceId slice, uint64_t size);
+  void AddHandleWithId(HandleId id, SliceId slice, uint64_t size);
   // Whether `id` is a live handle or a poisoned id.
-  bool InUse(uint64_t id) const { return handles_.contains(id) || poisoned_.contains(id); }
+  bool InUse(HandleId id) const { return handles_.contains(id) || poisoned_.contains(id); }
   // The entry of a handle; nullptr when this session has no such handle.
-  HandleEntry* Find(uint64_t handle);
+  HandleEntry* Find(HandleId handle);
   // Removes a handle from the table, and its poison (its slice is the caller's to free).
-  void Erase(uint64_t handle) {
+  void Erase(HandleId handle) {
     handles_.erase(handle);
     poisoned_.erase(handle);
   }
 
   // Poisons `id` with `error` (Note [Poisoned handles]); `error` must carry kPoisonPayload.
-  void Poison(uint64_t id, absl::Status error) { poisoned_.insert_or_assign(id, std::move(error)); }
+  void Poison(HandleId id, absl::Status error) { poisoned_.insert_or_assign(id, std::move(error)); }
   // The error `id` is poisoned with; nullptr when it is not poisoned.
-  const absl::Status* PoisonOf(uint64_t id) const {
+  const absl::Status* PoisonOf(HandleId id) const {
     auto it = poisoned_.find(id);
     return it == poisoned_.end() ? nullptr : &it->second;
   }
   // Removes the poison of `id` (not the handle).
-  void ClearPoison(uint64_t id) { poisoned_.erase(id); }
+  void ClearPoison(HandleId id) { poisoned_.erase(id); }
 
-  const absl::flat_hash_map<uint64_t, HandleEntry>& handles() const { return handles_; }
+  const absl::flat_hash_map<HandleId, HandleEntry>& handles() const { return handles_; }
 
   // The open profile, if any (one per session).
   std::optional<ProfileToken>& profile() { return profile_; }
@@ -94,7 +95,7 @@ class Session {
   ClosedCallback take_on_closed() { return std::exchange(on_closed_, nullptr); }
 
  private:
-  uint64_t id_;
+  SessionId id_;
   MemoryOwner memory_owner_;
   PrincipalPtr owner_;
   uint64_t bytes_ = 0;
@@ -102,8 +103,8 @@ class Session {
   absl::Time last_used_;
   uint64_t id_key_;  // Per-session key that scrambles handle ids.
   uint64_t next_serial_ = 1;
-  absl::flat_hash_map<uint64_t, HandleEntry> handles_;
-  absl::flat_hash_map<uint64_t, absl::Status> poisoned_;
+  absl::flat_hash_map<HandleId, HandleEntry> handles_;
+  absl::flat_hash_map<HandleId, absl::Status> poisoned_;
   std::optional<ProfileToken> profile_;
   ClosedCallback on_closed_;
 };

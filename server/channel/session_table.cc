@@ -10,9 +10,9 @@
 
 namespace cubed {
 
-absl::Status SessionNotFound(uint64_t session) {
+absl::Status SessionNotFound(SessionId session) {
   return absl::NotFoundError(
-      absl::StrCat("session ", session, " is not open (closed, expired, or never opened)"));
+      absl::StrCat("session ", session.value(), " is not open (closed, expired, or never opened)"));
 }
 
 SessionTable::SessionTable(uint32_t device_index, absl::Duration default_lease,
@@ -39,10 +39,10 @@ absl::StatusOr<Session*> SessionTable::Open(uint64_t lease_ms, absl::Time now, P
                        owner->quotas.max_sessions, ") reached: close a session first"));
     }
   }
-  uint64_t id;
+  SessionId id;
   do {  // Random, unguessable, low byte = device index; never 0 above the low byte.
-    id = (absl::Uniform<uint64_t>(random_) & ~uint64_t{0xff}) | device_index_;
-  } while ((id >> 8) == 0 || sessions_.contains(id));
+    id = SessionId((absl::Uniform<uint64_t>(random_) & ~uint64_t{0xff}) | device_index_);
+  } while ((id.value() >> 8) == 0 || sessions_.contains(id));
   if (owner != nullptr) ++owners_[owner.get()].sessions;
   const std::string owner_name = owner != nullptr ? owner->name : "-";
   // Note [Owner-tagged memory] (storage/memory_manager.cc): a fresh memory owner per session.
@@ -50,24 +50,24 @@ absl::StatusOr<Session*> SessionTable::Open(uint64_t lease_ms, absl::Time now, P
                                            next_memory_owner_++, std::move(owner));
   Session* opened = session.get();
   sessions_.emplace(id, std::move(session));
-  spdlog::info("session {} opened on device {} by {} (lease {})", id, device_index_, owner_name,
-               absl::FormatDuration(lease));
+  spdlog::info("session {} opened on device {} by {} (lease {})", id.value(), device_index_,
+               owner_name, absl::FormatDuration(lease));
   return opened;
 }
 
-absl::StatusOr<Session*> SessionTable::Find(uint64_t id, absl::Time now) {
+absl::StatusOr<Session*> SessionTable::Find(SessionId id, absl::Time now) {
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return SessionNotFound(id);
   it->second->Touch(now);
   return it->second.get();
 }
 
-Session* SessionTable::Get(uint64_t id) const {
+Session* SessionTable::Get(SessionId id) const {
   auto it = sessions_.find(id);
   return it == sessions_.end() ? nullptr : it->second.get();
 }
 
-std::unique_ptr<Session> SessionTable::Remove(uint64_t id) {
+std::unique_ptr<Session> SessionTable::Remove(SessionId id) {
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return nullptr;
   std::unique_ptr<Session> session = std::move(it->second);
@@ -86,8 +86,8 @@ std::unique_ptr<Session> SessionTable::Remove(uint64_t id) {
   return session;
 }
 
-std::vector<uint64_t> SessionTable::Expired(absl::Time now) const {
-  std::vector<uint64_t> expired;
+std::vector<SessionId> SessionTable::Expired(absl::Time now) const {
+  std::vector<SessionId> expired;
   for (const auto& [id, session] : sessions_) {
     if (session->expiry() <= now) expired.push_back(id);
   }
@@ -100,7 +100,7 @@ absl::Time SessionTable::NextExpiry() const {
   return next;
 }
 
-bool SessionTable::IsOwnedBy(uint64_t id, const Principal* principal) const {
+bool SessionTable::IsOwnedBy(SessionId id, const Principal* principal) const {
   const Session* session = Get(id);
   return session != nullptr && session->owner().get() == principal;
 }
@@ -111,8 +111,8 @@ uint64_t SessionTable::handle_count() const {
   return n;
 }
 
-std::vector<uint64_t> SessionTable::ids() const {
-  std::vector<uint64_t> out;
+std::vector<SessionId> SessionTable::ids() const {
+  std::vector<SessionId> out;
   out.reserve(sessions_.size());
   for (const auto& [id, session] : sessions_) out.push_back(id);
   return out;

@@ -30,24 +30,24 @@ class SessionTable {
   // RESOURCE_EXHAUSTED when the owner holds quotas.max_sessions sessions already.
   absl::StatusOr<Session*> Open(uint64_t lease_ms, absl::Time now, PrincipalPtr owner);
   // The open session `id`, its lease renewed; NOT_FOUND saying so otherwise.
-  absl::StatusOr<Session*> Find(uint64_t id, absl::Time now);
+  absl::StatusOr<Session*> Find(SessionId id, absl::Time now);
   // The open session `id` without renewing its lease; null when there is none.
-  Session* Get(uint64_t id) const;
+  Session* Get(SessionId id) const;
   // Takes session `id` out (null when there is none) and its counts out of its owner's; the
   // caller frees what it holds.
-  std::unique_ptr<Session> Remove(uint64_t id);
+  std::unique_ptr<Session> Remove(SessionId id);
   // The sessions whose lease passed by `now`.
-  std::vector<uint64_t> Expired(absl::Time now) const;
+  std::vector<SessionId> Expired(absl::Time now) const;
   // The earliest lease expiry, or InfiniteFuture when no session is open.
   absl::Time NextExpiry() const;
   // Note [Session ownership] (device.h): whether `id` is open and owned by `principal`.
-  bool IsOwnedBy(uint64_t id, const Principal* principal) const;
+  bool IsOwnedBy(SessionId id, const Principal* principal) const;
 
   size_t size() const { return sessions_.size(); }
   // Live handles across every open session (O(sessions)).
   uint64_t handle_count() const;
   // Every open session id (for the Device's destructor).
-  std::vector<uint64_t> ids() const;
+  std::vector<SessionId> ids() const;
 
   // OK when one more handle of `bytes` fits the quotas of `session` and its owner; else
   // RESOURCE_EXHAUSTED naming the quota.
@@ -67,7 +67,7 @@ class SessionTable {
   uint32_t device_index_;
   absl::Duration default_lease_;
   absl::Duration max_lease_;
-  absl::flat_hash_map<uint64_t, std::unique_ptr<Session>> sessions_;
+  absl::flat_hash_map<SessionId, std::unique_ptr<Session>> sessions_;
   absl::flat_hash_map<const Principal*, OwnerUsage> owners_;
   // The next session's memory owner: a counter, so never reused, unlike session ids.
   MemoryOwner next_memory_owner_ = kFirstSessionOwner;
@@ -75,6 +75,6 @@ class SessionTable {
 };
 
 // NOT_FOUND for a session that is not open, in the words every caller uses.
-absl::Status SessionNotFound(uint64_t session);
+absl::Status SessionNotFound(SessionId session);
 
 }  // namespace cubed

@@ -24,9 +24,9 @@ TEST(SessionTableTest, IdsCarryTheDeviceAndSessionsGetTheirOwnMemoryOwner) {
   absl::StatusOr<Session*> a = table.Open(0, kT0, nullptr);
   absl::StatusOr<Session*> b = table.Open(0, kT0, nullptr);
   ASSERT_TRUE(a.ok() && b.ok());
-  EXPECT_EQ((*a)->id() & 0xff, 3u);
+  EXPECT_EQ((*a)->id().value() & 0xff, 3u);
   EXPECT_NE((*a)->id(), (*b)->id());
-  EXPECT_NE((*a)->id() >> 8, 0u);
+  EXPECT_NE((*a)->id().value() >> 8, 0u);
   EXPECT_NE((*a)->memory_owner(), (*b)->memory_owner());
   EXPECT_GE((*a)->memory_owner(), kFirstSessionOwner);
   EXPECT_EQ((*a)->lease(), absl::Seconds(60));
@@ -47,13 +47,13 @@ TEST(SessionTableTest, LeasesOutsideTheirBoundsNameTheValueSent) {
 
 TEST(SessionTableTest, FindRenewsTheLeaseAndExpiredListsWhatPassed) {
   SessionTable table(0, absl::Seconds(10), absl::Hours(1));
-  const uint64_t a = (*table.Open(0, kT0, nullptr))->id();
-  const uint64_t b = (*table.Open(0, kT0, nullptr))->id();
+  const SessionId a = (*table.Open(0, kT0, nullptr))->id();
+  const SessionId b = (*table.Open(0, kT0, nullptr))->id();
   EXPECT_EQ(table.NextExpiry(), kT0 + absl::Seconds(10));
   ASSERT_TRUE(table.Find(a, kT0 + absl::Seconds(8)).ok());  // a's lease now runs to t0 + 18 s.
-  EXPECT_EQ(table.Expired(kT0 + absl::Seconds(12)), std::vector<uint64_t>{b});
-  EXPECT_EQ(table.Find(12345, kT0).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(table.Get(12345), nullptr);
+  EXPECT_EQ(table.Expired(kT0 + absl::Seconds(12)), std::vector<SessionId>{b});
+  EXPECT_EQ(table.Find(SessionId(12345), kT0).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(table.Get(SessionId(12345)), nullptr);
   std::unique_ptr<Session> removed = table.Remove(b);
   ASSERT_NE(removed, nullptr);
   EXPECT_EQ(removed->id(), b);
@@ -64,11 +64,11 @@ TEST(SessionTableTest, FindRenewsTheLeaseAndExpiredListsWhatPassed) {
 TEST(SessionTableTest, OwnershipIsByPrincipal) {
   SessionTable table(0, absl::Seconds(60), absl::Hours(1));
   const PrincipalPtr alice = Owner("alice"), bob = Owner("bob");
-  const uint64_t a = (*table.Open(0, kT0, alice))->id();
+  const SessionId a = (*table.Open(0, kT0, alice))->id();
   EXPECT_TRUE(table.IsOwnedBy(a, alice.get()));
   EXPECT_FALSE(table.IsOwnedBy(a, bob.get()));
   EXPECT_FALSE(table.IsOwnedBy(a, nullptr));
-  EXPECT_FALSE(table.IsOwnedBy(a + 256, alice.get()));
+  EXPECT_FALSE(table.IsOwnedBy(SessionId(a.value() + 256), alice.get()));
 }
 
 TEST(SessionTableTest, QuotasCountEveryOpenSessionOfTheOwnerUntilRemoved) {
@@ -86,16 +86,16 @@ TEST(SessionTableTest, QuotasCountEveryOpenSessionOfTheOwnerUntilRemoved) {
 
   EXPECT_TRUE(table.CheckQuota(*a, 60).ok());
   table.Account(*a, 60, +1);
-  a->AddHandle(1, 60);
+  a->AddHandle(SliceId{1}, 60);
   // 60 held over the owner's sessions: 41 more would pass max_bytes, also from session b.
   EXPECT_EQ(table.CheckQuota(*b, 41).code(), absl::StatusCode::kResourceExhausted);
   EXPECT_TRUE(table.CheckQuota(*b, 40).ok());
   table.Account(*a, 10, +1);
-  a->AddHandle(2, 10);
+  a->AddHandle(SliceId{2}, 10);
   EXPECT_NE(table.CheckQuota(*a, 1).message().find("max_session_handles"), absl::string_view::npos);
 
   // Removing a session takes its handles and bytes out of the owner's counts.
-  const uint64_t a_id = a->id();
+  const SessionId a_id = a->id();
   table.Remove(a_id);
   EXPECT_TRUE(table.CheckQuota(*b, 100).ok());
   EXPECT_TRUE(table.Open(0, kT0, alice).ok());  // A second session again.

@@ -39,7 +39,7 @@ struct StreamCommand {
   // Not OK when conversion failed: the command fails with this error when its turn comes.
   absl::Status invalid;
 
-  uint64_t id = 0;              // create, create_tensor, empty, empty_tensor.
+  HandleId id;                  // create, create_tensor, empty, empty_tensor.
   std::string data;             // create, create_tensor.
   std::vector<uint64_t> shape;  // create_tensor, empty_tensor.
   uint32_t elem_size = 0;       // create_tensor, empty_tensor.
@@ -47,8 +47,8 @@ struct StreamCommand {
   ExecuteCommand execute;
   // Handles an execute writes, poisoned when it fails: builtin kernels the last buffer, client
   // CUDA kernels every buffer.
-  std::vector<uint64_t> outputs;
-  std::vector<uint64_t> ids;           // release.
+  std::vector<HandleId> outputs;
+  std::vector<HandleId> ids;           // release.
   std::vector<BindingRef> read;        // read.
   std::vector<TensorRef> read_tensor;  // read_tensor.
   // Bulk create / read (Note [Bulk transfers], server/service/stream/bulk_transfers.h): the bytes

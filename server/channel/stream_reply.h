@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/ids.h"
 #include "common/memory_usage.h"
 
 namespace cubed {
@@ -40,7 +41,7 @@ class ReplySink {
 
 // The session a stream opened (StreamRunner::Open).
 struct StreamOpened {
-  uint64_t session = 0;
+  SessionId session;
   uint64_t lease_ms = 0;
   uint64_t first_client_id = 0;  // The smallest id the client may choose (kFirstClientId).
 };

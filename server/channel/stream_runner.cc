@@ -57,11 +57,11 @@ absl::StatusOr<StreamOpened> StreamRunner::Open(Device& device, uint64_t lease_m
 }
 
 void StreamRunner::Close(Device& device) {
-  if (session_ == 0) return;
+  if (session_ == SessionId()) return;
   // Closed by its own stream: nobody to tell. NOT_FOUND when it expired meanwhile.
   (void)device.WatchSession(session_, nullptr);
   (void)device.CloseSession(session_);
-  session_ = 0;
+  session_ = SessionId();
 }
 
 absl::Status StreamRunner::Fail(Device& device, const StreamCommand& command,
@@ -73,7 +73,7 @@ absl::Status StreamRunner::Fail(Device& device, const StreamCommand& command,
     return status;
   }
   const absl::Status error = Prefixed(command, status);
-  spdlog::debug("session {}: {}", session_, error.ToString());
+  spdlog::debug("session {}: {}", session_.value(), error.ToString());
   if (IsNewAllocation(command.kind) && id_ok) device.PoisonId(session_, command.id, error);
   if (command.kind == Kind::kExecute) device.PoisonHandles(session_, command.outputs, error);
   if (IsTensor(command.kind)) sink.Fill(sink.Reserve(), ErrorReply(command.seq, error));

@@ -23,8 +23,8 @@ class StreamRunner {
   // lease, a CloseSession call: Device::WatchSession).
   absl::StatusOr<StreamOpened> Open(Device& device, uint64_t lease_ms, PrincipalPtr owner = nullptr,
                                     Session::ClosedCallback on_closed = nullptr);
-  // The open session, 0 before Open succeeded or after Close.
-  uint64_t session() const { return session_; }
+  // The open session, SessionId() (0) before Open succeeded or after Close.
+  SessionId session() const { return session_; }
 
   // Runs one command; a failure is recorded, poisons, or is answered, never returned. `sink`
   // is kept alive by completions that answer later.
@@ -62,7 +62,7 @@ class StreamRunner {
   void RunRelease(Device& device, StreamCommand& command, ReplySink& sink);
   void RunAnswering(Device& device, StreamCommand& command, const std::shared_ptr<ReplySink>& sink);
 
-  uint64_t session_ = 0;
+  SessionId session_;
   bool have_seq_ = false;
   uint64_t last_seq_ = 0;
   // Failures of commands that do not answer, since the previous sync.

@@ -81,9 +81,9 @@ absl::Span<const uint8_t> Bytes(const std::string& s) {
   return absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(s.data()), s.size());
 }
 
-absl::Status SessionNotOpen(uint64_t session) {
+absl::Status SessionNotOpen(SessionId session) {
   return absl::NotFoundError(
-      absl::StrCat("session ", session, " is not open (closed, expired, or never opened)"));
+      absl::StrCat("session ", session.value(), " is not open (closed, expired, or never opened)"));
 }
 
 }  // namespace
@@ -154,7 +154,7 @@ Reactor* ComputeService::OnDevice(Reactor* call, uint32_t device, absl::string_v
 }
 
 template <typename Work>
-Reactor* ComputeService::OnSession(Reactor* call, uint64_t session, Work work) {
+Reactor* ComputeService::OnSession(Reactor* call, SessionId session, Work work) {
   const uint32_t device = DeviceOfSession(session);
   if (device >= loops_.size()) {
     if (absl::Status s = Authorize(call).status(); !s.ok()) return FinishNow(call, s);
@@ -183,7 +183,7 @@ Reactor* ComputeService::OpenSession(Context* ctx, const v1::OpenSessionRequest*
       call, req->device(), "device", [req, resp](Device& d, Reactor* r, const PrincipalPtr& p) {
         absl::StatusOr<SessionGrant> grant = d.OpenSession(req->lease_ms(), absl::Now(), p);
         if (grant.ok()) {
-          resp->set_session(grant->session);
+          resp->set_session(grant->session.value());
           resp->set_lease_ms(absl::ToInt64Milliseconds(grant->lease));
         }
         Finish(r, grant.status());
@@ -193,8 +193,8 @@ Reactor* ComputeService::OpenSession(Context* ctx, const v1::OpenSessionRequest*
 Reactor* ComputeService::CloseSession(Context* ctx, const v1::CloseSessionRequest* req,
                                       v1::CloseSessionResponse* resp) {
   Reactor* call = StartCall(ctx, Method::kCloseSession, *req, resp);
-  return OnSession(call, req->session(), [req, resp](Device& d, Reactor* r) {
-    absl::StatusOr<uint64_t> released = d.CloseSession(req->session());
+  return OnSession(call, SessionId(req->session()), [req, resp](Device& d, Reactor* r) {
+    absl::StatusOr<uint64_t> released = d.CloseSession(SessionId(req->session()));
     if (released.ok()) resp->set_handles_released(*released);
     Finish(r, released.status());
   });
@@ -206,10 +206,11 @@ Reactor* ComputeService::Create(Context* ctx, const v1::CreateRequest* req,
   if (req->data().empty()) {
     return FinishNow(call, absl::InvalidArgumentError("data: empty; create needs at least 1 byte"));
   }
-  return OnSession(call, req->session(), [req, resp](Device& d, Reactor* r) {
-    absl::StatusOr<NewHandle> h = d.Create(req->session(), Bytes(req->data()), absl::Now());
+  return OnSession(call, SessionId(req->session()), [req, resp](Device& d, Reactor* r) {
+    absl::StatusOr<NewHandle> h =
+        d.Create(SessionId(req->session()), Bytes(req->data()), absl::Now());
     if (h.ok()) {
-      resp->set_handle(h->handle);
+      resp->set_handle(h->handle.value());
       resp->set_size(h->size);
     }
     Finish(r, h.status());
@@ -220,12 +221,12 @@ Reactor* ComputeService::CreateTensor(Context* ctx, const v1::CreateTensorReques
                                       v1::CreateTensorResponse* resp) {
   Reactor* call = StartCall(ctx, Method::kCreateTensor, *req, resp);
   if (absl::Status s = CheckCreateTensor(*req); !s.ok()) return FinishNow(call, s);
-  return OnSession(call, req->session(), [req, resp](Device& d, Reactor* r) {
+  return OnSession(call, SessionId(req->session()), [req, resp](Device& d, Reactor* r) {
     const std::vector<uint64_t> shape(req->shape().begin(), req->shape().end());
-    absl::StatusOr<NewHandle> h =
-        d.CreateTensor(req->session(), Bytes(req->data()), shape, req->elem_size(), absl::Now());
+    absl::StatusOr<NewHandle> h = d.CreateTensor(SessionId(req->session()), Bytes(req->data()),
+                                                 shape, req->elem_size(), absl::Now());
     if (h.ok()) {
-      resp->set_handle(h->handle);
+      resp->set_handle(h->handle.value());
       resp->set_size(h->size);
       for (uint64_t s : h->strides) resp->add_strides(s);
     }
@@ -238,10 +239,10 @@ Reactor* ComputeService::Empty(Context* ctx, const v1::EmptyRequest* req, v1::Em
   if (req->size() == 0) {
     return FinishNow(call, absl::InvalidArgumentError("size: 0; empty needs at least 1 byte"));
   }
-  return OnSession(call, req->session(), [req, resp](Device& d, Reactor* r) {
-    absl::StatusOr<NewHandle> h = d.Empty(req->session(), req->size(), absl::Now());
+  return OnSession(call, SessionId(req->session()), [req, resp](Device& d, Reactor* r) {
+    absl::StatusOr<NewHandle> h = d.Empty(SessionId(req->session()), req->size(), absl::Now());
     if (h.ok()) {
-      resp->set_handle(h->handle);
+      resp->set_handle(h->handle.value());
       resp->set_size(h->size);
     }
     Finish(r, h.status());
@@ -256,12 +257,12 @@ Reactor* ComputeService::EmptyTensor(Context* ctx, const v1::EmptyTensorRequest*
       !s.ok()) {
     return FinishNow(call, s);
   }
-  return OnSession(call, req->session(),
+  return OnSession(call, SessionId(req->session()),
                    [req, resp, shape = std::move(shape)](Device& d, Reactor* r) {
-                     absl::StatusOr<NewHandle> h =
-                         d.EmptyTensor(req->session(), shape, req->elem_size(), absl::Now());
+                     absl::StatusOr<NewHandle> h = d.EmptyTensor(SessionId(req->session()), shape,
+                                                                 req->elem_size(), absl::Now());
                      if (h.ok()) {
-                       resp->set_handle(h->handle);
+                       resp->set_handle(h->handle.value());
                        resp->set_size(h->size);
                        for (uint64_t s : h->strides) resp->add_strides(s);
                      }
@@ -275,16 +276,17 @@ Reactor* ComputeService::Read(Context* ctx, const v1::ReadRequest* req, v1::Read
   if (!bindings.ok()) return FinishNow(call, bindings.status());
   // The bytes land in `out`, owned by the task until the read completes, then move into the
   // response without another copy.
-  return OnSession(
-      call, req->session(), [req, resp, bindings = *std::move(bindings)](Device& d, Reactor* r) {
-        auto out = std::make_shared<std::vector<std::string>>();
-        d.Read(req->session(), bindings, out.get(), absl::Now(), [resp, r, out](absl::Status s) {
-          if (s.ok()) {
-            for (std::string& bytes : *out) resp->add_data(std::move(bytes));
-          }
-          Finish(r, s);
-        });
-      });
+  return OnSession(call, SessionId(req->session()),
+                   [req, resp, bindings = *std::move(bindings)](Device& d, Reactor* r) {
+                     auto out = std::make_shared<std::vector<std::string>>();
+                     d.Read(SessionId(req->session()), bindings, out.get(), absl::Now(),
+                            [resp, r, out](absl::Status s) {
+                              if (s.ok()) {
+                                for (std::string& bytes : *out) resp->add_data(std::move(bytes));
+                              }
+                              Finish(r, s);
+                            });
+                   });
 }
 
 Reactor* ComputeService::ReadTensor(Context* ctx, const v1::ReadTensorRequest* req,
@@ -292,10 +294,10 @@ Reactor* ComputeService::ReadTensor(Context* ctx, const v1::ReadTensorRequest* r
   Reactor* call = StartCall(ctx, Method::kReadTensor, *req, resp);
   absl::StatusOr<std::vector<TensorRef>> tensors = ToTensorRefs(*req, limits_);
   if (!tensors.ok()) return FinishNow(call, tensors.status());
-  return OnSession(call, req->session(),
+  return OnSession(call, SessionId(req->session()),
                    [req, resp, tensors = *std::move(tensors)](Device& d, Reactor* r) {
                      auto out = std::make_shared<std::vector<std::string>>();
-                     d.ReadTensor(req->session(), tensors, out.get(), absl::Now(),
+                     d.ReadTensor(SessionId(req->session()), tensors, out.get(), absl::Now(),
                                   [resp, r, out](absl::Status s) {
                                     if (s.ok()) {
                                       for (std::string& bytes : *out)
@@ -309,9 +311,9 @@ Reactor* ComputeService::ReadTensor(Context* ctx, const v1::ReadTensorRequest* r
 Reactor* ComputeService::GetResource(Context* ctx, const v1::GetResourceRequest* req,
                                      v1::GetResourceResponse* resp) {
   Reactor* call = StartCall(ctx, Method::kGetResource, *req, resp);
-  return OnSession(call, req->session(), [req, resp](Device& d, Reactor* r) {
+  return OnSession(call, SessionId(req->session()), [req, resp](Device& d, Reactor* r) {
     absl::StatusOr<ResourceDescription> res =
-        d.GetResource(req->session(), ToBindingRef(req->binding()), absl::Now());
+        d.GetResource(SessionId(req->session()), ToBindingRef(req->binding()), absl::Now());
     if (res.ok()) {
       resp->set_storage_id(res->storage_id);
       resp->set_offset(res->offset);
@@ -329,7 +331,7 @@ Reactor* ComputeService::Execute(Context* ctx, const v1::ExecuteRequest* req,
   absl::StatusOr<ExecuteCommand> command = ToExecuteCommand(*req, limits_);
   if (!command.ok()) return FinishNow(call, command.status());
   return OnSession(
-      call, req->session(),
+      call, SessionId(req->session()),
       [req, command = *std::move(command)](Device& d, Reactor* r, const PrincipalPtr& p) mutable {
         if (p != nullptr) {
           if (absl::Status s = p->CheckExecute(!command.kernel.is_builtin, command.unchecked);
@@ -338,21 +340,21 @@ Reactor* ComputeService::Execute(Context* ctx, const v1::ExecuteRequest* req,
             return;
           }
         }
-        Finish(r, d.Execute(req->session(), std::move(command), absl::Now()));
+        Finish(r, d.Execute(SessionId(req->session()), std::move(command), absl::Now()));
       });
 }
 
 Reactor* ComputeService::Flush(Context* ctx, const v1::FlushRequest* req, v1::FlushResponse*) {
   Reactor* call = StartCall(ctx, Method::kFlush, *req, nullptr);
-  return OnSession(call, req->session(), [req](Device& d, Reactor* r) {
-    Finish(r, d.Flush(req->session(), absl::Now()));
+  return OnSession(call, SessionId(req->session()), [req](Device& d, Reactor* r) {
+    Finish(r, d.Flush(SessionId(req->session()), absl::Now()));
   });
 }
 
 Reactor* ComputeService::Sync(Context* ctx, const v1::SyncRequest* req, v1::SyncResponse*) {
   Reactor* call = StartCall(ctx, Method::kSync, *req, nullptr);
-  return OnSession(call, req->session(), [req](Device& d, Reactor* r) {
-    d.Sync(req->session(), absl::Now(), [r](absl::Status s) { Finish(r, s); });
+  return OnSession(call, SessionId(req->session()), [req](Device& d, Reactor* r) {
+    d.Sync(SessionId(req->session()), absl::Now(), [r](absl::Status s) { Finish(r, s); });
   });
 }
 
@@ -378,19 +380,20 @@ Reactor* ComputeService::MemoryCleanup(Context* ctx, const v1::MemoryCleanupRequ
 Reactor* ComputeService::StartProfile(Context* ctx, const v1::StartProfileRequest* req,
                                       v1::StartProfileResponse*) {
   Reactor* call = StartCall(ctx, Method::kStartProfile, *req, nullptr);
-  return OnSession(call, req->session(), [req](Device& d, Reactor* r) {
-    Finish(r, d.StartProfile(req->session(), absl::Now()));
+  return OnSession(call, SessionId(req->session()), [req](Device& d, Reactor* r) {
+    Finish(r, d.StartProfile(SessionId(req->session()), absl::Now()));
   });
 }
 
 Reactor* ComputeService::EndProfile(Context* ctx, const v1::EndProfileRequest* req,
                                     v1::EndProfileResponse* resp) {
   Reactor* call = StartCall(ctx, Method::kEndProfile, *req, resp);
-  return OnSession(call, req->session(), [req, resp](Device& d, Reactor* r) {
-    d.EndProfile(req->session(), absl::Now(), [resp, r](absl::StatusOr<absl::Duration> elapsed) {
-      if (elapsed.ok()) resp->set_duration_ns(absl::ToInt64Nanoseconds(*elapsed));
-      Finish(r, elapsed.status());
-    });
+  return OnSession(call, SessionId(req->session()), [req, resp](Device& d, Reactor* r) {
+    d.EndProfile(SessionId(req->session()), absl::Now(),
+                 [resp, r](absl::StatusOr<absl::Duration> elapsed) {
+                   if (elapsed.ok()) resp->set_duration_ns(absl::ToInt64Nanoseconds(*elapsed));
+                   Finish(r, elapsed.status());
+                 });
   });
 }
 
@@ -410,11 +413,11 @@ Reactor* ComputeService::Release(Context* ctx, const v1::ReleaseRequest* req,
                                  v1::ReleaseResponse*) {
   Reactor* call = StartCall(ctx, Method::kRelease, *req, nullptr);
   if (absl::Status s = CheckRelease(*req, limits_); !s.ok()) return FinishNow(call, s);
-  return OnSession(call, req->session(), [req](Device& d, Reactor* r) {
-    Finish(r,
-           d.Release(req->session(),
-                     absl::MakeConstSpan(req->handles().data(), req->handles_size()), absl::Now()));
-  });
+  std::vector<HandleId> handles(req->handles().begin(), req->handles().end());
+  return OnSession(call, SessionId(req->session()),
+                   [req, handles = std::move(handles)](Device& d, Reactor* r) {
+                     Finish(r, d.Release(SessionId(req->session()), handles, absl::Now()));
+                   });
 }
 
 Reactor* ComputeService::GetStats(Context* ctx, const v1::GetStatsRequest* req,

@@ -79,7 +79,7 @@ class ComputeService final : public v1::Compute::CallbackService {
   absl::StatusOr<PrincipalPtr> Authorize(Reactor* call) const;
   // Same, for a request naming a session: routes by the session id.
   template <typename Work>
-  Reactor* OnSession(Reactor* call, uint64_t session, Work work);
+  Reactor* OnSession(Reactor* call, SessionId session, Work work);
   // The reactor of a new call of `method`: counts it in the metrics (arrival, bytes received)
   // and, when finished, its code, latency and the size of `response` (may be null).
   Reactor* StartCall(Context* ctx, Method method, const google::protobuf::MessageLite& request,

@@ -172,7 +172,7 @@ absl::StatusOr<uint64_t> CheckTensorShape(absl::Span<const uint64_t> shape, uint
 }
 
 BindingRef ToBindingRef(const v1::Binding& binding) {
-  return BindingRef{binding.handle(), binding.offset_start(), binding.offset_end()};
+  return BindingRef{HandleId(binding.handle()), binding.offset_start(), binding.offset_end()};
 }
 
 absl::StatusOr<std::vector<BindingRef>> ToReadBindings(const v1::ReadRequest& request,

@@ -116,7 +116,7 @@ void ToWire(StreamReply&& reply, v1::Reply* out) {
 }
 
 void ToWire(const StreamOpened& opened, v1::SessionResponse::Opened* out) {
-  out->set_session(opened.session);
+  out->set_session(opened.session.value());
   out->set_lease_ms(opened.lease_ms);
   out->set_first_client_id(opened.first_client_id);
 }

@@ -74,7 +74,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadChunk> {
           return;
         }
         state_->attached = true;
-        state_->session = state_->chunk.session();
+        state_->session = SessionId(state_->chunk.session());
         state_->seq = state_->chunk.seq();
         state_->total = state_->chunk.total_size();
       }
@@ -83,7 +83,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadChunk> {
     if (first) {
       std::shared_ptr<BulkTransfers> bulk = service_->FindBulk(state_->session, caller_.get());
       if (bulk == nullptr) {
-        FailAtOnce(absl::NotFoundError(absl::StrCat("session: ", state_->session,
+        FailAtOnce(absl::NotFoundError(absl::StrCat("session: ", state_->session.value(),
                                                     " has no open session stream on this daemon")));
         return;
       }
@@ -152,18 +152,18 @@ class DownloadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
 
 }  // namespace
 
-void SessionStreamService::RegisterBulk(uint64_t session, std::weak_ptr<BulkTransfers> bulk,
+void SessionStreamService::RegisterBulk(SessionId session, std::weak_ptr<BulkTransfers> bulk,
                                         PrincipalPtr owner) {
   absl::MutexLock lock(&mu_);
   bulk_[session] = BulkEntry{std::move(bulk), std::move(owner)};
 }
 
-void SessionStreamService::UnregisterBulk(uint64_t session) {
+void SessionStreamService::UnregisterBulk(SessionId session) {
   absl::MutexLock lock(&mu_);
   bulk_.erase(session);
 }
 
-std::shared_ptr<BulkTransfers> SessionStreamService::FindBulk(uint64_t session,
+std::shared_ptr<BulkTransfers> SessionStreamService::FindBulk(SessionId session,
                                                               const Principal* caller) const {
   absl::MutexLock lock(&mu_);
   auto it = bulk_.find(session);
@@ -229,7 +229,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* SessionStreamService::Download(
                                                           " is outside 1 .. ", kMaxBulkChunk,
                                                           " (0 = ", kMaxBulkChunk, ")"));
   }
-  std::shared_ptr<BulkTransfers> bulk = FindBulk(request->session(), principal->get());
+  std::shared_ptr<BulkTransfers> bulk = FindBulk(SessionId(request->session()), principal->get());
   if (bulk == nullptr) {
     reactor->FailAtOnce(!chunk_error.ok() ? chunk_error
                                           : absl::NotFoundError(absl::StrCat(
@@ -238,7 +238,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* SessionStreamService::Download(
     return reactor;
   }
   const std::shared_ptr<DownloadState>& state = reactor->state();
-  state->session = request->session();
+  state->session = SessionId(request->session());
   state->seq = request->seq();
   state->chunk_bytes =
       request->chunk_bytes() == 0 || !chunk_error.ok() ? kMaxBulkChunk : request->chunk_bytes();

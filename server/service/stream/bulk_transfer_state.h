@@ -12,6 +12,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "common/ids.h"
 #include "cubed/v1/session.pb.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/server_callback.h"
@@ -27,7 +28,7 @@ struct UploadState {
   v1::UploadDone* response = nullptr;
   v1::UploadChunk chunk;  // The read target; touched by one side at a time (flags below).
   bool attached = false;
-  uint64_t session = 0;
+  SessionId session;
   uint64_t seq = 0;
   uint64_t total = 0;  // As declared by the first chunk.
   bool read_in_flight ABSL_GUARDED_BY(mu) = false;
@@ -69,7 +70,7 @@ std::string DownloadHeader(const v1::DownloadChunk& chunk, uint64_t data_bytes);
 struct DownloadState {
   absl::Mutex mu;
   grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor ABSL_GUARDED_BY(mu) = nullptr;
-  uint64_t session = 0;
+  SessionId session;
   uint64_t seq = 0;
   uint64_t chunk_bytes = kMaxBulkChunk;
   // Pieces read and not yet written, by piece index; written in index order.

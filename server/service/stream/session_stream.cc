@@ -22,9 +22,9 @@ namespace cubed {
 using Reactor = grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>;
 
 // How a stream ends when its session went away under it: session.proto promises NOT_FOUND.
-absl::Status SessionClosedUnder(uint64_t session) {
+absl::Status SessionClosedUnder(SessionId session) {
   return absl::NotFoundError(
-      absl::StrCat("session ", session,
+      absl::StrCat("session ", session.value(),
                    " was closed under the stream (its lease passed, or CloseSession named it)"));
 }
 

@@ -23,6 +23,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "common/ids.h"
 #include "cubed/v1/session.grpc.pb.h"
 #include "server/channel/device_loop.h"
 #include "server/metrics/metrics.h"
@@ -81,14 +82,14 @@ class SessionStreamService final : public SessionStreamServiceBase {
 
   // The bulk transfers of the stream of `session`, or null when no open stream has it or it
   // belongs to another principal than `caller` (both null without an authenticator).
-  std::shared_ptr<BulkTransfers> FindBulk(uint64_t session, const Principal* caller) const;
+  std::shared_ptr<BulkTransfers> FindBulk(SessionId session, const Principal* caller) const;
 
  private:
   friend class StreamState;
   void Forget(StreamState* state);
   // A stream's session is joined to its transfers from open to close.
-  void RegisterBulk(uint64_t session, std::weak_ptr<BulkTransfers> bulk, PrincipalPtr owner);
-  void UnregisterBulk(uint64_t session);
+  void RegisterBulk(SessionId session, std::weak_ptr<BulkTransfers> bulk, PrincipalPtr owner);
+  void UnregisterBulk(SessionId session);
   struct BulkEntry {
     std::weak_ptr<BulkTransfers> bulk;
     PrincipalPtr owner;
@@ -104,7 +105,7 @@ class SessionStreamService final : public SessionStreamServiceBase {
   mutable absl::Mutex mu_;
   // Open streams, so that StartDraining can end them. A state removes itself when it finishes.
   absl::flat_hash_map<StreamState*, std::shared_ptr<StreamState>> open_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, BulkEntry> bulk_ ABSL_GUARDED_BY(mu_);  // By session id.
+  absl::flat_hash_map<SessionId, BulkEntry> bulk_ ABSL_GUARDED_BY(mu_);  // By session id.
 };
 
 }  // namespace cubed

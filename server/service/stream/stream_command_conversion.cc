@@ -27,10 +27,10 @@ absl::Status ConvertExecute(const v1::Command::Execute& e, const RequestLimits& 
   // the command is malformed.
   const auto& buffers = e.bindings().buffers();
   if (e.kernel().has_builtin()) {
-    if (!buffers.empty()) out.outputs.push_back(buffers.rbegin()->handle());
+    if (!buffers.empty()) out.outputs.emplace_back(buffers.rbegin()->handle());
   } else {
     out.outputs.reserve(buffers.size());
-    for (const v1::Binding& b : buffers) out.outputs.push_back(b.handle());
+    for (const v1::Binding& b : buffers) out.outputs.emplace_back(b.handle());
   }
   // Converted in place from the command's parts: no temporary ExecuteRequest (whose Swap would
   // deep-copy across arenas; Note [Request arena], session_stream.cc).
@@ -41,7 +41,7 @@ absl::Status Convert(v1::Command& c, const RequestLimits& limits, StreamCommand&
   switch (c.kind_case()) {
     case v1::Command::kCreate:
       out.kind = Kind::kCreate;
-      out.id = c.create().id();
+      out.id = HandleId(c.create().id());
       out.data = std::move(*c.mutable_create()->mutable_data());
       if (c.create().bulk_size() != 0) {
         out.bulk = true;
@@ -60,7 +60,7 @@ absl::Status Convert(v1::Command& c, const RequestLimits& limits, StreamCommand&
     case v1::Command::kCreateTensor: {
       out.kind = Kind::kCreateTensor;
       v1::Command::CreateTensor& t = *c.mutable_create_tensor();
-      out.id = t.id();
+      out.id = HandleId(t.id());
       out.data = std::move(*t.mutable_data());
       out.shape.assign(t.shape().begin(), t.shape().end());
       out.elem_size = t.elem_size();
@@ -82,7 +82,7 @@ absl::Status Convert(v1::Command& c, const RequestLimits& limits, StreamCommand&
     }
     case v1::Command::kEmpty:
       out.kind = Kind::kEmpty;
-      out.id = c.empty().id();
+      out.id = HandleId(c.empty().id());
       out.size = c.empty().size();
       if (out.size == 0) {
         return absl::InvalidArgumentError("size: 0; empty needs at least 1 byte");
@@ -90,7 +90,7 @@ absl::Status Convert(v1::Command& c, const RequestLimits& limits, StreamCommand&
       return absl::OkStatus();
     case v1::Command::kEmptyTensor:
       out.kind = Kind::kEmptyTensor;
-      out.id = c.empty_tensor().id();
+      out.id = HandleId(c.empty_tensor().id());
       out.shape.assign(c.empty_tensor().shape().begin(), c.empty_tensor().shape().end());
       out.elem_size = c.empty_tensor().elem_size();
       return CheckTensor(out.shape, out.elem_size, "empty_tensor", nullptr);
@@ -100,7 +100,9 @@ absl::Status Convert(v1::Command& c, const RequestLimits& limits, StreamCommand&
     case v1::Command::kRelease: {
       out.kind = Kind::kRelease;
       const auto& ids = c.release().ids();
-      out.ids.assign(ids.begin(), ids.end());
+      out.ids.clear();
+      out.ids.reserve(ids.size());
+      for (uint64_t id : ids) out.ids.emplace_back(id);
       if (ids.empty() || static_cast<uint32_t>(ids.size()) > limits.max_release) {
         return absl::InvalidArgumentError(absl::StrCat(
             "release.ids: ", ids.size(), " given; expected 1 .. ", limits.max_release));
