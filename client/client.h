@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "client/shared_memory.h"
 #include "common/elem_type.h"
 #include "common/memory_usage.h"
 #include "cubed/v1/types.pb.h"
@@ -174,6 +175,15 @@ struct Resource {
   std::string ipc_handle;       // CUDA only.
 };
 
+// A shared-memory region of the client's session (docs/api.md, "Shared-memory regions"): memory
+// of this process from which the daemon takes a create's bytes and into which it writes a read's,
+// without carrying them through gRPC. Holds `memory` alive; the registration lasts until
+// Client::ReleaseRegion or the session's end.
+struct Region {
+  uint64_t id = 0;  // The region's id in the session.
+  std::shared_ptr<SharedMemory> memory;
+};
+
 // Result of GetInfo.
 struct DaemonInfo {
   v1::DeviceInfo device;
@@ -259,6 +269,29 @@ class Client {
 
   // Limits and features of the session's device.
   absl::StatusOr<DaemonInfo> GetInfo();
+
+  // Shared-memory regions: the session stream over a Unix socket only (FAILED_PRECONDITION
+  // otherwise). RegisterRegion passes `memory` to the daemon (its region socket: the socket's
+  // path + ".regions") and returns the registration; the daemon's error otherwise.
+  absl::StatusOr<Region> RegisterRegion(std::shared_ptr<SharedMemory> memory);
+  // Unregisters `region` after the commands queued before; an error comes back from the next
+  // Sync.
+  absl::Status ReleaseRegion(const Region& region);
+  // trait: create / create_tensor with the bytes [offset, offset + size) of `region` (for a
+  // tensor: its dense bytes, product(shape) * elem_size). They are read when the command runs:
+  // do not change them until a later Sync or read returned. Returns like Create / CreateTensor.
+  absl::StatusOr<Handle> CreateFromRegion(const Region& region, uint64_t offset, uint64_t size);
+  absl::StatusOr<Tensor> CreateTensorFromRegion(const Region& region, uint64_t offset,
+                                                std::vector<uint64_t> shape, uint32_t elem_size);
+  // trait: read / read_tensor into `region`: the bindings' bytes (tensors densely packed) one
+  // after the other from `offset`, within `size` bytes. The future gives the bytes written once
+  // they are in the region; ready like Read.
+  std::future<absl::StatusOr<uint64_t>> ReadIntoRegion(std::vector<Binding> bindings,
+                                                       const Region& region, uint64_t offset,
+                                                       uint64_t size);
+  std::future<absl::StatusOr<uint64_t>> ReadTensorIntoRegion(std::vector<Tensor> tensors,
+                                                             const Region& region, uint64_t offset,
+                                                             uint64_t size);
 
   // Sends the batched releases now and waits until every release sent so far (also those in
   // flight on the background flusher) has been answered. Returns the first release error since

@@ -33,5 +33,8 @@ class StrongId {
 using SessionId = StrongId<struct SessionIdTag>;
 // A handle of one session: the daemon's (top bit clear) or the client's (top bit set).
 using HandleId = StrongId<struct HandleIdTag>;
+// A shared-memory region of one session (Note [Shared-memory regions],
+// server/channel/shared_region.h): never 0, not sequential.
+using RegionId = StrongId<struct RegionIdTag>;
 
 }  // namespace cubed

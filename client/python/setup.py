@@ -23,7 +23,8 @@ from setuptools.command.build_py import build_py
 from setuptools.command.sdist import sdist
 
 HERE = Path(__file__).resolve().parent
-PROTOS = ["cubed/v1/types.proto", "cubed/v1/compute.proto", "cubed/v1/session.proto"]
+PROTOS = ["cubed/v1/types.proto", "cubed/v1/compute.proto", "cubed/v1/session.proto",
+          "cubed/v1/region.proto"]
 PACKAGE_DIR = "cubed_client/_proto"
 
 

@@ -19,6 +19,14 @@ struct BindingRef {
   uint64_t offset_end = 0;
 };
 
+// A wire RegionSlice: a byte range of one of the session's shared-memory regions, not yet
+// checked against the region (Note [Shared-memory regions], shared_region.h).
+struct RegionRange {
+  RegionId region;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+};
+
 // A wire BindingWithMeta; shape and strides already checked for rank, overflow and elem_size.
 struct TensorRef {
   BindingRef binding;

@@ -71,6 +71,7 @@ void Device::Free(Session& session) {
     session.profile().reset();
   }
   for (const auto& [handle, entry] : session.handles()) server_->Free(entry.slice);
+  for (const auto& [id, region] : session.regions()) server_->UnregisterHostMemory(region->bytes());
 }
 
 bool Device::IsOwnedBy(SessionId session, const Principal* principal) const {
@@ -499,6 +500,122 @@ absl::StatusOr<NewHandle> Device::CreateTensorWithId(SessionId session, HandleId
   RETURN_IF_ERROR(CheckClientId(*s, id));
   RETURN_IF_ERROR(sessions_.CheckQuota(*s, data.size()));
   return AddHandleWithId(*s, id, server_->CreateTensor(data, shape, elem_size, s->memory_owner()));
+}
+
+absl::StatusOr<RegionId> Device::RegisterRegion(SessionId session,
+                                                std::unique_ptr<SharedRegion> region,
+                                                absl::Time now) {
+  ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
+  if (s->regions().size() >= options_.max_regions) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("region: the session holds ", s->regions().size(),
+                     " shared-memory regions, the most one may hold (release one first)"));
+  }
+  RETURN_IF_ERROR(server_->RegisterHostMemory(region->bytes()));
+  const RegionId id = s->AddRegion(std::move(region));
+  spdlog::debug("session {}: region {} registered", session.value(), id.value());
+  return id;
+}
+
+absl::Status Device::ReleaseRegion(SessionId session, RegionId region, absl::Time now) {
+  ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
+  const std::shared_ptr<SharedRegion>* r = s->FindRegion(region);
+  if (r == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("region ", region.value(), " is not a region of this session"));
+  }
+  server_->UnregisterHostMemory((*r)->bytes());
+  s->EraseRegion(region);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::pair<std::shared_ptr<SharedRegion>, absl::Span<uint8_t>>> Device::RegionBytes(
+    const Session& session, const RegionRange& range, absl::string_view field) const {
+  const std::shared_ptr<SharedRegion>* r = session.FindRegion(range.region);
+  if (r == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat(field, ".region: ", range.region.value(), " is not a region of this session"));
+  }
+  ASSIGN_OR_RETURN(absl::Span<uint8_t> bytes, (*r)->Slice(range.offset, range.size, field));
+  return std::make_pair(*r, bytes);
+}
+
+absl::StatusOr<NewHandle> Device::CreateFromRegion(SessionId session, HandleId id,
+                                                   const RegionRange& source, absl::Time now) {
+  ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
+  RETURN_IF_ERROR(CheckClientId(*s, id));
+  ASSIGN_OR_RETURN(auto bytes, RegionBytes(*s, source, "region"));
+  RETURN_IF_ERROR(sessions_.CheckQuota(*s, source.size));
+  return AddHandleWithId(*s, id, server_->Create(bytes.second, s->memory_owner()));
+}
+
+absl::StatusOr<NewHandle> Device::CreateTensorFromRegion(SessionId session, HandleId id,
+                                                         const RegionRange& source,
+                                                         absl::Span<const uint64_t> shape,
+                                                         uint32_t elem_size, absl::Time now) {
+  ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
+  RETURN_IF_ERROR(CheckClientId(*s, id));
+  ASSIGN_OR_RETURN(auto bytes, RegionBytes(*s, source, "region"));
+  ASSIGN_OR_RETURN(const uint64_t dense, TensorBytes(shape, elem_size, "region"));
+  if (dense != source.size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("region.size: ", source.size, " bytes for a tensor of ", dense));
+  }
+  RETURN_IF_ERROR(sessions_.CheckQuota(*s, source.size));
+  return AddHandleWithId(*s, id,
+                         server_->CreateTensor(bytes.second, shape, elem_size, s->memory_owner()));
+}
+
+void Device::ReadTensorIntoRegion(SessionId session, const std::vector<TensorRef>& tensors,
+                                  const RegionRange& into, absl::Time now,
+                                  RegionReadCallback done) {
+  struct Plan {
+    std::vector<ResolvedTensor> tensors;
+    std::vector<absl::Span<uint8_t>> out;  // Where each tensor lands, inside the region.
+    std::shared_ptr<SharedRegion> region;
+    uint64_t total = 0;
+  };
+  auto plan = [&]() -> absl::StatusOr<Plan> {
+    ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
+    ASSIGN_OR_RETURN(auto destination, RegionBytes(*s, into, "into"));
+    Plan p;
+    p.region = std::move(destination.first);
+    std::vector<uint64_t> sizes;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const std::string what = absl::StrCat("bindings[", i, "]");
+      const TensorRef& t = tensors[i];
+      ASSIGN_OR_RETURN(ResolvedBinding r, Resolve(*s, t.binding, what));
+      RETURN_IF_ERROR(CheckTensorSpan(t, r.size, what));
+      ASSIGN_OR_RETURN(const uint64_t bytes, TensorBytes(t.shape, t.elem_size, what));
+      ASSIGN_OR_RETURN(p.total, CheckedSum(p.total, bytes, what));
+      sizes.push_back(bytes);
+      p.tensors.push_back(ResolvedTensor{r, t.shape, t.strides, t.elem_size});
+    }
+    if (p.total > into.size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("into.size: ", into.size, " bytes, but the bindings hold ", p.total));
+    }
+    uint64_t offset = 0;
+    for (uint64_t bytes : sizes) {
+      p.out.push_back(destination.second.subspan(offset, bytes));
+      offset += bytes;  // <= total <= into.size: no overflow.
+    }
+    return p;
+  };
+  absl::StatusOr<Plan> p = plan();
+  if (!p.ok()) {
+    done(p.status());
+    return;
+  }
+  server_->ReadTensorInto(std::move(p->tensors), std::move(p->out),
+                          [done = std::move(done), region = std::move(p->region),
+                           total = p->total](absl::Status s) mutable {
+                            if (s.ok()) {
+                              done(total);
+                            } else {
+                              done(std::move(s));
+                            }
+                          });
 }
 
 absl::StatusOr<NewHandle> Device::EmptyWithId(SessionId session, HandleId id, uint64_t size,

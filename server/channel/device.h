@@ -26,6 +26,7 @@ struct DeviceOptions {
   absl::Duration max_lease = absl::Hours(24 * 7);
   bool allow_unchecked = false;
   uint64_t max_read_bytes = uint64_t{512} << 20;  // Total bytes one Read may return.
+  uint32_t max_regions = 64;  // Shared-memory regions one session may hold at once.
 };
 
 struct SessionGrant {
@@ -132,6 +133,32 @@ class Device {
                   absl::Span<const uint64_t> strides, uint32_t elem_size, uint64_t dense_offset,
                   absl::Span<const uint8_t> bytes, absl::Time now, DoneCallback done);
 
+  // Shared-memory regions (Note [Shared-memory regions], shared_region.h). RegisterRegion gives
+  // `region` to the session, registered with the backend (ComputeServer::RegisterHostMemory),
+  // and returns its id; RESOURCE_EXHAUSTED when the session holds max_regions already, or the
+  // backend's error. ReleaseRegion unregisters it (work queued before that uses it completes
+  // first); NOT_FOUND naming the id when the session has no such region. Closing the session
+  // releases its regions.
+  absl::StatusOr<RegionId> RegisterRegion(SessionId session, std::unique_ptr<SharedRegion> region,
+                                          absl::Time now);
+  absl::Status ReleaseRegion(SessionId session, RegionId region, absl::Time now);
+  // Create / CreateTensor with the bytes of a range of one of the session's regions. NOT_FOUND
+  // for an unknown region, INVALID_ARGUMENT for a range outside it, else as CreateWithId and
+  // CreateTensorWithId.
+  absl::StatusOr<NewHandle> CreateFromRegion(SessionId session, HandleId id,
+                                             const RegionRange& source, absl::Time now);
+  absl::StatusOr<NewHandle> CreateTensorFromRegion(SessionId session, HandleId id,
+                                                   const RegionRange& source,
+                                                   absl::Span<const uint64_t> shape,
+                                                   uint32_t elem_size, absl::Time now);
+  // ReadTensor into a range of one of the session's regions: each tensor packed densely, one
+  // after the other from into.offset. Not bounded by max_read_bytes (the client's own memory
+  // receives the bytes), but INVALID_ARGUMENT when their total exceeds into.size. `done` gets
+  // the bytes written, or the error; the region stays mapped until it ran.
+  using RegionReadCallback = absl::AnyInvocable<void(absl::StatusOr<uint64_t>)>;
+  void ReadTensorIntoRegion(SessionId session, const std::vector<TensorRef>& tensors,
+                            const RegionRange& into, absl::Time now, RegionReadCallback done);
+
   MemoryUsage Usage() const { return server_->Usage(); }
   KernelCacheStats KernelCache() const { return server_->KernelCache(); }
   // Live handles across every open session (for metrics; O(sessions)).
@@ -149,7 +176,11 @@ class Device {
   absl::Status CheckClientId(const Session& session, HandleId id) const;
   // RESOURCE_EXHAUSTED when one read would return more than max_read_bytes.
   absl::Status CheckReadBytes(uint64_t total) const;
-  // Gives back what a session that left the table held: its open profile, its slices.
+  // The range of a region of `session`, and the region (to keep it mapped while work uses it).
+  absl::StatusOr<std::pair<std::shared_ptr<SharedRegion>, absl::Span<uint8_t>>> RegionBytes(
+      const Session& session, const RegionRange& range, absl::string_view field) const;
+  // Gives back what a session that left the table held: its open profile, its slices, its
+  // regions.
   void Free(Session& session);
 
   uint32_t index_;

@@ -40,6 +40,20 @@ void Session::AddHandleWithId(HandleId id, SliceId slice, uint64_t size) {
   handles_.emplace(id, HandleEntry{slice, size, 1});
 }
 
+RegionId Session::AddRegion(std::shared_ptr<SharedRegion> region) {
+  RegionId id;
+  do {
+    id = RegionId(Mix(next_serial_++ ^ id_key_));
+  } while (id.value() == 0 || regions_.contains(id));
+  regions_.emplace(id, std::move(region));
+  return id;
+}
+
+const std::shared_ptr<SharedRegion>* Session::FindRegion(RegionId id) const {
+  auto it = regions_.find(id);
+  return it == regions_.end() ? nullptr : &it->second;
+}
+
 HandleEntry* Session::Find(HandleId handle) {
   auto it = handles_.find(handle);
   return it == handles_.end() ? nullptr : &it->second;

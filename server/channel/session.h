@@ -6,6 +6,7 @@
 // (kFirstClientId, the session stream). An id may be poisoned (Note [Poisoned handles]).
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <utility>
 
@@ -15,6 +16,7 @@
 #include "absl/time/time.h"
 #include "common/ids.h"
 #include "server/auth/principal.h"
+#include "server/channel/shared_region.h"
 #include "server/compute/compute_server.h"
 
 namespace cubed {
@@ -87,6 +89,17 @@ class Session {
 
   const absl::flat_hash_map<HandleId, HandleEntry>& handles() const { return handles_; }
 
+  // Shared-memory regions (Note [Shared-memory regions], shared_region.h). AddRegion returns the
+  // new region's id (never 0, not in use). Work still using a region holds a reference of its
+  // own, so erasing one never unmaps memory a queued copy uses.
+  RegionId AddRegion(std::shared_ptr<SharedRegion> region);
+  // The region, or nullptr when this session has none of that id.
+  const std::shared_ptr<SharedRegion>* FindRegion(RegionId id) const;
+  void EraseRegion(RegionId id) { regions_.erase(id); }
+  const absl::flat_hash_map<RegionId, std::shared_ptr<SharedRegion>>& regions() const {
+    return regions_;
+  }
+
   // The open profile, if any (one per session).
   std::optional<ProfileToken>& profile() { return profile_; }
 
@@ -105,6 +118,7 @@ class Session {
   uint64_t next_serial_ = 1;
   absl::flat_hash_map<HandleId, HandleEntry> handles_;
   absl::flat_hash_map<HandleId, absl::Status> poisoned_;
+  absl::flat_hash_map<RegionId, std::shared_ptr<SharedRegion>> regions_;
   std::optional<ProfileToken> profile_;
   ClosedCallback on_closed_;
 };

@@ -36,6 +36,8 @@ absl::string_view KindName(Kind kind) {
       return "start_profile";
     case Kind::kEndProfile:
       return "end_profile";
+    case Kind::kReleaseRegion:
+      return "release_region";
   }
   return "unknown";
 }

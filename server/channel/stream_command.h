@@ -6,6 +6,7 @@
 // in its place in the order.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,7 @@ struct StreamCommand {
     kMemoryCleanup,
     kStartProfile,
     kEndProfile,
+    kReleaseRegion,
   };
 
   uint64_t seq = 0;
@@ -56,6 +58,9 @@ struct StreamCommand {
   bool bulk = false;
   std::vector<uint64_t> strides;  // A bulk create's layout once allocated (shape: `shape`).
   uint64_t allocated = 0;         // A bulk create's allocation, bytes (padding included).
+  // Region commands (Note [Shared-memory regions], shared_region.h): a create's source or a
+  // read's destination; release_region's region (`region->region`).
+  std::optional<RegionRange> region;
 };
 
 // Whether `command` is a bulk create (create.bulk_size, create_tensor.bulk) or a bulk read.

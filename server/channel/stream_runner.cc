@@ -187,6 +187,9 @@ void StreamRunner::Run(Device& device, StreamCommand& command,
     case Kind::kStartProfile:
       status = device.StartProfile(session_, now);
       break;
+    case Kind::kReleaseRegion:
+      status = device.ReleaseRegion(session_, command.region->region, now);
+      break;
     default:
       RunAnswering(device, command, sink);
       return;
@@ -199,9 +202,16 @@ void StreamRunner::RunCreate(Device& device, StreamCommand& command, ReplySink& 
   absl::StatusOr<NewHandle> h;
   switch (command.kind) {
     case Kind::kCreate:
-      h = device.CreateWithId(session_, command.id, Bytes(command.data), now);
+      h = command.region.has_value()
+              ? device.CreateFromRegion(session_, command.id, *command.region, now)
+              : device.CreateWithId(session_, command.id, Bytes(command.data), now);
       break;
     case Kind::kCreateTensor:
+      if (command.region.has_value()) {
+        h = device.CreateTensorFromRegion(session_, command.id, *command.region, command.shape,
+                                          command.elem_size, now);
+        break;
+      }
       h = device.CreateTensorWithId(session_, command.id, Bytes(command.data), command.shape,
                                     command.elem_size, now);
       break;
@@ -224,6 +234,30 @@ void StreamRunner::RunCreate(Device& device, StreamCommand& command, ReplySink& 
     reply.tensor_size = h->size;
     sink.Fill(sink.Reserve(), std::move(reply));
   }
+}
+
+void StreamRunner::RunReadIntoRegion(Device& device, StreamCommand& command,
+                                     const std::shared_ptr<ReplySink>& sink, uint64_t slot) {
+  const uint64_t seq = command.seq;
+  const absl::Time now = absl::Now();
+  if (command.kind == Kind::kRead) {  // Raw bindings are byte tensors from here on.
+    command.read_tensor.clear();
+    for (const BindingRef& b : command.read) command.read_tensor.push_back(TensorRef{b, {}, {}, 0});
+    if (absl::Status s = device.CheckBulkRead(session_, command.read_tensor, /*raw=*/true, now);
+        !s.ok()) {
+      sink->Fill(slot, ErrorReply(seq, s));
+      return;
+    }
+  }
+  device.ReadTensorIntoRegion(session_, command.read_tensor, *command.region, now,
+                              [sink, slot, seq](absl::StatusOr<uint64_t> written) {
+                                StreamReply reply = ErrorReply(seq, written.status());
+                                if (written.ok()) {
+                                  reply.result = StreamReply::Result::kRegionBytes;
+                                  reply.region_bytes = *written;
+                                }
+                                sink->Fill(slot, std::move(reply));
+                              });
 }
 
 void StreamRunner::RunRelease(Device& device, StreamCommand& command, ReplySink& sink) {
@@ -250,6 +284,10 @@ void StreamRunner::RunAnswering(Device& device, StreamCommand& command,
   switch (command.kind) {
     case Kind::kRead:
     case Kind::kReadTensor: {
+      if (command.region.has_value()) {
+        RunReadIntoRegion(device, command, sink, slot);
+        return;
+      }
       // The bytes land in `out`, kept alive by the completion, then move into the reply.
       auto out = std::make_shared<std::vector<std::string>>();
       auto done = [sink, slot, seq, out](absl::Status s) {

@@ -61,6 +61,9 @@ class StreamRunner {
   void RunCreate(Device& device, StreamCommand& command, ReplySink& sink);
   void RunRelease(Device& device, StreamCommand& command, ReplySink& sink);
   void RunAnswering(Device& device, StreamCommand& command, const std::shared_ptr<ReplySink>& sink);
+  // A read or read_tensor into a shared-memory region (command.region), answered in `slot`.
+  void RunReadIntoRegion(Device& device, StreamCommand& command,
+                         const std::shared_ptr<ReplySink>& sink, uint64_t slot);
 
   SessionId session_;
   bool have_seq_ = false;

@@ -4,7 +4,9 @@
 // types. Backends (cpu_server.h, later CUDA) implement it; Device (device.h) drives it.
 // Every method runs on the device's server-loop thread: implementations need no locks.
 
+#include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -159,6 +161,35 @@ class ComputeServer {
   // trait: read_tensor. Packs each tensor densely in row-major order.
   virtual void ReadTensor(std::vector<ResolvedTensor> tensors, std::vector<std::string>* out,
                           DoneCallback done) = 0;
+
+  // ReadTensor into host memory the caller keeps mapped until `done` runs (a client's
+  // shared-memory region: Note [Shared-memory regions], server/channel/shared_region.h): packs
+  // tensors[i] densely, row-major, into out[i], which holds exactly its dense bytes, after all
+  // earlier work. The default reads into strings and copies; backends override it to write in
+  // place.
+  virtual void ReadTensorInto(std::vector<ResolvedTensor> tensors,
+                              std::vector<absl::Span<uint8_t>> out, DoneCallback done) {
+    auto bytes = std::make_shared<std::vector<std::string>>();
+    std::vector<std::string>* target = bytes.get();
+    ReadTensor(std::move(tensors), target,
+               [bytes = std::move(bytes), out = std::move(out),
+                done = std::move(done)](absl::Status s) mutable {
+                 for (size_t i = 0; s.ok() && i < out.size(); ++i) {
+                   std::copy((*bytes)[i].begin(), (*bytes)[i].end(), out[i].begin());
+                 }
+                 done(std::move(s));
+               });
+  }
+
+  // Host memory copies use often (a shared-memory region): a backend may register it for faster
+  // transfers (CUDA: page-locked, cuMemHostRegister). `memory` stays mapped until after
+  // UnregisterHostMemory, which runs only once work queued before it that uses the memory has
+  // completed. Errors: the backend's, naming the call. The default does nothing.
+  virtual absl::Status RegisterHostMemory(absl::Span<uint8_t> memory) {
+    (void)memory;
+    return absl::OkStatus();
+  }
+  virtual void UnregisterHostMemory(absl::Span<uint8_t> memory) { (void)memory; }
 
   // trait: get_resource.
   virtual absl::StatusOr<ResourceDescription> GetResource(const ResolvedBinding& binding) = 0;

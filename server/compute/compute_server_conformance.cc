@@ -142,6 +142,34 @@ TEST_P(ComputeServerConformance, CreateTensorThenReadTensorPacksDensely) {
   server_->Free(a->slice);
 }
 
+// Note [Shared-memory regions]: reads land in host memory the caller keeps (a region), and host
+// memory may be registered with the backend first.
+TEST_P(ComputeServerConformance, ReadTensorIntoHostMemoryPacksInPlace) {
+  std::string host(2 * 3 * 1000 * 4 + 16, '\0');
+  const auto memory = absl::MakeSpan(reinterpret_cast<uint8_t*>(host.data()), host.size());
+  ASSERT_TRUE(server_->RegisterHostMemory(memory).ok());
+  const std::vector<uint64_t> shape = {3, 1000};
+  const std::string data = Pattern(3 * 1000 * 4, 5);
+  absl::StatusOr<Allocation> a = server_->CreateTensor(Bytes(data), shape, 4, kOwnerA);
+  ASSERT_TRUE(a.ok()) << a.status();
+  Done done;
+  server_->ReadTensorInto(
+      {ResolvedTensor{Whole(*a), shape, a->strides, 4},
+       ResolvedTensor{Whole(*a), {1000, 3}, {1, a->strides[0]}, 4}},
+      {memory.subspan(8, data.size()), memory.subspan(8 + data.size(), data.size())},
+      done.callback());
+  ASSERT_TRUE(done.Wait().ok());
+  EXPECT_TRUE(host.substr(8, data.size()) == data);
+  EXPECT_EQ(host.substr(8 + data.size() + 4, 4), data.substr(1000 * 4, 4));  // Transposed [0][1].
+  EXPECT_EQ(host.substr(0, 8), std::string(8, '\0')) << "bytes before the destination changed";
+  EXPECT_EQ(host.substr(8 + 2 * data.size()), std::string(8, '\0')) << "bytes after it changed";
+  server_->Free(a->slice);
+  Done synced;
+  server_->Sync(synced.callback());
+  ASSERT_TRUE(synced.Wait().ok());
+  server_->UnregisterHostMemory(memory);
+}
+
 TEST_P(ComputeServerConformance, WriteLandsAtItsDenseOffset) {
   absl::StatusOr<Allocation> a = server_->Empty(10000, kOwnerA);
   ASSERT_TRUE(a.ok()) << a.status();

@@ -36,6 +36,9 @@ ABSL_FLAG(absl::Duration, session_lease, absl::Seconds(60),
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off.");
 ABSL_FLAG(std::string, max_message_bytes, "512MiB",
           "Largest gRPC message received or sent (and so the largest Create or Read).");
+ABSL_FLAG(std::string, max_region_bytes, "64GiB",
+          "Largest shared-memory region a local client may register (the region socket, "
+          "--listen's path + \".regions\"); 0 = no region socket.");
 ABSL_FLAG(bool, allow_unchecked, false,
           "Allow kernels in unchecked mode (no bounds checks; a bad kernel can corrupt memory).");
 ABSL_FLAG(std::string, ready_file, "",
@@ -221,6 +224,13 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
                      ": expected 4KiB .. 2GiB-1 (gRPC's limit)"));
   }
   c.max_message_bytes = static_cast<int>(*max_message);
+  absl::StatusOr<uint64_t> max_region = ParseByteSize(absl::GetFlag(FLAGS_max_region_bytes));
+  if (!max_region.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_region_bytes=", absl::GetFlag(FLAGS_max_region_bytes), ": ",
+                     max_region.status().message()));
+  }
+  c.max_region_bytes = *max_region;
   c.allow_unchecked = absl::GetFlag(FLAGS_allow_unchecked);
   c.ready_file = absl::GetFlag(FLAGS_ready_file);
   c.kernel_cache_dir = absl::GetFlag(FLAGS_kernel_cache_dir);

@@ -37,6 +37,7 @@
 #include "server/service/call_counter.h"
 #include "server/service/compute_service.h"
 #include "server/service/health_service.h"
+#include "server/service/region_listener.h"
 #include "server/service/request_log.h"
 #include "server/service/stream/session_stream.h"
 #include "server/service/unix_listener.h"
@@ -299,6 +300,29 @@ absl::Status Daemon::StartGrpc() {
     unix_listener_->Start(server_.get());
     spdlog::info("serving on unix:{}", config_.unix_socket);
   }
+  if (!config_.unix_socket.empty() && config_.max_region_bytes > 0) {
+    // Note [Shared-memory regions] (server/channel/shared_region.h).
+    // Clients fall back to the gRPC stream without it, so a region socket that cannot be made
+    // (a path too long for sun_path, say) is a warning, not a failure.
+    const std::string path = RegionSocketPath(config_.unix_socket);
+    std::vector<DeviceLoop*> loops;
+    for (auto& loop : loops_) loops.push_back(loop.get());
+    RegionListenerOptions options;
+    options.max_region_bytes = config_.max_region_bytes;
+    const absl::Status prepared = PrepareUnixSocket(path);
+    absl::StatusOr<std::unique_ptr<RegionListener>> regions =
+        prepared.ok() ? RegionListener::Listen(path, config_.listen_group, options, auth_.get(),
+                                               std::move(loops))
+                      : prepared;
+    if (regions.ok()) {
+      region_listener_ = *std::move(regions);
+      region_listener_->Start();
+      spdlog::info("shared-memory regions on {} (at most {} bytes each)", path,
+                   config_.max_region_bytes);
+    } else {
+      spdlog::warn("no shared-memory regions: {}", std::string(regions.status().message()));
+    }
+  }
   if (tcp_port_ != 0) spdlog::info("serving on tcp port {}", tcp_port_);
   return absl::OkStatus();
 }
@@ -363,6 +387,7 @@ void Daemon::Shutdown() {
   }
   // The loops keep running while the server drains, so queued calls can finish.
   if (unix_listener_ != nullptr) unix_listener_->Stop();  // No new connections.
+  if (region_listener_ != nullptr) region_listener_->Stop();
   // Note [Idle connections at shutdown]: Server::Shutdown(deadline) sends every connection a
   // GOAWAY and then waits, until the deadline, for every connection to be gone, not only for the
   // calls in flight. gRPC 1.51 closes a connection early only once its client has answered the
@@ -389,6 +414,7 @@ void Daemon::Shutdown() {
   for (auto& loop : loops_) loop->Stop();  // Closes every session, frees every page.
   loops_.clear();
   if (!config_.unix_socket.empty()) unlink(config_.unix_socket.c_str());
+  if (region_listener_ != nullptr) unlink(RegionSocketPath(config_.unix_socket).c_str());
   spdlog::info("shut down cleanly");
 }
 

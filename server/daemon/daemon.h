@@ -27,6 +27,7 @@ class Metrics;
 class MetricsHttpServer;
 class StatsCollector;
 class SessionStreamService;
+class RegionListener;
 class UnixListener;
 
 class Daemon {
@@ -74,6 +75,8 @@ class Daemon {
   // Before the services, which use them (docs/security.md).
   std::unique_ptr<UnixListener> unix_listener_;  // Null without --listen.
   std::unique_ptr<Authenticator> auth_;
+  // The region socket beside the Unix socket; null without --listen or with --max_region_bytes=0.
+  std::unique_ptr<RegionListener> region_listener_;
   std::unique_ptr<CallCounter> calls_;  // Outlives server_, whose interceptor counts.
   std::unique_ptr<ComputeService> compute_;
   std::unique_ptr<HealthService> health_;

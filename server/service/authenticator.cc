@@ -34,22 +34,26 @@ absl::StatusOr<PrincipalPtr> Authenticator::Identify(const grpc::ServerContextBa
   const std::string peer = ctx.peer();
   if (unix_listener_ != nullptr) {
     if (std::optional<PeerCredentials> cred = unix_listener_->Lookup(peer)) {
-      for (const PrincipalPtr& p : policy_.principals) {
-        if (std::find(p->uids.begin(), p->uids.end(), cred->uid) != p->uids.end()) return p;
-      }
-      for (const PrincipalPtr& p : policy_.principals) {
-        if (std::find(p->gids.begin(), p->gids.end(), cred->gid) != p->gids.end()) return p;
-      }
-      spdlog::info("refused a call from uid {} gid {} (pid {}): not in the allow-list", cred->uid,
-                   cred->gid, cred->pid);
-      return absl::PermissionDeniedError(absl::StrCat(
-          "uid ", cred->uid, " (gid ", cred->gid,
-          ") is not in this daemon's allow-list (principal uids/gids of --auth_config)"));
+      return IdentifyUnixPeer(*cred);
     }
   }
   if (absl::StartsWith(peer, "ipv4:") || absl::StartsWith(peer, "ipv6:")) return IdentifyTcp(ctx);
   return absl::UnauthenticatedError(
       absl::StrCat("the connection (", peer, ") is of no known listener"));
+}
+
+absl::StatusOr<PrincipalPtr> Authenticator::IdentifyUnixPeer(const PeerCredentials& cred) const {
+  for (const PrincipalPtr& p : policy_.principals) {
+    if (std::find(p->uids.begin(), p->uids.end(), cred.uid) != p->uids.end()) return p;
+  }
+  for (const PrincipalPtr& p : policy_.principals) {
+    if (std::find(p->gids.begin(), p->gids.end(), cred.gid) != p->gids.end()) return p;
+  }
+  spdlog::info("refused a call from uid {} gid {} (pid {}): not in the allow-list", cred.uid,
+               cred.gid, cred.pid);
+  return absl::PermissionDeniedError(
+      absl::StrCat("uid ", cred.uid, " (gid ", cred.gid,
+                   ") is not in this daemon's allow-list (principal uids/gids of --auth_config)"));
 }
 
 absl::StatusOr<PrincipalPtr> Authenticator::IdentifyTcp(const grpc::ServerContextBase& ctx) const {

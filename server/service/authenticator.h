@@ -31,6 +31,9 @@ class Authenticator {
   // Identify, then Principal::CheckRpc(rpc).
   absl::StatusOr<PrincipalPtr> Authorize(const grpc::ServerContextBase& ctx,
                                          absl::string_view rpc) const;
+  // The principal of a Unix socket peer with these credentials (by uid, then gid), or
+  // PERMISSION_DENIED naming them (the region socket; Identify for gRPC calls).
+  absl::StatusOr<PrincipalPtr> IdentifyUnixPeer(const PeerCredentials& cred) const;
 
  private:
   absl::StatusOr<PrincipalPtr> IdentifyTcp(const grpc::ServerContextBase& ctx) const;

@@ -1,13 +1,10 @@
 #include "server/service/unix_listener.h"
 
 #include <fcntl.h>
-#include <grp.h>
 #include <grpcpp/server.h>
 #include <grpcpp/server_posix.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -19,56 +16,13 @@
 #include "spdlog/spdlog.h"
 
 namespace cubed {
-namespace {
-
-absl::StatusOr<gid_t> GroupId(const std::string& group) {
-  uint32_t number = 0;
-  if (absl::SimpleAtoi(group, &number)) return static_cast<gid_t>(number);
-  struct group* g = getgrnam(group.c_str());
-  if (g == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("--listen_group: no group named '", group, "'"));
-  }
-  return g->gr_gid;
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<UnixListener>> UnixListener::Listen(const std::string& path,
                                                                    const std::string& group) {
   std::unique_ptr<UnixListener> l(new UnixListener());
-  std::optional<gid_t> gid;
-  if (!group.empty()) {
-    absl::StatusOr<gid_t> g = GroupId(group);
-    if (!g.ok()) return g.status();
-    gid = *g;
-  }
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof(addr.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat("--listen: '", path, "' is too long"));
-  }
-  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-  l->listen_fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (l->listen_fd_ < 0) {
-    return absl::UnavailableError(absl::StrCat("--listen: socket: ", std::strerror(errno)));
-  }
-  if (bind(l->listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("--listen: bind ", path, ": ", std::strerror(errno)));
-  }
-  // Mode and group before listen(): until then nobody can connect.
-  if (chmod(path.c_str(), 0660) != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("--listen: chmod ", path, ": ", std::strerror(errno)));
-  }
-  if (gid.has_value() && chown(path.c_str(), static_cast<uid_t>(-1), *gid) != 0) {
-    return absl::UnavailableError(absl::StrCat("--listen_group: chown ", path, " to group ", group,
-                                               ": ", std::strerror(errno)));
-  }
-  if (listen(l->listen_fd_, 128) != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("--listen: listen ", path, ": ", std::strerror(errno)));
-  }
+  absl::StatusOr<int> fd = ListenUnixSocket(path, group, SOCK_STREAM, "--listen");
+  if (!fd.ok()) return fd.status();
+  l->listen_fd_ = *fd;
   if (pipe2(l->wake_fd_, O_CLOEXEC) != 0) {
     return absl::UnavailableError(absl::StrCat("pipe: ", std::strerror(errno)));
   }
@@ -113,19 +67,18 @@ void UnixListener::AcceptLoop(grpc::Server* server) {
       }
       continue;
     }
-    ucred cred{};
-    socklen_t len = sizeof(cred);
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-      spdlog::warn("unix listener: SO_PEERCRED: {}; connection dropped", std::strerror(errno));
+    absl::StatusOr<PeerCredentials> cred = PeerCredentialsOf(fd);
+    if (!cred.ok()) {
+      spdlog::warn("unix listener: {}; connection dropped", std::string(cred.status().message()));
       close(fd);
       continue;
     }
     {
       absl::MutexLock lock(&mu_);
-      peers_[fd] = PeerCredentials{cred.pid, cred.uid, cred.gid};
+      peers_[fd] = *cred;
     }
-    spdlog::debug("unix connection fd {} from pid {} uid {} gid {}", fd, cred.pid, cred.uid,
-                  cred.gid);
+    spdlog::debug("unix connection fd {} from pid {} uid {} gid {}", fd, cred->pid, cred->uid,
+                  cred->gid);
     grpc::AddInsecureChannelFromFd(server, fd);  // Takes ownership of fd.
   }
 }

@@ -26,18 +26,13 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "server/service/unix_socket.h"
 
 namespace grpc {
 class Server;
 }  // namespace grpc
 
 namespace cubed {
-
-struct PeerCredentials {
-  pid_t pid = 0;
-  uid_t uid = 0;
-  gid_t gid = 0;
-};
 
 // Thread-safe. Stop before the gRPC server shuts down.
 class UnixListener {

@@ -112,6 +112,9 @@ void ToWire(StreamReply&& reply, v1::Reply* out) {
       for (uint64_t s : reply.strides) out->mutable_tensor()->add_strides(s);
       out->mutable_tensor()->set_size(reply.tensor_size);
       break;
+    case StreamReply::Result::kRegionBytes:
+      out->set_region_bytes(reply.region_bytes);
+      break;
   }
 }
 

@@ -231,6 +231,25 @@ void CpuServer::ReadTensor(std::vector<ResolvedTensor> tensors, std::vector<std:
   done(std::move(status));
 }
 
+void CpuServer::ReadTensorInto(std::vector<ResolvedTensor> tensors,
+                               std::vector<absl::Span<uint8_t>> out, DoneCallback done) {
+  absl::Status status = Timed([&]() -> absl::Status {
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      ASSIGN_OR_RETURN(uint8_t * src, Address(tensors[i].binding));
+      ASSIGN_OR_RETURN(const uint64_t bytes,
+                       TensorBytes(tensors[i].shape, tensors[i].elem_size, "tensor"));
+      if (bytes != out[i].size()) {
+        return absl::InternalError(
+            absl::StrCat("read into: ", out[i].size(), " bytes of room for a tensor of ", bytes));
+      }
+      if (bytes == 0) continue;
+      PackTensor(src, tensors[i], bytes, out[i].data());
+    }
+    return absl::OkStatus();
+  });
+  done(std::move(status));
+}
+
 absl::StatusOr<ResourceDescription> CpuServer::GetResource(const ResolvedBinding& binding) {
   ASSIGN_OR_RETURN(SliceLocation where, memory_->Locate(binding.slice));
   ResourceDescription r;

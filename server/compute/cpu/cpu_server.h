@@ -43,6 +43,8 @@ class CpuServer final : public ComputeServer {
             DoneCallback done) override;
   void ReadTensor(std::vector<ResolvedTensor> tensors, std::vector<std::string>* out,
                   DoneCallback done) override;
+  void ReadTensorInto(std::vector<ResolvedTensor> tensors, std::vector<absl::Span<uint8_t>> out,
+                      DoneCallback done) override;
   absl::StatusOr<ResourceDescription> GetResource(const ResolvedBinding& binding) override;
   absl::Status Execute(Launch launch) override;
   absl::Status Flush() override { return absl::OkStatus(); }

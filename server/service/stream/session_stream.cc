@@ -29,8 +29,9 @@ absl::Status SessionClosedUnder(SessionId session) {
 }
 
 // The Compute RPC a stream command needs permission for: the one of the same name
-// ("create_tensor" needs "CreateTensor").
+// ("create_tensor" needs "CreateTensor"); release_region, which has no RPC, needs "Release".
 std::string StreamCommandRpc(StreamCommand::Kind kind) {
+  if (kind == StreamCommand::Kind::kReleaseRegion) return "Release";
   std::string rpc;
   bool upper = true;
   for (char c : KindName(kind)) {

@@ -37,12 +37,48 @@ absl::Status ConvertExecute(const v1::Command::Execute& e, const RequestLimits& 
   return ToExecuteCommand(e.kernel(), e.count(), e.bindings(), e.mode(), limits, out.execute);
 }
 
+RegionRange ToRegionRange(const v1::RegionSlice& slice) {
+  return RegionRange{RegionId(slice.region()), slice.offset(), slice.size()};
+}
+
+// A region create (Note [Shared-memory regions]): `data` empty and not bulk; the range's size is
+// the allocation's (`expected`, when the shape gives it, must match).
+absl::Status ConvertRegionCreate(const v1::RegionSlice& slice, std::optional<uint64_t> expected,
+                                 StreamCommand& out) {
+  if (out.bulk || !out.data.empty()) {
+    return absl::InvalidArgumentError(
+        "region: given with data or bulk; a create takes its bytes from one of them only");
+  }
+  if (slice.size() == 0) return absl::InvalidArgumentError("region.size: 0; need at least 1 byte");
+  if (expected.has_value() && *expected != slice.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("region.size: ", slice.size(), " bytes for a tensor of ", *expected));
+  }
+  out.region = ToRegionRange(slice);
+  out.size = slice.size();
+  return absl::OkStatus();
+}
+
+// A region read: not bulk; the range is checked against the region when the read runs.
+absl::Status ConvertRegionRead(const v1::RegionSlice& slice, StreamCommand& out) {
+  if (out.bulk) {
+    return absl::InvalidArgumentError("into: given with bulk; a read goes to one of them only");
+  }
+  if (slice.size() == 0) return absl::InvalidArgumentError("into.size: 0; need at least 1 byte");
+  out.region = ToRegionRange(slice);
+  return absl::OkStatus();
+}
+
 absl::Status Convert(v1::Command& c, const RequestLimits& limits, StreamCommand& out) {
   switch (c.kind_case()) {
     case v1::Command::kCreate:
       out.kind = Kind::kCreate;
       out.id = HandleId(c.create().id());
       out.data = std::move(*c.mutable_create()->mutable_data());
+      if (c.create().has_region()) {
+        out.bulk = c.create().bulk_size() != 0;
+        return ConvertRegionCreate(c.create().region(), std::nullopt, out);
+      }
       if (c.create().bulk_size() != 0) {
         out.bulk = true;
         out.size = c.create().bulk_size();
@@ -64,6 +100,12 @@ absl::Status Convert(v1::Command& c, const RequestLimits& limits, StreamCommand&
       out.data = std::move(*t.mutable_data());
       out.shape.assign(t.shape().begin(), t.shape().end());
       out.elem_size = t.elem_size();
+      if (t.has_region()) {
+        out.bulk = t.bulk();
+        ASSIGN_OR_RETURN(const uint64_t bytes,
+                         CheckTensorShape(out.shape, out.elem_size, "create_tensor"));
+        return ConvertRegionCreate(t.region(), bytes, out);
+      }
       if (t.bulk()) {
         out.bulk = true;
         if (!out.data.empty()) {
@@ -115,6 +157,7 @@ absl::Status Convert(v1::Command& c, const RequestLimits& limits, StreamCommand&
       v1::ReadRequest request;
       request.mutable_bindings()->Swap(c.mutable_read()->mutable_bindings());
       ASSIGN_OR_RETURN(out.read, ToReadBindings(request, limits));
+      if (c.read().has_into()) return ConvertRegionRead(c.read().into(), out);
       return absl::OkStatus();
     }
     case v1::Command::kReadTensor: {
@@ -123,6 +166,7 @@ absl::Status Convert(v1::Command& c, const RequestLimits& limits, StreamCommand&
       v1::ReadTensorRequest request;
       request.mutable_bindings()->Swap(c.mutable_read_tensor()->mutable_bindings());
       ASSIGN_OR_RETURN(out.read_tensor, ToTensorRefs(request, limits));
+      if (c.read_tensor().has_into()) return ConvertRegionRead(c.read_tensor().into(), out);
       return absl::OkStatus();
     }
     case v1::Command::kFlush:
@@ -143,13 +187,18 @@ absl::Status Convert(v1::Command& c, const RequestLimits& limits, StreamCommand&
     case v1::Command::kEndProfile:
       out.kind = Kind::kEndProfile;
       return absl::OkStatus();
+    case v1::Command::kReleaseRegion:
+      out.kind = Kind::kReleaseRegion;
+      out.region = RegionRange{RegionId(c.release_region().region()), 0, 0};
+      return absl::OkStatus();
     case v1::Command::KIND_NOT_SET:
       break;
   }
   out.kind = Kind::kNone;
   return absl::InvalidArgumentError(
       "command: no kind set (create, create_tensor, empty, empty_tensor, execute, release, read, "
-      "read_tensor, flush, sync, memory_usage, memory_cleanup, start_profile or end_profile)");
+      "read_tensor, flush, sync, memory_usage, memory_cleanup, start_profile, end_profile or "
+      "release_region)");
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include "tests/bench/cpu/baseline_child.h"
 #include "tests/bench/cpu/bench_report.h"
 #include "tests/bench/cpu/p3_bulk.h"
+#include "tests/bench/cpu/p4_region.h"
 #include "tests/bench/cpu/p9_concurrent.h"
 #include "tests/bench/cpu/pool_bench.h"
 #include "tests/bench/cpu/rpc_latency.h"
@@ -36,7 +37,7 @@ ABSL_FLAG(std::string, cubed, CUBED_BENCH_CUBED_PATH, "Path of the cubed daemon 
 ABSL_FLAG(std::string, json, "", "Also write the results as JSON to this file.");
 ABSL_FLAG(std::string, backend, "cpu", "The daemon's --backend (cpu or cuda).");
 ABSL_FLAG(std::vector<std::string>, only, {},
-          "Figures to measure, comma-separated: P1,P3,P5,P6,unary,P9 (default: all).");
+          "Figures to measure, comma-separated: P1,P3,P4,P5,P6,unary,P9 (default: all).");
 ABSL_FLAG(int, rounds, 20, "P1: interleaved rounds per transport.");
 ABSL_FLAG(int, calls, 400, "P1: timed calls per path per round.");
 ABSL_FLAG(int, warmup_calls, 200, "P1: untimed calls per path first.");
@@ -46,8 +47,8 @@ ABSL_FLAG(int, trace_allocs, 4000, "P6: allocations per trace.");
 ABSL_FLAG(int, trace_seeds, 5, "P6: traces (seeds 1..N).");
 ABSL_FLAG(int, transfer_mib, 64, "Create+read buffer size, MiB.");
 ABSL_FLAG(int, transfer_reps, 7, "Create+read timed repetitions.");
-ABSL_FLAG(int, bulk_mib, 256, "P3: bulk create+read buffer size, MiB.");
-ABSL_FLAG(int, bulk_reps, 5, "P3: timed repetitions per chunk size.");
+ABSL_FLAG(int, bulk_mib, 256, "P3, P4: create+read buffer size, MiB.");
+ABSL_FLAG(int, bulk_reps, 5, "P3, P4: timed repetitions (P3: per chunk size).");
 
 namespace {
 
@@ -165,6 +166,16 @@ int main(int argc, char** argv) {
             MeasureBulkCreateRead((*daemon)->unix_address(), (*baseline)->raw_socket_path(), bulk);
         if (!p3.ok()) return p3.status();
         rows.insert(rows.end(), p3->begin(), p3->end());
+      }
+      if (want("P4")) {
+        RegionOptions region;
+        region.bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_bulk_mib)) << 20;
+        region.repetitions = absl::GetFlag(FLAGS_bulk_reps);
+        std::fprintf(stderr, "cubed-bench: P4 create+read through a shared-memory region ...\n");
+        absl::StatusOr<std::vector<Row>> p4 =
+            MeasureRegionCreateRead((*daemon)->unix_address(), region);
+        if (!p4.ok()) return p4.status();
+        rows.insert(rows.end(), p4->begin(), p4->end());
       }
       if (want("P9")) {
         std::fprintf(stderr, "cubed-bench: P9 concurrent clients ...\n");

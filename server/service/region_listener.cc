@@ -1,0 +1,228 @@
+#include "server/service/region_listener.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "cubed/v1/region.pb.h"
+#include "server/channel/device.h"
+#include "server/channel/shared_region.h"
+#include "spdlog/spdlog.h"
+
+namespace cubed {
+namespace {
+
+constexpr size_t kMaxRequestBytes = 1024;  // region.proto: a request is at most 1 KiB.
+constexpr size_t kMaxDescriptors = 8;      // Received at most; all but one are refused.
+
+absl::Status SessionNotOpen(uint64_t session) {
+  return absl::NotFoundError(
+      absl::StrCat("session ", session, " is not open (closed, expired, or never opened)"));
+}
+
+}  // namespace
+
+struct RegionListener::Connection {
+  int fd = -1;
+  PeerCredentials peer;
+  absl::StatusOr<PrincipalPtr> principal;  // Identified at accept; an error refuses each request.
+};
+
+absl::StatusOr<std::unique_ptr<RegionListener>> RegionListener::Listen(
+    const std::string& path, const std::string& group, RegionListenerOptions options,
+    const Authenticator* auth, std::vector<DeviceLoop*> loops) {
+  std::unique_ptr<RegionListener> l(new RegionListener());
+  absl::StatusOr<int> fd = ListenUnixSocket(path, group, SOCK_SEQPACKET, "region socket");
+  if (!fd.ok()) return fd.status();
+  l->listen_fd_ = *fd;
+  if (pipe2(l->wake_fd_, O_CLOEXEC) != 0) {
+    return absl::UnavailableError(absl::StrCat("pipe: ", std::strerror(errno)));
+  }
+  l->options_ = options;
+  l->auth_ = auth;
+  l->loops_ = std::move(loops);
+  return l;
+}
+
+RegionListener::~RegionListener() {
+  Stop();
+  for (int fd : {listen_fd_, wake_fd_[0], wake_fd_[1]}) {
+    if (fd >= 0) close(fd);
+  }
+}
+
+void RegionListener::Start() {
+  thread_ = std::thread([this] { Serve(); });
+}
+
+void RegionListener::Stop() {
+  if (!thread_.joinable()) return;
+  const char byte = 1;
+  while (write(wake_fd_[1], &byte, 1) < 0 && errno == EINTR) {
+  }
+  thread_.join();
+}
+
+void RegionListener::Serve() {
+  std::vector<Connection> connections;
+  std::vector<pollfd> fds;
+  for (;;) {
+    fds.clear();
+    fds.push_back({wake_fd_[0], POLLIN, 0});
+    fds.push_back({listen_fd_, POLLIN, 0});
+    for (const Connection& c : connections) fds.push_back({c.fd, POLLIN, 0});
+    if (poll(fds.data(), fds.size(), -1) < 0) {
+      if (errno == EINTR) continue;
+      spdlog::error("region socket: poll: {}", std::strerror(errno));
+      break;
+    }
+    if (fds[0].revents != 0) break;
+    // Connections first (their indices match fds from 2 on), then new ones.
+    for (size_t i = connections.size(); i-- > 0;) {
+      if (fds[i + 2].revents == 0) continue;
+      if (!Answer(connections[i])) {
+        close(connections[i].fd);
+        connections.erase(connections.begin() + static_cast<ptrdiff_t>(i));
+      }
+    }
+    if (fds[1].revents != 0) Accept(connections);
+  }
+  for (const Connection& c : connections) close(c.fd);
+}
+
+void RegionListener::Accept(std::vector<Connection>& connections) {
+  const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  if (fd < 0) {
+    if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
+      spdlog::warn("region socket: accept: {}", std::strerror(errno));
+      if (errno == EMFILE || errno == ENFILE) poll(nullptr, 0, 100);  // Let fds free up.
+    }
+    return;
+  }
+  if (connections.size() >= options_.max_connections) {
+    spdlog::warn("region socket: {} connections open, the most allowed; refused one",
+                 connections.size());
+    close(fd);
+    return;
+  }
+  absl::StatusOr<PeerCredentials> peer = PeerCredentialsOf(fd);
+  if (!peer.ok()) {
+    spdlog::warn("region socket: {}; connection dropped", std::string(peer.status().message()));
+    close(fd);
+    return;
+  }
+  Connection c;
+  c.fd = fd;
+  c.peer = *peer;
+  c.principal = auth_->IdentifyUnixPeer(*peer);
+  connections.push_back(std::move(c));
+}
+
+bool RegionListener::Answer(Connection& connection) {
+  char request[kMaxRequestBytes];
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxDescriptors)];
+  iovec iov{request, sizeof(request)};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  const ssize_t n = recvmsg(connection.fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  if (n < 0) return errno == EAGAIN || errno == EINTR;
+  std::vector<int> received;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      received.push_back(fd);
+    }
+  }
+  if (n == 0 && received.empty()) {  // The client closed its end.
+    return false;
+  }
+  absl::StatusOr<std::pair<uint64_t, uint64_t>> registered;
+  v1::RegisterRegionRequest parsed;
+  if ((msg.msg_flags & MSG_TRUNC) != 0) {
+    registered = absl::InvalidArgumentError(
+        absl::StrCat("region socket: a request is at most ", kMaxRequestBytes, " bytes"));
+  } else if ((msg.msg_flags & MSG_CTRUNC) != 0 || received.size() != 1) {
+    registered = absl::InvalidArgumentError(absl::StrCat(
+        "region socket: a request carries exactly one file descriptor (SCM_RIGHTS), not ",
+        (msg.msg_flags & MSG_CTRUNC) != 0 ? absl::StrCat("more than ", kMaxDescriptors)
+                                          : absl::StrCat(received.size())));
+  } else if (!parsed.ParseFromArray(request, static_cast<int>(n))) {
+    registered = absl::InvalidArgumentError(
+        "region socket: the request is not a serialized cubed.v1.RegisterRegionRequest");
+  } else {
+    registered = Register(connection, parsed.session(), received[0]);  // Takes the descriptor.
+    received.clear();
+  }
+  for (int fd : received) close(fd);
+
+  v1::RegisterRegionResponse response;
+  if (registered.ok()) {
+    response.set_region(registered->first);
+    response.set_size(registered->second);
+  } else {
+    response.set_code(static_cast<int32_t>(registered.status().code()));
+    response.set_message(std::string(registered.status().message()));
+  }
+  const std::string reply = response.SerializeAsString();
+  // Not waiting for a client that does not read: its connection ends instead.
+  return send(connection.fd, reply.data(), reply.size(), MSG_DONTWAIT | MSG_NOSIGNAL) ==
+         static_cast<ssize_t>(reply.size());
+}
+
+absl::StatusOr<std::pair<uint64_t, uint64_t>> RegionListener::Register(const Connection& connection,
+                                                                       uint64_t session, int fd) {
+  if (!connection.principal.ok()) {
+    close(fd);
+    return connection.principal.status();
+  }
+  const SessionId id(session);
+  const uint32_t device = DeviceOfSession(id);
+  if (device >= loops_.size()) {
+    close(fd);
+    return SessionNotOpen(session);
+  }
+  absl::StatusOr<std::unique_ptr<SharedRegion>> region =
+      SharedRegion::Map(fd, options_.max_region_bytes);  // Takes fd.
+  if (!region.ok()) return region.status();
+  const uint64_t size = (*region)->size();
+
+  absl::StatusOr<RegionId> registered = absl::UnknownError("not registered");
+  absl::Notification done;
+  const PrincipalPtr& principal = *connection.principal;
+  const bool posted = loops_[device]->Post(
+      [&, region = *std::move(region)](Device& d) mutable {
+        // Note [Session ownership] (device.h): another principal's session looks unknown.
+        if (!d.IsOwnedBy(id, principal.get())) {
+          registered = SessionNotOpen(session);
+        } else {
+          registered = d.RegisterRegion(id, std::move(region), absl::Now());
+        }
+        done.Notify();
+      },
+      [&](absl::Status error) {  // Note [Loop task exceptions].
+        registered = std::move(error);
+        done.Notify();
+      });
+  if (!posted) return absl::UnavailableError("the daemon is shutting down");
+  done.WaitForNotification();
+  if (!registered.ok()) return registered.status();
+  spdlog::debug("region {} ({} bytes) registered for session {} by pid {}", registered->value(),
+                size, session, connection.peer.pid);
+  return std::make_pair(registered->value(), size);
+}
+
+}  // namespace cubed

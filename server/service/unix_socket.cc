@@ -1,0 +1,78 @@
+#include "server/service/unix_socket.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <optional>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace cubed {
+namespace {
+
+absl::StatusOr<gid_t> GroupId(const std::string& group) {
+  uint32_t number = 0;
+  if (absl::SimpleAtoi(group, &number)) return static_cast<gid_t>(number);
+  struct group* g = getgrnam(group.c_str());
+  if (g == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("--listen_group: no group named '", group, "'"));
+  }
+  return g->gr_gid;
+}
+
+}  // namespace
+
+absl::StatusOr<int> ListenUnixSocket(const std::string& path, const std::string& group, int type,
+                                     const char* flag) {
+  std::optional<gid_t> gid;
+  if (!group.empty()) {
+    absl::StatusOr<gid_t> g = GroupId(group);
+    if (!g.ok()) return g.status();
+    gid = *g;
+  }
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": '", path, "' is too long"));
+  }
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  const int fd = socket(AF_UNIX, type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return absl::UnavailableError(absl::StrCat(flag, ": socket: ", std::strerror(errno)));
+  absl::Cleanup close_fd = [fd] { close(fd); };
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return absl::UnavailableError(absl::StrCat(flag, ": bind ", path, ": ", std::strerror(errno)));
+  }
+  // Mode and group before listen(): until then nobody can connect.
+  if (chmod(path.c_str(), 0660) != 0) {
+    return absl::UnavailableError(absl::StrCat(flag, ": chmod ", path, ": ", std::strerror(errno)));
+  }
+  if (gid.has_value() && chown(path.c_str(), static_cast<uid_t>(-1), *gid) != 0) {
+    return absl::UnavailableError(absl::StrCat("--listen_group: chown ", path, " to group ", group,
+                                               ": ", std::strerror(errno)));
+  }
+  if (listen(fd, 128) != 0) {
+    return absl::UnavailableError(
+        absl::StrCat(flag, ": listen ", path, ": ", std::strerror(errno)));
+  }
+  std::move(close_fd).Cancel();
+  return fd;
+}
+
+absl::StatusOr<PeerCredentials> PeerCredentialsOf(int fd) {
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    return absl::UnavailableError(absl::StrCat("SO_PEERCRED: ", std::strerror(errno)));
+  }
+  return PeerCredentials{cred.pid, cred.uid, cred.gid};
+}
+
+}  // namespace cubed

@@ -1,0 +1,334 @@
+// Shared-memory regions (Note [Shared-memory regions], server/channel/shared_region.h; docs/api.md
+// "Shared-memory regions") against the real daemon: data round trips through the C++ SDK, every
+// descriptor and request the region socket must refuse, ranges outside a region, regions of
+// another session, and lifecycles: the daemon's mapping is gone after ReleaseRegion, after the
+// session's end and after a refused registration, and memory usage is back to where it was.
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "client/shared_memory.h"
+#include "cubed/v1/region.pb.h"
+#include "gtest/gtest.h"
+#include "tests/testing/daemon_process.h"
+
+namespace {
+
+using ::cubed::Binding;
+using ::cubed::Client;
+using ::cubed::ClientOptions;
+using ::cubed::Region;
+using ::cubed::SharedMemory;
+using ::cubed::Tensor;
+using ::cubed::testing::DaemonProcess;
+
+// Mappings of memfd regions in a process (the daemon's view of the regions it holds).
+int RegionMappings(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/maps"));
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) n += absl::StrContains(line, "memfd:") ? 1 : 0;
+  return n;
+}
+
+void Fill(absl::Span<uint8_t> bytes, uint8_t seed) {
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 131 + seed);
+}
+
+// A sealed memfd of `size` bytes created by hand (seals as given), for refusals.
+int Memfd(uint64_t size, int seals, unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING) {
+  const int fd = memfd_create("cubed-test", flags);
+  EXPECT_GE(fd, 0);
+  if (size > 0) {
+    EXPECT_EQ(ftruncate(fd, static_cast<off_t>(size)), 0);
+  }
+  if (seals != 0) {
+    EXPECT_EQ(fcntl(fd, F_ADD_SEALS, seals), 0);
+  }
+  return fd;
+}
+
+class RegionTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Start({}); }
+
+  void Start(std::vector<std::string> flags) {
+    client_.reset();  // Before its daemon.
+    daemon_.reset();
+    DaemonProcess::Options options;
+    options.flags = std::move(flags);
+    auto daemon = DaemonProcess::Start(options);
+    ASSERT_TRUE(daemon.ok()) << daemon.status();
+    daemon_ = *std::move(daemon);
+    ClientOptions c;
+    c.address = daemon_->unix_address();
+    auto client = Client::Connect(c);
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = *std::move(client);
+  }
+
+  std::string RegionSocket() const {
+    return absl::StrCat(daemon_->unix_address().substr(5), ".regions");
+  }
+
+  // Sends one raw request on the region socket with `fds` attached; returns the answer.
+  cubed::v1::RegisterRegionResponse Raw(const std::string& request, std::vector<int> fds) {
+    const int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, RegionSocket().c_str(), sizeof(addr.sun_path) - 1);
+    EXPECT_EQ(connect(sock, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    std::string bytes = request;
+    iovec iov{bytes.data(), bytes.size()};
+    std::vector<char> control(CMSG_SPACE(sizeof(int) * std::max<size_t>(fds.size(), 1)));
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    if (!fds.empty()) {
+      msg.msg_control = control.data();
+      msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+      cmsghdr* c = CMSG_FIRSTHDR(&msg);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+      std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+    }
+    EXPECT_GE(sendmsg(sock, &msg, MSG_NOSIGNAL), 0) << std::strerror(errno);
+    char reply[2048];
+    const ssize_t n = recv(sock, reply, sizeof(reply), 0);
+    close(sock);
+    cubed::v1::RegisterRegionResponse response;
+    EXPECT_GT(n, 0) << "no answer";
+    if (n > 0) {
+      EXPECT_TRUE(response.ParseFromArray(reply, static_cast<int>(n)));
+    }
+    return response;
+  }
+
+  std::string Request(uint64_t session) {
+    cubed::v1::RegisterRegionRequest r;
+    r.set_session(session);
+    return r.SerializeAsString();
+  }
+
+  // Expects `fd` (closed here) to be refused with INVALID_ARGUMENT mentioning `why`, leaving no
+  // mapping behind.
+  void ExpectRefused(int fd, const std::string& why) {
+    const int before = RegionMappings(daemon_->pid());
+    cubed::v1::RegisterRegionResponse r = Raw(Request(client_->session()), {fd});
+    close(fd);
+    EXPECT_EQ(r.code(), 3) << r.message();  // INVALID_ARGUMENT
+    EXPECT_TRUE(absl::StrContains(r.message(), why)) << r.message();
+    EXPECT_EQ(RegionMappings(daemon_->pid()), before);
+  }
+
+  std::unique_ptr<DaemonProcess> daemon_;
+  std::unique_ptr<Client> client_;
+};
+
+TEST_F(RegionTest, CreateAndReadThroughARegionOfOddSize) {
+  const auto before = client_->GetMemoryUsage();
+  ASSERT_TRUE(before.ok()) << before.status();
+  constexpr uint64_t kBytes = (1 << 20) + 3;
+  auto memory = SharedMemory::Create(2 * kBytes + 7);
+  ASSERT_TRUE(memory.ok()) << memory.status();
+  auto shared = std::make_shared<SharedMemory>(*std::move(memory));
+  Fill(shared->bytes().subspan(5, kBytes), 7);
+  absl::StatusOr<Region> region = client_->RegisterRegion(shared);
+  ASSERT_TRUE(region.ok()) << region.status();
+  EXPECT_EQ(RegionMappings(daemon_->pid()), 1);
+
+  absl::StatusOr<cubed::Handle> h = client_->CreateFromRegion(*region, 5, kBytes);
+  ASSERT_TRUE(h.ok()) << h.status();
+  // The bytes went through the region, not a message: the normal read returns them.
+  auto read = client_->Read({*h}).get();
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ((*read)[0].size(), kBytes);
+  EXPECT_EQ(std::memcmp((*read)[0].data(), shared->bytes().data() + 5, kBytes), 0);
+
+  // Read two views back into the region's second half, one after the other.
+  const uint64_t at = kBytes + 6;
+  auto written = client_
+                     ->ReadIntoRegion({Binding(*h, 0, kBytes - 10), Binding(*h, kBytes - 1, 0)},
+                                      *region, at, kBytes + 1)
+                     .get();
+  ASSERT_TRUE(written.ok()) << written.status();
+  EXPECT_EQ(*written, 11u);
+  EXPECT_EQ(std::memcmp(shared->bytes().data() + at, shared->bytes().data() + 5, 10), 0);
+  EXPECT_EQ(shared->bytes()[at + 10], shared->bytes()[5 + kBytes - 1]);
+
+  // A tensor created from the region and read back packed, strided by the daemon's layout.
+  Fill(shared->bytes().subspan(0, 6 * 4), 3);
+  absl::StatusOr<Tensor> t = client_->CreateTensorFromRegion(*region, 0, {2, 3}, 4);
+  ASSERT_TRUE(t.ok()) << t.status();
+  auto packed = client_->ReadTensorIntoRegion({*t}, *region, at, 24).get();
+  ASSERT_TRUE(packed.ok()) << packed.status();
+  EXPECT_EQ(*packed, 24u);
+  EXPECT_EQ(std::memcmp(shared->bytes().data() + at, shared->bytes().data(), 24), 0);
+
+  ASSERT_TRUE(client_->ReleaseRegion(*region).ok());
+  ASSERT_TRUE(client_->Sync().get().ok());
+  EXPECT_EQ(RegionMappings(daemon_->pid()), 0) << "the daemon still maps a released region";
+  h = absl::StatusOr<cubed::Handle>();
+  t = absl::StatusOr<Tensor>();
+  ASSERT_TRUE(client_->FlushReleases().ok());
+  auto after = client_->GetMemoryUsage();
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->bytes_in_use, before->bytes_in_use);
+}
+
+TEST_F(RegionTest, RangesOutsideTheRegionAndUnknownRegionsFailAndChangeNothing) {
+  auto shared = std::make_shared<SharedMemory>(*SharedMemory::Create(4096));
+  absl::StatusOr<Region> region = client_->RegisterRegion(shared);
+  ASSERT_TRUE(region.ok()) << region.status();
+  const auto before = client_->GetMemoryUsage();
+  ASSERT_TRUE(before.ok());
+
+  // Past the end (with an offset that would wrap if added unchecked): poisoned, reported by sync.
+  absl::StatusOr<cubed::Handle> bad = client_->CreateFromRegion(*region, ~uint64_t{0} - 10, 100);
+  ASSERT_TRUE(bad.ok());
+  absl::Status synced = client_->Sync().get();
+  EXPECT_EQ(synced.code(), absl::StatusCode::kInvalidArgument) << synced;
+  EXPECT_TRUE(absl::StrContains(synced.message(), "exceed the region's 4096 bytes")) << synced;
+
+  Region unknown{region->id ^ 1, shared};
+  (void)client_->CreateFromRegion(unknown, 0, 16);
+  synced = client_->Sync().get();
+  EXPECT_EQ(synced.code(), absl::StatusCode::kNotFound) << synced;
+
+  auto h = client_->Create(std::vector<uint8_t>(100, 1));
+  ASSERT_TRUE(h.ok());
+  auto small = client_->ReadIntoRegion({*h}, *region, 4000, 96).get();
+  EXPECT_EQ(small.status().code(), absl::StatusCode::kInvalidArgument) << small.status();
+  EXPECT_TRUE(absl::StrContains(small.status().message(), "bindings hold 100")) << small.status();
+  auto outside = client_->ReadIntoRegion({*h}, *region, 4000, 100).get();
+  EXPECT_EQ(outside.status().code(), absl::StatusCode::kInvalidArgument) << outside.status();
+
+  {  // A region of another session is unknown there (its session closes at the scope's end).
+    ClientOptions other_options;
+    other_options.address = daemon_->unix_address();
+    auto other = Client::Connect(other_options);
+    ASSERT_TRUE(other.ok());
+    auto foreign = (*other)->Create(std::vector<uint8_t>(16, 2));
+    ASSERT_TRUE(foreign.ok());
+    auto theirs = (*other)->ReadIntoRegion({*foreign}, *region, 0, 16).get();
+    EXPECT_EQ(theirs.status().code(), absl::StatusCode::kNotFound) << theirs.status();
+  }
+
+  bad = absl::StatusOr<cubed::Handle>();
+  (void)client_->Sync().get();
+  h = absl::StatusOr<cubed::Handle>();
+  ASSERT_TRUE(client_->FlushReleases().ok());
+  auto after = client_->GetMemoryUsage();
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->bytes_in_use, before->bytes_in_use);
+}
+
+TEST_F(RegionTest, HostileDescriptorsAreRefusedWithTheirReason) {
+  char path[] = "/tmp/cubed-region-test-XXXXXX";
+  const int file = mkstemp(path);
+  ASSERT_GE(file, 0);
+  unlink(path);
+  ASSERT_EQ(ftruncate(file, 4096), 0);
+  ExpectRefused(file, "is not sealable memory");
+  ExpectRefused(Memfd(4096, 0), "not sealed against shrinking");
+  ExpectRefused(Memfd(4096, 0, MFD_CLOEXEC), "not sealed against shrinking");  // F_SEAL_SEAL.
+  ExpectRefused(Memfd(4096, F_SEAL_SHRINK | F_SEAL_WRITE), "sealed against writes");
+  ExpectRefused(Memfd(0, F_SEAL_SHRINK), "has size 0");
+  const int rw = Memfd(4096, F_SEAL_SHRINK);
+  const int ro = open(absl::StrCat("/proc/self/fd/", rw).c_str(), O_RDONLY | O_CLOEXEC);
+  close(rw);
+  ExpectRefused(ro, "not open for reading and writing");
+  int pipe_fds[2];
+  ASSERT_EQ(pipe2(pipe_fds, O_CLOEXEC), 0);
+  close(pipe_fds[1]);
+  ExpectRefused(pipe_fds[0], "is not sealable memory");
+  // The client can never shrink sealed memory under the daemon's mapping.
+  auto memory = SharedMemory::Create(8192);
+  ASSERT_TRUE(memory.ok());
+  EXPECT_NE(ftruncate(memory->fd(), 4096), 0);
+  EXPECT_EQ(errno, EPERM);
+}
+
+TEST_F(RegionTest, MalformedRequestsAreAnswered) {
+  const int fd = Memfd(4096, F_SEAL_SHRINK);
+  cubed::v1::RegisterRegionResponse r = Raw(Request(client_->session()), {});
+  EXPECT_EQ(r.code(), 3) << r.message();
+  EXPECT_TRUE(absl::StrContains(r.message(), "exactly one file descriptor")) << r.message();
+  r = Raw(Request(client_->session()), {fd, fd});
+  EXPECT_EQ(r.code(), 3) << r.message();
+  r = Raw("\xff\xff\xff", {fd});
+  EXPECT_EQ(r.code(), 3) << r.message();
+  EXPECT_TRUE(absl::StrContains(r.message(), "not a serialized")) << r.message();
+  r = Raw(std::string(2000, 'x'), {fd});
+  EXPECT_EQ(r.code(), 3) << r.message();
+  r = Raw(Request(client_->session() ^ 0x100), {fd});  // Same device, no such session.
+  EXPECT_EQ(r.code(), 5) << r.message();               // NOT_FOUND
+  r = Raw(Request(client_->session() | 0xff), {fd});   // Device 255: none.
+  EXPECT_EQ(r.code(), 5) << r.message();
+  close(fd);
+  EXPECT_EQ(RegionMappings(daemon_->pid()), 0);
+  // The daemon serves on.
+  EXPECT_TRUE(client_->GetMemoryUsage().ok());
+}
+
+TEST_F(RegionTest, RegionsOverTheLimitAreRefused) {
+  Start({"--max_region_bytes=1MiB"});
+  ExpectRefused(Memfd((1 << 20) + 1, F_SEAL_SHRINK), "over this daemon's limit");
+  auto ok = SharedMemory::Create(1 << 20);
+  ASSERT_TRUE(ok.ok());
+  EXPECT_TRUE(client_->RegisterRegion(std::make_shared<SharedMemory>(*std::move(ok))).ok());
+}
+
+TEST_F(RegionTest, TheSessionsEndUnmapsItsRegions) {
+  std::vector<std::shared_ptr<SharedMemory>> kept;
+  for (int i = 0; i < 3; ++i) {
+    kept.push_back(std::make_shared<SharedMemory>(*SharedMemory::Create(4096 * (i + 1))));
+    ASSERT_TRUE(client_->RegisterRegion(kept.back()).ok());
+  }
+  EXPECT_EQ(RegionMappings(daemon_->pid()), 3);
+  client_.reset();  // Closes the stream, so the session.
+  for (int i = 0; i < 100 && RegionMappings(daemon_->pid()) != 0; ++i) usleep(10000);
+  EXPECT_EQ(RegionMappings(daemon_->pid()), 0);
+}
+
+TEST_F(RegionTest, AClientThatUnmapsItsMemoryFailsNothingOfTheDaemons) {
+  auto memory = SharedMemory::Create(1 << 16);
+  ASSERT_TRUE(memory.ok());
+  // Register, then give up this process's mapping and descriptor: the daemon's mapping stays
+  // valid (the memfd lives while anything maps it) and reads still land.
+  auto shared = std::make_shared<SharedMemory>(*std::move(memory));
+  absl::StatusOr<Region> region = client_->RegisterRegion(shared);
+  ASSERT_TRUE(region.ok());
+  const int keep = dup(shared->fd());
+  ASSERT_EQ(munmap(shared->bytes().data(), shared->size()), 0);
+  auto h = client_->Create(std::vector<uint8_t>(1000, 9));
+  ASSERT_TRUE(h.ok());
+  auto written = client_->ReadIntoRegion({*h}, *region, 0, 1000).get();
+  ASSERT_TRUE(written.ok()) << written.status();
+  void* again = mmap(nullptr, 1000, PROT_READ, MAP_SHARED, keep, 0);
+  ASSERT_NE(again, MAP_FAILED);
+  EXPECT_EQ(static_cast<uint8_t*>(again)[999], 9);
+  munmap(again, 1000);
+  close(keep);
+  // `shared` would unmap what is already unmapped: remap its range first so its destructor is
+  // harmless.
+  ASSERT_NE(mmap(shared->bytes().data(), shared->size(), PROT_READ,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
+            MAP_FAILED);
+}
+
+}  // namespace
