@@ -90,12 +90,12 @@ class IdMap {
  public:
   explicit IdMap(const UnaryClient& client) : client_(client) {}
   uint64_t Session(uint64_t v) const {
-    const std::vector<uint64_t>& s = client_.sessions();
-    return v < 16 && !s.empty() ? s[v % s.size()] : v;
+    const std::vector<SessionId>& s = client_.sessions();
+    return v < 16 && !s.empty() ? s[v % s.size()].value() : v;
   }
   uint64_t Handle(uint64_t v) const {
     const std::vector<KnownHandle>& h = client_.handles();
-    return v >= 1 && v <= 64 && !h.empty() ? h[(v - 1) % h.size()].id : v;
+    return v >= 1 && v <= 64 && !h.empty() ? h[(v - 1) % h.size()].id.value() : v;
   }
   void Binding(v1::Binding* b) const { b->set_handle(Handle(b->handle())); }
   template <typename Request>

@@ -116,12 +116,13 @@ class Program {
   Transfer Upload();
   Transfer Download();
 
-  // Operands (program.h).
+  // Operands (program.h). Sessions and handles are wire numbers, as a client puts them in its
+  // requests; the typed ids that unary_ and stream_ remember become them with .value().
   uint64_t Session() {
     const uint8_t s = in_.Byte(Role::kChoice);
-    const std::vector<uint64_t>& sessions = unary_.sessions();
+    const std::vector<SessionId>& sessions = unary_.sessions();
     if (s >= 0x80) return in_.Num();
-    return sessions.empty() ? s : sessions[s % sessions.size()];  // Empty only when dry.
+    return sessions.empty() ? s : sessions[s % sessions.size()].value();  // Empty only when dry.
   }
   uint64_t Handle(uint64_t session) { return Handle(session, in_.Byte(Role::kChoice)); }
   uint64_t Handle(uint64_t session, uint8_t h);
@@ -154,12 +155,12 @@ uint64_t Program::Handle(uint64_t session, uint8_t h) {
   if (h >= 0x80) return in_.Num();
   const std::vector<KnownHandle>& known = unary_.handles();
   if (known.empty()) return h;
-  const size_t in_session = std::count_if(
-      known.begin(), known.end(), [&](const KnownHandle& k) { return k.session == session; });
-  if (in_session == 0) return known[h % known.size()].id;
+  auto of_session = [&](const KnownHandle& k) { return k.session.value() == session; };
+  const size_t in_session = std::count_if(known.begin(), known.end(), of_session);
+  if (in_session == 0) return known[h % known.size()].id.value();
   size_t pick = h % in_session;
   for (const KnownHandle& k : known) {
-    if (k.session == session && pick-- == 0) return k.id;
+    if (of_session(k) && pick-- == 0) return k.id.value();
   }
   return h;  // Unreachable.
 }
@@ -167,7 +168,7 @@ uint64_t Program::Handle(uint64_t session, uint8_t h) {
 uint64_t Program::ClientId() {
   const uint8_t i = in_.Byte(Role::kChoice);
   if (i < 0x80) return next_client_id_++;
-  if (i < 0xc0) return Handle(stream_.session(), i - 0x80);
+  if (i < 0xc0) return Handle(stream_.session().value(), i - 0x80);
   return in_.Num();
 }
 
@@ -300,7 +301,7 @@ void Program::Metadata(uint64_t session, uint32_t elem, v1::Bindings* b) {
       std::vector<uint64_t> shape;
       uint64_t bytes = 0;
       for (const KnownHandle& h : unary_.handles()) {
-        if (h.session != session || h.id != buffer.handle()) continue;
+        if (h.session.value() != session || h.id.value() != buffer.handle()) continue;
         shape = h.shape;
         bytes = h.size;
       }
@@ -524,7 +525,7 @@ void Program::StreamOp(ProgramOp op) {
   Send([&] {
     if (!stream_.is_open()) stream_.Open(v1::SessionRequest::Open(), false);
   });
-  const uint64_t s = stream_.session();
+  const uint64_t s = stream_.session().value();
   v1::Command c = NextCommand();
   Transfer transfer;
   switch (op) {

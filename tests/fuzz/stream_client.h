@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/ids.h"
 #include "cubed/v1/session.pb.h"
 #include "server/channel/stream_command.h"
 #include "server/channel/stream_runner.h"
@@ -47,7 +48,8 @@ class StreamClient {
   // `quota_owner`: for Fixture::quota_owner, whose permissions then apply to the commands.
   bool Open(const v1::SessionRequest::Open& open, bool quota_owner);
   bool is_open() const { return runner_ != nullptr; }
-  uint64_t session() const { return runner_ == nullptr ? 0 : runner_->session(); }
+  // The stream's session; SessionId() (0) when no stream is open.
+  SessionId session() const { return runner_ == nullptr ? SessionId() : runner_->session(); }
 
   // Converts and runs one command of an open stream; a bulk one moves its bytes as `transfer`
   // says. The command's payload is moved out.

@@ -21,10 +21,10 @@ absl::Span<const uint8_t> Bytes(const std::string& s) {
 }
 
 // As ComputeService::OnSession: a session whose id routes to no device is unknown.
-absl::Status NoSession(uint64_t session) {
-  return absl::NotFoundError(absl::StrCat("session ", session, " is not open"));
+absl::Status NoSession(SessionId session) {
+  return absl::NotFoundError(absl::StrCat("session ", session.value(), " is not open"));
 }
-bool OnDevice(uint64_t session) { return DeviceOfSession(session) == 0; }
+bool OnDevice(SessionId session) { return DeviceOfSession(session) == 0; }
 
 // Runs a completion-style call and checks that `done` ran exactly once, synchronously (the CPU
 // backend completes before returning).
@@ -62,11 +62,11 @@ bool UnaryClient::Start() {
 }
 
 void UnaryClient::Finish() {
-  for (uint64_t s : sessions_) (void)device().CloseSession(s);  // NOT_FOUND if closed already.
+  for (SessionId s : sessions_) (void)device().CloseSession(s);  // NOT_FOUND if closed already.
   CheckBaseline(device());
 }
 
-void UnaryClient::AddSession(uint64_t session, PrincipalPtr owner) {
+void UnaryClient::AddSession(SessionId session, PrincipalPtr owner) {
   sessions_.push_back(session);
   owners_.push_back(std::move(owner));
 }
@@ -75,7 +75,7 @@ void UnaryClient::AddHandle(KnownHandle handle) {
   if (handles_.size() < kMaxKnownHandles) handles_.push_back(std::move(handle));
 }
 
-const Principal* UnaryClient::OwnerOf(uint64_t session) const {
+const Principal* UnaryClient::OwnerOf(SessionId session) const {
   for (size_t i = 0; i < sessions_.size(); ++i) {
     if (sessions_[i] == session) return owners_[i].get();
   }
@@ -83,20 +83,20 @@ const Principal* UnaryClient::OwnerOf(uint64_t session) const {
 }
 
 std::vector<std::optional<uint64_t>> UnaryClient::ViewSizes(
-    uint64_t session, absl::Span<const BindingRef> bindings) const {
+    SessionId session, absl::Span<const BindingRef> bindings) const {
   std::vector<std::optional<uint64_t>> sizes(bindings.size());
   for (size_t i = 0; i < bindings.size(); ++i) sizes[i] = ViewSize(session, bindings[i]);
   return sizes;
 }
 
 std::vector<std::optional<uint64_t>> UnaryClient::ViewSizes(
-    uint64_t session, absl::Span<const TensorRef> tensors) const {
+    SessionId session, absl::Span<const TensorRef> tensors) const {
   std::vector<std::optional<uint64_t>> sizes(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) sizes[i] = ViewSize(session, tensors[i].binding);
   return sizes;
 }
 
-std::optional<uint64_t> UnaryClient::ViewSize(uint64_t session, const BindingRef& b) const {
+std::optional<uint64_t> UnaryClient::ViewSize(SessionId session, const BindingRef& b) const {
   std::optional<uint64_t> size;
   for (const KnownHandle& h : handles_) {  // The latest allocation under that id counts.
     if (h.session != session || h.id != b.handle) continue;
@@ -108,7 +108,7 @@ std::optional<uint64_t> UnaryClient::ViewSize(uint64_t session, const BindingRef
   return size;
 }
 
-void UnaryClient::Created(uint64_t session, const absl::StatusOr<NewHandle>& h,
+void UnaryClient::Created(SessionId session, const absl::StatusOr<NewHandle>& h,
                           const std::vector<uint64_t>& shape) {
   if (!h.ok()) return;
   if (!shape.empty()) Check(h->strides.size() == shape.size(), "a tensor's strides != its rank");
@@ -126,87 +126,92 @@ void UnaryClient::OpenSession(const v1::OpenSessionRequest& r, bool quota_owner)
 }
 
 void UnaryClient::CloseSession(const v1::CloseSessionRequest& r) {
+  const SessionId session(r.session());
   Call("CloseSession", [&] {
-    return OnDevice(r.session()) ? device().CloseSession(r.session()).status()
-                                 : NoSession(r.session());
+    return OnDevice(session) ? device().CloseSession(session).status() : NoSession(session);
   });
 }
 
 void UnaryClient::Create(const v1::CreateRequest& r) {
+  const SessionId session(r.session());
   Call("Create", [&]() -> absl::Status {
     if (r.data().empty()) return absl::InvalidArgumentError("data: empty");
-    if (!OnDevice(r.session())) return NoSession(r.session());
-    absl::StatusOr<NewHandle> h = device().Create(r.session(), Bytes(r.data()), absl::Now());
-    Created(r.session(), h);
+    if (!OnDevice(session)) return NoSession(session);
+    absl::StatusOr<NewHandle> h = device().Create(session, Bytes(r.data()), absl::Now());
+    Created(session, h);
     return h.status();
   });
 }
 
 void UnaryClient::CreateTensor(const v1::CreateTensorRequest& r) {
+  const SessionId session(r.session());
   Call("CreateTensor", [&]() -> absl::Status {
     const std::vector<uint64_t> shape(r.shape().begin(), r.shape().end());
     Observe(Quantity::kAllocation, ExactProduct(shape, r.elem_size()));
     if (absl::Status s = CheckCreateTensor(r); !s.ok()) return s;
-    if (!OnDevice(r.session())) return NoSession(r.session());
+    if (!OnDevice(session)) return NoSession(session);
     absl::StatusOr<NewHandle> h =
-        device().CreateTensor(r.session(), Bytes(r.data()), shape, r.elem_size(), absl::Now());
-    Created(r.session(), h, shape);
+        device().CreateTensor(session, Bytes(r.data()), shape, r.elem_size(), absl::Now());
+    Created(session, h, shape);
     return h.status();
   });
 }
 
 void UnaryClient::Empty(const v1::EmptyRequest& r) {
+  const SessionId session(r.session());
   Call("Empty", [&]() -> absl::Status {
     Observe(Quantity::kAllocation, r.size());
     if (r.size() == 0) return absl::InvalidArgumentError("size: 0");
-    if (!OnDevice(r.session())) return NoSession(r.session());
-    absl::StatusOr<NewHandle> h = device().Empty(r.session(), r.size(), absl::Now());
-    Created(r.session(), h);
+    if (!OnDevice(session)) return NoSession(session);
+    absl::StatusOr<NewHandle> h = device().Empty(session, r.size(), absl::Now());
+    Created(session, h);
     return h.status();
   });
 }
 
 void UnaryClient::EmptyTensor(const v1::EmptyTensorRequest& r) {
+  const SessionId session(r.session());
   Call("EmptyTensor", [&]() -> absl::Status {
     const std::vector<uint64_t> shape(r.shape().begin(), r.shape().end());
     Observe(Quantity::kAllocation, ExactProduct(shape, r.elem_size()));
     if (absl::Status s = CheckTensorShape(shape, r.elem_size(), "empty_tensor").status(); !s.ok()) {
       return s;
     }
-    if (!OnDevice(r.session())) return NoSession(r.session());
-    absl::StatusOr<NewHandle> h =
-        device().EmptyTensor(r.session(), shape, r.elem_size(), absl::Now());
-    Created(r.session(), h, shape);
+    if (!OnDevice(session)) return NoSession(session);
+    absl::StatusOr<NewHandle> h = device().EmptyTensor(session, shape, r.elem_size(), absl::Now());
+    Created(session, h, shape);
     return h.status();
   });
 }
 
 void UnaryClient::Read(const v1::ReadRequest& r) {
+  const SessionId session(r.session());
   Call("Read", [&]() -> absl::Status {
     absl::StatusOr<std::vector<BindingRef>> bindings = ToReadBindings(r, f_.limits);
     if (!bindings.ok()) return bindings.status();
     ObserveBindings(*bindings);
-    if (!OnDevice(r.session())) return NoSession(r.session());
+    if (!OnDevice(session)) return NoSession(session);
     std::vector<std::string> out;
     absl::Status status = Completed([&](DoneCallback done) {
-      device().Read(r.session(), *bindings, &out, absl::Now(), std::move(done));
+      device().Read(session, *bindings, &out, absl::Now(), std::move(done));
     });
     if (status.ok()) {
-      CheckReadSizes(SizesOf(out), ViewSizes(r.session(), *bindings), f_.options.max_read_bytes);
+      CheckReadSizes(SizesOf(out), ViewSizes(session, *bindings), f_.options.max_read_bytes);
     }
     return status;
   });
 }
 
 void UnaryClient::ReadTensor(const v1::ReadTensorRequest& r) {
+  const SessionId session(r.session());
   Call("ReadTensor", [&]() -> absl::Status {
     absl::StatusOr<std::vector<TensorRef>> tensors = ToTensorRefs(r, f_.limits);
     if (!tensors.ok()) return tensors.status();
-    ObserveTensors(Quantity::kReadTotal, *tensors, ViewSizes(r.session(), *tensors));
-    if (!OnDevice(r.session())) return NoSession(r.session());
+    ObserveTensors(Quantity::kReadTotal, *tensors, ViewSizes(session, *tensors));
+    if (!OnDevice(session)) return NoSession(session);
     std::vector<std::string> out;
     absl::Status status = Completed([&](DoneCallback done) {
-      device().ReadTensor(r.session(), *tensors, &out, absl::Now(), std::move(done));
+      device().ReadTensor(session, *tensors, &out, absl::Now(), std::move(done));
     });
     if (status.ok()) {
       CheckReadSizes(SizesOf(out), DenseSizes(*tensors), f_.options.max_read_bytes);
@@ -216,29 +221,32 @@ void UnaryClient::ReadTensor(const v1::ReadTensorRequest& r) {
 }
 
 void UnaryClient::GetResource(const v1::GetResourceRequest& r) {
+  const SessionId session(r.session());
   Call("GetResource", [&]() -> absl::Status {
     const BindingRef binding = ToBindingRef(r.binding());
     ObserveBindings({binding});
-    if (!OnDevice(r.session())) return NoSession(r.session());
-    return device().GetResource(r.session(), binding, absl::Now()).status();
+    if (!OnDevice(session)) return NoSession(session);
+    return device().GetResource(session, binding, absl::Now()).status();
   });
 }
 
 void UnaryClient::Execute(const v1::ExecuteRequest& r) {
+  const SessionId session(r.session());
   Call("Execute", [&]() -> absl::Status {
     absl::StatusOr<ExecuteCommand> command = ToExecuteCommand(r, f_.limits);
     if (!command.ok()) return command.status();
     ObserveBindings(command->buffers);
-    if (!OnDevice(r.session())) return NoSession(r.session());
-    if (const Principal* owner = OwnerOf(r.session()); owner != nullptr) {
+    if (!OnDevice(session)) return NoSession(session);
+    if (const Principal* owner = OwnerOf(session); owner != nullptr) {
       absl::Status allowed = owner->CheckExecute(!command->kernel.is_builtin, command->unchecked);
       if (!allowed.ok()) return allowed;
     }
-    return device().Execute(r.session(), *std::move(command), absl::Now());
+    return device().Execute(session, *std::move(command), absl::Now());
   });
 }
 
-void UnaryClient::SessionCall(Method method, uint64_t s) {
+void UnaryClient::SessionCall(Method method, uint64_t session) {
+  const SessionId s(session);
   Call("Flush/Sync/StartProfile/EndProfile", [&]() -> absl::Status {
     const absl::Time now = absl::Now();
     if (!OnDevice(s)) return NoSession(s);
@@ -271,11 +279,12 @@ void UnaryClient::DeviceCall(Method method, uint32_t d) {
 }
 
 void UnaryClient::Release(const v1::ReleaseRequest& r) {
+  const SessionId session(r.session());
   Call("Release", [&]() -> absl::Status {
     if (absl::Status s = CheckRelease(r, f_.limits); !s.ok()) return s;
-    if (!OnDevice(r.session())) return NoSession(r.session());
-    return device().Release(r.session(), absl::MakeConstSpan(r.handles().data(), r.handles_size()),
-                            absl::Now());
+    if (!OnDevice(session)) return NoSession(session);
+    const std::vector<HandleId> handles(r.handles().begin(), r.handles().end());
+    return device().Release(session, handles, absl::Now());
   });
 }
 

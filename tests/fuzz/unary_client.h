@@ -5,7 +5,8 @@
 // gRPC server is mirrored) and checks the invariants of each: an acceptable status
 // (harness.h CheckStatus), no exception, a failed request leaves memory unchanged, a completion
 // runs exactly once, a successful read returns what its bindings address. It remembers the
-// sessions and handles the input's requests created, so that the input can name them.
+// sessions and handles the input's requests created, so that the input can name them. As at the
+// edge, each request's wire ids become SessionId / HandleId once, where it meets the Device.
 // Single-threaded.
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/ids.h"
 #include "cubed/v1/compute.pb.h"
 #include "server/auth/principal.h"
 #include "server/auth/rpc.h"
@@ -22,8 +24,8 @@ namespace cubed::fuzz {
 
 // A handle (or stream client id) some request of the input created, live or not any more.
 struct KnownHandle {
-  uint64_t session = 0;
-  uint64_t id = 0;
+  SessionId session;
+  HandleId id;
   uint64_t size = 0;            // Bytes allocated (0 when unknown, e.g. a poisoned id).
   std::vector<uint64_t> shape;  // Tensors only.
 };
@@ -55,18 +57,18 @@ class UnaryClient {
   void Release(const v1::ReleaseRequest& r);
 
   // Sessions and handles created elsewhere (the session stream), so that requests can name them.
-  void AddSession(uint64_t session, PrincipalPtr owner);
+  void AddSession(SessionId session, PrincipalPtr owner);
   void AddHandle(KnownHandle handle);
 
   // What a successful plain read of `bindings` in `session` returns per binding: the view of a
   // handle this input created (its bytes less both offsets); nullopt for other handles.
-  std::vector<std::optional<uint64_t>> ViewSizes(uint64_t session,
+  std::vector<std::optional<uint64_t>> ViewSizes(SessionId session,
                                                  absl::Span<const BindingRef> bindings) const;
-  std::vector<std::optional<uint64_t>> ViewSizes(uint64_t session,
+  std::vector<std::optional<uint64_t>> ViewSizes(SessionId session,
                                                  absl::Span<const TensorRef> tensors) const;
-  std::optional<uint64_t> ViewSize(uint64_t session, const BindingRef& binding) const;
+  std::optional<uint64_t> ViewSize(SessionId session, const BindingRef& binding) const;
 
-  const std::vector<uint64_t>& sessions() const { return sessions_; }
+  const std::vector<SessionId>& sessions() const { return sessions_; }
   const std::vector<KnownHandle>& handles() const { return handles_; }
   Device& device() { return *f_.device; }
   const Fixture& fixture() const { return f_; }
@@ -76,12 +78,12 @@ class UnaryClient {
   template <typename Work>
   void Call(const char* rpc, Work work);
   // The principal a session was opened for (null: none, or not opened by this input).
-  const Principal* OwnerOf(uint64_t session) const;
-  void Created(uint64_t session, const absl::StatusOr<NewHandle>& h,
+  const Principal* OwnerOf(SessionId session) const;
+  void Created(SessionId session, const absl::StatusOr<NewHandle>& h,
                const std::vector<uint64_t>& shape = {});
 
   Fixture& f_;
-  std::vector<uint64_t> sessions_;
+  std::vector<SessionId> sessions_;
   std::vector<PrincipalPtr> owners_;  // Parallel to sessions_.
   std::vector<KnownHandle> handles_;
 };
