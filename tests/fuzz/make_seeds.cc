@@ -1,9 +1,11 @@
 // Writes the seed corpus of cubed_fuzz_requests (fuzz_requests.cc) into a directory: valid
-// session-stream batches, unary request sequences and metadata blocks that run real kernels, so
-// the fuzzer starts past the validation and mutates from there.
+// session-stream batches, unary request sequences, metadata blocks and programs (program.h) that
+// run real kernels and transfers with ordinary sizes, so the fuzzer starts past the validation
+// and mutates from there. No seed is a finding: the edge values are the fuzzer's to find.
 //
 //   cubed_fuzz_seeds DIR     writes DIR/seed-NN files (DIR must exist); exit 1 on an I/O error.
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -13,6 +15,9 @@
 #include "common/kernel_metadata.h"
 #include "cubed/v1/compute.pb.h"
 #include "cubed/v1/session.pb.h"
+#include "kernels/builtin.h"
+#include "server/auth/rpc.h"
+#include "tests/fuzz/program.h"
 
 namespace cubed {
 namespace {
@@ -65,8 +70,7 @@ void AddBuffers(v1::Bindings* b, std::initializer_list<uint64_t> handles,
   for (uint32_t w : metadata) b->add_metadata(w);
 }
 
-// ---- Session stream (mode byte 0) --------------------------------------------------------
-
+// Writes a session-stream input (mode byte 0): one SessionRequest, seqs counted from 1.
 class Stream {
  public:
   Stream() { request_.mutable_open()->set_lease_ms(60000); }
@@ -207,36 +211,14 @@ std::vector<std::string> StreamSeeds() {
   return seeds;
 }
 
-// ---- Unary RPCs (mode byte 1) ------------------------------------------------------------
-
-// Record numbers as in fuzz_requests.cc's enum Rpc (compute.proto order).
-enum Rpc : uint8_t {
-  kOpenSession,
-  kCloseSession,
-  kCreate,
-  kCreateTensor,
-  kEmpty,
-  kEmptyTensor,
-  kRead,
-  kReadTensor,
-  kGetResource,
-  kExecute,
-  kFlush,
-  kSync,
-  kMemoryUsage,
-  kMemoryCleanup,
-  kStartProfile,
-  kEndProfile,
-  kGetInfo,
-  kRelease,
-};
-
+// Writes a unary input (mode byte 1): records of requests.
 class Unary {
  public:
   Unary() : bytes_(1, '\1') {}
-  void Add(Rpc rpc, const google::protobuf::Message& m) {
+  // A record of `method` (its number in server/auth/rpc.h, as fuzz_requests.cc reads it).
+  void Add(Method method, const google::protobuf::Message& m) {
     const std::string body = m.SerializeAsString();
-    bytes_.push_back(static_cast<char>(rpc));
+    bytes_.push_back(static_cast<char>(method));
     bytes_.push_back(static_cast<char>(body.size() & 0xff));
     bytes_.push_back(static_cast<char>(body.size() >> 8));
     bytes_ += body;
@@ -256,25 +238,25 @@ std::vector<std::string> UnarySeeds() {
     a.add_shape(4);
     a.set_elem_size(4);
     a.set_data(F32Fill(8, 1));
-    u.Add(kCreateTensor, a);
-    u.Add(kCreateTensor, a);
+    u.Add(Method::kCreateTensor, a);
+    u.Add(Method::kCreateTensor, a);
     v1::EmptyTensorRequest out;
     out.add_shape(2);
     out.add_shape(4);
     out.set_elem_size(4);
-    u.Add(kEmptyTensor, out);
+    u.Add(Method::kEmptyTensor, out);
     v1::ExecuteRequest e;
     SetBuiltin(e.mutable_kernel(), "mul", v1::ELEM_TYPE_F32);
     SetStatic(e.mutable_count());
     AddBuffers(e.mutable_bindings(), {1, 2, 3}, Meta({{2, 4}, {2, 4}, {2, 4}}));
-    u.Add(kExecute, e);
+    u.Add(Method::kExecute, e);
     v1::ReadRequest r;
     r.add_bindings()->set_handle(3);
     v1::Binding* part = r.add_bindings();
     part->set_handle(1);
     part->set_offset_start(4);
     part->set_offset_end(8);
-    u.Add(kRead, r);
+    u.Add(Method::kRead, r);
     v1::ReadTensorRequest rt;
     v1::BindingWithMeta* t = rt.add_bindings();
     t->mutable_binding()->set_handle(3);
@@ -283,58 +265,57 @@ std::vector<std::string> UnarySeeds() {
     t->add_strides(1);
     t->add_strides(4);
     t->set_elem_size(4);
-    u.Add(kReadTensor, rt);
+    u.Add(Method::kReadTensor, rt);
     v1::GetResourceRequest g;
     g.mutable_binding()->set_handle(2);
-    u.Add(kGetResource, g);
+    u.Add(Method::kGetResource, g);
     v1::ReleaseRequest rel;
     rel.add_handles(1);
     rel.add_handles(2);
-    u.Add(kRelease, rel);
-    u.Add(kSync, v1::SyncRequest());
+    u.Add(Method::kRelease, rel);
+    u.Add(Method::kSync, v1::SyncRequest());
     seeds.push_back(u.Bytes());
   }
   {  // Sessions, plain buffers, profiles and device RPCs.
     Unary u;
     v1::OpenSessionRequest open;
     open.set_lease_ms(5000);
-    u.Add(kOpenSession, open);
+    u.Add(Method::kOpenSession, open);
     v1::CreateRequest c;
     c.set_session(1);
     c.set_data("hello world");
-    u.Add(kCreate, c);
+    u.Add(Method::kCreate, c);
     v1::EmptyRequest e;
     e.set_session(1);
     e.set_size(300);
-    u.Add(kEmpty, e);
+    u.Add(Method::kEmpty, e);
     v1::StartProfileRequest sp;
     sp.set_session(1);
-    u.Add(kStartProfile, sp);
+    u.Add(Method::kStartProfile, sp);
     v1::ExecuteRequest copy;
     copy.set_session(1);
     SetBuiltin(copy.mutable_kernel(), "copy", v1::ELEM_TYPE_I32);
     SetStatic(copy.mutable_count());
     AddBuffers(copy.mutable_bindings(), {1, 2}, Meta({{2}, {2}}));
-    u.Add(kExecute, copy);
+    u.Add(Method::kExecute, copy);
     v1::FlushRequest f;
     f.set_session(1);
-    u.Add(kFlush, f);
+    u.Add(Method::kFlush, f);
     v1::EndProfileRequest ep;
     ep.set_session(1);
-    u.Add(kEndProfile, ep);
-    u.Add(kMemoryUsage, v1::MemoryUsageRequest());
-    u.Add(kMemoryCleanup, v1::MemoryCleanupRequest());
-    u.Add(kGetInfo, v1::GetInfoRequest());
+    u.Add(Method::kEndProfile, ep);
+    u.Add(Method::kMemoryUsage, v1::MemoryUsageRequest());
+    u.Add(Method::kMemoryCleanup, v1::MemoryCleanupRequest());
+    u.Add(Method::kGetInfo, v1::GetInfoRequest());
     v1::CloseSessionRequest close;
     close.set_session(1);
-    u.Add(kCloseSession, close);
+    u.Add(Method::kCloseSession, close);
     seeds.push_back(u.Bytes());
   }
   return seeds;
 }
 
-// ---- Metadata (mode byte 2) --------------------------------------------------------------
-
+// Metadata blocks (mode byte 2) of contiguous tensors.
 std::vector<std::string> MetadataSeeds() {
   std::vector<std::string> seeds;
   for (const auto& shapes : std::vector<std::vector<std::vector<uint64_t>>>{
@@ -349,6 +330,247 @@ std::vector<std::string> MetadataSeeds() {
   return seeds;
 }
 
+// Writes a program (mode byte 3) in the encoding of program.h.
+class ProgramWriter {
+ public:
+  ProgramWriter() : bytes_(1, '\3') {}
+  ProgramWriter& Op(fuzz::ProgramOp op) { return Byte(op); }
+  ProgramWriter& Byte(uint8_t b) {
+    bytes_.push_back(static_cast<char>(b));
+    return *this;
+  }
+  // A num operand: the one-byte selector when `v` has one, else the raw escape.
+  ProgramWriter& Num(uint64_t v) {
+    for (int s = 0; s < 0xff; ++s) {
+      if (fuzz::EdgeValue(static_cast<uint8_t>(s)) == v) return Byte(static_cast<uint8_t>(s));
+    }
+    Byte(0xff);
+    for (int i = 0; i < 8; ++i) Byte(static_cast<uint8_t>(v >> (8 * i)));
+    return *this;
+  }
+  // The index-th handle of the request's session (creation order).
+  ProgramWriter& Handle(uint8_t index) { return Byte(index); }
+  ProgramWriter& FreshId() { return Byte(0); }
+  ProgramWriter& Session(uint8_t index) { return Byte(index); }
+  ProgramWriter& Binding(uint8_t handle, uint64_t start = 0, uint64_t end = 0) {
+    return Handle(handle).Num(start).Num(end);
+  }
+  ProgramWriter& Shape(std::initializer_list<uint64_t> dims) {
+    Byte(static_cast<uint8_t>(dims.size()));
+    for (uint64_t d : dims) Num(d);
+    return *this;
+  }
+  ProgramWriter& DenseStrides() { return Byte(0); }
+  ProgramWriter& ZeroStrides() { return Byte(1); }
+  ProgramWriter& Strides(std::initializer_list<uint64_t> strides) {
+    Byte(2);
+    for (uint64_t s : strides) Num(s);
+    return *this;
+  }
+  // A list header: `distinct` elements follow, repeated kRepeats[repeat] times (program.h).
+  ProgramWriter& List(uint8_t distinct, uint8_t repeat = 0) {
+    return Byte(static_cast<uint8_t>(distinct | (repeat << 3)));
+  }
+  ProgramWriter& Data(uint64_t n, uint8_t fill = 1) { return Num(n).Byte(fill); }
+  // A builtin kernel operand: `name` by its index in kernels::BuiltinKernelNames() (an unknown
+  // name by the index one past them), dtype, out_dtype, axis.
+  ProgramWriter& Builtin(const std::string& name, v1::ElemType dtype,
+                         v1::ElemType out = v1::ELEM_TYPE_UNSPECIFIED, uint64_t axis = 0) {
+    const std::vector<std::string> names = kernels::BuiltinKernelNames();
+    const size_t index = std::find(names.begin(), names.end(), name) - names.begin();
+    return Byte(0).Byte(static_cast<uint8_t>(index)).Byte(dtype).Byte(out).Num(axis);
+  }
+  const std::string& Bytes() const { return bytes_; }
+
+ private:
+  std::string bytes_;
+};
+
+// The buffers a seed binds for a builtin kernel (docs/kernel-abi.md): three for the binary
+// kernels and matmul (max and min also reduce, with two), one for fill, two for the rest.
+int SeedBuffers(const std::string& kernel) {
+  for (const char* three : {"add", "div", "matmul", "max", "min", "mul", "pow", "sub"}) {
+    if (kernel == three) return 3;
+  }
+  return kernel == "fill" ? 1 : 2;
+}
+
+std::vector<std::string> ProgramSeeds() {
+  std::vector<std::string> seeds;
+  // Short programs, one or two requests each: most mutations land on an operand that matters.
+  auto add = [&](const ProgramWriter& p) { seeds.push_back(p.Bytes()); };
+  {
+    ProgramWriter p;
+    p.Op(fuzz::kOpCreate).Session(0).Data(16);
+    p.Op(fuzz::kOpReadTensor).Session(0).List(1).Binding(0).Shape({4}).DenseStrides().Num(4);
+    add(p);
+  }
+  {
+    ProgramWriter p;
+    p.Op(fuzz::kOpCreateTensor).Session(0).Shape({2, 4}).Num(4).Byte(0);
+    p.Op(fuzz::kOpRead).Session(0).List(1).Binding(0, 4, 4);
+    add(p);
+  }
+  {  // A broadcast (one element read three times), bound twice.
+    ProgramWriter p;
+    p.Op(fuzz::kOpCreate).Session(0).Data(8);
+    p.Op(fuzz::kOpReadTensor).Session(0).List(1, 1).Binding(0).Shape({3}).ZeroStrides().Num(4);
+    add(p);
+  }
+  {  // The same in the stream: a 2x2 broadcast of one row.
+    ProgramWriter p;
+    p.Op(fuzz::kOpStreamCreate).FreshId().Byte(0).Data(8);
+    p.Op(fuzz::kOpStreamReadTensor).List(1, 1).Binding(0).Shape({2, 2}).Strides({0, 1}).Num(4);
+    p.Byte(0);
+    add(p);
+  }
+  {
+    ProgramWriter p;
+    p.Op(fuzz::kOpEmptyTensor).Session(0).Shape({2, 4}).Num(4);
+    p.Op(fuzz::kOpGetResource).Session(0).Binding(0, 8, 0);
+    p.Op(fuzz::kOpRelease).Session(0).List(1).Handle(0);
+    add(p);
+  }
+  {
+    ProgramWriter p;
+    p.Op(fuzz::kOpEmpty).Session(0).Num(64);
+    p.Op(fuzz::kOpExecute).Session(0).Builtin("fill", v1::ELEM_TYPE_F32);
+    p.Byte(0).Num(1).Num(1).Num(1).List(1).Binding(0).Byte(1);
+    p.Byte(1).Byte(v1::ELEM_TYPE_F32).Byte(1).Num(3).Byte(0);  // One f32 scalar: 3.
+    add(p);
+  }
+  {
+    ProgramWriter p;
+    p.Op(fuzz::kOpStreamCreate).FreshId().Byte(0).Data(16);
+    p.Op(fuzz::kOpStreamReadTensor).List(1).Binding(0).Shape({2, 2}).Strides({2, 1}).Num(4);
+    p.Byte(0);
+    add(p);
+  }
+  {
+    ProgramWriter p;
+    p.Op(fuzz::kOpStreamCreateTensor).FreshId().Shape({4}).Num(4).Byte(0).Byte(0);
+    p.Op(fuzz::kOpStreamRead).List(1).Binding(0).Byte(1).Num(8).Byte(0);  // Bulk, 8-byte chunks.
+    add(p);
+  }
+  {
+    ProgramWriter p;
+    p.Op(fuzz::kOpStreamCreate).FreshId().Byte(1).Num(64).Byte(0).Num(16);  // Bulk, 16-byte chunks.
+    p.Op(fuzz::kOpStreamRelease).List(1).Handle(0);
+    add(p);
+  }
+  {
+    ProgramWriter p;
+    p.Op(fuzz::kOpStreamEmptyTensor).FreshId().Shape({2, 2}).Num(4);
+    p.Op(fuzz::kOpStreamOther).Byte(1);  // Sync.
+    add(p);
+  }
+  {
+    ProgramWriter p;
+    p.Op(fuzz::kOpOpenSession).Num(5000).Byte(1);
+    p.Op(fuzz::kOpCreate).Session(1).Data(16);
+    p.Op(fuzz::kOpCloseSession).Session(1);
+    add(p);
+  }
+  // Longer programs: requests that build on each other.
+  {  // Unary: buffers and tensors in the first session, an add, every kind of read, release.
+    ProgramWriter p;
+    p.Op(fuzz::kOpCreate).Session(0).Data(16);                            // handle 0
+    p.Op(fuzz::kOpCreateTensor).Session(0).Shape({2, 4}).Num(4).Byte(2);  // handle 1
+    p.Op(fuzz::kOpEmptyTensor).Session(0).Shape({2, 4}).Num(4);           // handle 2
+    p.Op(fuzz::kOpExecute).Session(0).Builtin("add", v1::ELEM_TYPE_F32);
+    p.Byte(0).Num(1).Num(1).Num(1);                                      // Static count 1x1x1.
+    p.List(3).Binding(1).Binding(1).Binding(2).Byte(1).Byte(0).Byte(0);  // Metadata; checked.
+    p.Op(fuzz::kOpRead).Session(0).List(2).Binding(2).Binding(0, 4, 4);
+    p.Op(fuzz::kOpReadTensor).Session(0).List(1);
+    p.Binding(0).Shape({4}).DenseStrides().Num(4);
+    p.Op(fuzz::kOpReadTensor).Session(0).List(2, 1);  // Two bindings, twice.
+    p.Binding(1).Shape({4, 2}).Strides({1, 4}).Num(4);
+    p.Binding(2).Shape({3}).ZeroStrides().Num(4);  // A broadcast: one element three times.
+    p.Op(fuzz::kOpGetResource).Session(0).Binding(1, 8);
+    p.Op(fuzz::kOpSessionCall).Byte(1).Session(0);  // Sync.
+    p.Op(fuzz::kOpDeviceCall).Byte(0);
+    p.Op(fuzz::kOpRelease).Session(0).List(2).Handle(0).Handle(1);
+    seeds.push_back(p.Bytes());
+  }
+  {  // The session stream: the same, with client ids.
+    ProgramWriter p;
+    p.Op(fuzz::kOpStreamCreate).FreshId().Byte(0).Data(16);
+    p.Op(fuzz::kOpStreamCreateTensor).FreshId().Shape({2, 4}).Num(4).Byte(0).Byte(2);
+    p.Op(fuzz::kOpStreamEmptyTensor).FreshId().Shape({2, 4}).Num(4);
+    p.Op(fuzz::kOpStreamExecute).Builtin("mul", v1::ELEM_TYPE_F32);
+    p.Byte(0).Num(1).Num(1).Num(1);
+    p.List(3).Binding(1).Binding(1).Binding(2).Byte(1).Byte(0).Byte(0);
+    p.Op(fuzz::kOpStreamRead).List(1).Binding(2).Byte(0);
+    p.Op(fuzz::kOpStreamReadTensor).List(1).Binding(0).Shape({2, 2}).Strides({2, 1}).Num(4);
+    p.Byte(0);
+    p.Op(fuzz::kOpStreamOther).Byte(1);  // Sync.
+    p.Op(fuzz::kOpStreamRelease).List(1).Handle(0);
+    p.Op(fuzz::kOpStreamOther).Byte(2);  // memory_usage.
+    seeds.push_back(p.Bytes());
+  }
+  {  // Bulk transfers: creates uploaded in chunks, reads downloaded in pieces.
+    ProgramWriter p;
+    p.Op(fuzz::kOpStreamCreate).FreshId().Byte(1).Num(1000).Byte(0).Num(256);
+    p.Op(fuzz::kOpStreamCreateTensor).FreshId().Shape({16, 16}).Num(4).Byte(1).Byte(0).Num(0);
+    p.Op(fuzz::kOpStreamRead).List(1).Binding(0, 10, 10).Byte(1).Num(100).Byte(0);
+    p.Op(fuzz::kOpStreamReadTensor).List(2).Binding(1).Shape({16, 16}).DenseStrides().Num(4);
+    p.Binding(1).Shape({8, 8}).Strides({32, 2}).Num(4).Byte(1).Num(64).Byte(0);
+    p.Op(fuzz::kOpStreamCreate).FreshId().Byte(1).Num(64).Byte(0x41).Num(0).Num(32);  // Short.
+    p.Op(fuzz::kOpStreamOther).Byte(1);
+    seeds.push_back(p.Bytes());
+  }
+  {  // Sessions: a quota principal's session, another stream, leases, expiry.
+    ProgramWriter p;
+    p.Op(fuzz::kOpOpenSession).Num(5000).Byte(1);
+    p.Op(fuzz::kOpEmpty).Session(1).Num(4096);
+    p.Op(fuzz::kOpCreateTensor).Session(1).Shape({8}).Num(8).Byte(4);
+    p.Op(fuzz::kOpRead).Session(1).List(1).Binding(1, 0, 8);
+    p.Op(fuzz::kOpSessionCall).Byte(2).Session(1);  // StartProfile.
+    p.Op(fuzz::kOpSessionCall).Byte(3).Session(1);  // EndProfile.
+    p.Op(fuzz::kOpStreamReopen).Num(60000).Byte(1);
+    p.Op(fuzz::kOpStreamEmpty).FreshId().Num(128);
+    p.Op(fuzz::kOpStreamOther).Byte(1);
+    p.Op(fuzz::kOpTime).Num(1000);
+    p.Op(fuzz::kOpCloseSession).Session(1);
+    p.Op(fuzz::kOpDeviceCall).Byte(1);
+    seeds.push_back(p.Bytes());
+  }
+  {  // Every builtin kernel and an unknown one, one with a dynamic count, fill with a scalar.
+    ProgramWriter p;
+    p.Op(fuzz::kOpCreateTensor).Session(0).Shape({4, 4}).Num(4).Byte(0);  // 0
+    p.Op(fuzz::kOpEmptyTensor).Session(0).Shape({4, 4}).Num(4);           // 1
+    p.Op(fuzz::kOpCreate).Session(0).Data(12, 0xff);                      // 2: the count 1,1,1.
+    for (int i = 0; i < 3; ++i) p.Byte(1).Byte(0).Byte(0).Byte(0);
+    std::vector<std::string> names = kernels::BuiltinKernelNames();
+    names.push_back("no_such_kernel");
+    for (const std::string& name : names) {
+      const v1::ElemType out = name == "cast" ? v1::ELEM_TYPE_I32 : v1::ELEM_TYPE_UNSPECIFIED;
+      p.Op(fuzz::kOpExecute).Session(0).Builtin(name, v1::ELEM_TYPE_F32, out, /*axis=*/1);
+      if (name == "relu") {
+        p.Byte(1).Binding(2);  // Dynamic count.
+      } else {
+        p.Byte(0).Num(1).Num(1).Num(1);
+      }
+      switch (SeedBuffers(name)) {
+        case 1:
+          p.List(1).Binding(1).Byte(1);
+          p.Byte(1).Byte(v1::ELEM_TYPE_F32).Byte(1).Num(2);  // One f32 scalar: 2.
+          break;
+        case 3:
+          p.List(3).Binding(0).Binding(0).Binding(1).Byte(1).Byte(0);
+          break;
+        default:
+          p.List(2).Binding(0).Binding(1).Byte(1).Byte(0);
+          break;
+      }
+      p.Byte(0);  // mode
+    }
+    p.Op(fuzz::kOpReadTensor).Session(0).List(1).Binding(1).Shape({4, 4}).Strides({1, 4}).Num(4);
+    seeds.push_back(p.Bytes());
+  }
+  return seeds;
+}
+
 }  // namespace
 }  // namespace cubed
 
@@ -358,7 +580,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::vector<std::string> seeds = cubed::StreamSeeds();
-  for (auto* more : {&cubed::UnarySeeds, &cubed::MetadataSeeds}) {
+  for (auto* more : {&cubed::UnarySeeds, &cubed::MetadataSeeds, &cubed::ProgramSeeds}) {
     for (std::string& s : more()) seeds.push_back(std::move(s));
   }
   for (size_t i = 0; i < seeds.size(); ++i) {
