@@ -3,8 +3,8 @@
 #include <sys/mman.h>
 
 #include <chrono>
-#include <functional>
 #include <cstring>
+#include <functional>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -47,8 +47,8 @@ absl::StatusOr<std::vector<Row>> MeasureRegionCreateRead(const std::string& daem
   // makes glibc's large memcpy a third slower here, which would flatter the ratio.
   void* mapped = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mapped == MAP_FAILED) return absl::InternalError("P4: mmap of the baseline buffer failed");
-  std::unique_ptr<uint8_t, std::function<void(uint8_t*)>> buffer(
-      static_cast<uint8_t*>(mapped), [n](uint8_t* p) { munmap(p, n); });
+  std::unique_ptr<uint8_t, std::function<void(uint8_t*)>> buffer(static_cast<uint8_t*>(mapped),
+                                                                 [n](uint8_t* p) { munmap(p, n); });
   std::memset(buffer.get(), 0, n);
 
   const double gib = 2.0 * static_cast<double>(n) / (1ull << 30);
