@@ -63,6 +63,8 @@ absl::StatusOr<CudaDriver> OpenCudaDriver(const std::string& library_name) {
   need("cuMemGetInfo_v2", &d.MemGetInfo);
   need("cuMemHostAlloc", &d.MemHostAlloc);
   need("cuMemFreeHost", &d.MemFreeHost);
+  need("cuMemHostRegister_v2", &d.MemHostRegister);
+  need("cuMemHostUnregister", &d.MemHostUnregister);
   need("cuMemcpyHtoDAsync_v2", &d.MemcpyHtoDAsync);
   need("cuMemcpyDtoHAsync_v2", &d.MemcpyDtoHAsync);
   need("cuMemcpyDtoH_v2", &d.MemcpyDtoH);

@@ -43,6 +43,8 @@ struct CudaDriver {
   decltype(&::cuMemGetInfo_v2) MemGetInfo = nullptr;
   decltype(&::cuMemHostAlloc) MemHostAlloc = nullptr;
   decltype(&::cuMemFreeHost) MemFreeHost = nullptr;
+  decltype(&::cuMemHostRegister_v2) MemHostRegister = nullptr;
+  decltype(&::cuMemHostUnregister) MemHostUnregister = nullptr;
   decltype(&::cuMemcpyHtoDAsync_v2) MemcpyHtoDAsync = nullptr;
   decltype(&::cuMemcpyDtoHAsync_v2) MemcpyDtoHAsync = nullptr;
   decltype(&::cuMemcpyDtoH_v2) MemcpyDtoH = nullptr;

@@ -168,6 +168,26 @@ TEST_P(ComputeServerConformance, ReadTensorIntoHostMemoryPacksInPlace) {
   server_->Sync(synced.callback());
   ASSERT_TRUE(synced.Wait().ok());
   server_->UnregisterHostMemory(memory);
+
+  // Large enough that the copy takes a while: `done` must wait for the bytes, not for the
+  // queueing (registered memory is copied by DMA, asynchronously).
+  const std::string big = Pattern(64 << 20, 9);
+  std::string landing(big.size(), '\0');
+  const auto into = absl::MakeSpan(reinterpret_cast<uint8_t*>(landing.data()), landing.size());
+  ASSERT_TRUE(server_->RegisterHostMemory(into).ok());
+  absl::StatusOr<Allocation> b = server_->Create(Bytes(big), kOwnerA);
+  ASSERT_TRUE(b.ok()) << b.status();
+  Done read;
+  server_->ReadTensorInto({ResolvedTensor{Whole(*b), {big.size()}, {1}, 1}}, {into},
+                          read.callback());
+  ASSERT_TRUE(read.Wait().ok());
+  // The tail first, at once: a copy still running would not have reached it (a full compare
+  // from the front could trail behind the copy and see every byte arrive).
+  EXPECT_TRUE(landing.substr(landing.size() - 4096) == big.substr(big.size() - 4096))
+      << "ReadTensorInto completed before its bytes landed";
+  EXPECT_TRUE(landing == big);
+  server_->Free(b->slice);
+  server_->UnregisterHostMemory(into);
 }
 
 TEST_P(ComputeServerConformance, WriteLandsAtItsDenseOffset) {

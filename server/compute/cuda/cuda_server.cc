@@ -280,9 +280,57 @@ absl::Status CudaServer::Copy2D(CUdeviceptr device, uint64_t pitch, uint8_t* hos
   return absl::OkStatus();
 }
 
+// Note [Registered host memory]: a local client's shared-memory region (Note [Shared-memory
+// regions], server/channel/shared_region.h) is page-locked with cuMemHostRegister when it is
+// registered, so copies between it and the device go straight over PCIe by DMA, without the
+// pinned staging buffers and the host memcpy each way. Such copies are asynchronous on the
+// stream, like every other: a create's bytes are read from the region when the copy runs (the
+// client must not change them until a later sync: docs/api.md), and a read's bytes are in the
+// region once its completion ran. The region stays mapped and registered until
+// UnregisterHostMemory, which first waits for the stream, so no queued copy outlives it.
+bool CudaServer::IsRegistered(const uint8_t* data, uint64_t size) const {
+  auto it = registered_.upper_bound(data);
+  if (it == registered_.begin()) return false;
+  --it;
+  const uint64_t offset = static_cast<uint64_t>(data - it->first);
+  return offset <= it->second && size <= it->second - offset;
+}
+
+absl::Status CudaServer::RegisterHostMemory(absl::Span<uint8_t> memory) {
+  RETURN_IF_ERROR(LostStatus());
+  RETURN_IF_ERROR(context_->MakeCurrent());
+  const CUresult r = Cu().MemHostRegister(memory.data(), memory.size(), 0);
+  if (r != CUDA_SUCCESS) {
+    spdlog::warn(
+        "cuMemHostRegister of {} bytes failed ({}); the region's copies go through "
+        "staging",
+        memory.size(), static_cast<int>(r));
+    return absl::OkStatus();
+  }
+  registered_.emplace(memory.data(), memory.size());
+  return absl::OkStatus();
+}
+
+void CudaServer::UnregisterHostMemory(absl::Span<uint8_t> memory) {
+  auto it = registered_.find(memory.data());
+  if (it == registered_.end()) return;
+  registered_.erase(it);
+  if (!context_->MakeCurrent().ok()) return;
+  (void)Check(CU_STATUS(Cu().StreamSynchronize(stream_)));
+  (void)Cu().MemHostUnregister(memory.data());
+}
+
 absl::Status CudaServer::Upload(CUdeviceptr base, absl::Span<const uint8_t> data,
                                 absl::Span<const CopyPiece> pieces) {
   RETURN_IF_ERROR(context_->MakeCurrent());
+  if (IsRegistered(data.data(), data.size())) {  // Note [Registered host memory].
+    for (const CopyPiece& piece : pieces) {
+      RETURN_IF_ERROR(Copy2D(base + piece.strided_offset, piece.pitch,
+                             const_cast<uint8_t*>(data.data() + piece.dense_offset), piece.width,
+                             piece.height, /*to_device=*/true));
+    }
+    return absl::OkStatus();
+  }
   PinnedStagingPool* pool = staging_.get();
   for (const CopyPiece& piece : pieces) {
     ASSIGN_OR_RETURN(PinnedStagingPool::Buffer buffer, pool->Acquire(piece.bytes()));
@@ -374,6 +422,20 @@ KernelCacheStats CudaServer::KernelCache() const {
 
 absl::Status CudaServer::Download(CUdeviceptr base, absl::Span<const CopyPiece> pieces,
                                   uint8_t* dst, const std::shared_ptr<PendingRead>& op) {
+  uint64_t total = 0;
+  for (const CopyPiece& piece : pieces) total = std::max(total, piece.dense_offset + piece.bytes());
+  if (IsRegistered(dst, total)) {  // Note [Registered host memory].
+    for (const CopyPiece& piece : pieces) {
+      RETURN_IF_ERROR(Copy2D(base + piece.strided_offset, piece.pitch, dst + piece.dense_offset,
+                             piece.width, piece.height, /*to_device=*/false));
+    }
+    // The read completes when the copies did (FinishRead orders itself after this), not when
+    // they were queued.
+    completion_->After(stream_, [op](absl::Status s) {
+      if (!s.ok() && op->status.ok()) op->status = std::move(s);
+    });
+    return absl::OkStatus();
+  }
   PinnedStagingPool* pool = staging_.get();
   for (const CopyPiece& piece : pieces) {
     ASSIGN_OR_RETURN(PinnedStagingPool::Buffer buffer, pool->Acquire(piece.bytes()));
@@ -439,13 +501,43 @@ void CudaServer::Read(std::vector<ResolvedBinding> bindings, std::vector<std::st
 
 void CudaServer::ReadTensor(std::vector<ResolvedTensor> tensors, std::vector<std::string>* out,
                             DoneCallback done) {
+  out->assign(tensors.size(), std::string());
+  std::vector<uint8_t*> dst(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    absl::StatusOr<uint64_t> bytes = TensorBytes(tensors[i].shape, tensors[i].elem_size, "tensor");
+    if (!bytes.ok()) {
+      done(bytes.status());
+      return;
+    }
+    (*out)[i].resize(*bytes);
+    dst[i] = reinterpret_cast<uint8_t*>((*out)[i].data());
+  }
+  ReadTensorsTo(tensors, dst, std::move(done));
+}
+
+void CudaServer::ReadTensorInto(std::vector<ResolvedTensor> tensors,
+                                std::vector<absl::Span<uint8_t>> out, DoneCallback done) {
+  std::vector<uint8_t*> dst(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    absl::StatusOr<uint64_t> bytes = TensorBytes(tensors[i].shape, tensors[i].elem_size, "tensor");
+    if (!bytes.ok() || *bytes != out[i].size()) {
+      done(bytes.ok() ? absl::InternalError("read into: the room differs from the tensor's bytes")
+                      : bytes.status());
+      return;
+    }
+    dst[i] = out[i].data();
+  }
+  ReadTensorsTo(tensors, dst, std::move(done));
+}
+
+void CudaServer::ReadTensorsTo(const std::vector<ResolvedTensor>& tensors,
+                               const std::vector<uint8_t*>& dsts, DoneCallback done) {
   if (absl::Status lost = LostStatus(); !lost.ok()) {
     done(lost);
     return;
   }
   auto op = std::make_shared<PendingRead>();
   op->done = std::move(done);
-  out->assign(tensors.size(), std::string());
   absl::Status status = context_->MakeCurrent();
   bool queued = false;
   CopyPlanLimits limits;
@@ -457,13 +549,7 @@ void CudaServer::ReadTensor(std::vector<ResolvedTensor> tensors, std::vector<std
       status = ptr.status();
       break;
     }
-    absl::StatusOr<uint64_t> bytes = TensorBytes(t.shape, t.elem_size, "tensor");
-    if (!bytes.ok()) {
-      status = bytes.status();
-      break;
-    }
-    (*out)[i].resize(*bytes);
-    uint8_t* dst = reinterpret_cast<uint8_t*>((*out)[i].data());
+    uint8_t* dst = dsts[i];
     std::optional<std::vector<CopyPiece>> plan =
         PlanTensorCopy(t.shape, t.strides, t.elem_size, limits);
     if (plan) {

@@ -17,6 +17,7 @@
 #include <cuda.h>
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -87,6 +88,15 @@ class CudaServer final : public ComputeServer {
   // Note [Tensor copies] in cuda_transfer.h.
   void ReadTensor(std::vector<ResolvedTensor> tensors, std::vector<std::string>* out,
                   DoneCallback done) override;
+  // As ReadTensor, into `out`; straight from the device into registered host memory.
+  void ReadTensorInto(std::vector<ResolvedTensor> tensors, std::vector<absl::Span<uint8_t>> out,
+                      DoneCallback done) override;
+  // Note [Registered host memory]: page-locks `memory` (cuMemHostRegister) so that copies between
+  // it and the device skip the staging buffers and run at pinned speed. When the driver refuses
+  // (a lock limit, say) the memory still works through staging: a warning, and OK.
+  absl::Status RegisterHostMemory(absl::Span<uint8_t> memory) override;
+  // Waits for the stream (copies queued from or into `memory` complete), then unregisters it.
+  void UnregisterHostMemory(absl::Span<uint8_t> memory) override;
   // The binding's device pointer and the page's IPC handle (empty where CUDA IPC is refused).
   absl::StatusOr<ResourceDescription> GetResource(const ResolvedBinding& binding) override;
   // Builtin: ValidateBuiltin, address checks, then f32/f64 matmul through cuBLAS where it can
@@ -142,7 +152,14 @@ class CudaServer final : public ComputeServer {
   // (dense side, pinned).
   absl::Status Copy2D(CUdeviceptr device, uint64_t pitch, uint8_t* host, uint64_t width,
                       uint64_t height, bool to_device);
-  // Uploads `data` (dense) into the layout `pieces` describe at `base`.
+  // Whether [data, data + size) lies inside one registered range (Note [Registered host memory]).
+  bool IsRegistered(const uint8_t* data, uint64_t size) const;
+  // ReadTensor / ReadTensorInto: packs tensors[i] into dst[i] (its dense bytes).
+  void ReadTensorsTo(const std::vector<ResolvedTensor>& tensors, const std::vector<uint8_t*>& dst,
+                     DoneCallback done);
+  // Uploads `data` (dense) into the layout `pieces` describe at `base`; straight from `data` when
+  // it is registered (then it must stay unchanged until the copy completed), else through
+  // staging (then `data` may change once Upload returned).
   absl::Status Upload(CUdeviceptr base, absl::Span<const uint8_t> data,
                       absl::Span<const CopyPiece> pieces);
   // Queues the download of `pieces` from `base` into `dst` (dense); errors go to `op`.
@@ -174,6 +191,9 @@ class CudaServer final : public ComputeServer {
   // Note [cuBLAS matmul] in cublas_matmul.h; declines everything when cuBLAS did not load or
   // CUBED_DISABLE_CUBLAS is set.
   std::unique_ptr<CublasMatmul> cublas_;
+
+  // Registered host memory by start address: its size (Note [Registered host memory]).
+  std::map<const uint8_t*, uint64_t> registered_;
 
   CUdeviceptr metadata_ring_ = 0;  // Note [Metadata ring] in cuda_execute.cc.
   uint64_t metadata_ring_head_ = 0;
