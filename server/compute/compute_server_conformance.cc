@@ -142,8 +142,8 @@ TEST_P(ComputeServerConformance, CreateTensorThenReadTensorPacksDensely) {
   server_->Free(a->slice);
 }
 
-// Note [Shared-memory regions]: reads land in host memory the caller keeps (a region), and host
-// memory may be registered with the backend first.
+// Note [Shared-memory regions] (server/channel/shared_region.h): reads land in host memory the
+// caller keeps (a region), and host memory may be registered with the backend first.
 TEST_P(ComputeServerConformance, ReadTensorIntoHostMemoryPacksInPlace) {
   std::string host(2 * 3 * 1000 * 4 + 16, '\0');
   const auto memory = absl::MakeSpan(reinterpret_cast<uint8_t*>(host.data()), host.size());

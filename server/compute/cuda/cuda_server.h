@@ -91,9 +91,10 @@ class CudaServer final : public ComputeServer {
   // As ReadTensor, into `out`; straight from the device into registered host memory.
   void ReadTensorInto(std::vector<ResolvedTensor> tensors, std::vector<absl::Span<uint8_t>> out,
                       DoneCallback done) override;
-  // Note [Registered host memory]: page-locks `memory` (cuMemHostRegister) so that copies between
-  // it and the device skip the staging buffers and run at pinned speed. When the driver refuses
-  // (a lock limit, say) the memory still works through staging: a warning, and OK.
+  // Page-locks `memory` (cuMemHostRegister; Note [Registered host memory] in cuda_server.cc), so
+  // that copies between it and the device skip the staging buffers and run at pinned speed. When
+  // the driver refuses (a lock limit, say) the memory still works through staging: a warning,
+  // and OK.
   absl::Status RegisterHostMemory(absl::Span<uint8_t> memory) override;
   // Waits for the stream (copies queued from or into `memory` complete), then unregisters it.
   void UnregisterHostMemory(absl::Span<uint8_t> memory) override;
