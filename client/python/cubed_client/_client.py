@@ -8,6 +8,7 @@ import asyncio
 import collections
 import contextlib
 import os
+import threading
 import weakref
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -21,6 +22,7 @@ import numpy as np
 from ._errors import (CubedError, InvalidArgumentError, UnimplementedError, error_for,
                       error_from_rpc)
 from ._proto import compute_pb2, compute_pb2_grpc, types_pb2
+from ._region import SharedRegion, region_socket_path
 from ._tensor import Tensor, _Handle
 from ._transport import StreamTransport, UnaryTransport
 from ._types import (BuiltinKernel, DTypeLike, Info, MemoryUsage, Scalars, cube_count_for,
@@ -100,7 +102,8 @@ def connect(address: Optional[str] = None, *, timeout: float = 60.0, device: int
             tls: Optional[bool] = None, root_certificates: Optional[PathOrBytes] = None,
             certificate_chain: Optional[PathOrBytes] = None,
             private_key: Optional[PathOrBytes] = None, server_name: Optional[str] = None,
-            max_message_bytes: int = 1 << 30, session: int = 0) -> "Client":
+            max_message_bytes: int = 1 << 30, session: int = 0,
+            region_threshold: int = 1 << 20) -> "Client":
     """Connects to a cubed daemon and opens a session on ``device``.
 
     Args:
@@ -123,6 +126,11 @@ def connect(address: Optional[str] = None, *, timeout: float = 60.0, device: int
         max_message_bytes: largest message sent or received.
         session: join this existing session (e.g. from ``cubectl session open``) instead of
             opening one; uses unary calls and does not close the session on close().
+        region_threshold: on the stream over a Unix socket (a daemon on this host), create()
+            and read() of this many bytes or more move them through a shared-memory region the
+            client registers with its session (docs/api.md, "Shared-memory regions"): one
+            memcpy on this side, none through gRPC. 0: never. Falls back to the stream when the
+            daemon has no region socket.
 
     Raises:
         UnavailableError: the daemon cannot be reached.
@@ -158,7 +166,7 @@ def connect(address: Optional[str] = None, *, timeout: float = 60.0, device: int
     except BaseException:
         channel.close()
         raise
-    return Client(channel, t, metadata, timeout, device, target)
+    return Client(channel, t, metadata, timeout, device, target, region_threshold)
 
 
 class Client:
@@ -171,7 +179,7 @@ class Client:
     """
 
     def __init__(self, channel: grpc.Channel, transport: Any, metadata: List[Tuple[str, str]],
-                 timeout: float, device: int, target: str) -> None:
+                 timeout: float, device: int, target: str, region_threshold: int = 0) -> None:
         """Internal: use connect()."""
         self._channel = channel
         self._transport = transport
@@ -183,6 +191,12 @@ class Client:
         self._gc_releases: Deque[int] = collections.deque()
         self._self_ref = weakref.ref(self)
         self._finalizer = weakref.finalize(self, _close_transport, transport, channel, timeout)
+        # The staging region of create() and read() (None until first needed); its lock is held
+        # from staging bytes until they were used.
+        self._region_socket = region_socket_path(target) if transport.kind == "stream" else None
+        self._region_threshold = region_threshold if self._region_socket else 0
+        self._staging: Optional[SharedRegion] = None
+        self._staging_lock = threading.Lock()
 
     # --- session --------------------------------------------------------------------------------
 
@@ -217,7 +231,11 @@ class Client:
         if self._closed:
             return
         self._closed = True
-        self._finalizer()
+        self._finalizer()  # The session's end unmaps the daemon's side of the staging region.
+        with self._staging_lock:
+            if self._staging is not None:
+                self._staging.close()
+                self._staging = None
 
     def __enter__(self) -> "Client":
         return self
@@ -258,6 +276,27 @@ class Client:
     def _release_now(self, handle_id: int) -> None:
         if not self._closed:
             self._live().release([handle_id])
+
+    def _uses_region(self, nbytes: int) -> bool:
+        return self._region_threshold > 0 and nbytes >= self._region_threshold
+
+    def _stage(self, nbytes: int) -> Optional[SharedRegion]:
+        """The staging region, at least ``nbytes`` large (grown by doubling); None when the daemon
+        refuses regions, which then stay off for this client. Call with _staging_lock held."""
+        if self._staging is not None and self._staging.size >= nbytes:
+            return self._staging
+        size = max(nbytes, 2 * self._staging.size if self._staging else 0)
+        size = (size + (2 << 20) - 1) // (2 << 20) * (2 << 20)
+        try:
+            region = SharedRegion(self._region_socket, self.session, size)  # type: ignore[arg-type]
+        except (CubedError, OSError):
+            self._region_threshold = 0  # No region socket (an older daemon, or turned off).
+            return None
+        if self._staging is not None:
+            self._transport.release_region(self._staging.id)  # After the commands using it.
+            self._staging.close()
+        self._staging = region
+        return region
 
     def _handle(self, handle_id: int, nbytes: int) -> _Handle:
         return _Handle(handle_id, nbytes, lambda i, r=self._self_ref: _gc_release(r, i))
@@ -307,8 +346,20 @@ class Client:
         else:
             stored = np.ascontiguousarray(a, dtype=dt)
             strides = dense_strides(a.shape)
+        transport = self._live()
+        if self._uses_region(stored.nbytes):
+            with self._staging_lock:
+                region = self._stage(stored.nbytes)
+                if region is not None:
+                    n = stored.nbytes
+                    np.frombuffer(region.mmap, np.uint8, n)[:] = stored.reshape(-1).view(np.uint8)
+                    handle_id = transport.create_from_region(region.id, 0, n)
+                    # The create has run once a later answer came: the staging bytes are free
+                    # again (memory_usage answers in order without touching sync's failures).
+                    self._wait(transport.memory_usage(self._device))
+                    return Tensor(self, self._handle(handle_id, n), a.shape, strides, dt)
         data = stored.tobytes() if stored.nbytes else b"\0"
-        handle_id = self._live().create(data)
+        handle_id = transport.create(data)
         return Tensor(self, self._handle(handle_id, len(data)), a.shape, strides, dt)
 
     def empty(self, shape: Union[int, Sequence[int]], dtype: DTypeLike = np.float32) -> Tensor:
@@ -341,6 +392,10 @@ class Client:
             done.set_result(np.empty(t.shape, t.dtype))
             return done
         start = t.offset * t.dtype.itemsize
+        if self._uses_region(t.nbytes):
+            staged = self._read_through_region(transport, t, start)
+            if staged is not None:
+                return staged
         if t.is_contiguous:
             end = t.allocation_bytes - start - t.nbytes
             if end < 0:
@@ -361,6 +416,42 @@ class Client:
                 out.set_result(np.frombuffer(data, dtype=t.dtype).reshape(t.shape).copy())
             except BaseException as e:  # noqa: BLE001 - handed to the caller
                 out.set_exception(e)
+
+        raw.add_done_callback(convert)
+        return out
+
+    def _read_through_region(self, transport: Any, t: Tensor,
+                             start: int) -> Optional["Future[np.ndarray]"]:
+        """read_async through the staging region (held until the bytes were copied out); None
+        when regions are off."""
+        self._staging_lock.acquire()
+        try:
+            region = self._stage(t.nbytes)
+            if region is None:
+                self._staging_lock.release()
+                return None
+            binding = types_pb2.Binding(handle=t.id, offset_start=start)
+            if t.is_contiguous:
+                binding.offset_end = t.allocation_bytes - start - t.nbytes
+                raw = transport.read_into_region([binding], region.id, 0, t.nbytes)
+            else:
+                raw = transport.read_tensor_into_region([types_pb2.BindingWithMeta(
+                    binding=binding, shape=t.shape, strides=t.strides,
+                    elem_size=t.dtype.itemsize)], region.id, 0, t.nbytes)
+        except BaseException:
+            self._staging_lock.release()
+            raise
+        out: Future = Future()
+
+        def convert(f: Future) -> None:
+            try:
+                f.result()
+                count = t.nbytes // t.dtype.itemsize
+                out.set_result(np.frombuffer(region.mmap, t.dtype, count).reshape(t.shape).copy())
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                out.set_exception(e)
+            finally:
+                self._staging_lock.release()
 
         raw.add_done_callback(convert)
         return out

@@ -313,6 +313,33 @@ class StreamTransport:
             read_tensor=session_pb2.Command.ReadTensor(bindings=bindings)),
             self._data)  # type: ignore[return-value]
 
+    # Shared-memory regions (cubed_client/_region.py): the bytes stay in the region.
+    def create_from_region(self, region: int, offset: int, size: int) -> int:
+        i = self._new_id()
+        self._send(session_pb2.Command(create=session_pb2.Command.Create(
+            id=i, region=types_pb2.RegionSlice(region=region, offset=offset, size=size))))
+        return i
+
+    def _region_bytes(self, reply: session_pb2.Reply) -> int:
+        self._check(reply)
+        return reply.region_bytes
+
+    def read_into_region(self, bindings: List[types_pb2.Binding], region: int, offset: int,
+                         size: int) -> Future:
+        into = types_pb2.RegionSlice(region=region, offset=offset, size=size)
+        return self._send(session_pb2.Command(read=session_pb2.Command.Read(
+            bindings=bindings, into=into)), self._region_bytes)  # type: ignore[return-value]
+
+    def read_tensor_into_region(self, bindings: List[types_pb2.BindingWithMeta], region: int,
+                                offset: int, size: int) -> Future:
+        into = types_pb2.RegionSlice(region=region, offset=offset, size=size)
+        return self._send(session_pb2.Command(read_tensor=session_pb2.Command.ReadTensor(
+            bindings=bindings, into=into)), self._region_bytes)  # type: ignore[return-value]
+
+    def release_region(self, region: int) -> None:
+        self._send(session_pb2.Command(
+            release_region=session_pb2.Command.ReleaseRegion(region=region)))
+
     def flush(self) -> None:
         self._send(session_pb2.Command(flush=session_pb2.Command.Flush()))
 
