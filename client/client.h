@@ -75,6 +75,12 @@ struct ClientOptions {
   uint64_t bulk_threshold = uint64_t{4} << 20;
   // Chunk size of those transfers, 1 byte .. 4 MiB.
   uint64_t bulk_chunk = uint64_t{4} << 20;
+  // Session stream over a Unix socket (a daemon on this host): creates and reads of this many
+  // bytes or more copy them through a shared-memory region the client registers with its session
+  // (docs/api.md, "Shared-memory regions"): one memcpy on this side, no gRPC message, before
+  // bulk_threshold applies. A Create through it returns once the daemon has the bytes. 0 =
+  // never; a daemon without a region socket turns it off by itself.
+  uint64_t region_threshold = uint64_t{1} << 20;
   // Releases are sent in one RPC once this many are queued ...
   size_t release_batch = 64;
   // ... or this long after the first of a batch was queued.

@@ -69,6 +69,37 @@ std::future<ReadResult> BulkRead(const Client::Impl& impl, v1::Command command, 
   return result;
 }
 
+// Stream mode, ClientOptions::region_threshold: the bytes land in the staging region (held from
+// here until they are copied out, on the reader thread) instead of a message. `into` is the
+// read's or read_tensor's `into`; `sizes` the bytes of each binding, in order.
+std::future<ReadResult> ReadThroughRegion(Client::Impl& impl, const Region& region,
+                                          v1::Command command, v1::RegionSlice* into,
+                                          std::vector<uint64_t> sizes) {
+  uint64_t total = 0;
+  for (uint64_t s : sizes) total += s;
+  into->set_region(region.id);
+  into->set_size(total);
+  RegionStaging* staging = impl.staging.get();
+  const uint8_t* bytes = region.memory->bytes().data();
+  return impl.Ask<ReadResult>(
+      std::move(command),
+      [staging, bytes, sizes = std::move(sizes)](absl::StatusOr<v1::Reply*> reply) -> ReadResult {
+        absl::Status status = ReplyStatus(reply);
+        std::vector<std::string> out;
+        if (status.ok()) {
+          out.reserve(sizes.size());
+          uint64_t at = 0;
+          for (uint64_t s : sizes) {
+            out.emplace_back(reinterpret_cast<const char*>(bytes + at), s);
+            at += s;
+          }
+        }
+        staging->Release();
+        if (!status.ok()) return status;
+        return out;
+      });
+}
+
 }  // namespace
 
 std::future<ReadResult> Client::Read(std::vector<Binding> bindings) {
@@ -83,10 +114,18 @@ std::future<ReadResult> Client::Read(std::vector<Binding> bindings) {
     v1::Command command;
     command.mutable_read()->mutable_bindings()->Swap(request.mutable_bindings());
     uint64_t bytes = 0;
+    std::vector<uint64_t> sizes;
     for (const Binding& b : bindings) {
       const uint64_t size = b.handle.size();
       const uint64_t cut = b.offset_start + b.offset_end;
-      bytes += size > cut ? size - cut : 0;
+      sizes.push_back(size > cut ? size - cut : 0);
+      bytes += sizes.back();
+    }
+    if (impl_->UsesRegion(bytes)) {
+      if (const Region* region = impl_->staging->Acquire(bytes)) {
+        v1::RegionSlice* into = command.mutable_read()->mutable_into();
+        return ReadThroughRegion(*impl_, *region, std::move(command), into, std::move(sizes));
+      }
     }
     if (impl_->Bulk(bytes)) {
       command.mutable_read()->set_bulk(true);
@@ -119,7 +158,17 @@ std::future<ReadResult> Client::ReadTensor(std::vector<Tensor> tensors) {
     v1::Command command;
     command.mutable_read_tensor()->mutable_bindings()->Swap(request.mutable_bindings());
     uint64_t bytes = 0;
-    for (const Tensor& t : tensors) bytes += t.NumElements() * t.elem_size;
+    std::vector<uint64_t> sizes;
+    for (const Tensor& t : tensors) {
+      sizes.push_back(t.NumElements() * t.elem_size);
+      bytes += sizes.back();
+    }
+    if (impl_->UsesRegion(bytes)) {
+      if (const Region* region = impl_->staging->Acquire(bytes)) {
+        v1::RegionSlice* into = command.mutable_read_tensor()->mutable_into();
+        return ReadThroughRegion(*impl_, *region, std::move(command), into, std::move(sizes));
+      }
+    }
     if (impl_->Bulk(bytes)) {
       command.mutable_read_tensor()->set_bulk(true);
       return BulkRead(*impl_, std::move(command), bytes);

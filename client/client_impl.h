@@ -12,6 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "client/async_call.h"
 #include "client/client.h"
+#include "client/region_staging.h"
 #include "client/release_batcher.h"
 #include "client/status_conversion.h"
 #include "client/stream_transport.h"
@@ -54,6 +55,11 @@ class Client::Impl {
   // uploaded before waiting.
   absl::StatusOr<Tensor> StreamTensor(v1::Command command, uint64_t id, std::vector<uint64_t> shape,
                                       uint32_t elem_size, absl::Span<const uint8_t> bulk = {});
+  // The automatic shared-memory path (region_staging.h); null when off.
+  std::unique_ptr<RegionStaging> staging;
+  bool UsesRegion(uint64_t bytes) const {
+    return staging != nullptr && options.region_threshold != 0 && bytes >= options.region_threshold;
+  }
   // Stream mode: whether a transfer of `bytes` goes through Upload / Download.
   bool Bulk(uint64_t bytes) const {
     return stream != nullptr && options.bulk_threshold != 0 && bytes >= options.bulk_threshold;

@@ -94,6 +94,7 @@ class BulkTransferTest : public ::testing::Test {
     o.address = daemon_->unix_address();
     o.transport = transport;
     o.bulk_threshold = threshold;
+    o.region_threshold = 0;  // The chunked gRPC path, not shared memory (tests/region).
     o.bulk_chunk = chunk;
     absl::StatusOr<std::unique_ptr<cubed::Client>> c = cubed::Client::Connect(o);
     EXPECT_TRUE(c.ok()) << c.status();

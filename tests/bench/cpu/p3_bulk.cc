@@ -49,7 +49,8 @@ absl::StatusOr<std::vector<Row>> MeasureBulkCreateRead(const std::string& daemon
     ClientOptions client_options;
     client_options.address = daemon_address;
     client_options.transport = Transport::kStream;
-    client_options.bulk_threshold = 1;  // Everything through Upload / Download.
+    client_options.bulk_threshold = 1;    // Everything through Upload / Download.
+    client_options.region_threshold = 0;  // P4 measures shared memory.
     client_options.bulk_chunk = options.chunks[c];
     ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(client_options));
     std::vector<double> sdk, raw, create_gibs, read_gibs;

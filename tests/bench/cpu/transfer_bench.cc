@@ -65,7 +65,8 @@ absl::StatusOr<std::vector<Row>> MeasureCreateRead(const std::string& daemon_add
                                                    const TransferOptions& options) {
   ClientOptions client_options;
   client_options.address = daemon_address;
-  client_options.bulk_threshold = 0;  // One message each way; P3 measures the chunked path.
+  client_options.bulk_threshold = 0;    // One message each way; P3 measures the chunked path.
+  client_options.region_threshold = 0;  // And P4 shared memory.
   ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(client_options));
   ASSIGN_OR_RETURN(int fd, ConnectUnix(raw_socket_path));
   std::unique_ptr<int, void (*)(int*)> closer(&fd, [](int* f) { close(*f); });
