@@ -502,6 +502,12 @@ absl::StatusOr<NewHandle> Device::CreateTensorWithId(SessionId session, HandleId
   return AddHandleWithId(*s, id, server_->CreateTensor(data, shape, elem_size, s->memory_owner()));
 }
 
+RegionTraffic Device::region_traffic() const {
+  RegionTraffic t = region_traffic_;
+  t.live = sessions_.region_count();
+  return t;
+}
+
 absl::StatusOr<RegionId> Device::RegisterRegion(SessionId session,
                                                 std::unique_ptr<SharedRegion> region,
                                                 absl::Time now) {
@@ -513,6 +519,7 @@ absl::StatusOr<RegionId> Device::RegisterRegion(SessionId session,
   }
   RETURN_IF_ERROR(server_->RegisterHostMemory(region->bytes()));
   const RegionId id = s->AddRegion(std::move(region));
+  ++region_traffic_.registered;
   spdlog::debug("session {}: region {} registered", session.value(), id.value());
   return id;
 }
@@ -546,7 +553,10 @@ absl::StatusOr<NewHandle> Device::CreateFromRegion(SessionId session, HandleId i
   RETURN_IF_ERROR(CheckClientId(*s, id));
   ASSIGN_OR_RETURN(auto bytes, RegionBytes(*s, source, "region"));
   RETURN_IF_ERROR(sessions_.CheckQuota(*s, source.size));
-  return AddHandleWithId(*s, id, server_->Create(bytes.second, s->memory_owner()));
+  ASSIGN_OR_RETURN(NewHandle h,
+                   AddHandleWithId(*s, id, server_->Create(bytes.second, s->memory_owner())));
+  region_traffic_.bytes_created += source.size;
+  return h;
 }
 
 absl::StatusOr<NewHandle> Device::CreateTensorFromRegion(SessionId session, HandleId id,
@@ -562,8 +572,12 @@ absl::StatusOr<NewHandle> Device::CreateTensorFromRegion(SessionId session, Hand
         absl::StrCat("region.size: ", source.size, " bytes for a tensor of ", dense));
   }
   RETURN_IF_ERROR(sessions_.CheckQuota(*s, source.size));
-  return AddHandleWithId(*s, id,
-                         server_->CreateTensor(bytes.second, shape, elem_size, s->memory_owner()));
+  ASSIGN_OR_RETURN(
+      NewHandle h,
+      AddHandleWithId(*s, id,
+                      server_->CreateTensor(bytes.second, shape, elem_size, s->memory_owner())));
+  region_traffic_.bytes_created += source.size;
+  return h;
 }
 
 void Device::ReadTensorIntoRegion(SessionId session, const std::vector<TensorRef>& tensors,
@@ -607,6 +621,7 @@ void Device::ReadTensorIntoRegion(SessionId session, const std::vector<TensorRef
     done(p.status());
     return;
   }
+  region_traffic_.bytes_read += p->total;
   server_->ReadTensorInto(std::move(p->tensors), std::move(p->out),
                           [done = std::move(done), region = std::move(p->region),
                            total = p->total](absl::Status s) mutable {

@@ -163,6 +163,8 @@ class Device {
   KernelCacheStats KernelCache() const { return server_->KernelCache(); }
   // Live handles across every open session (for metrics; O(sessions)).
   uint64_t handle_count() const { return sessions_.handle_count(); }
+  // Region counters; `live` counts over every open session (for metrics; O(sessions)).
+  RegionTraffic region_traffic() const;
   void Cleanup() { server_->Cleanup(); }
 
  private:
@@ -187,6 +189,7 @@ class Device {
   std::unique_ptr<ComputeServer> server_;
   DeviceOptions options_;
   SessionTable sessions_;
+  RegionTraffic region_traffic_;  // All but `live`.
 };
 
 // The device index a session id routes to (ids carry it in their low byte).

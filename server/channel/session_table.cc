@@ -111,6 +111,12 @@ uint64_t SessionTable::handle_count() const {
   return n;
 }
 
+uint64_t SessionTable::region_count() const {
+  uint64_t n = 0;
+  for (const auto& [id, session] : sessions_) n += session->regions().size();
+  return n;
+}
+
 std::vector<SessionId> SessionTable::ids() const {
   std::vector<SessionId> out;
   out.reserve(sessions_.size());

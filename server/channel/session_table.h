@@ -46,6 +46,8 @@ class SessionTable {
   size_t size() const { return sessions_.size(); }
   // Live handles across every open session (O(sessions)).
   uint64_t handle_count() const;
+  // Shared-memory regions across every open session (O(sessions)).
+  uint64_t region_count() const;
   // Every open session id (for the Device's destructor).
   std::vector<SessionId> ids() const;
 

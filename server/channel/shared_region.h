@@ -29,6 +29,14 @@
 
 namespace cubed {
 
+// A device's shared-memory region traffic (for metrics and GetStats).
+struct RegionTraffic {
+  uint64_t live = 0;           // Registered by open sessions now.
+  uint64_t registered = 0;     // Registered since the device started.
+  uint64_t bytes_created = 0;  // Taken by creates.
+  uint64_t bytes_read = 0;     // Written by reads (counted when queued).
+};
+
 // Owned by the session that registered it; used on the device's loop thread (Map on any).
 class SharedRegion {
  public:

@@ -127,6 +127,18 @@ std::string PrometheusText(const StatsSnapshot& stats) {
             [](D d) { return d.sessions; });
   PerDevice(out, stats, "cubed_handles", "gauge", "Live handles across open sessions.",
             [](D d) { return d.handles; });
+  PerDevice(out, stats, "cubed_regions", "gauge",
+            "Shared-memory regions registered by open sessions.",
+            [](D d) { return d.regions.live; });
+  PerDevice(out, stats, "cubed_regions_registered_total", "counter",
+            "Shared-memory regions registered since start.",
+            [](D d) { return d.regions.registered; });
+  PerDevice(out, stats, "cubed_region_created_bytes_total", "counter",
+            "Bytes creates took from shared-memory regions.",
+            [](D d) { return d.regions.bytes_created; });
+  PerDevice(out, stats, "cubed_region_read_bytes_total", "counter",
+            "Bytes reads wrote into shared-memory regions.",
+            [](D d) { return d.regions.bytes_read; });
   PerDevice(out, stats, "cubed_loop_queued_tasks", "gauge",
             "Tasks waiting for the device loop when the metrics were read.",
             [](D d) { return d.queued_tasks; });

@@ -20,6 +20,7 @@ DeviceGauges GaugesOf(const Device& d, size_t queued) {
   g.memory_limit = d.Description().memory_limit;
   g.sessions = d.session_count();
   g.handles = d.handle_count();
+  g.regions = d.region_traffic();
   g.queued_tasks = queued;
   g.kernel_cache = d.KernelCache();
   return g;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/memory_usage.h"
+#include "server/channel/shared_region.h"   // RegionTraffic.
 #include "server/compute/compute_server.h"  // KernelCacheStats.
 
 namespace cubed {
@@ -53,6 +54,7 @@ struct DeviceGauges {
   uint64_t handles = 0;
   uint64_t queued_tasks = 0;
   KernelCacheStats kernel_cache;
+  RegionTraffic regions;
 };
 
 struct StatsSnapshot {

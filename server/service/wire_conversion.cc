@@ -79,6 +79,10 @@ void ToWire(const StatsSnapshot& stats, v1::GetStatsResponse* out) {
     w->set_sessions(d.sessions);
     w->set_handles(d.handles);
     w->set_queued_tasks(d.queued_tasks);
+    w->set_regions(d.regions.live);
+    w->set_regions_registered(d.regions.registered);
+    w->set_region_bytes_created(d.regions.bytes_created);
+    w->set_region_bytes_read(d.regions.bytes_read);
     v1::KernelCacheStats* k = w->mutable_kernel_cache();
     k->set_hits(d.kernel_cache.hits);
     k->set_misses(d.kernel_cache.misses);

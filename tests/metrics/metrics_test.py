@@ -185,7 +185,9 @@ def main():
                      "cubed_sent_bytes", "cubed_stream_commands", "cubed_memory_in_use_bytes",
                      "cubed_memory_reserved_bytes", "cubed_sessions", "cubed_handles",
                      "cubed_kernel_cache_hits", "cubed_kernel_cache_misses",
-                     "cubed_kernel_compile_microseconds"]:
+                     "cubed_kernel_compile_microseconds", "cubed_regions",
+                     "cubed_regions_registered_total", "cubed_region_created_bytes_total",
+                     "cubed_region_read_bytes_total"]:
             check(name in families, f"family {name} is exposed")
 
         channel = grpc.insecure_channel(f"unix:{d.socket}")

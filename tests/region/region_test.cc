@@ -21,7 +21,9 @@
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "client/shared_memory.h"
+#include "cubed/v1/compute.grpc.pb.h"
 #include "cubed/v1/region.pb.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/testing/daemon_process.h"
 
@@ -79,6 +81,16 @@ class RegionTest : public ::testing::Test {
     auto client = Client::Connect(c);
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = *std::move(client);
+  }
+
+  // Device 0's region figures as GetStats reports them.
+  cubed::v1::DeviceStats Stats() {
+    auto channel = grpc::CreateChannel(daemon_->unix_address(), grpc::InsecureChannelCredentials());
+    auto stub = cubed::v1::Compute::NewStub(channel);
+    grpc::ClientContext context;
+    cubed::v1::GetStatsResponse response;
+    EXPECT_TRUE(stub->GetStats(&context, cubed::v1::GetStatsRequest(), &response).ok());
+    return response.devices_size() > 0 ? response.devices(0) : cubed::v1::DeviceStats();
   }
 
   std::string RegionSocket() const {
@@ -180,9 +192,17 @@ TEST_F(RegionTest, CreateAndReadThroughARegionOfOddSize) {
   EXPECT_EQ(*packed, 24u);
   EXPECT_EQ(std::memcmp(shared->bytes().data() + at, shared->bytes().data(), 24), 0);
 
+  cubed::v1::DeviceStats stats = Stats();
+  EXPECT_EQ(stats.regions(), 1u);
+  EXPECT_EQ(stats.regions_registered(), 1u);
+  EXPECT_EQ(stats.region_bytes_created(), kBytes + 24);
+  EXPECT_EQ(stats.region_bytes_read(), 11u + 24);
+
   ASSERT_TRUE(client_->ReleaseRegion(*region).ok());
   ASSERT_TRUE(client_->Sync().get().ok());
   EXPECT_EQ(RegionMappings(daemon_->pid()), 0) << "the daemon still maps a released region";
+  EXPECT_EQ(Stats().regions(), 0u);
+  EXPECT_EQ(Stats().regions_registered(), 1u);
   h = absl::StatusOr<cubed::Handle>();
   t = absl::StatusOr<Tensor>();
   ASSERT_TRUE(client_->FlushReleases().ok());
