@@ -186,8 +186,8 @@ def main():
                      "cubed_memory_reserved_bytes", "cubed_sessions", "cubed_handles",
                      "cubed_kernel_cache_hits", "cubed_kernel_cache_misses",
                      "cubed_kernel_compile_microseconds", "cubed_regions",
-                     "cubed_regions_registered_total", "cubed_region_created_bytes_total",
-                     "cubed_region_read_bytes_total"]:
+                     "cubed_regions_registered", "cubed_region_created_bytes",
+                     "cubed_region_read_bytes"]:
             check(name in families, f"family {name} is exposed")
 
         channel = grpc.insecure_channel(f"unix:{d.socket}")
