@@ -5,16 +5,21 @@
 // session's end and after a refused registration, and memory usage is back to where it was.
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -362,6 +367,101 @@ TEST_F(RegionTest, AutomaticPathStagesLargeCreatesAndReads) {
     EXPECT_EQ(failed.code(), absl::StatusCode::kResourceExhausted) << failed;
     EXPECT_TRUE(absl::StrContains(failed.message(), "(create) failed")) << failed;
   }
+}
+
+// Several sessions with regions at once, each round-tripping its own bytes on its own thread.
+TEST_F(RegionTest, ConcurrentSessionsKeepTheirBytesApart) {
+  constexpr int kClients = 4;
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(kClients);
+  for (int c = 0; c < kClients; ++c) {
+    threads.emplace_back([&, c] {
+      ClientOptions o;
+      o.address = daemon_->unix_address();
+      auto client = Client::Connect(o);
+      if (!client.ok()) {
+        errors[c] = client.status().ToString();
+        return;
+      }
+      auto shared = std::make_shared<SharedMemory>(*SharedMemory::Create(2 << 20));
+      absl::StatusOr<Region> region = (*client)->RegisterRegion(shared);
+      if (!region.ok()) {
+        errors[c] = region.status().ToString();
+        return;
+      }
+      for (int round = 0; round < 20; ++round) {
+        Fill(shared->bytes().subspan(0, 1 << 20), static_cast<uint8_t>(c * 50 + round));
+        auto h = (*client)->CreateFromRegion(*region, 0, 1 << 20);
+        auto n = h.ok() ? (*client)->ReadIntoRegion({*h}, *region, 1 << 20, 1 << 20).get()
+                        : absl::StatusOr<uint64_t>(h.status());
+        if (!n.ok() ||
+            std::memcmp(shared->bytes().data(), shared->bytes().data() + (1 << 20), 1 << 20) != 0) {
+          errors[c] = absl::StrCat("round ", round, ": ", n.status().ToString());
+          return;
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int c = 0; c < kClients; ++c) EXPECT_EQ(errors[c], "") << "client " << c;
+  for (int i = 0; i < 100 && RegionMappings(daemon_->pid()) != 0; ++i) usleep(10000);
+  EXPECT_EQ(RegionMappings(daemon_->pid()), 0);
+}
+
+// The child half of AKilledClientLeavesNothingBehind: registers a region, creates from it and
+// says so on stdout, then waits to be killed. Skips unless run as that child.
+TEST(RegionChild, RegisterThenWaitForTheKill) {
+  const char* address = std::getenv("CUBED_REGION_CHILD_ADDRESS");
+  if (address == nullptr) GTEST_SKIP() << "run by AKilledClientLeavesNothingBehind only";
+  ClientOptions o;
+  o.address = address;
+  auto client = Client::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto shared = std::make_shared<SharedMemory>(*SharedMemory::Create(4 << 20));
+  absl::StatusOr<Region> region = (*client)->RegisterRegion(shared);
+  ASSERT_TRUE(region.ok()) << region.status();
+  auto h = (*client)->CreateFromRegion(*region, 0, 4 << 20);
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE((*client)->Sync().get().ok());
+  std::printf("ready\n");
+  std::fflush(stdout);
+  pause();
+}
+
+// kill -9 of a client: the daemon notices the stream's end, closes the session, and its region
+// mapping, allocation and session are all gone.
+TEST_F(RegionTest, AKilledClientLeavesNothingBehind) {
+  const auto before = client_->GetMemoryUsage();
+  ASSERT_TRUE(before.ok());
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // Only async-signal-safe calls until exec.
+    dup2(out[1], STDOUT_FILENO);
+    setenv("CUBED_REGION_CHILD_ADDRESS", daemon_->unix_address().c_str(), 1);
+    execl("/proc/self/exe", "cubed_region_tests", "--gtest_filter=RegionChild.*", nullptr);
+    _exit(127);
+  }
+  close(out[1]);
+  std::string said;
+  char c;
+  while (said.find("ready") == std::string::npos && read(out[0], &c, 1) == 1) said.push_back(c);
+  close(out[0]);
+  ASSERT_NE(said.find("ready"), std::string::npos) << said;
+  EXPECT_EQ(RegionMappings(daemon_->pid()), 1);
+  kill(child, SIGKILL);
+  int status = 0;
+  waitpid(child, &status, 0);
+  bool gone = false;
+  for (int i = 0; i < 500 && !gone; ++i) {
+    auto usage = client_->GetMemoryUsage();
+    gone = RegionMappings(daemon_->pid()) == 0 && usage.ok() &&
+           usage->bytes_in_use == before->bytes_in_use;
+    if (!gone) usleep(10000);
+  }
+  EXPECT_TRUE(gone) << "mappings " << RegionMappings(daemon_->pid());
+  EXPECT_EQ(Stats().sessions(), 1u) << "only this test's own session is left";
 }
 
 TEST_F(RegionTest, AClientThatUnmapsItsMemoryFailsNothingOfTheDaemons) {
