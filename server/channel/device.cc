@@ -1,5 +1,6 @@
 #include "server/channel/device.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -516,6 +517,13 @@ absl::StatusOr<RegionId> Device::RegisterRegion(SessionId session,
     return absl::ResourceExhaustedError(
         absl::StrCat("region: the session holds ", s->regions().size(),
                      " shared-memory regions, the most one may hold (release one first)"));
+  }
+  uint64_t held = 0;
+  for (const auto& [other, r] : s->regions()) held += r->size();  // Each <= the limit: no wrap.
+  if (region->size() > options_.max_region_bytes - std::min(held, options_.max_region_bytes)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "region: the session holds ", held, " bytes of shared-memory regions; ", region->size(),
+        " more would pass --max_region_bytes (", options_.max_region_bytes, ")"));
   }
   RETURN_IF_ERROR(server_->RegisterHostMemory(region->bytes()));
   const RegionId id = s->AddRegion(std::move(region));

@@ -27,6 +27,9 @@ struct DeviceOptions {
   bool allow_unchecked = false;
   uint64_t max_read_bytes = uint64_t{512} << 20;  // Total bytes one Read may return.
   uint32_t max_regions = 64;  // Shared-memory regions one session may hold at once.
+  // Bytes of shared-memory regions one session may hold at once (--max_region_bytes): on CUDA
+  // they are page-locked host memory, so a client must not be able to pin more than this.
+  uint64_t max_region_bytes = uint64_t{16} << 30;
 };
 
 struct SessionGrant {
@@ -135,10 +138,10 @@ class Device {
 
   // Shared-memory regions (Note [Shared-memory regions], shared_region.h). RegisterRegion gives
   // `region` to the session, registered with the backend (ComputeServer::RegisterHostMemory),
-  // and returns its id; RESOURCE_EXHAUSTED when the session holds max_regions already, or the
-  // backend's error. ReleaseRegion unregisters it (work queued before that uses it completes
-  // first); NOT_FOUND naming the id when the session has no such region. Closing the session
-  // releases its regions.
+  // and returns its id; RESOURCE_EXHAUSTED when the session would hold more than max_regions
+  // regions or max_region_bytes bytes of them, or the backend's error. ReleaseRegion unregisters it
+  // (work queued before that uses it completes first); NOT_FOUND naming the id when the session has
+  // no such region. Closing the session releases its regions.
   absl::StatusOr<RegionId> RegisterRegion(SessionId session, std::unique_ptr<SharedRegion> region,
                                           absl::Time now);
   absl::Status ReleaseRegion(SessionId session, RegionId region, absl::Time now);

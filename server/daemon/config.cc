@@ -36,9 +36,9 @@ ABSL_FLAG(absl::Duration, session_lease, absl::Seconds(60),
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off.");
 ABSL_FLAG(std::string, max_message_bytes, "512MiB",
           "Largest gRPC message received or sent (and so the largest Create or Read).");
-ABSL_FLAG(std::string, max_region_bytes, "64GiB",
-          "Largest shared-memory region a local client may register (the region socket, "
-          "--listen's path + \".regions\"); 0 = no region socket.");
+ABSL_FLAG(std::string, max_region_bytes, "16GiB",
+          "Most bytes of shared-memory regions one session may hold (the region socket, "
+          "--listen's path + \".regions\"; page-locked on CUDA); 0 = no region socket.");
 ABSL_FLAG(bool, allow_unchecked, false,
           "Allow kernels in unchecked mode (no bounds checks; a bad kernel can corrupt memory).");
 ABSL_FLAG(std::string, ready_file, "",

@@ -23,8 +23,8 @@ struct DaemonConfig {
   absl::Duration session_lease = absl::Seconds(60);
   std::string log_level = "info";
   int max_message_bytes = 512 << 20;
-  // Largest shared-memory region (region_listener.h); 0 = no region socket.
-  uint64_t max_region_bytes = uint64_t{64} << 30;
+  // Most bytes of shared-memory regions per session (region_listener.h); 0 = no region socket.
+  uint64_t max_region_bytes = uint64_t{16} << 30;
   bool allow_unchecked = false;
   std::string ready_file;        // Written once serving; empty = none.
   std::string kernel_cache_dir;  // On-disk cache of compiled CUDA kernels; empty = memory only.

@@ -235,6 +235,7 @@ absl::Status Daemon::StartDevices() {
   // Note [Read framing]: a read may return --max_message_bytes of payload (what one Create can
   // bring); its response's framing travels in the send limit's slack.
   device_options.max_read_bytes = static_cast<uint64_t>(config_.max_message_bytes);
+  device_options.max_region_bytes = config_.max_region_bytes;
   loops_.push_back(std::make_unique<DeviceLoop>(
       std::make_unique<Device>(0, std::move(backend), device_options)));
   return absl::OkStatus();

@@ -32,7 +32,7 @@ inline std::string RegionSocketPath(const std::string& unix_socket) {
 }
 
 struct RegionListenerOptions {
-  uint64_t max_region_bytes = uint64_t{64} << 30;  // Largest region one registration may map.
+  uint64_t max_region_bytes = uint64_t{16} << 30;  // Largest region one registration may map.
   size_t max_connections = 1024;                   // Past that, new connections are refused.
 };
 

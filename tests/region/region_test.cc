@@ -317,6 +317,15 @@ TEST_F(RegionTest, RegionsOverTheLimitAreRefused) {
   auto ok = SharedMemory::Create(1 << 20);
   ASSERT_TRUE(ok.ok());
   EXPECT_TRUE(client_->RegisterRegion(std::make_shared<SharedMemory>(*std::move(ok))).ok());
+  // The limit is on what one session holds, not only on each region: a second one is refused.
+  auto second = SharedMemory::Create(4096);
+  ASSERT_TRUE(second.ok());
+  absl::StatusOr<Region> refused =
+      client_->RegisterRegion(std::make_shared<SharedMemory>(*std::move(second)));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "--max_region_bytes"))
+      << refused.status();
+  EXPECT_EQ(RegionMappings(daemon_->pid()), 1) << "the refused region is not kept mapped";
 }
 
 TEST_F(RegionTest, TheSessionsEndUnmapsItsRegions) {
@@ -334,7 +343,7 @@ TEST_F(RegionTest, TheSessionsEndUnmapsItsRegions) {
 // ClientOptions::region_threshold: ordinary Create / Read of large buffers go through a staging
 // region on their own, and without a region socket through the stream.
 TEST_F(RegionTest, AutomaticPathStagesLargeCreatesAndReads) {
-  for (const char* flag : {"--max_region_bytes=64GiB", "--max_region_bytes=0"}) {
+  for (const char* flag : {"--max_region_bytes=16GiB", "--max_region_bytes=0"}) {
     Start({flag, "--memory_limit=32MiB"});
     ClientOptions o;
     o.address = daemon_->unix_address();  // Default region_threshold: 1 MiB.
