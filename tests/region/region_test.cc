@@ -474,29 +474,24 @@ TEST_F(RegionTest, AKilledClientLeavesNothingBehind) {
 }
 
 TEST_F(RegionTest, AClientThatUnmapsItsMemoryFailsNothingOfTheDaemons) {
-  auto memory = SharedMemory::Create(1 << 16);
-  ASSERT_TRUE(memory.ok());
-  // Register, then give up this process's mapping and descriptor: the daemon's mapping stays
-  // valid (the memfd lives while anything maps it) and reads still land.
-  auto shared = std::make_shared<SharedMemory>(*std::move(memory));
-  absl::StatusOr<Region> region = client_->RegisterRegion(shared);
-  ASSERT_TRUE(region.ok());
-  const int keep = dup(shared->fd());
-  ASSERT_EQ(munmap(shared->bytes().data(), shared->size()), 0);
+  // Register memory, then give up this process's mapping: the daemon's mapping stays valid (the
+  // memfd lives while anything maps it) and reads still land in it.
+  const int fd = Memfd(1 << 16, F_SEAL_SHRINK);
+  void* mine = mmap(nullptr, 1 << 16, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ASSERT_NE(mine, MAP_FAILED);
+  cubed::v1::RegisterRegionResponse registered = Raw(Request(client_->session()), {fd});
+  ASSERT_EQ(registered.code(), 0) << registered.message();
+  ASSERT_EQ(munmap(mine, 1 << 16), 0);
   auto h = client_->Create(std::vector<uint8_t>(1000, 9));
   ASSERT_TRUE(h.ok());
-  auto written = client_->ReadIntoRegion({*h}, *region, 0, 1000).get();
+  const Region region{registered.region(), nullptr};
+  auto written = client_->ReadIntoRegion({*h}, region, 0, 1000).get();
   ASSERT_TRUE(written.ok()) << written.status();
-  void* again = mmap(nullptr, 1000, PROT_READ, MAP_SHARED, keep, 0);
+  void* again = mmap(nullptr, 1000, PROT_READ, MAP_SHARED, fd, 0);
   ASSERT_NE(again, MAP_FAILED);
   EXPECT_EQ(static_cast<uint8_t*>(again)[999], 9);
   munmap(again, 1000);
-  close(keep);
-  // `shared` would unmap what is already unmapped: remap its range first so its destructor is
-  // harmless.
-  ASSERT_NE(mmap(shared->bytes().data(), shared->size(), PROT_READ,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
-            MAP_FAILED);
+  close(fd);
 }
 
 }  // namespace
