@@ -223,17 +223,9 @@ void Device::ReadTensor(SessionId session, const std::vector<TensorRef>& tensors
                         std::vector<std::string>* out, absl::Time now, DoneCallback done) {
   auto resolve = [&]() -> absl::StatusOr<std::vector<ResolvedTensor>> {
     ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
-    std::vector<ResolvedTensor> resolved;
     uint64_t total = 0;
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      const std::string what = absl::StrCat("bindings[", i, "]");
-      const TensorRef& t = tensors[i];
-      ASSIGN_OR_RETURN(ResolvedBinding r, Resolve(*s, t.binding, what));
-      RETURN_IF_ERROR(CheckTensorSpan(t, r.size, what));
-      ASSIGN_OR_RETURN(const uint64_t bytes, TensorBytes(t.shape, t.elem_size, what));
-      ASSIGN_OR_RETURN(total, CheckedSum(total, bytes, what));
-      resolved.push_back(ResolvedTensor{r, t.shape, t.strides, t.elem_size});
-    }
+    ASSIGN_OR_RETURN(std::vector<ResolvedTensor> resolved,
+                     ResolveTensors(*s, tensors, nullptr, &total));
     RETURN_IF_ERROR(CheckReadBytes(total));
     return resolved;
   };
@@ -243,6 +235,24 @@ void Device::ReadTensor(SessionId session, const std::vector<TensorRef>& tensors
     return;
   }
   server_->ReadTensor(*std::move(resolved), out, std::move(done));
+}
+
+absl::StatusOr<std::vector<ResolvedTensor>> Device::ResolveTensors(
+    Session& session, const std::vector<TensorRef>& tensors, std::vector<uint64_t>* sizes,
+    uint64_t* total) const {
+  std::vector<ResolvedTensor> resolved;
+  *total = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const std::string what = absl::StrCat("bindings[", i, "]");
+    const TensorRef& t = tensors[i];
+    ASSIGN_OR_RETURN(ResolvedBinding r, Resolve(session, t.binding, what));
+    RETURN_IF_ERROR(CheckTensorSpan(t, r.size, what));
+    ASSIGN_OR_RETURN(const uint64_t bytes, TensorBytes(t.shape, t.elem_size, what));
+    ASSIGN_OR_RETURN(*total, CheckedSum(*total, bytes, what));
+    if (sizes != nullptr) sizes->push_back(bytes);
+    resolved.push_back(ResolvedTensor{r, t.shape, t.strides, t.elem_size});
+  }
+  return resolved;
 }
 
 absl::Status Device::CheckBulkRead(SessionId session, std::vector<TensorRef>& tensors, bool raw,
@@ -603,16 +613,7 @@ void Device::ReadTensorIntoRegion(SessionId session, const std::vector<TensorRef
     Plan p;
     p.region = std::move(destination.first);
     std::vector<uint64_t> sizes;
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      const std::string what = absl::StrCat("bindings[", i, "]");
-      const TensorRef& t = tensors[i];
-      ASSIGN_OR_RETURN(ResolvedBinding r, Resolve(*s, t.binding, what));
-      RETURN_IF_ERROR(CheckTensorSpan(t, r.size, what));
-      ASSIGN_OR_RETURN(const uint64_t bytes, TensorBytes(t.shape, t.elem_size, what));
-      ASSIGN_OR_RETURN(p.total, CheckedSum(p.total, bytes, what));
-      sizes.push_back(bytes);
-      p.tensors.push_back(ResolvedTensor{r, t.shape, t.strides, t.elem_size});
-    }
+    ASSIGN_OR_RETURN(p.tensors, ResolveTensors(*s, tensors, &sizes, &p.total));
     if (p.total > into.size) {
       return absl::InvalidArgumentError(
           absl::StrCat("into.size: ", into.size, " bytes, but the bindings hold ", p.total));

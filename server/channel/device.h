@@ -179,6 +179,12 @@ class Device {
   absl::StatusOr<NewHandle> AddHandleWithId(Session& session, HandleId id,
                                             absl::StatusOr<Allocation> allocation);
   absl::Status CheckClientId(const Session& session, HandleId id) const;
+  // Checks read_tensor bindings against the session (handle, layout span, dense size) and
+  // resolves them; `sizes` (may be null) gets each one's dense bytes, `total` their checked sum.
+  absl::StatusOr<std::vector<ResolvedTensor>> ResolveTensors(Session& session,
+                                                             const std::vector<TensorRef>& tensors,
+                                                             std::vector<uint64_t>* sizes,
+                                                             uint64_t* total) const;
   // RESOURCE_EXHAUSTED when one read would return more than max_read_bytes.
   absl::Status CheckReadBytes(uint64_t total) const;
   // The range of a region of `session`, and the region (to keep it mapped while work uses it).
