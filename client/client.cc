@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -213,28 +214,38 @@ absl::StatusOr<Handle> Client::Create(absl::Span<const uint8_t> data) {
   return impl_->MakeHandle(response.handle(), response.size());
 }
 
+namespace {
+
+// product(shape) * elem_size, or nullopt when it overflows 64 bits.
+std::optional<uint64_t> DenseBytes(absl::Span<const uint64_t> shape, uint32_t elem_size) {
+  uint64_t bytes = elem_size;
+  for (uint64_t d : shape) {
+    if (__builtin_mul_overflow(bytes, d, &bytes)) return std::nullopt;
+  }
+  return bytes;
+}
+
+}  // namespace
+
 absl::StatusOr<Tensor> Client::CreateTensor(absl::Span<const uint8_t> data,
                                             std::vector<uint64_t> shape, uint32_t elem_size) {
   if (impl_->stream != nullptr) {
+    // A length that does not match the shape goes the ordinary way, to get the daemon's error.
+    if (impl_->UsesRegion(data.size()) && DenseBytes(shape, elem_size) == data.size()) {
+      if (const Region* region = impl_->staging->Acquire(data.size())) {
+        std::memcpy(region->memory->bytes().data(), data.data(), data.size());
+        // The layout reply comes after the create ran: the staging bytes are free then.
+        absl::StatusOr<Tensor> t = CreateTensorFromRegion(*region, 0, std::move(shape), elem_size);
+        impl_->staging->Release();
+        return t;
+      }
+    }
     v1::Command command;
     const uint64_t id = impl_->stream->NextId();
     v1::Command::CreateTensor* c = command.mutable_create_tensor();
     c->set_id(id);
     c->mutable_shape()->Add(shape.begin(), shape.end());
     c->set_elem_size(elem_size);
-    if (impl_->UsesRegion(data.size())) {
-      if (const Region* region = impl_->staging->Acquire(data.size())) {
-        std::memcpy(region->memory->bytes().data(), data.data(), data.size());
-        v1::RegionSlice* slice = c->mutable_region();
-        slice->set_region(region->id);
-        slice->set_size(data.size());
-        // The layout reply comes after the create ran: the staging bytes are free then.
-        absl::StatusOr<Tensor> t =
-            impl_->StreamTensor(std::move(command), id, std::move(shape), elem_size);
-        impl_->staging->Release();
-        return t;
-      }
-    }
     if (impl_->Bulk(data.size())) {  // Note [Bulk transfers]: the bytes follow on Upload.
       c->set_bulk(true);
       return impl_->StreamTensor(std::move(command), id, std::move(shape), elem_size, data);
