@@ -240,12 +240,9 @@ absl::StatusOr<Tensor> Client::CreateTensor(absl::Span<const uint8_t> data,
         return t;
       }
     }
-    v1::Command command;
-    const uint64_t id = impl_->stream->NextId();
+    uint64_t id = 0;
+    v1::Command command = impl_->CreateTensorCommand(shape, elem_size, &id);
     v1::Command::CreateTensor* c = command.mutable_create_tensor();
-    c->set_id(id);
-    c->mutable_shape()->Add(shape.begin(), shape.end());
-    c->set_elem_size(elem_size);
     if (impl_->Bulk(data.size())) {  // Note [Bulk transfers]: the bytes follow on Upload.
       c->set_bulk(true);
       return impl_->StreamTensor(std::move(command), id, std::move(shape), elem_size, data);
@@ -456,6 +453,17 @@ absl::Status Client::FlushReleases() {
   if (impl_->stream == nullptr) return impl_->batcher->Flush();
   RETURN_IF_ERROR(impl_->batcher->Flush());
   return impl_->StreamBarrier();
+}
+
+v1::Command Client::Impl::CreateTensorCommand(const std::vector<uint64_t>& shape,
+                                              uint32_t elem_size, uint64_t* id) const {
+  v1::Command command;
+  *id = stream->NextId();
+  v1::Command::CreateTensor* c = command.mutable_create_tensor();
+  c->set_id(*id);
+  c->mutable_shape()->Add(shape.begin(), shape.end());
+  c->set_elem_size(elem_size);
+  return command;
 }
 
 void Client::Impl::ReleasePoisoned(uint64_t id) const {

@@ -53,6 +53,10 @@ class Client::Impl {
   // Stream mode: sends an allocation of a tensor and waits for its layout; on failure releases
   // the (poisoned) id and returns the daemon's error. A bulk create_tensor's bytes are `bulk`,
   // uploaded before waiting.
+  // Stream mode: a create_tensor command of a fresh client id (returned in `id`) for `shape`;
+  // the caller adds the bytes (data, bulk or region).
+  v1::Command CreateTensorCommand(const std::vector<uint64_t>& shape, uint32_t elem_size,
+                                  uint64_t* id) const;
   absl::StatusOr<Tensor> StreamTensor(v1::Command command, uint64_t id, std::vector<uint64_t> shape,
                                       uint32_t elem_size, absl::Span<const uint8_t> bulk = {});
   // The automatic shared-memory path (region_staging.h); null when off.

@@ -73,13 +73,9 @@ absl::StatusOr<Tensor> Client::CreateTensorFromRegion(const Region& region, uint
   if (impl_->stream == nullptr) return absl::FailedPreconditionError("regions need the stream");
   uint64_t bytes = elem_size;
   for (uint64_t d : shape) bytes *= d;  // Checked by the daemon; a wrong size fails there.
-  v1::Command command;
-  const uint64_t id = impl_->stream->NextId();
-  v1::Command::CreateTensor* c = command.mutable_create_tensor();
-  c->set_id(id);
-  c->mutable_shape()->Add(shape.begin(), shape.end());
-  c->set_elem_size(elem_size);
-  ToProto(region, offset, bytes, c->mutable_region());
+  uint64_t id = 0;
+  v1::Command command = impl_->CreateTensorCommand(shape, elem_size, &id);
+  ToProto(region, offset, bytes, command.mutable_create_tensor()->mutable_region());
   return impl_->StreamTensor(std::move(command), id, std::move(shape), elem_size);
 }
 

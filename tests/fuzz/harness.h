@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -66,6 +67,20 @@ auto NoThrow(const char* what, Call&& call) -> decltype(call()) {
 
 // Whether two usages hold the same allocations (count and bytes in use).
 bool SameAllocations(const MemoryUsage& a, const MemoryUsage& b);
+
+// Runs a completion-style device call (`call(done)`) and returns what `done` got; a finding
+// unless `done` ran exactly once, before the call returned (the CPU backend completes at once).
+template <typename Call>
+absl::Status Completed(Call call) {
+  int calls = 0;
+  absl::Status result;
+  call([&](absl::Status s) {
+    ++calls;
+    result = std::move(s);
+  });
+  Check(calls == 1, "a completion callback did not run exactly once");
+  return result;
+}
 
 // Bytes of a dense tensor, product(shape) * elem_size; nullopt when it overflows 64 bits.
 std::optional<uint64_t> DenseBytes(absl::Span<const uint64_t> shape, uint32_t elem_size);

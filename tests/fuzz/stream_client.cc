@@ -36,19 +36,6 @@ absl::Span<const uint8_t> ChunkBytes(uint64_t size) {
                              std::min<uint64_t>(size, pattern->size()));
 }
 
-// Runs a completion-style piece call; checks that `done` ran exactly once, synchronously.
-template <typename Call>
-absl::Status Completed(Call call) {
-  int calls = 0;
-  absl::Status result;
-  call([&](absl::Status s) {
-    ++calls;
-    result = std::move(s);
-  });
-  Check(calls == 1, "a piece's completion did not run exactly once");
-  return result;
-}
-
 absl::Status Cancelled(absl::string_view what) {
   return absl::CancelledError(absl::StrCat("the client cancelled the ", what));
 }

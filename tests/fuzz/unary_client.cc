@@ -26,20 +26,6 @@ absl::Status NoSession(SessionId session) {
 }
 bool OnDevice(SessionId session) { return DeviceOfSession(session) == 0; }
 
-// Runs a completion-style call and checks that `done` ran exactly once, synchronously (the CPU
-// backend completes before returning).
-template <typename Call>
-absl::Status Completed(Call call) {
-  int calls = 0;
-  absl::Status result;
-  call([&](absl::Status s) {
-    ++calls;
-    result = std::move(s);
-  });
-  Check(calls == 1, "a completion callback did not run exactly once");
-  return result;
-}
-
 }  // namespace
 
 template <typename Work>
