@@ -8,7 +8,6 @@ import asyncio
 import collections
 import contextlib
 import os
-import threading
 import weakref
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -22,7 +21,7 @@ import numpy as np
 from ._errors import (CubedError, InvalidArgumentError, UnimplementedError, error_for,
                       error_from_rpc)
 from ._proto import compute_pb2, compute_pb2_grpc, types_pb2
-from ._region import SharedRegion, region_socket_path
+from ._region import Staging, region_socket_path
 from ._tensor import Tensor, _Handle
 from ._transport import StreamTransport, UnaryTransport
 from ._types import (BuiltinKernel, DTypeLike, Info, MemoryUsage, Scalars, cube_count_for,
@@ -193,10 +192,8 @@ class Client:
         self._finalizer = weakref.finalize(self, _close_transport, transport, channel, timeout)
         # The staging region of create() and read() (None until first needed); its lock is held
         # from staging bytes until they were used.
-        self._region_socket = region_socket_path(target) if transport.kind == "stream" else None
-        self._region_threshold = region_threshold if self._region_socket else 0
-        self._staging: Optional[SharedRegion] = None
-        self._staging_lock = threading.Lock()
+        self._staging = Staging(region_socket_path(target) if transport.kind == "stream" else None,
+                                transport.session, transport, region_threshold)
 
     # --- session --------------------------------------------------------------------------------
 
@@ -232,10 +229,7 @@ class Client:
             return
         self._closed = True
         self._finalizer()  # The session's end unmaps the daemon's side of the staging region.
-        with self._staging_lock:
-            if self._staging is not None:
-                self._staging.close()
-                self._staging = None
+        self._staging.close()
 
     def __enter__(self) -> "Client":
         return self
@@ -276,27 +270,6 @@ class Client:
     def _release_now(self, handle_id: int) -> None:
         if not self._closed:
             self._live().release([handle_id])
-
-    def _uses_region(self, nbytes: int) -> bool:
-        return self._region_threshold > 0 and nbytes >= self._region_threshold
-
-    def _stage(self, nbytes: int) -> Optional[SharedRegion]:
-        """The staging region, at least ``nbytes`` large (grown by doubling); None when the daemon
-        refuses regions, which then stay off for this client. Call with _staging_lock held."""
-        if self._staging is not None and self._staging.size >= nbytes:
-            return self._staging
-        size = max(nbytes, 2 * self._staging.size if self._staging else 0)
-        size = (size + (2 << 20) - 1) // (2 << 20) * (2 << 20)
-        try:
-            region = SharedRegion(self._region_socket, self.session, size)  # type: ignore[arg-type]
-        except (CubedError, OSError):
-            self._region_threshold = 0  # No region socket (an older daemon, or turned off).
-            return None
-        if self._staging is not None:
-            self._transport.release_region(self._staging.id)  # After the commands using it.
-            self._staging.close()
-        self._staging = region
-        return region
 
     def _handle(self, handle_id: int, nbytes: int) -> _Handle:
         return _Handle(handle_id, nbytes, lambda i, r=self._self_ref: _gc_release(r, i))
@@ -347,17 +320,18 @@ class Client:
             stored = np.ascontiguousarray(a, dtype=dt)
             strides = dense_strides(a.shape)
         transport = self._live()
-        if self._uses_region(stored.nbytes):
-            with self._staging_lock:
-                region = self._stage(stored.nbytes)
-                if region is not None:
-                    n = stored.nbytes
-                    np.frombuffer(region.mmap, np.uint8, n)[:] = stored.reshape(-1).view(np.uint8)
-                    handle_id = transport.create_from_region(region.id, 0, n)
-                    # The create has run once a later answer came: the staging bytes are free
-                    # again (memory_usage answers in order without touching sync's failures).
-                    self._wait(transport.memory_usage(self._device))
-                    return Tensor(self, self._handle(handle_id, n), a.shape, strides, dt)
+        region = self._staging.acquire(stored.nbytes) if self._staging.wanted(stored.nbytes) else None
+        if region is not None:
+            try:
+                n = stored.nbytes
+                np.frombuffer(region.mmap, np.uint8, n)[:] = stored.reshape(-1).view(np.uint8)
+                handle_id = transport.create_from_region(region.id, 0, n)
+                # The create has run once a later answer came: the staging bytes are free again
+                # (memory_usage answers in order without touching sync's failures).
+                self._wait(transport.memory_usage(self._device))
+            finally:
+                self._staging.release()
+            return Tensor(self, self._handle(handle_id, n), a.shape, strides, dt)
         data = stored.tobytes() if stored.nbytes else b"\0"
         handle_id = transport.create(data)
         return Tensor(self, self._handle(handle_id, len(data)), a.shape, strides, dt)
@@ -392,8 +366,8 @@ class Client:
             done.set_result(np.empty(t.shape, t.dtype))
             return done
         start = t.offset * t.dtype.itemsize
-        if self._uses_region(t.nbytes):
-            staged = self._read_through_region(transport, t, start)
+        if self._staging.wanted(t.nbytes):
+            staged = self._staging.read(transport, t, start)
             if staged is not None:
                 return staged
         if t.is_contiguous:
@@ -416,42 +390,6 @@ class Client:
                 out.set_result(np.frombuffer(data, dtype=t.dtype).reshape(t.shape).copy())
             except BaseException as e:  # noqa: BLE001 - handed to the caller
                 out.set_exception(e)
-
-        raw.add_done_callback(convert)
-        return out
-
-    def _read_through_region(self, transport: Any, t: Tensor,
-                             start: int) -> Optional["Future[np.ndarray]"]:
-        """read_async through the staging region (held until the bytes were copied out); None
-        when regions are off."""
-        self._staging_lock.acquire()
-        try:
-            region = self._stage(t.nbytes)
-            if region is None:
-                self._staging_lock.release()
-                return None
-            binding = types_pb2.Binding(handle=t.id, offset_start=start)
-            if t.is_contiguous:
-                binding.offset_end = t.allocation_bytes - start - t.nbytes
-                raw = transport.read_into_region([binding], region.id, 0, t.nbytes)
-            else:
-                raw = transport.read_tensor_into_region([types_pb2.BindingWithMeta(
-                    binding=binding, shape=t.shape, strides=t.strides,
-                    elem_size=t.dtype.itemsize)], region.id, 0, t.nbytes)
-        except BaseException:
-            self._staging_lock.release()
-            raise
-        out: Future = Future()
-
-        def convert(f: Future) -> None:
-            try:
-                f.result()
-                count = t.nbytes // t.dtype.itemsize
-                out.set_result(np.frombuffer(region.mmap, t.dtype, count).reshape(t.shape).copy())
-            except BaseException as e:  # noqa: BLE001 - handed to the caller
-                out.set_exception(e)
-            finally:
-                self._staging_lock.release()
 
         raw.add_done_callback(convert)
         return out

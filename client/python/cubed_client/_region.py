@@ -11,12 +11,14 @@ import mmap
 import os
 import socket
 import threading
-from typing import Optional
+from concurrent.futures import Future
+from typing import Any, Optional
 
 import grpc
+import numpy as np
 
-from ._errors import error_for, error_from_number
-from ._proto import region_pb2
+from ._errors import CubedError, error_for, error_from_number
+from ._proto import region_pb2, types_pb2
 
 
 def region_socket_path(target: str) -> Optional[str]:
@@ -72,3 +74,87 @@ def _register(socket_path: str, session: int, fd: int) -> int:
     if response.code != 0:
         raise error_from_number(response.code, response.message, 0)
     return response.region
+
+
+class Staging:
+    """The staging region behind a Client's create() and read() of large arrays: one user at a
+    time (acquire() .. release(), from any thread), grown by doubling, released on the daemon
+    after the commands that used it. Off when ``socket_path`` is None, ``threshold`` is 0, or
+    the daemon refused a region once (no region socket)."""
+
+    def __init__(self, socket_path: Optional[str], session: int, transport: Any,
+                 threshold: int) -> None:
+        self._socket_path = socket_path
+        self._session = session
+        self._transport = transport
+        self._threshold = threshold if socket_path else 0
+        self._region: Optional[SharedRegion] = None
+        self._lock = threading.Lock()
+
+    def wanted(self, nbytes: int) -> bool:
+        """Whether ``nbytes`` should go through the region."""
+        return self._threshold > 0 and nbytes >= self._threshold
+
+    def acquire(self, nbytes: int) -> Optional[SharedRegion]:
+        """Waits for the region, takes it and returns it, at least ``nbytes`` large; None (and
+        nothing to release) when regions are off."""
+        self._lock.acquire()
+        if self._region is not None and self._region.size >= nbytes:
+            return self._region
+        size = max(nbytes, 2 * self._region.size if self._region else 0)
+        size = (size + (2 << 20) - 1) // (2 << 20) * (2 << 20)
+        try:
+            region = SharedRegion(self._socket_path, self._session, size)  # type: ignore[arg-type]
+        except (CubedError, OSError):
+            self._threshold = 0  # No region socket (an older daemon, or turned off).
+            self._lock.release()
+            return None
+        if self._region is not None:
+            self._transport.release_region(self._region.id)  # After the commands using it.
+            self._region.close()
+        self._region = region
+        return region
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def read(self, transport: Any, t: Any, start: int) -> Optional[Future]:
+        """Client.read_async of Tensor ``t`` (its binding starting ``start`` bytes into the
+        allocation) through the region, which stays taken until the bytes were copied out into
+        the resulting ndarray; None when regions are off."""
+        region = self.acquire(t.nbytes)
+        if region is None:
+            return None
+        try:
+            binding = types_pb2.Binding(handle=t.id, offset_start=start)
+            if t.is_contiguous:
+                binding.offset_end = t.allocation_bytes - start - t.nbytes
+                raw = transport.read_into_region([binding], region.id, 0, t.nbytes)
+            else:
+                raw = transport.read_tensor_into_region([types_pb2.BindingWithMeta(
+                    binding=binding, shape=t.shape, strides=t.strides,
+                    elem_size=t.dtype.itemsize)], region.id, 0, t.nbytes)
+        except BaseException:
+            self.release()
+            raise
+        out: Future = Future()
+
+        def convert(f: Future) -> None:
+            try:
+                f.result()
+                count = t.nbytes // t.dtype.itemsize
+                out.set_result(np.frombuffer(region.mmap, t.dtype, count).reshape(t.shape).copy())
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                out.set_exception(e)
+            finally:
+                self.release()
+
+        raw.add_done_callback(convert)
+        return out
+
+    def close(self) -> None:
+        """Unmaps this side (the daemon's ends with the session)."""
+        with self._lock:
+            if self._region is not None:
+                self._region.close()
+                self._region = None
