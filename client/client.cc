@@ -11,6 +11,7 @@
 #include "client/client_impl.h"
 #include "client/handle_state.h"
 #include "client/proto_conversion.h"
+#include "client/ring_session_wire.h"
 #include "client/secure_channel.h"
 #include "client/tensor_launch.h"
 #include "common/status_macros.h"
@@ -46,6 +47,51 @@ Transport ChooseTransport(const ClientOptions& options) {
   if (env != nullptr && std::strcmp(env, "unary") == 0) return Transport::kUnary;
   if (env != nullptr && std::strcmp(env, "stream") == 0) return Transport::kStream;
   return options.transport;
+}
+
+// ClientOptions::stream_carrier after CUBED_CLIENT_CARRIER.
+// "ring" requires the ring only of a daemon on this host (a test suite run over the ring still
+// reaches TCP daemons over gRPC).
+StreamCarrier ChooseCarrier(const ClientOptions& options) {
+  const char* env = std::getenv("CUBED_CLIENT_CARRIER");
+  if (env != nullptr && std::strcmp(env, "ring") == 0) {
+    return absl::StartsWith(options.address, "unix:") ? StreamCarrier::kRing : StreamCarrier::kAuto;
+  }
+  if (env != nullptr && std::strcmp(env, "grpc") == 0) return StreamCarrier::kGrpc;
+  if (env != nullptr && std::strcmp(env, "auto") == 0) return StreamCarrier::kAuto;
+  return options.stream_carrier;
+}
+
+// The wire of the session stream: the command ring when it is wanted and opens (Note [Command
+// ring], common/shm_ring.h), else gRPC; an error only when the ring is required. `*used` says
+// which it is.
+absl::StatusOr<std::unique_ptr<SessionWire>> OpenSessionWire(
+    const ClientOptions& options, StreamCarrier carrier,
+    const std::shared_ptr<grpc::Channel>& channel, StreamCarrier* used) {
+  constexpr absl::string_view kUnix = "unix:";
+  if (carrier != StreamCarrier::kGrpc) {
+    if (!absl::StartsWith(options.address, kUnix)) {
+      if (carrier == StreamCarrier::kRing) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "StreamCarrier::kRing needs a daemon on this host (a unix: address), not '",
+            options.address, "'"));
+      }
+    } else {
+      const std::string socket = absl::StrCat(options.address.substr(kUnix.size()), ".ring");
+      absl::StatusOr<std::unique_ptr<RingSessionWire>> ring =
+          RingSessionWire::Open(socket, RingSessionWireOptions{});
+      if (ring.ok()) {
+        *used = StreamCarrier::kRing;
+        return std::unique_ptr<SessionWire>(*std::move(ring));
+      }
+      if (carrier == StreamCarrier::kRing) {
+        return absl::Status(ring.status().code(),
+                            absl::StrCat("command ring: ", ring.status().message()));
+      }
+    }
+  }
+  *used = StreamCarrier::kGrpc;
+  return std::unique_ptr<SessionWire>(std::make_unique<GrpcSessionWire>(channel));
 }
 
 // Copies a tensor layout reply into `t`.
@@ -93,9 +139,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   if (impl->options.session != 0) {
     impl->session = impl->options.session;
   } else if (impl->options.transport == Transport::kStream) {
+    ASSIGN_OR_RETURN(std::unique_ptr<SessionWire> wire,
+                     OpenSessionWire(impl->options, ChooseCarrier(impl->options), impl->channel,
+                                     &impl->carrier));
     ASSIGN_OR_RETURN(
         impl->stream,
-        StreamTransport::Open(impl->channel, impl->options.device,
+        StreamTransport::Open(std::move(wire), impl->options.device,
                               static_cast<uint64_t>(absl::ToInt64Milliseconds(impl->options.lease)),
                               impl->options.timeout));
     impl->session = impl->stream->opened().session();
@@ -170,6 +219,7 @@ absl::Duration Client::lease() const { return impl_->lease; }
 const ClientOptions& Client::options() const { return impl_->options; }
 
 Transport Client::transport() const { return impl_->options.transport; }
+StreamCarrier Client::stream_carrier() const { return impl_->carrier; }
 
 absl::StatusOr<Handle> Client::Create(absl::Span<const uint8_t> data) {
   if (impl_->stream != nullptr) {

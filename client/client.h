@@ -37,6 +37,12 @@ namespace cubed {
 // back from the call itself.
 enum class Transport { kStream, kUnary };
 
+// What carries the session stream (kStream). kAuto: the daemon's command ring in shared memory
+// when the daemon is on this host (a "unix:" address whose ring socket opens one; docs/api.md,
+// "The command ring"), gRPC otherwise. kRing: the ring, or Connect fails saying why. kGrpc:
+// always gRPC.
+enum class StreamCarrier { kAuto, kRing, kGrpc };
+
 struct ClientOptions {
   // gRPC target: "unix:/path/to/cubed.sock" or "host:port".
   std::string address;
@@ -67,6 +73,9 @@ struct ClientOptions {
   // "stream"; it overrides this field either way). A joined session (`session` != 0) always uses
   // kUnary: the stream opens its own session.
   Transport transport = Transport::kStream;
+  // kAuto unless the environment variable CUBED_CLIENT_CARRIER is "ring", "grpc" or "auto" (it
+  // overrides this field; "ring" is kRing for unix: addresses and kAuto for others).
+  StreamCarrier stream_carrier = StreamCarrier::kAuto;
   // Session stream only: creates and reads of this many bytes or more move their bytes in
   // chunks on the stream's Upload / Download RPCs (docs/api.md, "Bulk transfers"), so their
   // size is not bounded by max_message_bytes and neither side holds more than a few chunks
@@ -218,6 +227,8 @@ class Client {
   const ClientOptions& options() const;
   // The transport in use (options().transport after the environment and joining applied).
   Transport transport() const;
+  // What carries the session stream: kRing or kGrpc (kGrpc in unary mode too).
+  StreamCarrier stream_carrier() const;
 
   // trait: create. Stores `data` (1 byte or more) and returns a handle over exactly those bytes.
   absl::StatusOr<Handle> Create(absl::Span<const uint8_t> data);

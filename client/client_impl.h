@@ -49,6 +49,7 @@ class Client::Impl {
   std::shared_ptr<ReleaseBatcher> batcher;
   // The session stream; null in unary mode.
   std::unique_ptr<StreamTransport> stream;
+  StreamCarrier carrier = StreamCarrier::kGrpc;  // What carries it.
 
   // Stream mode: sends an allocation of a tensor and waits for its layout; on failure releases
   // the (poisoned) id and returns the daemon's error. A bulk create_tensor's bytes are `bulk`,

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,6 +11,8 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "common/fd_passing.h"
+#include "common/status_macros.h"
 #include "cubed/v1/region.pb.h"
 
 namespace cubed {
@@ -23,12 +24,12 @@ absl::Status Errno(absl::string_view what) {
 
 }  // namespace
 
-absl::StatusOr<SharedMemory> SharedMemory::Create(uint64_t size) {
+absl::StatusOr<SharedMemory> SharedMemory::Create(uint64_t size, const char* name) {
   if (size == 0 || size > uint64_t{1} << 62) {
     return absl::InvalidArgumentError(
         absl::StrCat("shared memory: size ", size, "; expected 1 .. 2^62 bytes"));
   }
-  const int fd = memfd_create("cubed-region", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  const int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return Errno("memfd_create");
   absl::Cleanup close_fd = [fd] { close(fd); };
   if (ftruncate(fd, static_cast<off_t>(size)) != 0) return Errno("ftruncate");
@@ -68,37 +69,16 @@ void SharedMemory::Reset() {
 absl::StatusOr<uint64_t> RegisterSharedMemory(const std::string& region_socket, uint64_t session,
                                               const SharedMemory& memory) {
   if (session == 0) return absl::InvalidArgumentError("region: no session (0)");
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (region_socket.size() >= sizeof(addr.sun_path)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("region socket path '", region_socket, "' is too long"));
-  }
-  std::strncpy(addr.sun_path, region_socket.c_str(), sizeof(addr.sun_path) - 1);
-  const int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (sock < 0) return Errno("socket");
+  absl::StatusOr<int> connected = ConnectSeqpacket(region_socket, "region socket");
+  if (!connected.ok()) return connected.status();
+  const int sock = *connected;
   absl::Cleanup close_sock = [sock] { close(sock); };
-  if (connect(sock, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("region socket ", region_socket, ": ", std::strerror(errno)));
-  }
   v1::RegisterRegionRequest request;
   request.set_session(session);
-  std::string bytes = request.SerializeAsString();  // Not empty: session != 0.
-  iovec iov{bytes.data(), bytes.size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-  cmsg->cmsg_level = SOL_SOCKET;
-  cmsg->cmsg_type = SCM_RIGHTS;
-  cmsg->cmsg_len = CMSG_LEN(sizeof(int));
   const int fd = memory.fd();
-  std::memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
-  if (sendmsg(sock, &msg, MSG_NOSIGNAL) < 0) return Errno("region socket: sendmsg");
+  // Not empty (session != 0), so the message is not mistaken for a close.
+  RETURN_IF_ERROR(SendWithDescriptors(sock, request.SerializeAsString(),
+                                      absl::MakeConstSpan(&fd, 1), "region socket"));
   char reply[2048];
   const ssize_t n = recv(sock, reply, sizeof(reply), 0);
   if (n <= 0) {

@@ -19,9 +19,10 @@ namespace cubed {
 // written from any thread; what the daemon reads or writes follows the rules of docs/api.md.
 class SharedMemory {
  public:
-  // `size` bytes (1 .. 2^63 - 1), zero-filled, mapped read-write. INVALID_ARGUMENT for a size of
-  // 0; the system's error (memfd_create, ftruncate, fcntl, mmap) otherwise.
-  static absl::StatusOr<SharedMemory> Create(uint64_t size);
+  // `size` bytes (1 .. 2^62), zero-filled, mapped read-write; `name` shows in /proc/PID/maps
+  // as "memfd:NAME". INVALID_ARGUMENT for a size of 0; the system's error (memfd_create,
+  // ftruncate, fcntl, mmap) otherwise.
+  static absl::StatusOr<SharedMemory> Create(uint64_t size, const char* name = "cubed-region");
 
   SharedMemory(SharedMemory&& other) noexcept;
   SharedMemory& operator=(SharedMemory&& other) noexcept;

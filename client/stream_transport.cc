@@ -5,32 +5,30 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/status_conversion.h"
 
 namespace cubed {
 
 absl::StatusOr<std::unique_ptr<StreamTransport>> StreamTransport::Open(
-    const std::shared_ptr<grpc::Channel>& channel, uint32_t device, uint64_t lease_ms,
+    std::unique_ptr<SessionWire> wire, uint32_t device, uint64_t lease_ms,
     absl::Duration call_timeout) {
   std::unique_ptr<StreamTransport> t(new StreamTransport());
   t->call_timeout_ = call_timeout;
-  t->stub_ = v1::SessionStream::NewStub(channel);
-  t->stream_ = t->stub_->Session(&t->context_);
+  t->wire_ = std::move(wire);
   v1::SessionRequest open;
   open.mutable_open()->set_device(device);
   open.mutable_open()->set_lease_ms(lease_ms);
   v1::SessionResponse response;
-  if (!t->stream_->Write(open) || !t->stream_->Read(&response)) {
+  if (!t->wire_->Write(open) || !t->wire_->Read(&response)) {
     // The call is over (a failed Write or Read says so): Finish returns the daemon's status
-    // (e.g. UNAUTHENTICATED), which a TryCancel here would replace with CANCELLED.
-    absl::Status s = FromGrpcStatus(t->stream_->Finish(), "SessionStream");
+    // (e.g. UNAUTHENTICATED), which a Cancel here would replace with CANCELLED.
+    absl::Status s = t->wire_->Finish();
     if (s.ok()) s = absl::UnavailableError("SessionStream: the daemon ended the stream at open");
     t->closed_ = true;
     return s;
   }
   if (!response.has_opened()) {
-    t->context_.TryCancel();
-    (void)t->stream_->Finish();
+    t->wire_->Cancel();
+    (void)t->wire_->Finish();
     t->closed_ = true;
     return absl::InternalError("SessionStream: the first response carries no `opened`");
   }
@@ -64,7 +62,7 @@ void StreamTransport::Close(absl::Duration timeout) {
     absl::MutexLock lock(&mu_);
     ended = mu_.AwaitWithTimeout(absl::Condition(&ended_), timeout);
   }
-  if (!ended) context_.TryCancel();
+  if (!ended) wire_->Cancel();
   if (reader_.joinable()) reader_.join();
   {
     absl::MutexLock lock(&mu_);
@@ -137,13 +135,13 @@ void StreamTransport::WriterLoop() {
     }
     space_.SignalAll();
     mu_.Unlock();
-    const bool ok = stream_->Write(request);
+    const bool ok = wire_->Write(request);
     mu_.Lock();
     if (!ok) broken_ = true;
   }
   if (!broken_) {
     mu_.Unlock();
-    stream_->WritesDone();
+    wire_->WritesDone();
     mu_.Lock();
   }
   writer_done_ = true;
@@ -152,7 +150,7 @@ void StreamTransport::WriterLoop() {
 
 void StreamTransport::ReaderLoop() {
   v1::SessionResponse response;
-  while (stream_->Read(&response)) {
+  while (wire_->Read(&response)) {
     for (v1::Reply& reply : *response.mutable_replies()) {
       Callback callback;
       {
@@ -173,7 +171,7 @@ void StreamTransport::ReaderLoop() {
     space_.SignalAll();
     mu_.Await(absl::Condition(&writer_done_));
   }
-  absl::Status status = FromGrpcStatus(stream_->Finish(), "SessionStream");
+  absl::Status status = wire_->Finish();
   if (status.ok()) status = absl::FailedPreconditionError("the session stream is closed");
   {
     absl::MutexLock lock(&mu_);

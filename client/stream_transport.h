@@ -1,7 +1,8 @@
 #pragma once
 
 // StreamTransport: the client end of the session stream (proto/cubed/v1/session.proto), which
-// cubed::Client uses unless ClientOptions::transport is kUnary.
+// cubed::Client uses unless ClientOptions::transport is kUnary, over a SessionWire (gRPC, or the
+// daemon's command ring: session_wire.h).
 //
 // Note [Stream batching]: commands are queued and a writer thread sends them as one
 // SessionRequest when kBatchCommands are queued, as soon as a command that answers is queued
@@ -23,9 +24,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "cubed/v1/session.grpc.pb.h"
-#include "grpcpp/channel.h"
-#include "grpcpp/client_context.h"
+#include "client/session_wire.h"
+#include "cubed/v1/session.pb.h"
 
 namespace cubed {
 
@@ -41,13 +41,13 @@ class StreamTransport {
   // Queued commands past which Send() waits for the writer (bounds client memory).
   static constexpr size_t kMaxQueued = 65536;
 
-  // Opens the stream on `channel` and the session on `device`; returns once `opened` arrived.
+  // Opens the session on `device` over `wire`; returns once `opened` arrived.
   // A command that answers and gets no reply within `call_timeout` of being queued has its
   // callback resolved with DEADLINE_EXCEEDED (a later reply is dropped): every call has a
   // deadline, as on the unary path. The stream itself has none.
-  static absl::StatusOr<std::unique_ptr<StreamTransport>> Open(
-      const std::shared_ptr<grpc::Channel>& channel, uint32_t device, uint64_t lease_ms,
-      absl::Duration call_timeout);
+  static absl::StatusOr<std::unique_ptr<StreamTransport>> Open(std::unique_ptr<SessionWire> wire,
+                                                               uint32_t device, uint64_t lease_ms,
+                                                               absl::Duration call_timeout);
 
   // Half-closes the stream (the daemon runs what was sent, then closes the session) and waits up
   // to `timeout` for it to end; cancels it after that.
@@ -84,9 +84,7 @@ class StreamTransport {
   // Resolves every pending callback with `status` (the stream ended).
   void FailAll(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
 
-  grpc::ClientContext context_;
-  std::unique_ptr<v1::SessionStream::Stub> stub_;
-  std::unique_ptr<grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionResponse>> stream_;
+  std::unique_ptr<SessionWire> wire_;
   v1::SessionResponse::Opened opened_;
 
   absl::Mutex mu_;

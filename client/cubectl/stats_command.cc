@@ -54,7 +54,9 @@ absl::Status StatsCommand(const Context& ctx) {
   }
   std::vector<Field> fields = {
       TextField("uptime", absl::FormatDuration(absl::Microseconds(stats.uptime_us()))),
-      NumberField("open_streams", stats.open_streams())};
+      NumberField("open_streams", stats.open_streams()),
+      NumberField("open_rings", stats.open_rings()),
+      NumberField("rings_opened", stats.rings_opened())};
   for (const v1::DeviceStats& d : stats.devices()) {
     const std::string device = absl::StrCat("device ", d.device(), " ");
     const v1::MemoryUsage& m = d.memory();

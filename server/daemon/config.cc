@@ -7,6 +7,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/flags/flag.h"
@@ -39,6 +40,12 @@ ABSL_FLAG(std::string, max_message_bytes, "512MiB",
 ABSL_FLAG(std::string, max_region_bytes, "16GiB",
           "Most bytes of shared-memory regions one session may hold (the region socket, "
           "--listen's path + \".regions\"; page-locked on CUDA); 0 = no region socket.");
+ABSL_FLAG(bool, command_ring, true,
+          "Serve session streams over shared-memory command rings (the ring socket, --listen's "
+          "path + \".ring\"; Note [Command ring]).");
+ABSL_FLAG(int32_t, ring_spin_us, -1,
+          "Microseconds a command ring's thread spins before it sleeps; -1 = 50 on hosts with 8 "
+          "or more cores, else 0.");
 ABSL_FLAG(bool, allow_unchecked, false,
           "Allow kernels in unchecked mode (no bounds checks; a bad kernel can corrupt memory).");
 ABSL_FLAG(std::string, ready_file, "",
@@ -231,6 +238,15 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
                      max_region.status().message()));
   }
   c.max_region_bytes = *max_region;
+  c.command_ring = absl::GetFlag(FLAGS_command_ring);
+  const int32_t spin = absl::GetFlag(FLAGS_ring_spin_us);
+  if (spin < -1 || spin > 10000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ring_spin_us=", spin, ": expected -1 (automatic) or 0 .. 10000"));
+  }
+  c.ring_spin = spin >= 0 ? absl::Microseconds(spin)
+                          : (std::thread::hardware_concurrency() >= 8 ? absl::Microseconds(50)
+                                                                      : absl::ZeroDuration());
   c.allow_unchecked = absl::GetFlag(FLAGS_allow_unchecked);
   c.ready_file = absl::GetFlag(FLAGS_ready_file);
   c.kernel_cache_dir = absl::GetFlag(FLAGS_kernel_cache_dir);

@@ -25,6 +25,9 @@ struct DaemonConfig {
   int max_message_bytes = 512 << 20;
   // Most bytes of shared-memory regions per session (region_listener.h); 0 = no region socket.
   uint64_t max_region_bytes = uint64_t{16} << 30;
+  // Session streams over command rings (ring_listener.h); off: no ring socket.
+  bool command_ring = true;
+  absl::Duration ring_spin = absl::ZeroDuration();  // A ring thread's spin before sleeping.
   bool allow_unchecked = false;
   std::string ready_file;        // Written once serving; empty = none.
   std::string kernel_cache_dir;  // On-disk cache of compiled CUDA kernels; empty = memory only.

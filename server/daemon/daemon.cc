@@ -39,6 +39,7 @@
 #include "server/service/health_service.h"
 #include "server/service/region_listener.h"
 #include "server/service/request_log.h"
+#include "server/service/ring/ring_listener.h"
 #include "server/service/stream/session_stream.h"
 #include "server/service/unix_listener.h"
 #include "spdlog/spdlog.h"
@@ -206,6 +207,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   RETURN_IF_ERROR(d->StartDevices());
   d->StartServices();
   RETURN_IF_ERROR(d->StartGrpc());
+  d->StartLocalSockets();
   d->health_->SetServing(true);
   RETURN_IF_ERROR(d->StartMetricsHttp());
   if (!config.ready_file.empty()) {
@@ -246,7 +248,13 @@ void Daemon::StartServices() {
   for (auto& loop : loops_) loops.push_back(loop.get());
   metrics_ = std::make_unique<Metrics>();
   stats_ = std::make_unique<StatsCollector>(loops, metrics_.get(), [this] {
-    return streams_ == nullptr ? size_t{0} : streams_->open_streams();
+    StreamCounts counts;
+    if (streams_ != nullptr) counts.open_streams = streams_->open_streams();
+    if (ring_listener_ != nullptr) {
+      counts.open_rings = ring_listener_->open_rings();
+      counts.rings_opened = ring_listener_->rings_opened();
+    }
+    return counts;
   });
   compute_ = std::make_unique<ComputeService>(loops, RequestLimits{}, metrics_.get(), stats_.get());
   health_ = std::make_unique<HealthService>();
@@ -301,10 +309,16 @@ absl::Status Daemon::StartGrpc() {
     unix_listener_->Start(server_.get());
     spdlog::info("serving on unix:{}", config_.unix_socket);
   }
-  if (!config_.unix_socket.empty() && config_.max_region_bytes > 0) {
+  if (tcp_port_ != 0) spdlog::info("serving on tcp port {}", tcp_port_);
+  return absl::OkStatus();
+}
+
+void Daemon::StartLocalSockets() {
+  if (config_.unix_socket.empty()) return;
+  // Clients fall back to the gRPC stream without these sockets, so one that cannot be made (a
+  // path too long for sun_path, say) is a warning, not a failure.
+  if (config_.max_region_bytes > 0) {
     // Note [Shared-memory regions] (server/channel/shared_region.h).
-    // Clients fall back to the gRPC stream without it, so a region socket that cannot be made
-    // (a path too long for sun_path, say) is a warning, not a failure.
     const std::string path = RegionSocketPath(config_.unix_socket);
     std::vector<DeviceLoop*> loops;
     for (auto& loop : loops_) loops.push_back(loop.get());
@@ -324,8 +338,25 @@ absl::Status Daemon::StartGrpc() {
       spdlog::warn("no shared-memory regions: {}", std::string(regions.status().message()));
     }
   }
-  if (tcp_port_ != 0) spdlog::info("serving on tcp port {}", tcp_port_);
-  return absl::OkStatus();
+  if (config_.command_ring) {
+    // Note [Command ring] (common/shm_ring.h).
+    const std::string path = RingSocketPath(config_.unix_socket);
+    RingListenerOptions options;
+    options.max_request_bytes = static_cast<uint64_t>(config_.max_message_bytes);
+    options.spin = config_.ring_spin;
+    const absl::Status prepared = PrepareUnixSocket(path);
+    absl::StatusOr<std::unique_ptr<RingListener>> rings =
+        prepared.ok()
+            ? RingListener::Listen(path, config_.listen_group, options, auth_.get(), streams_.get())
+            : prepared;
+    if (rings.ok()) {
+      ring_listener_ = *std::move(rings);
+      ring_listener_->Start();
+      spdlog::info("command rings on {} (spin {})", path, absl::FormatDuration(config_.ring_spin));
+    } else {
+      spdlog::warn("no command rings: {}", std::string(rings.status().message()));
+    }
+  }
 }
 
 absl::Status Daemon::StartMetricsHttp() {
@@ -389,6 +420,9 @@ void Daemon::Shutdown() {
   // The loops keep running while the server drains, so queued calls can finish.
   if (unix_listener_ != nullptr) unix_listener_->Stop();  // No new connections.
   if (region_listener_ != nullptr) region_listener_->Stop();
+  // The streams were told to end above; a ring whose client does not read its end record is
+  // stopped here, before the loops.
+  if (ring_listener_ != nullptr) ring_listener_->Stop();
   // Note [Idle connections at shutdown]: Server::Shutdown(deadline) sends every connection a
   // GOAWAY and then waits, until the deadline, for every connection to be gone, not only for the
   // calls in flight. gRPC 1.51 closes a connection early only once its client has answered the
@@ -416,6 +450,7 @@ void Daemon::Shutdown() {
   loops_.clear();
   if (!config_.unix_socket.empty()) unlink(config_.unix_socket.c_str());
   if (region_listener_ != nullptr) unlink(RegionSocketPath(config_.unix_socket).c_str());
+  if (ring_listener_ != nullptr) unlink(RingSocketPath(config_.unix_socket).c_str());
   spdlog::info("shut down cleanly");
 }
 

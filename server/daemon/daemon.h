@@ -28,6 +28,7 @@ class MetricsHttpServer;
 class StatsCollector;
 class SessionStreamService;
 class RegionListener;
+class RingListener;
 class UnixListener;
 
 class Daemon {
@@ -62,6 +63,8 @@ class Daemon {
   absl::Status StartDevices();
   void StartServices();
   absl::Status StartGrpc();
+  // The region and ring sockets beside the Unix socket (warnings, not errors, when they fail).
+  void StartLocalSockets();
   absl::Status StartMetricsHttp();
   void StartLivenessAndNotify();
 
@@ -81,6 +84,9 @@ class Daemon {
   std::unique_ptr<ComputeService> compute_;
   std::unique_ptr<HealthService> health_;
   std::unique_ptr<SessionStreamService> streams_;
+  // The ring socket beside the Unix socket; null without --listen or with --command_ring=false.
+  // After streams_, which its rings attach to.
+  std::unique_ptr<RingListener> ring_listener_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<LivenessMonitor> liveness_;
   std::unique_ptr<MetricsHttpServer> metrics_http_;  // --metrics_listen; null when off.

@@ -108,6 +108,11 @@ std::string PrometheusText(const StatsSnapshot& stats) {
   }
   Family(out, "cubed_open_streams", "gauge", "Session streams open now.");
   Sample(out, "cubed_open_streams", "", stats.open_streams);
+  Family(out, "cubed_open_rings", "gauge",
+         "Session streams carried by shared-memory command rings now (of cubed_open_streams).");
+  Sample(out, "cubed_open_rings", "", stats.open_rings);
+  Family(out, "cubed_rings_opened_total", "counter", "Command rings opened.");
+  Sample(out, "cubed_rings_opened_total", "", stats.rings_opened);
 
   using D = const DeviceGauges&;
   PerDevice(out, stats, "cubed_memory_allocations", "gauge", "Live allocations (slices).",

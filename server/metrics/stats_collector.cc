@@ -38,8 +38,8 @@ struct Gather {
 }  // namespace
 
 StatsCollector::StatsCollector(std::vector<DeviceLoop*> loops, const Metrics* metrics,
-                               std::function<size_t()> open_streams)
-    : loops_(std::move(loops)), metrics_(metrics), open_streams_(std::move(open_streams)) {}
+                               std::function<StreamCounts()> streams)
+    : loops_(std::move(loops)), metrics_(metrics), streams_(std::move(streams)) {}
 
 void StatsCollector::Collect(Done done) const {
   auto gather = std::make_shared<Gather>();
@@ -72,7 +72,10 @@ void StatsCollector::Collect(Done done) const {
       return;
     }
     metrics_->Snapshot(&snapshot);
-    snapshot.open_streams = open_streams_ ? open_streams_() : 0;
+    const StreamCounts streams = streams_ ? streams_() : StreamCounts();
+    snapshot.open_streams = streams.open_streams;
+    snapshot.open_rings = streams.open_rings;
+    snapshot.rings_opened = streams.rings_opened;
     std::move(gather->done)(std::move(snapshot));
   };
   for (size_t i = 0; i < loops_.size(); ++i) {

@@ -18,15 +18,15 @@
 
 namespace cubed {
 
-// Thread-safe. The loops, the registry and whatever `open_streams` reads must outlive every
+// Thread-safe. The loops, the registry and whatever `streams` reads must outlive every
 // collection in flight (the daemon stops its loops, which runs their queued tasks, first).
 class StatsCollector {
  public:
   using Done = absl::AnyInvocable<void(absl::StatusOr<StatsSnapshot>)>;
 
-  // `open_streams` returns the session streams open now; may be empty (reported as 0).
+  // `streams` counts the session streams and command rings now; may be empty (all 0).
   StatsCollector(std::vector<DeviceLoop*> loops, const Metrics* metrics,
-                 std::function<size_t()> open_streams);
+                 std::function<StreamCounts()> streams);
 
   // Posts one task per device loop and calls `done` once, on the last loop thread to answer
   // (or on the caller's thread), without blocking. UNAVAILABLE when a loop is shutting down.
@@ -39,7 +39,7 @@ class StatsCollector {
  private:
   std::vector<DeviceLoop*> loops_;
   const Metrics* metrics_;
-  std::function<size_t()> open_streams_;
+  std::function<StreamCounts()> streams_;
 };
 
 }  // namespace cubed

@@ -63,7 +63,16 @@ struct StatsSnapshot {
   std::vector<StreamCommandSnapshot> stream_commands;
   std::vector<DeviceGauges> devices;
   uint64_t uptime_us = 0;
+  uint64_t open_streams = 0;  // Every carrier (gRPC and command rings).
+  uint64_t open_rings = 0;    // Of them, carried by command rings now.
+  uint64_t rings_opened = 0;  // Command rings opened since the daemon started.
+};
+
+// The session streams of the daemon now (StatsCollector's source of them).
+struct StreamCounts {
   uint64_t open_streams = 0;
+  uint64_t open_rings = 0;
+  uint64_t rings_opened = 0;
 };
 
 }  // namespace cubed

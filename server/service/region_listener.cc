@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/fd_passing.h"
 #include "cubed/v1/region.pb.h"
 #include "server/channel/device.h"
 #include "server/channel/shared_region.h"
@@ -127,47 +128,26 @@ void RegionListener::Accept(std::vector<Connection>& connections) {
 }
 
 bool RegionListener::Answer(Connection& connection) {
-  char request[kMaxRequestBytes];
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxDescriptors)];
-  iovec iov{request, sizeof(request)};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  const ssize_t n = recvmsg(connection.fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-  if (n < 0) return errno == EAGAIN || errno == EINTR;
-  std::vector<int> received;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < count; ++i) {
-      int fd;
-      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-      received.push_back(fd);
-    }
-  }
-  if (n == 0 && received.empty()) {  // The client closed its end.
-    return false;
-  }
+  absl::StatusOr<ReceivedMessage> received =
+      ReceiveWithDescriptors(connection.fd, kMaxRequestBytes, kMaxDescriptors, MSG_DONTWAIT);
+  if (!received.ok() || received->closed) return false;  // Broken, or the client closed its end.
+  if (received->again) return true;
   absl::StatusOr<std::pair<uint64_t, uint64_t>> registered;
   v1::RegisterRegionRequest parsed;
-  if ((msg.msg_flags & MSG_TRUNC) != 0) {
+  if (received->truncated) {
     registered = absl::InvalidArgumentError(
         absl::StrCat("region socket: a request is at most ", kMaxRequestBytes, " bytes"));
-  } else if ((msg.msg_flags & MSG_CTRUNC) != 0 || received.size() != 1) {
+  } else if (received->fds_truncated || received->fds().size() != 1) {
     registered = absl::InvalidArgumentError(absl::StrCat(
         "region socket: a request carries exactly one file descriptor (SCM_RIGHTS), not ",
-        (msg.msg_flags & MSG_CTRUNC) != 0 ? absl::StrCat("more than ", kMaxDescriptors)
-                                          : absl::StrCat(received.size())));
-  } else if (!parsed.ParseFromArray(request, static_cast<int>(n))) {
+        received->fds_truncated ? absl::StrCat("more than ", kMaxDescriptors)
+                                : absl::StrCat(received->fds().size())));
+  } else if (!parsed.ParseFromString(received->bytes)) {
     registered = absl::InvalidArgumentError(
         "region socket: the request is not a serialized cubed.v1.RegisterRegionRequest");
   } else {
-    registered = Register(connection, parsed.session(), received[0]);  // Takes the descriptor.
-    received.clear();
+    registered = Register(connection, parsed.session(), received->Take(0));  // Takes it.
   }
-  for (int fd : received) close(fd);
 
   v1::RegisterRegionResponse response;
   if (registered.ok()) {

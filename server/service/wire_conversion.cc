@@ -91,6 +91,8 @@ void ToWire(const StatsSnapshot& stats, v1::GetStatsResponse* out) {
   }
   out->set_uptime_us(stats.uptime_us);
   out->set_open_streams(stats.open_streams);
+  out->set_open_rings(stats.open_rings);
+  out->set_rings_opened(stats.rings_opened);
 }
 
 void ToWire(StreamReply&& reply, v1::Reply* out) {

@@ -130,12 +130,15 @@ absl::Status Run() {
   measure("2", "Create + Read", MeasureTransfer);
   measure("3", "tiny Execute rate", MeasureExecuteRate);
   if (selected("3") && client->transport() == Transport::kStream) {
-    // The same measurement over unary calls, for comparison.
+    // The same measurement over the gRPC stream and over unary calls, for comparison.
+    ClientOptions grpc_options = client_options;
+    grpc_options.stream_carrier = StreamCarrier::kGrpc;
     ClientOptions unary_options = client_options;
     unary_options.transport = Transport::kUnary;
-    absl::StatusOr<std::unique_ptr<Client>> unary = Client::Connect(unary_options);
-    if (unary.ok()) {
-      absl::StatusOr<std::vector<Row>> got = MeasureExecuteRate(**unary, cuda.get(), options);
+    for (const ClientOptions& other : {grpc_options, unary_options}) {
+      absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(other);
+      if (!c.ok()) continue;
+      absl::StatusOr<std::vector<Row>> got = MeasureExecuteRate(**c, cuda.get(), options);
       if (got.ok()) rows.insert(rows.end(), got->begin(), got->end());
     }
   }

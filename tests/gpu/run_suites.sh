@@ -13,7 +13,7 @@ suites=("$@")
 if ((${#suites[@]} == 0)); then
   suites=(cubed_cuda_tests cubed_cuda_daemon_tests cubed_cuda_kernels_tests cubed_compute_cpu_tests cubed_channel_tests
           cubed_integration_tests cubed_bad_input_tests cubed_stream_tests cubed_transfer_tests
-          cubed_region_tests cubed_systemd_tests cubectl_test)
+          cubed_region_tests cubed_ring_tests cubed_systemd_tests cubectl_test)
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
 : >"$out/summary.txt"

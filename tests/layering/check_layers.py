@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The layering rules of ARCHITECTURE.md §2, checked on every include line of the project.
 
-    daemon -> service (+ stream) -> metrics -> channel -> compute (+ cpu, cuda)
+    daemon -> service (+ stream, ring) -> metrics -> channel -> compute (+ cpu, cuda)
            -> storage (+ cuda), kernels (+ cuda), auth -> common (+ cuda)
 
 Each folder below may include headers of the folders listed for it (and its own), nothing else of
@@ -42,14 +42,19 @@ ALLOWED = {
     "server/service/stream": ["server/service", "server/metrics", "server/channel",
                               "server/compute", "server/auth", "storage", "kernels", "common",
                               "proto"],
-    "server/daemon": ["server/service", "server/service/stream", "server/metrics",
+    "server/service/ring": ["server/service", "server/service/stream", "server/metrics",
+                            "server/channel", "server/compute", "server/auth", "storage",
+                            "kernels", "common", "proto"],
+    "server/daemon": ["server/service", "server/service/stream", "server/service/ring",
+                      "server/metrics",
                       "server/channel", "server/compute", "server/auth", "storage", "kernels",
                       "common", "proto"],
     "client": ["common", "proto"],
     "client/cubectl": ["client", "common", "proto"],
 }
 # Folders where gRPC and generated protobuf may appear.
-PROTO_OK = {"server/service", "server/service/stream", "server/daemon", "client",
+PROTO_OK = {"server/service", "server/service/stream", "server/service/ring", "server/daemon",
+            "client",
             "client/cubectl"}
 # The only file of server/compute allowed to include a backend: the registry.
 REGISTRY = "server/compute/backend_registry.cc"

@@ -82,24 +82,25 @@ struct StreamBatch {
   InflightSlots inflight;  // Its slots of the principal's max_inflight_commands.
 };
 
-// Everything one stream shares between its reactor (gRPC threads), its loop tasks and backend
-// completions; owned jointly by all of them, so a task may outlive the reactor. Every call on
-// the reactor happens under mu_ and before Finish; OnDone (after Finish) only drops the
-// reactor's reference. `runner_` is touched only on the loop thread.
-class StreamState final : public ReplySink, public std::enable_shared_from_this<StreamState> {
+// Everything one stream shares between its wire (a gRPC reactor on gRPC threads, or a command
+// ring's thread), its loop tasks and backend completions; owned jointly by all of them, so a task
+// may outlive the wire. Every call on the wire happens under mu_ and before Finish; a reactor's
+// OnDone (after Finish) only drops its reference. `runner_` is touched only on the loop thread.
+class StreamState final : public ReplySink,
+                          public StreamEvents,
+                          public std::enable_shared_from_this<StreamState> {
  public:
-  StreamState(SessionStreamService* service, Reactor* reactor)
-      : service_(service), reactor_(reactor) {}
+  StreamState(SessionStreamService* service, StreamWire* wire) : service_(service), wire_(wire) {}
 
   // The stream's principal (null without an authenticator); set before Start, then fixed.
   void SetPrincipal(PrincipalPtr principal) { principal_ = std::move(principal); }
 
   // Starts the first read, or ends the stream UNAVAILABLE when the daemon is draining.
   void Start(bool draining);
-  // Reactions, forwarded by the reactor.
-  void OnReadDone(bool ok);
-  void OnWriteDone(bool ok);
-  void OnCancel() { End(absl::CancelledError("the client cancelled the stream")); }
+  // StreamEvents: what the wire reports.
+  void OnReadDone(bool ok) override;
+  void OnWriteDone(bool ok) override;
+  void OnBroken(absl::Status status) override { End(std::move(status)); }
   // Ends the stream with `status` (not OK), dropping commands not yet run and closing the session.
   void End(absl::Status status);
 
@@ -135,7 +136,7 @@ class StreamState final : public ReplySink, public std::enable_shared_from_this<
   SessionStreamService* const service_;
   const SessionStreamLimits& limits() const { return service_->stream_limits_; }
   PrincipalPtr principal_;
-  // Commands in flight before the reactor stops reading: the stream's bound, or the principal's
+  // Commands in flight before the wire stops reading: the stream's bound, or the principal's
   // max_session_inflight_commands when lower.
   uint64_t max_commands() const {
     const uint64_t quota =
@@ -144,7 +145,7 @@ class StreamState final : public ReplySink, public std::enable_shared_from_this<
   }
 
   absl::Mutex mu_;
-  Reactor* reactor_ ABSL_GUARDED_BY(mu_);  // Null once finished.
+  StreamWire* wire_ ABSL_GUARDED_BY(mu_);  // Null once finished.
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool ending_ ABSL_GUARDED_BY(mu_) = false;  // Cancelled or failed: stop, close, finish.
   absl::Status end_status_ ABSL_GUARDED_BY(mu_);
@@ -208,8 +209,8 @@ class StreamState final : public ReplySink, public std::enable_shared_from_this<
 
 namespace {
 
-// The reactor: a thin shell; StreamState does the work.
-class StreamReactor final : public Reactor {
+// The gRPC stream's reactor: a thin shell, and the stream's wire; StreamState does the work.
+class StreamReactor final : public Reactor, public StreamWire {
  public:
   // Start the stream with state()->Start once it is registered.
   explicit StreamReactor(SessionStreamService* service)
@@ -218,8 +219,14 @@ class StreamReactor final : public Reactor {
 
   void OnReadDone(bool ok) override { state_->OnReadDone(ok); }
   void OnWriteDone(bool ok) override { state_->OnWriteDone(ok); }
-  void OnCancel() override { state_->OnCancel(); }
+  void OnCancel() override {
+    state_->OnBroken(absl::CancelledError("the client cancelled the stream"));
+  }
   void OnDone() override { delete this; }
+
+  void StartRead(v1::SessionRequest* into) override { Reactor::StartRead(into); }
+  void StartWrite(const v1::SessionResponse* response) override { Reactor::StartWrite(response); }
+  void Finish(const absl::Status& status) override { Reactor::Finish(ToGrpcStatus(status)); }
 
  private:
   std::shared_ptr<StreamState> state_;
@@ -560,7 +567,7 @@ bool StreamState::RunBatch(Device& device, StreamBatch& batch) {
 void StreamState::MaybeReadLocked() {
   if (finished_ || ending_ || read_in_flight_ || read_closed_ || InFlightOverLocked()) return;
   read_in_flight_ = true;
-  reactor_->StartRead(incoming_);
+  wire_->StartRead(incoming_);
 }
 
 void StreamState::MaybeWriteLocked() {
@@ -580,7 +587,7 @@ void StreamState::MaybeWriteLocked() {
   if (!writing_.has_opened() && writing_.replies_size() == 0) return;
   write_in_flight_ = true;
   stream_metrics().bytes_sent.fetch_add(writing_.ByteSizeLong(), std::memory_order_relaxed);
-  reactor_->StartWrite(&writing_);
+  wire_->StartWrite(&writing_);
 }
 
 void StreamState::MaybeFinishLocked() {
@@ -597,8 +604,8 @@ void StreamState::FinishLocked(const absl::Status& status) {
   finished_ = true;
   if (bulk_ != nullptr) bulk_->EndAll(status);
   stream_metrics().codes.Count(status.code());
-  reactor_->Finish(ToGrpcStatus(status));
-  reactor_ = nullptr;
+  wire_->Finish(status);
+  wire_ = nullptr;
   service_->Forget(this);
 }
 
@@ -630,6 +637,18 @@ Reactor* SessionStreamService::Session(grpc::CallbackServerContext* ctx) {
   // Registered first: a stream that ends at once (draining) forgets itself.
   state->Start(draining_.load(std::memory_order_acquire));
   return reactor;
+}
+
+std::shared_ptr<StreamEvents> SessionStreamService::Attach(StreamWire* wire,
+                                                           PrincipalPtr principal) {
+  auto state = std::make_shared<StreamState>(this, wire);
+  {
+    absl::MutexLock lock(&mu_);
+    open_.emplace(state.get(), state);
+  }
+  state->SetPrincipal(std::move(principal));
+  state->Start(draining_.load(std::memory_order_acquire));
+  return state;
 }
 
 void SessionStreamService::Forget(StreamState* state) {

@@ -1,10 +1,10 @@
 #pragma once
 
 // SessionStreamService: the gRPC edge of cubed.v1.SessionStream (proto/cubed/v1/session.proto),
-// the pipelined fast path. One bidirectional stream is one session. The reactor converts each
-// SessionRequest on the gRPC thread and queues it; the device's loop runs the queued commands in
-// order (StreamRunner) and hands replies back; replies are written in command order, one write
-// in flight at a time. Nothing here blocks a gRPC thread on device work.
+// the pipelined fast path. One bidirectional stream (or one command ring: Attach) is one session.
+// The reactor converts each SessionRequest on the gRPC thread and queues it; the device's loop runs
+// the queued commands in order (StreamRunner) and hands replies back; replies are written in
+// command order, one write in flight at a time. Nothing here blocks a gRPC thread on device work.
 //
 // Note [Stream backpressure]: per stream, at most SessionStreamLimits::max_commands commands and
 // max_bytes bytes are in flight: received but not yet run (request payload) plus answered but not
@@ -29,6 +29,7 @@
 #include "server/metrics/metrics.h"
 #include "server/service/authenticator.h"
 #include "server/service/request_conversion.h"
+#include "server/service/stream/stream_wire.h"
 
 namespace cubed {
 
@@ -69,6 +70,12 @@ class SessionStreamService final : public SessionStreamServiceBase {
 
   grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* Session(
       grpc::CallbackServerContext* ctx) override;
+
+  // Serves one session stream over another wire than gRPC (the command ring, Note [Command
+  // ring] in common/shm_ring.h) for `principal`, already authorized for OpenSession (null without
+  // an authenticator). `wire` must stay valid until the stream calls its Finish, and reports to
+  // the returned events. While draining, the stream ends UNAVAILABLE at once.
+  std::shared_ptr<StreamEvents> Attach(StreamWire* wire, PrincipalPtr principal);
 
   // Bulk transfers of a stream's command (Note [Bulk transfers], bulk_transfers.h).
   grpc::ServerReadReactor<v1::UploadChunk>* Upload(grpc::CallbackServerContext* ctx,

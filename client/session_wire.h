@@ -1,0 +1,52 @@
+#pragma once
+
+// SessionWire: what carries the session stream's messages for StreamTransport: gRPC's
+// bidirectional stream (GrpcSessionWire, below) or the daemon's command ring in shared memory
+// (RingSessionWire, ring_session_wire.h; Note [Command ring] in common/shm_ring.h). The calls
+// mirror grpc::ClientReaderWriter's: one thread may write while another reads.
+
+#include <memory>
+
+#include "absl/status/status.h"
+#include "cubed/v1/session.grpc.pb.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
+
+namespace cubed {
+
+class SessionWire {
+ public:
+  virtual ~SessionWire() = default;
+  // Sends `request`, waiting for room; false once the wire is broken or over. One writer thread.
+  virtual bool Write(const v1::SessionRequest& request) = 0;
+  // Waits for the next response; false once the stream is over (then call Finish). One reader
+  // thread.
+  virtual bool Read(v1::SessionResponse* response) = 0;
+  // Tells the daemon that no more requests come (the writer thread, after its last Write).
+  virtual void WritesDone() = 0;
+  // After Read returned false: how the stream ended (the daemon's status; OK when it ended after
+  // WritesDone).
+  virtual absl::Status Finish() = 0;
+  // Ends the stream at once, from any thread: pending and later Reads and Writes return false.
+  virtual void Cancel() = 0;
+};
+
+// The session stream over gRPC (cubed.v1.SessionStream/Session) on `channel`.
+class GrpcSessionWire final : public SessionWire {
+ public:
+  explicit GrpcSessionWire(const std::shared_ptr<grpc::Channel>& channel)
+      : stub_(v1::SessionStream::NewStub(channel)), stream_(stub_->Session(&context_)) {}
+
+  bool Write(const v1::SessionRequest& request) override { return stream_->Write(request); }
+  bool Read(v1::SessionResponse* response) override { return stream_->Read(response); }
+  void WritesDone() override { stream_->WritesDone(); }
+  absl::Status Finish() override;
+  void Cancel() override { context_.TryCancel(); }
+
+ private:
+  grpc::ClientContext context_;
+  std::unique_ptr<v1::SessionStream::Stub> stub_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionResponse>> stream_;
+};
+
+}  // namespace cubed
