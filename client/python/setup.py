@@ -24,7 +24,7 @@ from setuptools.command.sdist import sdist
 
 HERE = Path(__file__).resolve().parent
 PROTOS = ["cubed/v1/types.proto", "cubed/v1/compute.proto", "cubed/v1/session.proto",
-          "cubed/v1/region.proto"]
+          "cubed/v1/region.proto", "cubed/v1/ring.proto"]
 PACKAGE_DIR = "cubed_client/_proto"
 
 

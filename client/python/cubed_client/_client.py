@@ -22,6 +22,7 @@ from ._errors import (CubedError, InvalidArgumentError, UnimplementedError, erro
                       error_from_rpc)
 from ._proto import compute_pb2, compute_pb2_grpc, types_pb2
 from ._region import Staging, region_socket_path
+from ._ring import ring_socket_path
 from ._tensor import Tensor, _Handle
 from ._transport import StreamTransport, UnaryTransport
 from ._types import (BuiltinKernel, DTypeLike, Info, MemoryUsage, Scalars, cube_count_for,
@@ -102,7 +103,7 @@ def connect(address: Optional[str] = None, *, timeout: float = 60.0, device: int
             certificate_chain: Optional[PathOrBytes] = None,
             private_key: Optional[PathOrBytes] = None, server_name: Optional[str] = None,
             max_message_bytes: int = 1 << 30, session: int = 0,
-            region_threshold: int = 1 << 20) -> "Client":
+            region_threshold: int = 1 << 20, carrier: str = "auto") -> "Client":
     """Connects to a cubed daemon and opens a session on ``device``.
 
     Args:
@@ -130,6 +131,10 @@ def connect(address: Optional[str] = None, *, timeout: float = 60.0, device: int
             client registers with its session (docs/api.md, "Shared-memory regions"): one
             memcpy on this side, none through gRPC. 0: never. Falls back to the stream when the
             daemon has no region socket.
+        carrier: what carries the stream: ``"auto"`` (the daemon's command ring in shared
+            memory for a daemon on this host, docs/api.md "The command ring"; gRPC otherwise),
+            ``"ring"`` (the ring, or UnavailableError; for a ``unix:`` address, else as auto) or
+            ``"grpc"``. The environment variable CUBED_CLIENT_CARRIER overrides it.
 
     Raises:
         UnavailableError: the daemon cannot be reached.
@@ -152,12 +157,17 @@ def connect(address: Optional[str] = None, *, timeout: float = 60.0, device: int
     mode = os.environ.get("CUBED_CLIENT_TRANSPORT", "").strip().lower() or transport
     if mode not in ("auto", "stream", "unary"):
         raise ValueError(f"transport must be 'auto', 'stream' or 'unary', got {mode!r}")
+    carrier = os.environ.get("CUBED_CLIENT_CARRIER", "").strip().lower() or carrier
+    if carrier not in ("auto", "ring", "grpc"):
+        raise ValueError(f"carrier must be 'auto', 'ring' or 'grpc', got {carrier!r}")
+    ring = ring_socket_path(target) if carrier != "grpc" else None
     try:
         if session or mode == "unary":
             t: Any = UnaryTransport(channel, metadata, timeout, device, lease_ms, session)
         else:
             try:
-                t = StreamTransport(channel, metadata, timeout, device, lease_ms)
+                t = StreamTransport(channel, metadata, timeout, device, lease_ms, ring,
+                                    require_ring=carrier == "ring" and ring is not None)
             except UnimplementedError:
                 if mode == "stream":
                     raise
@@ -206,6 +216,11 @@ class Client:
     def transport(self) -> str:
         """``"stream"`` or ``"unary"``: how this client talks to the daemon."""
         return self._transport.kind
+
+    @property
+    def carrier(self) -> str:
+        """``"ring"`` or ``"grpc"``: what carries the stream (``"grpc"`` for unary calls)."""
+        return getattr(self._transport, "carrier", "grpc")
 
     @property
     def lease(self) -> float:

@@ -1,5 +1,6 @@
-"""The two ways a Client talks to the daemon: the pipelined session stream (default) and one
-unary RPC per call (fallback). Both expose the same methods; answering methods return a
+"""The two ways a Client talks to the daemon: the pipelined session stream (default; carried by
+the daemon's command ring for a daemon on this host, by gRPC otherwise) and one unary RPC per call
+(fallback). Both expose the same methods; answering methods return a
 concurrent.futures.Future, the others return once the command is queued (stream) or done (unary).
 
 Stream batching: commands are queued; a request generator (run by gRPC on its own thread) sends
@@ -14,12 +15,13 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import Future
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import grpc
 
 from ._errors import CubedError, error_for, error_from_number, error_from_rpc
 from ._proto import compute_pb2, compute_pb2_grpc, session_pb2, session_pb2_grpc, types_pb2
+from ._ring import open_ring_call
 
 Metadata = Sequence[Tuple[str, str]]
 
@@ -143,7 +145,11 @@ class StreamTransport:
     kind = "stream"
 
     def __init__(self, channel: grpc.Channel, metadata: Metadata, timeout: float, device: int,
-                 lease_ms: int) -> None:
+                 lease_ms: int, ring_socket: Optional[str] = None,
+                 require_ring: bool = False) -> None:
+        """``ring_socket``: carry the stream through the daemon's command ring there
+        (cubed_client/_ring.py) when it opens one, gRPC otherwise (an error when
+        ``require_ring``)."""
         self._timeout = timeout
         self._cv = threading.Condition()
         self._queue: List[session_pb2.Command] = []
@@ -158,8 +164,14 @@ class StreamTransport:
         self._opened: Future = Future()
         self._open = session_pb2.SessionRequest(
             open=session_pb2.SessionRequest.Open(device=device, lease_ms=lease_ms))
-        stub = session_pb2_grpc.SessionStreamStub(channel)
-        self._call = stub.Session(self._requests(), metadata=list(metadata))
+        self._call: Any = open_ring_call(ring_socket, self._requests()) if ring_socket else None
+        if self._call is None and require_ring:
+            raise error_for(grpc.StatusCode.UNAVAILABLE,
+                            f"command ring: the daemon offers none at {ring_socket}")
+        self.carrier = "ring" if self._call is not None else "grpc"
+        if self._call is None:
+            stub = session_pb2_grpc.SessionStreamStub(channel)
+            self._call = stub.Session(self._requests(), metadata=list(metadata))
         self._reader = threading.Thread(target=self._read_loop, name="cubed-stream-reader",
                                         daemon=True)
         self._reader.start()
@@ -221,6 +233,8 @@ class StreamTransport:
                         future.set_exception(e)
         except grpc.RpcError as e:
             error = error_from_rpc(e, "SessionStream")
+        except CubedError as e:  # The command ring's end (cubed_client/_ring.py).
+            error = e
         if error is None:
             error = error_for(grpc.StatusCode.FAILED_PRECONDITION, "the session stream is closed")
         with self._cv:

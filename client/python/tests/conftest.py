@@ -80,10 +80,16 @@ def daemon(request: pytest.FixtureRequest) -> Iterator[Daemon]:
     assert code == 0, f"cubed exited with {code} after SIGTERM:\n{log}"
 
 
-@pytest.fixture(params=["stream", "unary"])
+@pytest.fixture(params=["ring", "grpc", "unary"])
 def client(daemon: Daemon, request: pytest.FixtureRequest) -> Iterator[cubed_client.Client]:
-    with cubed_client.connect(daemon.address, transport=request.param, timeout=30) as c:
-        assert c.transport == request.param
+    """Every test once per transport: the stream over the command ring (the default for a local
+    daemon), the stream over gRPC, and unary calls."""
+    transport = "unary" if request.param == "unary" else "stream"
+    carrier = "ring" if request.param == "ring" else "grpc"
+    with cubed_client.connect(daemon.address, transport=transport, carrier=carrier,
+                              timeout=30) as c:
+        assert c.transport == transport
+        assert c.carrier == carrier
         yield c
 
 

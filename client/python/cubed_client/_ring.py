@@ -1,0 +1,313 @@
+"""The command ring: the session stream through shared memory, for a daemon on this host.
+
+Note [Command ring] in common/shm_ring.h is the layout and the protocol; this is the same in
+Python. The client creates a memfd sealed against shrinking, writes a fresh header, and passes it
+over the daemon's ring socket (the Unix socket's path plus ``.ring``; proto/cubed/v1/ring.proto);
+the daemon answers with three eventfds. SessionRequests then go into the command ring and
+SessionResponses come out of the reply ring, in chunks of an 8-byte header (length, kind and a
+"more" flag) and a payload padded to 8 bytes. The connection stays open for the session's life.
+
+Ordering: every position is an aligned 8-byte word of the shared mapping, written once per
+publish (after the chunk's bytes) and read once per look. Python has no fences of its own, so
+this side rings the daemon's doorbell after every publish instead of reading the daemon's
+waiting word (a read that could be ordered before the publish), and before it sleeps it drains
+its own doorbell, a system call, between setting its waiting word and its last look.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import mmap
+import os
+import select
+import socket
+import struct
+import threading
+from typing import Iterator, List, Optional, Tuple
+
+import grpc
+
+from ._errors import CubedError, error_for, error_from_number
+from ._proto import ring_pb2, session_pb2
+
+MAGIC = 0x474E524445425543  # "CUBEDRNG"
+VERSION = 1
+HEADER_BYTES = 4096
+MORE = 0x100
+REQUEST, REQUESTS_DONE, RESPONSE, END = 1, 2, 3, 4
+# Word indices (8-byte words) and waiting-word indices (4-byte words) of the header.
+_COMMAND_TAIL, _COMMAND_HEAD, _REPLY_TAIL, _REPLY_HEAD = 8, 16, 24, 32
+_CLIENT_REPLY_WAITING, _CLIENT_SPACE_WAITING = 96, 112
+_HEADER = struct.Struct("<II")
+
+
+def ring_socket_path(target: str) -> Optional[str]:
+    """The ring socket of a daemon reached at gRPC target ``target``, or None for TCP."""
+    if target.startswith("unix:"):
+        return target[len("unix:"):] + ".ring"
+    return None
+
+
+def _pad8(n: int) -> int:
+    return (n + 7) & ~7
+
+
+class RingClosed(Exception):
+    """The daemon ended the ring: ``status`` is its end record (code, message), or None when
+    the connection went away without one."""
+
+    def __init__(self, status: Optional[Tuple[int, str]]) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+class Ring:
+    """The client's end of one command ring. ``write`` on one thread, ``read`` on another,
+    ``cancel`` on any."""
+
+    def __init__(self, socket_path: str, capacity: int = 4 << 20, timeout: float = 10.0) -> None:
+        self._cap = capacity
+        size = HEADER_BYTES + 2 * capacity
+        fd = os.memfd_create("cubed-ring", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        try:
+            os.ftruncate(fd, size)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+            self._mmap = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            self._view = memoryview(self._mmap)
+            self._words = self._view[:HEADER_BYTES].cast("Q")
+            self._waiting = self._view[:HEADER_BYTES].cast("I")
+            struct.pack_into("<QIIQQ", self._mmap, 0, MAGIC, VERSION, 0, capacity, capacity)
+            self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                self._sock.settimeout(timeout)
+                self._sock.connect(socket_path)
+                request = ring_pb2.OpenRingRequest(client="cubed-python").SerializeToString()
+                socket.send_fds(self._sock, [request], [fd])
+                answer, fds, _, _ = socket.recv_fds(self._sock, 4096, 4)
+            except OSError as e:
+                self._sock.close()
+                raise error_for(grpc.StatusCode.UNAVAILABLE,
+                                f"ring socket {socket_path}: {e}") from None
+        finally:
+            os.close(fd)  # The mappings keep the memory alive.
+        if not answer and not fds:  # A success may be empty on the wire (every field 0).
+            self._sock.close()
+            raise error_for(grpc.StatusCode.UNAVAILABLE,
+                            f"ring socket {socket_path}: the daemon closed the connection")
+        response = ring_pb2.OpenRingResponse.FromString(answer)
+        if response.code != 0:
+            for f in fds:
+                os.close(f)
+            self._sock.close()
+            raise error_from_number(response.code, response.message, 0)
+        if len(fds) != 3:
+            for f in fds:
+                os.close(f)
+            self._sock.close()
+            raise error_for(grpc.StatusCode.INTERNAL,
+                            f"ring socket: the answer carries {len(fds)} descriptors, not 3")
+        self._sock.setblocking(True)
+        self._daemon_bell, self._reply_bell, self._space_bell = fds
+        self._commands = HEADER_BYTES
+        self._replies = HEADER_BYTES + capacity
+        self._tail = 0  # Command ring: what this side published.
+        self._head = 0  # Reply ring: what this side consumed.
+        self._cancelled = False
+        self._lock = threading.Lock()  # cancel / close against the threads.
+
+    # --- waiting -------------------------------------------------------------------------------
+
+    def _wait(self, bell: int, waiting: int, ready) -> None:  # noqa: ANN001
+        """Sleeps on ``bell`` until ``ready()``; RingClosed when the connection ended."""
+        while True:
+            if self._cancelled:
+                raise RingClosed(None)
+            self._waiting[waiting] = 1
+            try:
+                os.eventfd_read(bell)  # Drains the bell; a system call before the last look.
+            except BlockingIOError:
+                pass
+            if ready():
+                self._waiting[waiting] = 0
+                return
+            r, _, _ = select.select([bell, self._sock], [], [], 1.0)
+            self._waiting[waiting] = 0
+            if ready():
+                return
+            if self._sock in r:  # The daemon sends nothing after its answer: this is its end.
+                raise RingClosed(None)
+
+    def _ring_daemon(self) -> None:
+        try:
+            os.eventfd_write(self._daemon_bell, 1)
+        except OSError:
+            pass
+
+    # --- writing -------------------------------------------------------------------------------
+
+    def write(self, kind: int, payload: bytes) -> None:
+        """Appends one message of ``kind``, waiting for room; RingClosed when the ring ended."""
+        data = memoryview(payload)
+        pos, n_total, first = 0, len(data), True
+        cap, base, view, words = self._cap, self._commands, self._view, self._words
+        while True:
+            head = words[_COMMAND_HEAD]
+            used = self._tail - head
+            if used < 0 or used > cap or head & 7:
+                raise RingClosed((15, "command ring: the daemon's head is out of range"))
+            free = cap - used
+            published = False
+            while (first or pos < n_total) and free >= 8 + (8 if pos < n_total else 0):
+                first = False
+                n = min(n_total - pos, free - 8)
+                more = pos + n < n_total
+                at = self._tail & (cap - 1)
+                _HEADER.pack_into(self._mmap, base + at, n, kind | (MORE if more else 0))
+                at = (self._tail + 8) & (cap - 1)
+                part = min(n, cap - at)
+                view[base + at:base + at + part] = data[pos:pos + part]
+                if part < n:
+                    view[base:base + n - part] = data[pos + part:pos + n]
+                chunk = 8 + _pad8(n)
+                self._tail += chunk
+                free -= chunk
+                pos += n
+                words[_COMMAND_TAIL] = self._tail
+                published = True
+                if not more:
+                    self._ring_daemon()
+                    return
+            if published:
+                self._ring_daemon()
+            self._wait(self._space_bell, _CLIENT_SPACE_WAITING,
+                       lambda: cap - (self._tail - words[_COMMAND_HEAD]) >= 16)
+
+    # --- reading -------------------------------------------------------------------------------
+
+    def read(self, max_bytes: int = 1 << 31) -> Tuple[int, bytes]:
+        """The next whole message of the reply ring as (kind, bytes), waiting for it."""
+        cap, base, view, words = self._cap, self._replies, self._view, self._words
+        parts: List[bytes] = []
+        size, kind = 0, 0
+        while True:
+            tail = words[_REPLY_TAIL]
+            published = tail - self._head
+            if published < 0 or published > cap or tail & 7:
+                raise RingClosed((15, "command ring: the daemon's reply tail is out of range"))
+            if published == 0:
+                self._wait(self._reply_bell, _CLIENT_REPLY_WAITING,
+                           lambda: words[_REPLY_TAIL] != self._head)
+                continue
+            at = self._head & (cap - 1)
+            length, flags = _HEADER.unpack_from(self._mmap, base + at)
+            chunk_kind = flags & 0xFF
+            chunk = 8 + _pad8(length)
+            if flags & ~(0xFF | MORE) or not 1 <= chunk_kind <= 4 or chunk > published or (
+                    parts and chunk_kind != kind) or size + length > max_bytes:
+                raise RingClosed((15, "command ring: a corrupt chunk in the reply ring"))
+            at = (self._head + 8) & (cap - 1)
+            part = min(length, cap - at)
+            piece = bytes(view[base + at:base + at + part])
+            if part < length:
+                piece += bytes(view[base:base + length - part])
+            parts.append(piece)
+            size += length
+            kind = chunk_kind
+            self._head += chunk
+            words[_REPLY_HEAD] = self._head
+            self._ring_daemon()  # It may wait for room for a reply.
+            if not flags & MORE:
+                return kind, parts[0] if len(parts) == 1 else b"".join(parts)
+
+    # --- ending --------------------------------------------------------------------------------
+
+    def cancel(self) -> None:
+        """Ends the ring at once: the daemon ends the stream; waiting threads see RingClosed."""
+        with self._lock:
+            if self._cancelled:
+                return
+            self._cancelled = True
+            try:
+                self._sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            for bell in (self._reply_bell, self._space_bell):
+                os.eventfd_write(bell, 1)
+
+    def close(self) -> None:
+        """Releases this side's descriptors (after both threads are done with the ring)."""
+        self.cancel()
+        self._sock.close()
+        for bell in (self._daemon_bell, self._reply_bell, self._space_bell):
+            os.close(bell)
+
+
+class RingCall:
+    """The command ring in the shape of a gRPC stream-stream call: it sends what ``requests``
+    yields (on a writer thread) and iterates over the SessionResponses; ``cancel()`` ends it.
+    Iteration raises CubedError with the daemon's status when the stream ended with an error."""
+
+    def __init__(self, ring: Ring, requests: Iterator[session_pb2.SessionRequest]) -> None:
+        self._ring = ring
+        self._requests = requests
+        self._users = 2  # The writer thread and the iteration; the last one closes the ring.
+        self._users_lock = threading.Lock()
+        self._writer = threading.Thread(target=self._write_loop, name="cubed-ring-writer",
+                                        daemon=True)
+        self._writer.start()
+
+    def _done_with_ring(self) -> None:
+        with self._users_lock:
+            self._users -= 1
+            last = self._users == 0
+        if last:
+            self._ring.close()
+
+    def _write_loop(self) -> None:
+        try:
+            for request in self._requests:
+                self._ring.write(REQUEST, request.SerializeToString())
+            self._ring.write(REQUESTS_DONE, b"")
+        except RingClosed:
+            pass
+        finally:
+            self._done_with_ring()
+
+    def __iter__(self) -> Iterator[session_pb2.SessionResponse]:
+        try:
+            while True:
+                try:
+                    kind, data = self._ring.read()
+                except RingClosed as e:
+                    if e.status is not None:
+                        raise error_from_number(e.status[0], e.status[1], 0) from None
+                    raise error_for(grpc.StatusCode.UNAVAILABLE,
+                                    "SessionStream: the daemon closed the command ring") from None
+                if kind == RESPONSE:
+                    yield session_pb2.SessionResponse.FromString(data)
+                    continue
+                if kind == END:
+                    end = ring_pb2.RingEnd.FromString(data)
+                    if end.code != 0:
+                        raise error_from_number(end.code, f"SessionStream: {end.message}", 0)
+                    return
+                raise error_for(grpc.StatusCode.DATA_LOSS,
+                                "SessionStream: a request chunk in the reply ring")
+        finally:
+            # The writer ends once the stream's requests end (its generator sees the end).
+            self._ring.cancel()
+            self._done_with_ring()
+
+    def cancel(self) -> None:
+        self._ring.cancel()
+
+
+def open_ring_call(socket_path: str,
+                   requests: Iterator[session_pb2.SessionRequest]) -> Optional[RingCall]:
+    """A RingCall over a new ring with the daemon at ``socket_path``, or None when the daemon
+    offers no ring there (no socket, refused): the caller uses gRPC."""
+    try:
+        ring = Ring(socket_path)
+    except (CubedError, OSError):
+        return None
+    return RingCall(ring, requests)

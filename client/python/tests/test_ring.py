@@ -1,0 +1,65 @@
+"""The command ring from Python (docs/api.md, "The command ring"): a local client's stream goes
+through shared memory by default, messages larger than the ring travel in chunks, the session and
+the ring's mapping end with the client, and a daemon without a ring socket means gRPC."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import cubed_client
+from conftest import Daemon
+
+
+def ring_mappings(pid: int) -> int:
+    with open(f"/proc/{pid}/maps") as f:
+        return sum("memfd:cubed-ring" in line for line in f)
+
+
+def wait_for(predicate, timeout: float = 10.0) -> bool:  # noqa: ANN001
+    until = time.monotonic() + timeout
+    while time.monotonic() < until:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return predicate()
+
+
+def test_a_local_client_uses_the_ring_by_default(daemon: Daemon) -> None:
+    with cubed_client.connect(daemon.address) as c:
+        assert c.transport == "stream"
+        assert c.carrier == "ring"
+        assert ring_mappings(daemon.proc.pid) == 1
+        a = np.arange(1000, dtype=np.float32)
+        np.testing.assert_array_equal(c.read(c.add(c.create(a), 1.0)), a + 1)
+    assert wait_for(lambda: ring_mappings(daemon.proc.pid) == 0), "the ring outlived the client"
+
+
+def test_messages_larger_than_the_ring_travel_in_chunks(daemon: Daemon) -> None:
+    # No staging region: 12 MiB go inline in one SessionRequest, three times the 4 MiB ring.
+    with cubed_client.connect(daemon.address, region_threshold=0) as c:
+        assert c.carrier == "ring"
+        a = np.random.default_rng(7).integers(0, 255, size=12 << 20, dtype=np.uint8)
+        np.testing.assert_array_equal(c.read(c.create(a)), a)
+
+
+def test_errors_end_as_on_grpc(daemon: Daemon) -> None:
+    with cubed_client.connect(daemon.address) as c:
+        with pytest.raises(cubed_client.ResourceExhaustedError):
+            c.create(np.zeros(80 << 20, dtype=np.uint8))  # Over the 64 MiB memory limit.
+            c.sync()
+        np.testing.assert_array_equal(c.read(c.create(np.ones(3))), np.ones(3))
+
+
+def test_the_ring_is_required_only_when_asked(request: pytest.FixtureRequest) -> None:
+    d = Daemon(request.config.getoption("--cubed"), "--command_ring=false")
+    try:
+        with cubed_client.connect(d.address) as c:
+            assert c.carrier == "grpc"
+            np.testing.assert_array_equal(c.read(c.create(np.ones(4))), np.ones(4))
+        with pytest.raises(cubed_client.UnavailableError):
+            cubed_client.connect(d.address, carrier="ring")
+    finally:
+        assert d.close() == 0
