@@ -32,11 +32,11 @@ constexpr int Op(ReduceOp op) { return static_cast<int>(op); }
 
 constexpr KernelDef Unary(absl::string_view name, DtypeMask dtypes, UnaryOp op) {
   return {name, 2,     kInOut, dtypes, ShapeRule::kSame, OutType::kDtype,
-          0,    false, true,   Op(op), RunUnary};
+          0,    false, true,   false,  Op(op),           RunUnary};
 }
 constexpr KernelDef Binary(absl::string_view name, DtypeMask dtypes, BinaryOp op) {
-  return {name,  3,    kBinary, dtypes,   ShapeRule::kBroadcast, OutType::kDtype, 0,
-          false, true, Op(op),  RunBinary};
+  return {name, 3,     kBinary, dtypes,   ShapeRule::kBroadcast, OutType::kDtype, 0, false,
+          true, false, Op(op),  RunBinary};
 }
 constexpr KernelDef Reduce(absl::string_view name, DtypeMask dtypes, ReduceOp op) {
   return {name,
@@ -48,26 +48,29 @@ constexpr KernelDef Reduce(absl::string_view name, DtypeMask dtypes, ReduceOp op
           1,
           false,
           false,
+          op == ReduceOp::kMax || op == ReduceOp::kMin || op == ReduceOp::kArgmax,
           Op(op),
           RunReduce};
 }
 
 // Sorted by name. "max" and "min" appear twice: elementwise with 3 buffers, reductions with 2.
 // Columns: name, buffers, buffer names, dtypes, shape rule, output type, min rank, fill scalar,
-// in place, op, implementation.
+// in place, non-empty axis, op, implementation.
 constexpr KernelDef kKernels[] = {
     Unary("abs", kSignedTypes, UnaryOp::kAbs),
     Binary("add", kAllTypes, BinaryOp::kAdd),
     Reduce("argmax", kAllTypes, ReduceOp::kArgmax),
-    {"cast", 2, kInOut, kAllTypes, ShapeRule::kSame, OutType::kOutDtype, 0, false, true, 0,
+    {"cast", 2, kInOut, kAllTypes, ShapeRule::kSame, OutType::kOutDtype, 0, false, true, false, 0,
      RunCast},
-    {"copy", 2, kInOut, kAllTypes, ShapeRule::kSame, OutType::kDtype, 0, false, true, 0, RunCopy},
+    {"copy", 2, kInOut, kAllTypes, ShapeRule::kSame, OutType::kDtype, 0, false, true, false, 0,
+     RunCopy},
     Binary("div", kAllTypes, BinaryOp::kDiv),
     Unary("exp", kFloatTypes, UnaryOp::kExp),
-    {"fill", 1, kOut, kAllTypes, ShapeRule::kAny, OutType::kDtype, 0, true, false, 0, RunFill},
+    {"fill", 1, kOut, kAllTypes, ShapeRule::kAny, OutType::kDtype, 0, true, false, false, 0,
+     RunFill},
     Unary("log", kFloatTypes, UnaryOp::kLog),
-    {"matmul", 3, kMatmul, kAllTypes, ShapeRule::kMatmul, OutType::kDtype, 2, false, false, 0,
-     RunMatmul},
+    {"matmul", 3, kMatmul, kAllTypes, ShapeRule::kMatmul, OutType::kDtype, 2, false, false, false,
+     0, RunMatmul},
     Reduce("max", kAllTypes, ReduceOp::kMax),
     Binary("max", kAllTypes, BinaryOp::kMax),
     Reduce("mean", kFloatTypes, ReduceOp::kMean),
@@ -78,7 +81,7 @@ constexpr KernelDef kKernels[] = {
     Binary("pow", kFloatTypes, BinaryOp::kPow),
     Unary("relu", kSignedTypes, UnaryOp::kRelu),
     Unary("sigmoid", kFloatTypes, UnaryOp::kSigmoid),
-    {"softmax", 2, kInOut, kFloatTypes, ShapeRule::kSame, OutType::kDtype, 1, false, true, 0,
+    {"softmax", 2, kInOut, kFloatTypes, ShapeRule::kSame, OutType::kDtype, 1, false, true, false, 0,
      RunSoftmax},
     Unary("sqrt", kFloatTypes, UnaryOp::kSqrt),
     Binary("sub", kAllTypes, BinaryOp::kSub),

@@ -52,9 +52,11 @@ struct KernelDef {
   DtypeMask dtypes;
   ShapeRule shape_rule;
   OutType out_type;
-  uint32_t min_rank;       // Of every tensor: 1 for reductions and softmax, 2 for matmul.
-  bool takes_fill_scalar;  // Exactly one scalar group of the dtype, holding one value.
-  bool in_place;           // The output may be an input's memory, with an identical layout.
+  uint32_t min_rank;         // Of every tensor: 1 for reductions and softmax, 2 for matmul.
+  bool takes_fill_scalar;    // Exactly one scalar group of the dtype, holding one value.
+  bool in_place;             // The output may be an input's memory, with an identical layout.
+  bool needs_nonempty_axis;  // Reductions of no identity (max, min, argmax): the axis may be
+                             // empty only when the output is.
   int op;
   absl::Status (*run)(const KernelArgs& args);
 };

@@ -7,7 +7,6 @@
 #include "absl/strings/str_join.h"
 #include "common/checked_math.h"
 #include "common/status_macros.h"
-#include "kernels/reduce.h"
 
 namespace cubed::kernels {
 namespace {
@@ -111,9 +110,7 @@ absl::Status CheckReduce(const KernelDef& def, const BuiltinCall& call, const Te
           out.shape[d], ", must be ", want));
     }
   }
-  const auto op = static_cast<ReduceOp>(def.op);
-  if (in.shape[call.axis] == 0 && out.NumElements() > 0 &&
-      (op == ReduceOp::kMax || op == ReduceOp::kMin || op == ReduceOp::kArgmax)) {
+  if (def.needs_nonempty_axis && in.shape[call.axis] == 0 && out.NumElements() > 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(Prefix(def), "cannot reduce axis ", call.axis, " of size 0 (in shape ",
                      FormatDims(in, in.shape), "): ", def.name, " of no elements is undefined"));
