@@ -11,6 +11,7 @@
 #include "kernels/builtin.h"
 #include "kernels/elementwise.h"
 #include "kernels/fill_copy_cast.h"
+#include "kernels/host_buffers.h"
 #include "kernels/kernel_def.h"
 #include "kernels/matmul.h"
 #include "kernels/reduce.h"
