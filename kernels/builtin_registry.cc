@@ -1,7 +1,7 @@
 // The builtin kernel catalogue: every builtin kernel, listed explicitly (no static
 // self-registration), with the rules a call must follow, and the entry points of builtin.h on top
-// of it. Each backend implements every row: kernels/cpu_registry.cc, kernels/cuda/
-// builtin_catalog.cc.
+// of it. Each backend implements every row: kernels/cpu/cpu_registry.cc,
+// kernels/cuda/builtin_catalog.cc.
 
 #include <algorithm>
 #include <iterator>

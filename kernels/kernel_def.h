@@ -2,8 +2,9 @@
 
 // How one builtin kernel is specified in the catalogue (builtin_registry.cc): its buffers,
 // element types, shape rule and the other rules validation checks. Backend-neutral: each backend
-// lists its own implementation of every row (the CPU table, the CUDA catalogue). For the kernels
-// libraries, not for their callers (kernels/builtin.h is the entry point).
+// lists its own implementation of every row (kernels/cpu/cpu_registry.cc,
+// kernels/cuda/builtin_catalog.cc). For the kernel libraries, not for their callers
+// (kernels/builtin.h is the entry point).
 
 #include <array>
 #include <cstddef>

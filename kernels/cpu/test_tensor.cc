@@ -1,4 +1,4 @@
-#include "kernels/test_tensor.h"
+#include "kernels/cpu/test_tensor.h"
 
 #include <algorithm>
 #include <cmath>

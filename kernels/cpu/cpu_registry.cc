@@ -1,21 +1,22 @@
-// The CPU table: every builtin of the catalogue (builtin_registry.cc) with the CPU function that
-// runs it, listed explicitly in the catalogue's order, and RunBuiltinCpu on top of both.
+// The CPU table: every builtin of the catalogue (kernels/builtin_registry.cc) with the CPU function
+// that runs it, listed explicitly in the catalogue's order, and RunBuiltinCpu on top of both.
 
-#include "kernels/cpu_registry.h"
+#include "kernels/cpu/cpu_registry.h"
 
 #include <iterator>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "kernels/binary.h"
 #include "kernels/builtin.h"
-#include "kernels/elementwise.h"
-#include "kernels/fill_copy_cast.h"
-#include "kernels/host_buffers.h"
-#include "kernels/matmul.h"
-#include "kernels/reduce.h"
-#include "kernels/softmax.h"
+#include "kernels/cpu/binary.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/fill_copy_cast.h"
+#include "kernels/cpu/host_buffers.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/reduce.h"
+#include "kernels/cpu/softmax.h"
 #include "kernels/validate.h"
 
 namespace cubed::kernels {
@@ -31,8 +32,8 @@ constexpr CpuKernel Reduce(absl::string_view name, ReduceOp op) {
   return {name, 2, RunReduce, static_cast<int>(op)};
 }
 
-// One row per row of kKernels in builtin_registry.cc, in the same order (CpuRegistryTest checks).
-// Columns: name, buffers, implementation, op.
+// One row per row of kKernels in kernels/builtin_registry.cc, in the same order (CpuRegistryTest
+// checks). Columns: name, buffers, implementation, op.
 constexpr CpuKernel kCpuKernels[] = {
     Unary("abs", UnaryOp::kAbs),
     Binary("add", BinaryOp::kAdd),

@@ -1,7 +1,7 @@
 #pragma once
 
 // Test helpers for the CPU kernels: host tensors in several layouts with their own storage, and a
-// one-call way to run a builtin kernel on them. The calls themselves: builtin_test_util.h.
+// one-call way to run a builtin kernel on them. The calls themselves: kernels/builtin_test_util.h.
 
 #include <cstdint>
 #include <cstring>
@@ -14,6 +14,7 @@
 #include "common/kernel_metadata.h"
 #include "kernels/builtin.h"
 #include "kernels/builtin_test_util.h"
+#include "kernels/cpu/cpu_kernels.h"
 
 namespace cubed::kernels::testing {
 

@@ -1,4 +1,4 @@
-#include "kernels/host_buffers.h"
+#include "kernels/cpu/host_buffers.h"
 
 #include <array>
 #include <cstdint>

@@ -1,7 +1,8 @@
 #pragma once
 
-// The CPU table: which CPU function runs each builtin kernel of the catalogue (kernel_def.h), with
-// which operation. RunBuiltinCpu (builtin.h) looks a call up in both.
+// The CPU table: which CPU function runs each builtin kernel of the catalogue
+// (kernels/kernel_def.h), and with which operation. RunBuiltinCpu (cpu_kernels.h) looks a call up
+// in both.
 
 #include <cstdint>
 
@@ -9,7 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "kernels/kernel_args.h"
+#include "kernels/cpu/kernel_args.h"
 #include "kernels/kernel_def.h"
 
 namespace cubed::kernels {

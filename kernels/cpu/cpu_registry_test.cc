@@ -1,4 +1,4 @@
-#include "kernels/cpu_registry.h"
+#include "kernels/cpu/cpu_registry.h"
 
 #include "gtest/gtest.h"
 #include "kernels/kernel_def.h"

@@ -7,6 +7,7 @@
 #include "absl/types/span.h"
 #include "common/kernel_metadata.h"
 #include "kernels/builtin.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/kernel_def.h"
 
 namespace cubed::kernels {

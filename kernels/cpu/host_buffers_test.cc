@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "kernels/builtin.h"
 #include "kernels/builtin_test_util.h"
+#include "kernels/cpu/cpu_kernels.h"
 
 namespace cubed::kernels::testing {
 namespace {

@@ -8,6 +8,7 @@
 #include "absl/types/span.h"
 #include "common/kernel_metadata.h"
 #include "kernels/builtin.h"
+#include "kernels/cpu/cpu_kernels.h"
 
 namespace cubed::kernels {
 
