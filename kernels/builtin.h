@@ -1,8 +1,10 @@
 #pragma once
 
-// The builtin kernel library: named kernels every backend implements, checked against their
-// bindings before they run. This header is the CPU entry point; docs/kernel-abi.md lists every
-// kernel with its buffers, scalars and element types.
+// The builtin kernels: named kernels every backend implements, checked against their bindings
+// before they run. This header is the backend-neutral entry point (the calls, their names and
+// their validation); kernels/cpu/cpu_kernels.h runs them on the host and kernels/cuda/
+// cuda_kernels.h compiles them for a GPU. docs/kernel-abi.md lists every kernel with its buffers,
+// scalars and element types.
 
 #include <cstdint>
 #include <string>
@@ -14,12 +16,6 @@
 #include "common/elem_type.h"
 
 namespace cubed::kernels {
-
-// One buffer binding resolved to host memory (offsets already applied).
-struct HostBuffer {
-  uint8_t* data = nullptr;
-  uint64_t size_bytes = 0;
-};
 
 // All scalars of one element type, packed little-endian, ElemSize(elem) bytes each.
 struct ScalarGroup {
@@ -45,12 +41,5 @@ std::vector<std::string> BuiltinKernelNames();
 // that every tensor's strided extent fits in its buffer (INVALID_ARGUMENT naming which).
 // `buffer_bytes` holds the size of each bound buffer.
 absl::Status ValidateBuiltin(const BuiltinCall& call, absl::Span<const uint64_t> buffer_bytes);
-
-// Validates (as above) and runs the call on the host, in parallel across the machine's cores.
-// Returns when the outputs are written. Also INVALID_ARGUMENT when a buffer's address is not a
-// multiple of its element size, or when the output overlaps an input other than exactly (same
-// memory and layout) for an in-place elementwise kernel. Thread-safe; usually called on a
-// device's server-loop thread.
-absl::Status RunBuiltinCpu(const BuiltinCall& call, absl::Span<const HostBuffer> buffers);
 
 }  // namespace cubed::kernels

@@ -1,20 +1,16 @@
-// The builtin kernel table: every kernel the CPU backend runs, listed explicitly (no static
-// self-registration), and the entry points of builtin.h on top of it.
+// The builtin kernel catalogue: every builtin kernel, listed explicitly (no static
+// self-registration), with the rules a call must follow, and the entry points of builtin.h on top
+// of it. Each backend implements every row: kernels/cpu/cpu_registry.cc,
+// kernels/cuda/builtin_catalog.cc.
 
 #include <algorithm>
 #include <iterator>
+#include <type_traits>
 
-#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "kernels/binary.h"
 #include "kernels/builtin.h"
-#include "kernels/elementwise.h"
-#include "kernels/fill_copy_cast.h"
 #include "kernels/kernel_def.h"
-#include "kernels/matmul.h"
-#include "kernels/reduce.h"
-#include "kernels/softmax.h"
 #include "kernels/validate.h"
 
 namespace cubed::kernels {
@@ -24,66 +20,52 @@ constexpr std::array<absl::string_view, 3> kOut = {"out"};
 constexpr std::array<absl::string_view, 3> kInOut = {"in", "out"};
 constexpr std::array<absl::string_view, 3> kBinary = {"lhs", "rhs", "out"};
 constexpr std::array<absl::string_view, 3> kMatmul = {"a", "b", "out"};
-constexpr DtypeMask kI64Mask = DtypeBit(ElemType::kI64);
 
-constexpr int Op(UnaryOp op) { return static_cast<int>(op); }
-constexpr int Op(BinaryOp op) { return static_cast<int>(op); }
-constexpr int Op(ReduceOp op) { return static_cast<int>(op); }
-
-constexpr KernelDef Unary(absl::string_view name, DtypeMask dtypes, UnaryOp op) {
-  return {name, 2,     kInOut, dtypes, ShapeRule::kSame, OutType::kDtype,
-          0,    false, true,   Op(op), RunUnary};
+constexpr KernelDef Unary(absl::string_view name, DtypeMask dtypes) {
+  return {name, 2, kInOut, dtypes, ShapeRule::kSame, OutType::kDtype, 0, false, true, false};
 }
-constexpr KernelDef Binary(absl::string_view name, DtypeMask dtypes, BinaryOp op) {
-  return {name,  3,    kBinary, dtypes,   ShapeRule::kBroadcast, OutType::kDtype, 0,
-          false, true, Op(op),  RunBinary};
+constexpr KernelDef Binary(absl::string_view name, DtypeMask dtypes) {
+  return {name, 3, kBinary, dtypes, ShapeRule::kBroadcast, OutType::kDtype, 0, false, true, false};
 }
-constexpr KernelDef Reduce(absl::string_view name, DtypeMask dtypes, ReduceOp op) {
-  return {name,
-          2,
-          kInOut,
-          dtypes,
-          ShapeRule::kReduce,
-          op == ReduceOp::kArgmax ? OutType::kI64 : OutType::kDtype,
-          1,
-          false,
-          false,
-          Op(op),
-          RunReduce};
+// Sum and mean of no elements are defined (0, NaN); max, min and argmax of none are not, so their
+// axis must not be empty.
+constexpr bool kMayBeEmpty = false;
+constexpr bool kNonEmpty = true;
+constexpr KernelDef Reduce(absl::string_view name, DtypeMask dtypes, OutType out_type,
+                           bool needs_nonempty_axis) {
+  return {name,     2, kInOut, dtypes, ShapeRule::kReduce,
+          out_type, 1, false,  false,  needs_nonempty_axis};
 }
 
-// Sorted by name. "max" and "min" appear twice: elementwise with 3 buffers, reductions with 2.
+// Sorted by name. "max" and "min" appear twice: reductions with 2 buffers, elementwise with 3.
 // Columns: name, buffers, buffer names, dtypes, shape rule, output type, min rank, fill scalar,
-// in place, op, implementation.
+// in place, non-empty axis.
 constexpr KernelDef kKernels[] = {
-    Unary("abs", kSignedTypes, UnaryOp::kAbs),
-    Binary("add", kAllTypes, BinaryOp::kAdd),
-    Reduce("argmax", kAllTypes, ReduceOp::kArgmax),
-    {"cast", 2, kInOut, kAllTypes, ShapeRule::kSame, OutType::kOutDtype, 0, false, true, 0,
-     RunCast},
-    {"copy", 2, kInOut, kAllTypes, ShapeRule::kSame, OutType::kDtype, 0, false, true, 0, RunCopy},
-    Binary("div", kAllTypes, BinaryOp::kDiv),
-    Unary("exp", kFloatTypes, UnaryOp::kExp),
-    {"fill", 1, kOut, kAllTypes, ShapeRule::kAny, OutType::kDtype, 0, true, false, 0, RunFill},
-    Unary("log", kFloatTypes, UnaryOp::kLog),
-    {"matmul", 3, kMatmul, kAllTypes, ShapeRule::kMatmul, OutType::kDtype, 2, false, false, 0,
-     RunMatmul},
-    Reduce("max", kAllTypes, ReduceOp::kMax),
-    Binary("max", kAllTypes, BinaryOp::kMax),
-    Reduce("mean", kFloatTypes, ReduceOp::kMean),
-    Reduce("min", kAllTypes, ReduceOp::kMin),
-    Binary("min", kAllTypes, BinaryOp::kMin),
-    Binary("mul", kAllTypes, BinaryOp::kMul),
-    Unary("neg", kSignedTypes, UnaryOp::kNeg),
-    Binary("pow", kFloatTypes, BinaryOp::kPow),
-    Unary("relu", kSignedTypes, UnaryOp::kRelu),
-    Unary("sigmoid", kFloatTypes, UnaryOp::kSigmoid),
-    {"softmax", 2, kInOut, kFloatTypes, ShapeRule::kSame, OutType::kDtype, 1, false, true, 0,
-     RunSoftmax},
-    Unary("sqrt", kFloatTypes, UnaryOp::kSqrt),
-    Binary("sub", kAllTypes, BinaryOp::kSub),
-    Reduce("sum", kAllTypes, ReduceOp::kSum),
-    Unary("tanh", kFloatTypes, UnaryOp::kTanh),
+    Unary("abs", kSignedTypes),
+    Binary("add", kAllTypes),
+    Reduce("argmax", kAllTypes, OutType::kI64, kNonEmpty),
+    {"cast", 2, kInOut, kAllTypes, ShapeRule::kSame, OutType::kOutDtype, 0, false, true, false},
+    {"copy", 2, kInOut, kAllTypes, ShapeRule::kSame, OutType::kDtype, 0, false, true, false},
+    Binary("div", kAllTypes),
+    Unary("exp", kFloatTypes),
+    {"fill", 1, kOut, kAllTypes, ShapeRule::kAny, OutType::kDtype, 0, true, false, false},
+    Unary("log", kFloatTypes),
+    {"matmul", 3, kMatmul, kAllTypes, ShapeRule::kMatmul, OutType::kDtype, 2, false, false, false},
+    Reduce("max", kAllTypes, OutType::kDtype, kNonEmpty),
+    Binary("max", kAllTypes),
+    Reduce("mean", kFloatTypes, OutType::kDtype, kMayBeEmpty),
+    Reduce("min", kAllTypes, OutType::kDtype, kNonEmpty),
+    Binary("min", kAllTypes),
+    Binary("mul", kAllTypes),
+    Unary("neg", kSignedTypes),
+    Binary("pow", kFloatTypes),
+    Unary("relu", kSignedTypes),
+    Unary("sigmoid", kFloatTypes),
+    {"softmax", 2, kInOut, kFloatTypes, ShapeRule::kSame, OutType::kDtype, 1, false, true, false},
+    Unary("sqrt", kFloatTypes),
+    Binary("sub", kAllTypes),
+    Reduce("sum", kAllTypes, OutType::kDtype, kMayBeEmpty),
+    Unary("tanh", kFloatTypes),
 };
 
 std::string BufferList(const KernelDef& def) {
@@ -94,8 +76,10 @@ std::string BufferList(const KernelDef& def) {
   return s;
 }
 
-// The entry for `name` taking `num_buffers` buffers. NOT_FOUND for an unknown name,
-// INVALID_ARGUMENT naming the expected buffers for a wrong count.
+}  // namespace
+
+absl::Span<const KernelDef> BuiltinKernelDefs() { return kKernels; }
+
 absl::StatusOr<const KernelDef*> FindKernel(absl::string_view name, size_t num_buffers) {
   const auto range = std::equal_range(
       std::begin(kKernels), std::end(kKernels), name, [](const auto& x, const auto& y) {
@@ -118,8 +102,6 @@ absl::StatusOr<const KernelDef*> FindKernel(absl::string_view name, size_t num_b
   return absl::InvalidArgumentError(
       absl::StrCat("kernel '", name, "' takes ", expected, ", got ", num_buffers));
 }
-
-}  // namespace
 
 ElemType BufferElemType(const KernelDef& def, const BuiltinCall& call, uint32_t index) {
   if (index + 1 < def.num_buffers) return call.dtype;
@@ -145,15 +127,6 @@ std::vector<std::string> BuiltinKernelNames() {
 absl::Status ValidateBuiltin(const BuiltinCall& call, absl::Span<const uint64_t> buffer_bytes) {
   ASSIGN_OR_RETURN(const KernelDef* def, FindKernel(call.name, buffer_bytes.size()));
   return ValidateCall(*def, call, buffer_bytes).status();
-}
-
-absl::Status RunBuiltinCpu(const BuiltinCall& call, absl::Span<const HostBuffer> buffers) {
-  ASSIGN_OR_RETURN(const KernelDef* def, FindKernel(call.name, buffers.size()));
-  absl::InlinedVector<uint64_t, 3> sizes;
-  for (const HostBuffer& b : buffers) sizes.push_back(b.size_bytes);
-  ASSIGN_OR_RETURN(const KernelMetadata meta, ValidateCall(*def, call, sizes));
-  RETURN_IF_ERROR(CheckHostBuffers(*def, call, meta, buffers));
-  return def->run(KernelArgs{call, meta, buffers, def->op});
 }
 
 }  // namespace cubed::kernels

@@ -1,16 +1,19 @@
 #pragma once
 
-// How one builtin kernel is described in the registry table (builtin_registry.cc): its buffers,
-// element types, shape rule and CPU implementation. Internal to the kernels library.
+// How one builtin kernel is specified in the catalogue (builtin_registry.cc): its buffers,
+// element types, shape rule and the other rules validation checks. Backend-neutral: each backend
+// lists its own implementation of every row (kernels/cpu/cpu_registry.cc,
+// kernels/cuda/builtin_catalog.cc). For the kernel libraries, not for their callers
+// (kernels/builtin.h is the entry point).
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 
-#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/elem_type.h"
-#include "common/kernel_metadata.h"
 #include "kernels/builtin.h"
 
 namespace cubed::kernels {
@@ -35,16 +38,7 @@ enum class ShapeRule : uint8_t {
 // Element type of the output (the last buffer); inputs always have the call's dtype.
 enum class OutType : uint8_t { kDtype, kOutDtype, kI64 };
 
-// Everything a CPU implementation gets once the call validated. `op` is the table entry's
-// family-specific operation (e.g. a UnaryOp value).
-struct KernelArgs {
-  const BuiltinCall& call;
-  const KernelMetadata& meta;
-  absl::Span<const HostBuffer> buffers;
-  int op;
-};
-
-// One row of the registry table.
+// One row of the catalogue: a builtin kernel is its name and buffer count.
 struct KernelDef {
   absl::string_view name;
   uint32_t num_buffers;
@@ -52,20 +46,22 @@ struct KernelDef {
   DtypeMask dtypes;
   ShapeRule shape_rule;
   OutType out_type;
-  uint32_t min_rank;       // Of every tensor: 1 for reductions and softmax, 2 for matmul.
-  bool takes_fill_scalar;  // Exactly one scalar group of the dtype, holding one value.
-  bool in_place;           // The output may be an input's memory, with an identical layout.
-  int op;
-  absl::Status (*run)(const KernelArgs& args);
+  uint32_t min_rank;         // Of every tensor: 1 for reductions and softmax, 2 for matmul.
+  bool takes_fill_scalar;    // Exactly one scalar group of the dtype, holding one value.
+  bool in_place;             // The output may be an input's memory, with an identical layout.
+  bool needs_nonempty_axis;  // Reductions of no identity (max, min, argmax): the axis may be
+                             // empty only when the output is.
 };
+
+// Every row of the catalogue, sorted by name, a name's rows by buffer count ("max" and "min" are
+// reductions with 2 buffers and elementwise with 3). Static; never changes.
+absl::Span<const KernelDef> BuiltinKernelDefs();
+
+// The row of builtin `name` taking `num_buffers` buffers, a row of BuiltinKernelDefs(). NOT_FOUND
+// for an unknown name, INVALID_ARGUMENT naming the expected buffers for a wrong count.
+absl::StatusOr<const KernelDef*> FindKernel(absl::string_view name, size_t num_buffers);
 
 // Element type of buffer `index` of a call to `def`.
 ElemType BufferElemType(const KernelDef& def, const BuiltinCall& call, uint32_t index);
-
-// Typed view of buffer `index`; the data pointer is aligned for T (checked before running).
-template <typename T>
-T* BufferAs(const KernelArgs& args, uint32_t index) {
-  return reinterpret_cast<T*>(args.buffers[index].data);
-}
 
 }  // namespace cubed::kernels

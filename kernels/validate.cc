@@ -7,16 +7,9 @@
 #include "absl/strings/str_join.h"
 #include "common/checked_math.h"
 #include "common/status_macros.h"
-#include "kernels/reduce.h"
 
 namespace cubed::kernels {
 namespace {
-
-std::string Prefix(const KernelDef& def) { return absl::StrCat("kernel '", def.name, "': "); }
-
-std::string BufferLabel(const KernelDef& def, uint32_t i) {
-  return absl::StrCat("buffer ", i, " (", def.buffer_names[i], ")");
-}
 
 std::string Describe(const TensorLayout& t) {
   return absl::StrCat("shape ", FormatDims(t, t.shape), ", strides ", FormatDims(t, t.strides));
@@ -36,13 +29,14 @@ absl::Status CheckScalars(const KernelDef& def, const BuiltinCall& call) {
   }
   const ScalarGroup& g = call.scalars[0];
   if (g.elem != call.dtype) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Prefix(def), "the scalar group is ", ElemTypeName(g.elem), " but the dtype is ", dtype));
+    return absl::InvalidArgumentError(absl::StrCat(ErrorPrefix(def), "the scalar group is ",
+                                                   ElemTypeName(g.elem), " but the dtype is ",
+                                                   dtype));
   }
   if (g.bytes.size() != ElemSize(call.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        Prefix(def), "the scalar group holds ", g.bytes.size(), " bytes, expected exactly one ",
-        dtype, " value (", ElemSize(call.dtype), " bytes)"));
+        ErrorPrefix(def), "the scalar group holds ", g.bytes.size(),
+        " bytes, expected exactly one ", dtype, " value (", ElemSize(call.dtype), " bytes)"));
   }
   return absl::OkStatus();
 }
@@ -54,16 +48,17 @@ absl::Status CheckFits(const KernelDef& def, const KernelMetadata& meta, uint32_
   const uint64_t span = t.SpanElements();
   const std::optional<uint64_t> need = CheckedMul(span, es);
   if (!need || *need > bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Prefix(def), BufferLabel(def, i), " holds ", bytes, " bytes, but its layout (",
-                     Describe(t), ") spans ", span, " ", ElemTypeName(type), " elements = ",
-                     need ? absl::StrCat(*need, " bytes") : std::string("more than 2^64 bytes")));
+    return absl::InvalidArgumentError(absl::StrCat(
+        ErrorPrefix(def), BufferLabel(def, i), " holds ", bytes, " bytes, but its layout (",
+        Describe(t), ") spans ", span, " ", ElemTypeName(type), " elements = ",
+        need ? absl::StrCat(*need, " bytes") : std::string("more than 2^64 bytes")));
   }
   const uint64_t declared = uint64_t{meta.buffer_len[i]} * es;  // u32 * 8 cannot overflow.
   if (declared > bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Prefix(def), BufferLabel(def, i), " holds ", bytes, " bytes, but metadata buffer_len is ",
-        meta.buffer_len[i], " ", ElemTypeName(type), " elements = ", declared, " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(ErrorPrefix(def), BufferLabel(def, i), " holds ",
+                                                   bytes, " bytes, but metadata buffer_len is ",
+                                                   meta.buffer_len[i], " ", ElemTypeName(type),
+                                                   " elements = ", declared, " bytes"));
   }
   return absl::OkStatus();
 }
@@ -74,10 +69,10 @@ absl::Status CheckBroadcast(const KernelDef& def, uint32_t in_index, const Tenso
   for (uint32_t d = 0; d < count; ++d) {
     if (in.shape[d] != out.shape[d] && in.shape[d] != 1) {
       return absl::InvalidArgumentError(
-          absl::StrCat(Prefix(def), def.buffer_names[in_index], " shape ", FormatDims(in, in.shape),
-                       " does not broadcast to ", def.buffer_names[def.num_buffers - 1], " shape ",
-                       FormatDims(out, out.shape), ": dim ", d, " is ", in.shape[d], ", must be ",
-                       out.shape[d], " or 1"));
+          absl::StrCat(ErrorPrefix(def), def.buffer_names[in_index], " shape ",
+                       FormatDims(in, in.shape), " does not broadcast to ",
+                       def.buffer_names[def.num_buffers - 1], " shape ", FormatDims(out, out.shape),
+                       ": dim ", d, " is ", in.shape[d], ", must be ", out.shape[d], " or 1"));
     }
   }
   return absl::OkStatus();
@@ -88,7 +83,7 @@ absl::Status CheckSameRank(const KernelDef& def, const KernelMetadata& meta) {
   for (uint32_t i = 0; i < out; ++i) {
     if (meta.tensors[i].rank != meta.tensors[out].rank) {
       return absl::InvalidArgumentError(absl::StrCat(
-          Prefix(def), def.buffer_names[i], " has rank ", meta.tensors[i].rank, " but ",
+          ErrorPrefix(def), def.buffer_names[i], " has rank ", meta.tensors[i].rank, " but ",
           def.buffer_names[out], " has rank ", meta.tensors[out].rank, "; ranks must be equal",
           def.shape_rule == ShapeRule::kBroadcast ? " (broadcast with size-1 dims)" : ""));
     }
@@ -99,23 +94,21 @@ absl::Status CheckSameRank(const KernelDef& def, const KernelMetadata& meta) {
 absl::Status CheckReduce(const KernelDef& def, const BuiltinCall& call, const TensorLayout& in,
                          const TensorLayout& out) {
   if (call.axis >= in.rank) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Prefix(def), "axis ", call.axis, " is out of range for in of rank ", in.rank));
+    return absl::InvalidArgumentError(absl::StrCat(ErrorPrefix(def), "axis ", call.axis,
+                                                   " is out of range for in of rank ", in.rank));
   }
   for (uint32_t d = 0; d < in.rank; ++d) {
     const uint64_t want = d == call.axis ? 1 : in.shape[d];
     if (out.shape[d] != want) {
       return absl::InvalidArgumentError(absl::StrCat(
-          Prefix(def), "out shape ", FormatDims(out, out.shape), " does not match in shape ",
+          ErrorPrefix(def), "out shape ", FormatDims(out, out.shape), " does not match in shape ",
           FormatDims(in, in.shape), " reduced along axis ", call.axis, ": out dim ", d, " is ",
           out.shape[d], ", must be ", want));
     }
   }
-  const auto op = static_cast<ReduceOp>(def.op);
-  if (in.shape[call.axis] == 0 && out.NumElements() > 0 &&
-      (op == ReduceOp::kMax || op == ReduceOp::kMin || op == ReduceOp::kArgmax)) {
+  if (def.needs_nonempty_axis && in.shape[call.axis] == 0 && out.NumElements() > 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(Prefix(def), "cannot reduce axis ", call.axis, " of size 0 (in shape ",
+        absl::StrCat(ErrorPrefix(def), "cannot reduce axis ", call.axis, " of size 0 (in shape ",
                      FormatDims(in, in.shape), "): ", def.name, " of no elements is undefined"));
   }
   return absl::OkStatus();
@@ -126,14 +119,15 @@ absl::Status CheckMatmul(const KernelDef& def, const TensorLayout& a, const Tens
   const uint32_t r = c.rank;
   const uint64_t m = a.shape[r - 2], k = a.shape[r - 1], k2 = b.shape[r - 2], n = b.shape[r - 1];
   if (k != k2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Prefix(def), "a shape ", FormatDims(a, a.shape), " and b shape ", FormatDims(b, b.shape),
-        " do not chain: a dim ", r - 1, " (K = ", k, ") must equal b dim ", r - 2, " (", k2, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(ErrorPrefix(def), "a shape ", FormatDims(a, a.shape), " and b shape ",
+                     FormatDims(b, b.shape), " do not chain: a dim ", r - 1, " (K = ", k,
+                     ") must equal b dim ", r - 2, " (", k2, ")"));
   }
   if (c.shape[r - 2] != m || c.shape[r - 1] != n) {
     return absl::InvalidArgumentError(absl::StrCat(
-        Prefix(def), "out shape ", FormatDims(c, c.shape), " must end in [M, N] = [", m, ", ", n,
-        "] for a shape ", FormatDims(a, a.shape), " and b shape ", FormatDims(b, b.shape)));
+        ErrorPrefix(def), "out shape ", FormatDims(c, c.shape), " must end in [M, N] = [", m, ", ",
+        n, "] for a shape ", FormatDims(a, a.shape), " and b shape ", FormatDims(b, b.shape)));
   }
   RETURN_IF_ERROR(CheckBroadcast(def, 0, a, c, r - 2));
   return CheckBroadcast(def, 1, b, c, r - 2);
@@ -152,7 +146,7 @@ absl::Status CheckReduceWork(const KernelDef& def, const BuiltinCall& call,
   const uint64_t out = meta.tensors[1].NumElements();
   if (claimed <= std::max(held, out)) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
-      Prefix(def), BufferLabel(def, 0), " (", Describe(in), ") claims ", claimed,
+      ErrorPrefix(def), BufferLabel(def, 0), " (", Describe(in), ") claims ", claimed,
       " elements, but its buffer holds ", held, " ", ElemTypeName(call.dtype), " elements and ",
       def.buffer_names[1], " has ", out,
       "; a reduction's input may claim at most max(buffer "
@@ -189,7 +183,7 @@ absl::Status CheckMatmulWork(const KernelDef& def, const BuiltinCall& call,
     const bool from_b = b.shape[d] == c.shape[d] && b.strides[d] != 0;
     if (from_a || from_b) continue;
     return absl::InvalidArgumentError(absl::StrCat(
-        Prefix(def), "out batch dim ", d, " is ", c.shape[d], ", but neither a (", Describe(a),
+        ErrorPrefix(def), "out batch dim ", d, " is ", c.shape[d], ", but neither a (", Describe(a),
         ") nor b (", Describe(b),
         ") has that extent there with a nonzero stride (a stride-0 dim "
         "broadcasts like a dim of 1): out's batch dims must be the broadcast of a's and b's "
@@ -204,7 +198,7 @@ absl::Status CheckMatmulWork(const KernelDef& def, const BuiltinCall& call,
     const uint64_t held = HeldElements(buffer_bytes[i], call.dtype);
     if (claimed <= held) continue;
     return absl::InvalidArgumentError(
-        absl::StrCat(Prefix(def), BufferLabel(def, i), " (", Describe(t), ") claims ", claimed,
+        absl::StrCat(ErrorPrefix(def), BufferLabel(def, i), " (", Describe(t), ") claims ", claimed,
                      " elements (stride-0 batch dims counted once), but its buffer holds ", held,
                      " ", ElemTypeName(call.dtype), " elements; with K = ", k, " > ",
                      i == 0 ? "N = " : "M = ", other, ", ", def.buffer_names[i],
@@ -243,7 +237,7 @@ absl::Status CheckShapes(const KernelDef& def, const BuiltinCall& call,
       for (uint32_t d = 0; d < t[0].rank; ++d) {
         if (t[0].shape[d] != t[1].shape[d]) {
           return absl::InvalidArgumentError(
-              absl::StrCat(Prefix(def), "out shape ", FormatDims(t[1], t[1].shape),
+              absl::StrCat(ErrorPrefix(def), "out shape ", FormatDims(t[1], t[1].shape),
                            " differs from in shape ", FormatDims(t[0], t[0].shape), " at dim ", d));
         }
       }
@@ -259,10 +253,16 @@ absl::Status CheckShapes(const KernelDef& def, const BuiltinCall& call,
       RETURN_IF_ERROR(CheckSameRank(def, meta));
       return CheckMatmul(def, t[0], t[1], t[2]);
   }
-  return absl::InternalError(absl::StrCat(Prefix(def), "unknown shape rule"));
+  return absl::InternalError(absl::StrCat(ErrorPrefix(def), "unknown shape rule"));
 }
 
 }  // namespace
+
+std::string ErrorPrefix(const KernelDef& def) { return absl::StrCat("kernel '", def.name, "': "); }
+
+std::string BufferLabel(const KernelDef& def, uint32_t i) {
+  return absl::StrCat("buffer ", i, " (", def.buffer_names[i], ")");
+}
 
 std::string FormatDims(const TensorLayout& t, const std::array<uint64_t, kMaxRank>& dims) {
   return absl::StrCat("[", absl::StrJoin(dims.begin(), dims.begin() + t.rank, ", "), "]");
@@ -294,11 +294,11 @@ absl::StatusOr<KernelMetadata> ValidateCall(const KernelDef& def, const BuiltinC
                                             absl::Span<const uint64_t> buffer_bytes) {
   if (ElemSize(call.dtype) == 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(Prefix(def), "unknown dtype ", static_cast<int>(call.dtype)));
+        absl::StrCat(ErrorPrefix(def), "unknown dtype ", static_cast<int>(call.dtype)));
   }
   if (def.out_type == OutType::kOutDtype && ElemSize(call.out_dtype) == 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(Prefix(def), "unknown out_dtype ", static_cast<int>(call.out_dtype)));
+        absl::StrCat(ErrorPrefix(def), "unknown out_dtype ", static_cast<int>(call.out_dtype)));
   }
   if ((def.dtypes & DtypeBit(call.dtype)) == 0) {
     std::vector<absl::string_view> names;
@@ -313,67 +313,27 @@ absl::StatusOr<KernelMetadata> ValidateCall(const KernelDef& def, const BuiltinC
   absl::StatusOr<KernelMetadata> meta =
       DecodeKernelMetadata(call.metadata, def.num_buffers, def.num_buffers);
   if (!meta.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(Prefix(def), meta.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat(ErrorPrefix(def), meta.status().message()));
   }
   for (uint32_t i = 0; i < def.num_buffers; ++i) {
     RETURN_IF_ERROR(CheckFits(def, *meta, i, BufferElemType(def, call, i), buffer_bytes[i]));
   }
   for (uint32_t i = 0; i < def.num_buffers; ++i) {
     if (meta->tensors[i].rank < def.min_rank) {
-      return absl::InvalidArgumentError(absl::StrCat(Prefix(def), def.buffer_names[i], " has rank ",
-                                                     meta->tensors[i].rank,
+      return absl::InvalidArgumentError(absl::StrCat(ErrorPrefix(def), def.buffer_names[i],
+                                                     " has rank ", meta->tensors[i].rank,
                                                      ", needs rank >= ", def.min_rank));
     }
   }
   const uint32_t out = def.num_buffers - 1;
   if (MayOverlapItself(meta->tensors[out])) {
     return absl::InvalidArgumentError(absl::StrCat(
-        Prefix(def), BufferLabel(def, out), " layout (", Describe(meta->tensors[out]),
+        ErrorPrefix(def), BufferLabel(def, out), " layout (", Describe(meta->tensors[out]),
         ") addresses some elements more than once; an output needs non-overlapping strides"));
   }
   RETURN_IF_ERROR(CheckShapes(def, call, *meta));
   RETURN_IF_ERROR(CheckWork(def, call, *meta, buffer_bytes));
   return meta;
-}
-
-absl::Status CheckHostBuffers(const KernelDef& def, const BuiltinCall& call,
-                              const KernelMetadata& meta, absl::Span<const HostBuffer> buffers) {
-  std::array<uint64_t, 3> span_bytes{};
-  for (uint32_t i = 0; i < def.num_buffers; ++i) {
-    const uint32_t es = ElemSize(BufferElemType(def, call, i));
-    span_bytes[i] = meta.tensors[i].SpanElements() * es;  // Checked by ValidateCall.
-    if (span_bytes[i] == 0) continue;
-    if (buffers[i].data == nullptr) {
-      return absl::InternalError(absl::StrCat(Prefix(def), BufferLabel(def, i), " has no memory"));
-    }
-    if (reinterpret_cast<uintptr_t>(buffers[i].data) % es != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(Prefix(def), BufferLabel(def, i), " is not aligned to its ", es,
-                       "-byte elements; bind it at an offset that is a multiple of ", es));
-    }
-  }
-  const uint32_t out = def.num_buffers - 1;
-  const uintptr_t o = reinterpret_cast<uintptr_t>(buffers[out].data);
-  for (uint32_t i = 0; i < out; ++i) {
-    const uintptr_t p = reinterpret_cast<uintptr_t>(buffers[i].data);
-    if (span_bytes[i] == 0 || span_bytes[out] == 0 || p >= o + span_bytes[out] ||
-        o >= p + span_bytes[i]) {
-      continue;
-    }
-    const TensorLayout& a = meta.tensors[i];
-    const TensorLayout& b = meta.tensors[out];
-    const bool identical =
-        def.in_place && p == o && span_bytes[i] == span_bytes[out] &&
-        ElemSize(BufferElemType(def, call, i)) == ElemSize(BufferElemType(def, call, out)) &&
-        a.rank == b.rank && a.shape == b.shape && a.strides == b.strides;
-    if (!identical) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          Prefix(def), BufferLabel(def, out), " overlaps ", BufferLabel(def, i),
-          " in memory; only elementwise kernels may write in place, and only onto an input "
-          "with the same memory and layout"));
-    }
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace cubed::kernels

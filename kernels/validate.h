@@ -23,15 +23,15 @@ namespace cubed::kernels {
 absl::StatusOr<KernelMetadata> ValidateCall(const KernelDef& def, const BuiltinCall& call,
                                             absl::Span<const uint64_t> buffer_bytes);
 
-// Checks the host memory of a validated call: every non-empty buffer aligned to its element size,
-// and the output overlapping no input (except in place, where `def` allows it, with the very
-// same memory and layout).
-absl::Status CheckHostBuffers(const KernelDef& def, const BuiltinCall& call,
-                              const KernelMetadata& meta, absl::Span<const HostBuffer> buffers);
-
 // True when two different indices of `t` may address the same element (a conservative test:
 // dims sorted by stride must each step past everything the smaller dims span).
 bool MayOverlapItself(const TensorLayout& t);
+
+// "kernel 'add': ": how every error message about a call to `def` starts.
+std::string ErrorPrefix(const KernelDef& def);
+
+// "buffer 1 (rhs)": how error messages name buffer `i` of `def`.
+std::string BufferLabel(const KernelDef& def, uint32_t i);
 
 // "[2, 3]": the first `t.rank` values of `dims`.
 std::string FormatDims(const TensorLayout& t, const std::array<uint64_t, kMaxRank>& dims);

@@ -15,7 +15,7 @@ constexpr Mask kFloat = Bit(ElemType::kF32) | Bit(ElemType::kF64);
 constexpr Mask kSigned = kFloat | Bit(ElemType::kI32) | Bit(ElemType::kI64);
 constexpr Mask kAll = kSigned | Bit(ElemType::kU32);
 
-// One builtin (as builtin_registry.cc lists them, sorted by name) and its CUDA template.
+// One builtin (as kernels/builtin_registry.cc lists them, sorted by name) and its CUDA template.
 struct Row {
   absl::string_view name;
   size_t num_buffers;

@@ -1,5 +1,5 @@
 // Shared device code of the builtin CUDA kernels: scalar semantics identical to the CPU library
-// (kernels/scalar_ops.h, kernels/convert.h, docs/kernel-abi.md), checked buffer access and
+// (kernels/cpu/scalar_ops.h, kernels/cpu/convert.h, docs/kernel-abi.md), checked buffer access and
 // strided indexing. Compiled by NVRTC only; includes nothing from the CUDA toolkit.
 #ifndef CUBED_KERNELS_CUDA_COMMON_CUH_
 #define CUBED_KERNELS_CUDA_COMMON_CUH_
@@ -103,7 +103,7 @@ __device__ __forceinline__ double Pow(double x, double y) { return pow(x, y); }
 __device__ __forceinline__ float Fabs(float x) { return fabsf(x); }
 __device__ __forceinline__ double Fabs(double x) { return fabs(x); }
 
-// kernels/convert.h: static_cast where defined; float -> integer truncates, NaN gives 0 and
+// kernels/cpu/convert.h: static_cast where defined; float -> integer truncates, NaN gives 0 and
 // out-of-range values saturate; f64 -> f32 overflows to +-inf; integer -> integer wraps.
 template <class To, class From>
 __device__ __forceinline__ To Convert(From x) {
@@ -125,7 +125,7 @@ __device__ __forceinline__ To Convert(From x) {
   }
 }
 
-// kernels/scalar_ops.h: integers wrap, x / 0 = 0, MIN / -1 = MIN, float max/min propagate NaN.
+// kernels/cpu/scalar_ops.h: integers wrap, x / 0 = 0, MIN / -1 = MIN, float max/min propagate NaN.
 template <class T>
 __device__ __forceinline__ T Neg(T x) {
   if constexpr (Num<T>::kFloat) {

@@ -22,6 +22,7 @@
 #include "common/kernel_metadata.h"
 #include "gtest/gtest.h"
 #include "kernels/builtin.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/builtin_catalog.h"
 #include "kernels/cuda/cuda_kernels.h"
 

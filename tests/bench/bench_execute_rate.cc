@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/kernel_metadata.h"
 #include "common/status_macros.h"
-#include "kernels/builtin.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "tests/bench/bench_measure.h"
 
 namespace cubed::bench {

@@ -2,7 +2,7 @@
 """The layering rules of ARCHITECTURE.md §2, checked on every include line of the project.
 
     daemon -> service (+ stream, ring) -> metrics -> channel -> compute (+ cpu, cuda)
-           -> storage (+ cuda), kernels (+ cuda), auth -> common (+ cuda)
+           -> storage (+ cuda), kernels (+ cpu, cuda), auth -> common (+ cuda)
 
 Each folder below may include headers of the folders listed for it (and its own), nothing else of
 the project: a lower layer never includes a higher one. Below the service layer nothing includes
@@ -26,12 +26,13 @@ ALLOWED = {
     "common/cuda": ["common"],
     "storage": ["common"],
     "storage/cuda": ["storage", "common/cuda", "common"],
-    "kernels": ["common"],
+    "kernels": ["common"],  # The catalogue: neutral, so it never includes an implementation.
+    "kernels/cpu": ["kernels", "common"],
     "kernels/cuda": ["kernels", "common/cuda", "common"],
     "server/auth": ["common"],
     "server/compute": ["storage", "kernels", "common", "server/compute/cpu",
                        "server/compute/cuda"],  # Only the registry includes the backends.
-    "server/compute/cpu": ["server/compute", "storage", "kernels", "common"],
+    "server/compute/cpu": ["server/compute", "storage", "kernels/cpu", "kernels", "common"],
     "server/compute/cuda": ["server/compute", "storage", "storage/cuda", "kernels",
                             "kernels/cuda", "common/cuda", "common"],
     "server/channel": ["server/compute", "server/auth", "storage", "kernels", "common"],
@@ -133,6 +134,7 @@ def self_test():
             "common/log.cc": "#include <grpcpp/grpcpp.h>\n",               # gRPC in common.
             "server/channel/x.cc": '#include "cubed/v1/session.pb.h"\n',  # Protobuf in channel.
             "server/compute/y.cc": '#include "server/compute/cpu/cpu_server.h"\n',  # Not registry.
+            "kernels/validate.cc": '#include "kernels/cpu/cpu_kernels.h"\n',  # Spec on a backend.
             "server/service/ok.cc": '#include "server/channel/device.h"\n#include <grpcpp/x.h>\n',
             "server/channel/ok_test.cc": '#include "server/service/compute_service.h"\n',
         }
@@ -141,7 +143,7 @@ def self_test():
                 f.write(text)
         found = check(root)
         expected = ["storage/pool.h", "common/log.cc", "server/channel/x.cc",
-                    "server/compute/y.cc"]
+                    "server/compute/y.cc", "kernels/validate.cc"]
         ok = len(found) == len(expected) and all(
             any(p.startswith(e + ":") for p in found) for e in expected)
         print("\n".join(found))

@@ -10,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/checked_math.h"
 #include "common/status_macros.h"
+#include "kernels/builtin.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "storage/host_storage.h"
 
 namespace cubed {

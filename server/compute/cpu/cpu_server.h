@@ -1,7 +1,7 @@
 #pragma once
 
 // CpuServer: the ComputeServer of the host CPU. Memory is host memory from HostStorage under a
-// MemoryManager; builtin kernels run on all cores (kernels/builtin.h) and complete before
+// MemoryManager; builtin kernels run on all cores (kernels/cpu/cpu_kernels.h) and complete before
 // Execute returns, so reads, syncs and profile ends complete at once, in order.
 
 #include <memory>

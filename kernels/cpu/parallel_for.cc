@@ -1,4 +1,4 @@
-#include "kernels/parallel_for.h"
+#include "kernels/cpu/parallel_for.h"
 
 #include <algorithm>
 #include <atomic>

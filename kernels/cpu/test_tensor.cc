@@ -1,4 +1,4 @@
-#include "kernels/test_tensor.h"
+#include "kernels/cpu/test_tensor.h"
 
 #include <algorithm>
 #include <cmath>
@@ -144,14 +144,6 @@ void ForEachIndex(const std::vector<uint64_t>& shape,
   }
 }
 
-BuiltinCall MakeCall(std::string name, ElemType dtype) {
-  BuiltinCall call;
-  call.name = std::move(name);
-  call.dtype = dtype;
-  call.out_dtype = dtype;
-  return call;
-}
-
 absl::Status RunKernel(BuiltinCall call, const std::vector<TestTensor*>& tensors) {
   std::vector<uint64_t> lens;
   std::vector<TensorLayout> layouts;
@@ -165,40 +157,6 @@ absl::Status RunKernel(BuiltinCall call, const std::vector<TestTensor*>& tensors
   if (!meta.ok()) return meta.status();
   call.metadata = *std::move(meta);
   return RunBuiltinCpu(call, buffers);
-}
-
-ScalarGroup OneScalar(ElemType elem, double value) {
-  ScalarGroup g;
-  g.elem = elem;
-  g.bytes.resize(ElemSize(elem));
-  uint8_t raw[8];
-  switch (elem) {
-    case ElemType::kF32: {
-      const float v = static_cast<float>(value);
-      std::memcpy(raw, &v, 4);
-      break;
-    }
-    case ElemType::kF64:
-      std::memcpy(raw, &value, 8);
-      break;
-    case ElemType::kI32: {
-      const int32_t v = static_cast<int32_t>(value);
-      std::memcpy(raw, &v, 4);
-      break;
-    }
-    case ElemType::kU32: {
-      const uint32_t v = static_cast<uint32_t>(value);
-      std::memcpy(raw, &v, 4);
-      break;
-    }
-    case ElemType::kI64: {
-      const int64_t v = static_cast<int64_t>(value);
-      std::memcpy(raw, &v, 8);
-      break;
-    }
-  }
-  std::memcpy(g.bytes.data(), raw, g.bytes.size());
-  return g;
 }
 
 bool Close(double got, double want, ElemType t, double rel) {

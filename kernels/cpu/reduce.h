@@ -3,7 +3,7 @@
 // Reductions along BuiltinCall::axis: [in, out], out has in's rank with shape[axis] == 1.
 
 #include "absl/status/status.h"
-#include "kernels/kernel_def.h"
+#include "kernels/cpu/kernel_args.h"
 
 namespace cubed::kernels {
 

@@ -4,7 +4,7 @@
 // out [..., M, N]; each batch dim of a and b equals out's or is 1 (broadcast).
 
 #include "absl/status/status.h"
-#include "kernels/kernel_def.h"
+#include "kernels/cpu/kernel_args.h"
 
 namespace cubed::kernels {
 

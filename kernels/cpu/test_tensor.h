@@ -1,7 +1,7 @@
 #pragma once
 
-// Test helpers for the kernels: host tensors in several layouts with their own storage, and a
-// one-call way to run a builtin kernel on them.
+// Test helpers for the CPU kernels: host tensors in several layouts with their own storage, and a
+// one-call way to run a builtin kernel on them. The calls themselves: kernels/builtin_test_util.h.
 
 #include <cstdint>
 #include <cstring>
@@ -13,6 +13,8 @@
 #include "common/elem_type.h"
 #include "common/kernel_metadata.h"
 #include "kernels/builtin.h"
+#include "kernels/builtin_test_util.h"
+#include "kernels/cpu/cpu_kernels.h"
 
 namespace cubed::kernels::testing {
 
@@ -76,14 +78,8 @@ class TestTensor {
 void ForEachIndex(const std::vector<uint64_t>& shape,
                   const std::function<void(const std::vector<uint64_t>&)>& fn);
 
-// A call with a name and dtype (out_dtype = dtype, axis 0, no scalars).
-BuiltinCall MakeCall(std::string name, ElemType dtype);
-
 // Encodes the metadata of `tensors` (inputs then output) into `call` and runs RunBuiltinCpu.
 absl::Status RunKernel(BuiltinCall call, const std::vector<TestTensor*>& tensors);
-
-// A scalar group holding one value of `elem`.
-ScalarGroup OneScalar(ElemType elem, double value);
 
 // Whether `got` matches `want` for dtype `t`: integers exactly, floats within `rel` (relative,
 // absolute near 0; default 1e-5 for f32, 1e-12 for f64); NaN matches NaN.

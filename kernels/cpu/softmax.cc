@@ -1,13 +1,13 @@
-#include "kernels/softmax.h"
+#include "kernels/cpu/softmax.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/convert.h"
-#include "kernels/dtype_dispatch.h"
-#include "kernels/parallel_for.h"
-#include "kernels/scalar_ops.h"
-#include "kernels/strided_loop.h"
+#include "kernels/cpu/convert.h"
+#include "kernels/cpu/dtype_dispatch.h"
+#include "kernels/cpu/parallel_for.h"
+#include "kernels/cpu/scalar_ops.h"
+#include "kernels/cpu/strided_loop.h"
 
 namespace cubed::kernels {
 namespace {

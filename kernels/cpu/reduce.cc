@@ -1,15 +1,15 @@
-#include "kernels/reduce.h"
+#include "kernels/cpu/reduce.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
 
-#include "kernels/convert.h"
-#include "kernels/dtype_dispatch.h"
-#include "kernels/parallel_for.h"
-#include "kernels/scalar_ops.h"
-#include "kernels/strided_loop.h"
+#include "kernels/cpu/convert.h"
+#include "kernels/cpu/dtype_dispatch.h"
+#include "kernels/cpu/parallel_for.h"
+#include "kernels/cpu/scalar_ops.h"
+#include "kernels/cpu/strided_loop.h"
 
 namespace cubed::kernels {
 namespace {

@@ -1,12 +1,12 @@
-#include "kernels/elementwise.h"
+#include "kernels/cpu/elementwise.h"
 
 #include <cmath>
 #include <type_traits>
 
-#include "kernels/dtype_dispatch.h"
-#include "kernels/parallel_for.h"
-#include "kernels/scalar_ops.h"
-#include "kernels/strided_loop.h"
+#include "kernels/cpu/dtype_dispatch.h"
+#include "kernels/cpu/parallel_for.h"
+#include "kernels/cpu/scalar_ops.h"
+#include "kernels/cpu/strided_loop.h"
 
 namespace cubed::kernels {
 namespace {

@@ -3,7 +3,7 @@
 // Unary elementwise kernels: [in, out] of the same shape, any strides.
 
 #include "absl/status/status.h"
-#include "kernels/kernel_def.h"
+#include "kernels/cpu/kernel_args.h"
 
 namespace cubed::kernels {
 

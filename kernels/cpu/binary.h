@@ -4,7 +4,7 @@
 // equals out's or is 1. Any strides.
 
 #include "absl/status/status.h"
-#include "kernels/kernel_def.h"
+#include "kernels/cpu/kernel_args.h"
 
 namespace cubed::kernels {
 

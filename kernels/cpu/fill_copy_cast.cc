@@ -1,11 +1,11 @@
-#include "kernels/fill_copy_cast.h"
+#include "kernels/cpu/fill_copy_cast.h"
 
 #include <cstring>
 
-#include "kernels/convert.h"
-#include "kernels/dtype_dispatch.h"
-#include "kernels/parallel_for.h"
-#include "kernels/strided_loop.h"
+#include "kernels/cpu/convert.h"
+#include "kernels/cpu/dtype_dispatch.h"
+#include "kernels/cpu/parallel_for.h"
+#include "kernels/cpu/strided_loop.h"
 
 namespace cubed::kernels {
 namespace {

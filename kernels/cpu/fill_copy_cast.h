@@ -4,7 +4,7 @@
 // two element types (convert.h gives the conversion rules). Any strides.
 
 #include "absl/status/status.h"
-#include "kernels/kernel_def.h"
+#include "kernels/cpu/kernel_args.h"
 
 namespace cubed::kernels {
 

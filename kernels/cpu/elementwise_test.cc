@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/test_tensor.h"
+#include "kernels/cpu/test_tensor.h"
 
 namespace cubed::kernels::testing {
 namespace {

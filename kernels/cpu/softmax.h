@@ -3,7 +3,7 @@
 // Softmax over the last axis: [in, out] of the same shape (rank >= 1), f32 or f64.
 
 #include "absl/status/status.h"
-#include "kernels/kernel_def.h"
+#include "kernels/cpu/kernel_args.h"
 
 namespace cubed::kernels {
 

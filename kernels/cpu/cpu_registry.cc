@@ -1,0 +1,90 @@
+// The CPU table: every builtin of the catalogue (kernels/builtin_registry.cc) with the CPU function
+// that runs it, listed explicitly in the catalogue's order, and RunBuiltinCpu on top of both.
+
+#include "kernels/cpu/cpu_registry.h"
+
+#include <iterator>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "kernels/builtin.h"
+#include "kernels/cpu/binary.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/fill_copy_cast.h"
+#include "kernels/cpu/host_buffers.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/reduce.h"
+#include "kernels/cpu/softmax.h"
+#include "kernels/validate.h"
+
+namespace cubed::kernels {
+namespace {
+
+constexpr CpuKernel Unary(absl::string_view name, UnaryOp op) {
+  return {name, 2, RunUnary, static_cast<int>(op)};
+}
+constexpr CpuKernel Binary(absl::string_view name, BinaryOp op) {
+  return {name, 3, RunBinary, static_cast<int>(op)};
+}
+constexpr CpuKernel Reduce(absl::string_view name, ReduceOp op) {
+  return {name, 2, RunReduce, static_cast<int>(op)};
+}
+
+// One row per row of kKernels in kernels/builtin_registry.cc, in the same order (CpuRegistryTest
+// checks). Columns: name, buffers, implementation, op.
+constexpr CpuKernel kCpuKernels[] = {
+    Unary("abs", UnaryOp::kAbs),
+    Binary("add", BinaryOp::kAdd),
+    Reduce("argmax", ReduceOp::kArgmax),
+    {"cast", 2, RunCast, 0},
+    {"copy", 2, RunCopy, 0},
+    Binary("div", BinaryOp::kDiv),
+    Unary("exp", UnaryOp::kExp),
+    {"fill", 1, RunFill, 0},
+    Unary("log", UnaryOp::kLog),
+    {"matmul", 3, RunMatmul, 0},
+    Reduce("max", ReduceOp::kMax),
+    Binary("max", BinaryOp::kMax),
+    Reduce("mean", ReduceOp::kMean),
+    Reduce("min", ReduceOp::kMin),
+    Binary("min", BinaryOp::kMin),
+    Binary("mul", BinaryOp::kMul),
+    Unary("neg", UnaryOp::kNeg),
+    Binary("pow", BinaryOp::kPow),
+    Unary("relu", UnaryOp::kRelu),
+    Unary("sigmoid", UnaryOp::kSigmoid),
+    {"softmax", 2, RunSoftmax, 0},
+    Unary("sqrt", UnaryOp::kSqrt),
+    Binary("sub", BinaryOp::kSub),
+    Reduce("sum", ReduceOp::kSum),
+    Unary("tanh", UnaryOp::kTanh),
+};
+
+}  // namespace
+
+absl::Span<const CpuKernel> CpuKernels() { return kCpuKernels; }
+
+absl::StatusOr<const CpuKernel*> FindCpuKernel(const KernelDef& def) {
+  const size_t index = static_cast<size_t>(&def - BuiltinKernelDefs().data());
+  if (index < std::size(kCpuKernels) && kCpuKernels[index].name == def.name &&
+      kCpuKernels[index].num_buffers == def.num_buffers) {
+    return &kCpuKernels[index];
+  }
+  return absl::InternalError(absl::StrCat("builtin kernel '", def.name, "' with ", def.num_buffers,
+                                          " buffers has no CPU implementation at its catalogue "
+                                          "row (the CPU table is out of step with the catalogue)"));
+}
+
+absl::Status RunBuiltinCpu(const BuiltinCall& call, absl::Span<const HostBuffer> buffers) {
+  ASSIGN_OR_RETURN(const KernelDef* def, FindKernel(call.name, buffers.size()));
+  ASSIGN_OR_RETURN(const CpuKernel* cpu, FindCpuKernel(*def));
+  absl::InlinedVector<uint64_t, 3> sizes;
+  for (const HostBuffer& b : buffers) sizes.push_back(b.size_bytes);
+  ASSIGN_OR_RETURN(const KernelMetadata meta, ValidateCall(*def, call, sizes));
+  RETURN_IF_ERROR(CheckHostBuffers(*def, call, meta, buffers));
+  return cpu->run(KernelArgs{call, meta, buffers, cpu->op});
+}
+
+}  // namespace cubed::kernels
