@@ -43,6 +43,7 @@ class RingSessionWire final : public SessionWire {
   void WritesDone() override;
   absl::Status Finish() override;
   void Cancel() override;
+  bool direct() const override { return true; }
 
  private:
   RingSessionWire() = default;

@@ -29,6 +29,10 @@ class SessionWire {
   virtual absl::Status Finish() = 0;
   // Ends the stream at once, from any thread: pending and later Reads and Writes return false.
   virtual void Cancel() = 0;
+  // Whether a Write costs so little that each command may be written as it comes, by the
+  // thread that sends it (the command ring: a copy into shared memory), instead of batched by a
+  // writer thread (gRPC: a message and a thread hop per write). Writes stay one at a time.
+  virtual bool direct() const { return false; }
 };
 
 // The session stream over gRPC (cubed.v1.SessionStream/Session) on `channel`.

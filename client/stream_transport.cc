@@ -38,7 +38,13 @@ absl::StatusOr<std::unique_ptr<StreamTransport>> StreamTransport::Open(
     t->next_id_ = t->opened_.first_client_id();
   }
   StreamTransport* raw = t.get();
-  t->writer_ = std::thread([raw] { raw->WriterLoop(); });
+  t->direct_ = t->wire_->direct();
+  if (t->direct_) {
+    absl::MutexLock lock(&t->mu_);
+    t->writer_done_ = true;  // No writer thread: Send writes (Note [Stream batching]).
+  } else {
+    t->writer_ = std::thread([raw] { raw->WriterLoop(); });
+  }
   t->reader_ = std::thread([raw] { raw->ReaderLoop(); });
   t->watchdog_ = std::thread([raw] { raw->WatchdogLoop(); });
   return t;
@@ -57,6 +63,15 @@ void StreamTransport::Close(absl::Duration timeout) {
     wake_writer_.SignalAll();
   }
   if (writer_.joinable()) writer_.join();
+  if (direct_) {
+    absl::MutexLock write_lock(&write_mu_);
+    bool broken;
+    {
+      absl::MutexLock lock(&mu_);
+      broken = broken_;
+    }
+    if (!broken) wire_->WritesDone();
+  }
   bool ended = false;
   {
     absl::MutexLock lock(&mu_);
@@ -78,6 +93,7 @@ uint64_t StreamTransport::NextId() {
 
 absl::Status StreamTransport::Send(v1::Command command, Callback on_reply, uint64_t* seq_out,
                                    absl::Duration timeout) {
+  if (direct_) return SendDirect(std::move(command), std::move(on_reply), seq_out, timeout);
   absl::MutexLock lock(&mu_);
   if (ended_) return end_status_;
   if (closing_) return absl::FailedPreconditionError("session stream is closing");
@@ -99,7 +115,34 @@ absl::Status StreamTransport::Send(v1::Command command, Callback on_reply, uint6
   return absl::OkStatus();
 }
 
+absl::Status StreamTransport::SendDirect(v1::Command command, Callback on_reply, uint64_t* seq_out,
+                                         absl::Duration timeout) {
+  absl::MutexLock write_lock(&write_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    if (ended_) return end_status_;
+    if (closing_) return absl::FailedPreconditionError("session stream is closing");
+    if (broken_) return absl::UnavailableError("SessionStream: the command ring broke");
+    const uint64_t seq = next_seq_++;
+    if (seq_out != nullptr) *seq_out = seq;
+    command.set_seq(seq);
+    if (on_reply != nullptr) {
+      pending_.emplace(seq, std::move(on_reply));
+      deadlines_.emplace(seq,
+                         absl::Now() + (timeout != absl::ZeroDuration() ? timeout : call_timeout_));
+    }
+  }
+  if (direct_request_.commands_size() == 0) direct_request_.add_commands();
+  direct_request_.mutable_commands(0)->Swap(&command);
+  if (!wire_->Write(direct_request_)) {
+    absl::MutexLock lock(&mu_);
+    broken_ = true;  // The reader sees the end and fails what is pending.
+  }
+  return absl::OkStatus();
+}
+
 void StreamTransport::Push() {
+  if (direct_) return;  // Nothing waits in a queue.
   absl::MutexLock lock(&mu_);
   if (queue_.empty()) return;
   push_now_ = true;

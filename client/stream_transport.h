@@ -7,9 +7,11 @@
 // Note [Stream batching]: commands are queued and a writer thread sends them as one
 // SessionRequest when kBatchCommands are queued, as soon as a command that answers is queued
 // (reads and syncs should not wait), or kBatchDelay after the first command of a batch was
-// queued. A reader thread resolves the callbacks of answering commands by their seq. When the
-// stream ends (error or close) every pending callback gets the stream's status, and so does every
-// command queued later.
+// queued. Over a direct wire (the command ring: SessionWire::direct) there is no queue and no
+// writer thread: Send writes each command itself, in seq order, and the daemon gathers what
+// arrived into its batches. A reader thread resolves the callbacks of answering commands by their
+// seq. When the stream ends (error or close) every pending callback gets the stream's status, and
+// so does every command queued later.
 
 #include <cstdint>
 #include <deque>
@@ -78,6 +80,9 @@ class StreamTransport {
  private:
   StreamTransport() = default;
   void WriterLoop();
+  // Send over a direct wire.
+  absl::Status SendDirect(v1::Command command, Callback on_reply, uint64_t* seq_out,
+                          absl::Duration timeout);
   void ReaderLoop();
   // Fails pending callbacks whose deadline passed, until the stream ends or closes.
   void WatchdogLoop();
@@ -109,6 +114,11 @@ class StreamTransport {
   bool closed_ = false;  // Close() ran; only touched by the owner.
   std::thread writer_;
   std::thread reader_;
+  // Direct wires: Send writes under write_mu_ (taken before mu_, never while waiting on it), so
+  // that commands reach the wire in seq order while the reader keeps resolving replies.
+  bool direct_ = false;
+  absl::Mutex write_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  v1::SessionRequest direct_request_ ABSL_GUARDED_BY(write_mu_);  // One command, reused.
 };
 
 }  // namespace cubed

@@ -33,6 +33,9 @@ ABSL_FLAG(double, add_mib, 1024,
 ABSL_FLAG(int, add_iters, 50, "Measurement 1: kernels per sample.");
 ABSL_FLAG(double, transfer_mib, 256, "Measurement 2: MiB created and read.");
 ABSL_FLAG(int, execute_count, 2000, "Measurement 3: commands per sample.");
+ABSL_FLAG(bool, execute_others, true,
+          "Measurement 3: also over the gRPC stream and unary calls (false: the default client "
+          "only, e.g. for a profile).");
 ABSL_FLAG(std::string, matmul, "4096,2048,1024", "Measurement 4: square sizes (CUDA only).");
 ABSL_FLAG(int, matmul_iters, 10, "Measurement 4: kernels per sample.");
 ABSL_FLAG(std::vector<std::string>, daemon_flags, {},
@@ -129,7 +132,8 @@ absl::Status Run() {
   measure("1", "builtin add bandwidth", MeasureElementwise);
   measure("2", "Create + Read", MeasureTransfer);
   measure("3", "tiny Execute rate", MeasureExecuteRate);
-  if (selected("3") && client->transport() == Transport::kStream) {
+  if (selected("3") && client->transport() == Transport::kStream &&
+      absl::GetFlag(FLAGS_execute_others)) {
     // The same measurement over the gRPC stream and over unary calls, for comparison.
     ClientOptions grpc_options = client_options;
     grpc_options.stream_carrier = StreamCarrier::kGrpc;

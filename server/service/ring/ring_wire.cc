@@ -15,6 +15,9 @@ namespace cubed {
 namespace {
 
 constexpr uint64_t kRoomForAChunk = 16;  // A chunk header and 8 bytes of payload.
+// Requests already in the ring are merged into one read up to this many commands (Note
+// [Command ring]: a client may write each command as its own request).
+constexpr int kMergeCommands = 256;
 
 void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -123,6 +126,7 @@ void RingWire::RingClientSpace() {
 
 void RingWire::Run() {
   std::string message;
+  bool half_close_read = false;  // A half-close was read while merging requests.
   std::string end_bytes;
   absl::string_view end_rest;
   bool end_started = false;
@@ -174,30 +178,73 @@ void RingWire::Run() {
     if (report_broken) events_->OnBroken(std::move(broken));
     if (report_write) events_->OnWriteDone(write_ok);
     bool progressed = report_broken || report_write;
+    if (into != nullptr && half_close_read) {
+      // The client's half-close came behind requests merged into the previous read.
+      {
+        absl::MutexLock lock(&mu_);
+        requests_done_ = true;
+        read_into_ = nullptr;
+      }
+      events_->OnReadDone(false);
+      continue;
+    }
     if (into != nullptr) {
       const uint64_t head = commands_.head();
       RingChunk kind = RingChunk::kRequest;
       absl::StatusOr<bool> got = commands_.Next(&message, &kind);
-      if (commands_.head() != head) RingClientSpace();
       absl::Status fault;
+      if (got.ok() && *got && kind == RingChunk::kRequest) {
+        // Parsed here, then the requests behind it that are whole, merged (their commands
+        // append); only the first request of a stream may carry `open`, so none is merged into
+        // it and a merged one must not bring one.
+        if (!into->ParseFromString(message)) {
+          fault = absl::InvalidArgumentError(
+              "command ring: a request does not parse as a cubed.v1.SessionRequest");
+        }
+        message.clear();
+        const bool first = into->has_open();
+        while (fault.ok() && !first && into->commands_size() < kMergeCommands) {
+          RingChunk next_kind = RingChunk::kRequest;
+          absl::StatusOr<bool> more = commands_.Next(&message, &next_kind);
+          if (!more.ok()) {
+            fault = more.status();
+          } else if (!*more) {
+            break;  // Nothing more, or a request still arriving (kept in `message`).
+          } else if (next_kind == RingChunk::kRequestsDone) {
+            half_close_read = true;
+          } else if (next_kind != RingChunk::kRequest) {
+            fault = absl::DataLossError(absl::StrCat("command ring: a chunk of kind ",
+                                                     static_cast<int>(next_kind),
+                                                     " (a reply's) in the command ring"));
+          } else if (!into->MergeFromString(message)) {
+            fault = absl::InvalidArgumentError(
+                "command ring: a request does not parse as a cubed.v1.SessionRequest");
+          } else if (into->has_open()) {
+            fault =
+                absl::InvalidArgumentError("open: only the first SessionRequest may carry open");
+          }
+          message.clear();
+          if (half_close_read) break;
+        }
+        if (commands_.head() != head) RingClientSpace();
+        progressed = true;
+        if (fault.ok()) {
+          {
+            absl::MutexLock lock(&mu_);
+            read_into_ = nullptr;
+          }
+          events_->OnReadDone(true);  // May call StartRead again, on this thread.
+        }
+        got = false;  // Handled.
+      } else if (commands_.head() != head) {
+        RingClientSpace();
+      }
       if (!got.ok()) {
         fault = got.status();
       } else if (*got) {
         progressed = true;
-        if (kind == RingChunk::kRequest) {
-          const bool parsed = into->ParseFromString(message);
-          message.clear();
-          if (!parsed) {
-            fault = absl::InvalidArgumentError(
-                "command ring: a request does not parse as a cubed.v1.SessionRequest");
-          } else {
-            {
-              absl::MutexLock lock(&mu_);
-              read_into_ = nullptr;
-            }
-            events_->OnReadDone(true);  // May call StartRead again, on this thread.
-          }
-        } else if (kind == RingChunk::kRequestsDone) {
+        message.clear();
+        if (kind == RingChunk::kRequestsDone) {
           {
             absl::MutexLock lock(&mu_);
             requests_done_ = true;

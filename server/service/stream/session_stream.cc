@@ -30,7 +30,7 @@ absl::Status SessionClosedUnder(SessionId session) {
 
 // The Compute RPC a stream command needs permission for: the one of the same name
 // ("create_tensor" needs "CreateTensor"); release_region, which has no RPC, needs "Release".
-std::string StreamCommandRpc(StreamCommand::Kind kind) {
+std::string RpcOfKind(StreamCommand::Kind kind) {
   if (kind == StreamCommand::Kind::kReleaseRegion) return "Release";
   std::string rpc;
   bool upper = true;
@@ -167,6 +167,8 @@ class StreamState final : public ReplySink,
   DeviceLoop* loop_ ABSL_GUARDED_BY(mu_) = nullptr;  // Set by the first request.
   bool loop_gone_ ABSL_GUARDED_BY(mu_) = false;      // Post failed: the daemon stops.
   std::deque<StreamBatch> batches_ ABSL_GUARDED_BY(mu_);
+  // Commands the loop ran, freed on the wire's thread at its next read (Note [Spent commands]).
+  std::vector<std::vector<StreamCommand>> spent_ ABSL_GUARDED_BY(mu_);
   bool drain_scheduled_ ABSL_GUARDED_BY(mu_) = false;
   bool parked_ ABSL_GUARDED_BY(mu_) = false;
   bool session_closed_ ABSL_GUARDED_BY(mu_) = true;  // No session to close (yet, or any more).
@@ -249,6 +251,18 @@ void StreamState::Start(bool draining) {
   MaybeReadLocked();
 }
 
+// StreamCommandRpc, made once per kind (it is looked up for every command).
+const std::string& StreamCommandRpc(StreamCommand::Kind kind) {
+  static const auto* names = [] {
+    auto* n = new std::vector<std::string>();
+    for (int k = 0; k <= static_cast<int>(StreamCommand::Kind::kReleaseRegion); ++k) {
+      n->push_back(RpcOfKind(static_cast<StreamCommand::Kind>(k)));
+    }
+    return n;
+  }();
+  return (*names)[static_cast<size_t>(kind)];
+}
+
 absl::StatusOr<StreamBatch> StreamState::TakeIncoming() {
   const bool first = !got_first_;
   got_first_ = true;
@@ -329,12 +343,14 @@ void StreamState::OnReadDone(bool ok) {
     }
     loop = service_->loops_[device];
   }
+  std::vector<std::vector<StreamCommand>> spent;  // Freed after the lock (Note [Spent commands]).
   absl::StatusOr<StreamBatch> batch = TakeIncoming();
   // Note [Request arena]: a parsed SessionRequest's messages (a dozen per execute) live on an
   // arena, freed at once here instead of one by one; conversion moved out what commands keep.
   incoming_arena_.Reset();
   incoming_ = google::protobuf::Arena::CreateMessage<v1::SessionRequest>(&incoming_arena_);
   absl::MutexLock lock(&mu_);
+  spent.swap(spent_);
   read_in_flight_ = false;
   if (!batch.ok()) {
     EndLocked(batch.status());
@@ -484,6 +500,9 @@ void StreamState::Drain(Device& device) {
   drain_scheduled_ = false;
   if (done) {
     pending_bytes_ -= batch.bytes;
+    // Note [Spent commands]: their vectors were allocated on the wire's thread; freeing them
+    // there (the next read) keeps a dozen frees per command off the loop.
+    spent_.push_back(std::move(batch.commands));
   } else if (!ending_) {
     batches_.push_front(std::move(batch));
   }
@@ -558,7 +577,8 @@ bool StreamState::RunBatch(Device& device, StreamBatch& batch) {
     const uint64_t seq = command.seq;
     RunMetered(device, command, batch.arrival, sink);
     bulk_->Passed(seq);
-    batch.commands[batch.next] = StreamCommand();  // Frees its payload now.
+    // A create's payload is freed now; the rest later, off the loop (Note [Spent commands]).
+    if (!command.data.empty()) batch.commands[batch.next] = StreamCommand();
     ++batch.next;
   }
   return true;

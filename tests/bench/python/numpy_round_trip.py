@@ -4,7 +4,9 @@
     SDK stages the bytes in a shared-memory region) against torch.from_numpy(x).cuda() + .cpu()
     (pageable) and the same through pinned memory. Goal: >= 1.0x PyTorch's pageable path.
   * A 4-byte read round trip: cubed read() of a 1-element tensor against torch's .item().
-    Goal: <= 2x.
+    Goal: <= 2x. Over the command ring (the default) and, for comparison, the gRPC stream.
+  * A chain of 20,000 1-element a + b then sync against PyTorch eager on the same GPU.
+    Goal: >= 0.5x. Over both carriers likewise.
 
   python3 numpy_round_trip.py CUBED_BINARY [--backend=cuda] [--repeats=7]
 
@@ -34,6 +36,7 @@ def main() -> int:
     ap.add_argument("--backend", default="cuda")
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--mib", type=int, default=256)
+    ap.add_argument("--chain", type=int, default=20000)
     args = ap.parse_args()
     import torch  # Only the baselines need it.
 
@@ -89,22 +92,55 @@ def main() -> int:
                          pageable, ">= 1.0x", statistics.median(ours) / statistics.median(pageable) >= 1.0))
             rows.append(("  (same, against pinned)", "GB/s", ours, "torch pinned copies", pinned, "", None))
 
-            one = c.create(np.ones(1, np.float32))
-            c.read(one)
-            lat = []
-            for _ in range(200):
-                t0 = time.perf_counter()
-                c.read(one)
-                lat.append((time.perf_counter() - t0) * 1e6)
-            g = torch.ones(1, device="cuda")
+        g = torch.ones(1, device="cuda")
+        g.item()
+        tl = []
+        for _ in range(200):
+            t0 = time.perf_counter()
             g.item()
-            tl = []
-            for _ in range(200):
-                t0 = time.perf_counter()
-                g.item()
-                tl.append((time.perf_counter() - t0) * 1e6)
-            rows.append(("4-byte read round trip", "us", lat, "torch .item()", tl, "<= 2x",
-                         statistics.median(lat) / statistics.median(tl) <= 2.0))
+            tl.append((time.perf_counter() - t0) * 1e6)
+        ga, gb = torch.ones(1, device="cuda"), torch.ones(1, device="cuda")
+        torch_chain = []
+        for r in range(args.repeats + 1):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(args.chain):
+                gc = ga + gb
+            torch.cuda.synchronize()
+            if r > 0:
+                torch_chain.append(args.chain / (time.perf_counter() - t0))
+        del gc
+        for carrier in ("ring", "grpc"):
+            with cubed_client.connect(f"unix:{sock}", carrier=carrier) as c:
+                assert c.carrier == carrier, c.carrier
+                one = c.create(np.ones(1, np.float32))
+                c.read(one)
+                lat = []
+                for _ in range(200):
+                    t0 = time.perf_counter()
+                    c.read(one)
+                    lat.append((time.perf_counter() - t0) * 1e6)
+                rows.append((f"4-byte read round trip ({carrier})", "us", lat, "torch .item()", tl,
+                             "<= 2x" if carrier == "ring" else "",
+                             statistics.median(lat) / statistics.median(tl) <= 2.0
+                             if carrier == "ring" else None))
+                a1, b1 = c.create(np.ones(1, np.float32)), c.create(np.ones(1, np.float32))
+                c.sync()
+                chain = []
+                for r in range(args.repeats + 1):
+                    t0 = time.perf_counter()
+                    for _ in range(args.chain):
+                        out = c.add(a1, b1)
+                    c.sync()
+                    if r > 0:
+                        chain.append(args.chain / (time.perf_counter() - t0))
+                    del out
+                assert c.read(c.add(a1, b1))[0] == 2.0
+                rows.append((f"1-element a + b, {args.chain} then sync ({carrier})", "ops/s",
+                             chain, "torch eager a + b", torch_chain,
+                             ">= 0.5x" if carrier == "ring" else "",
+                             statistics.median(chain) / statistics.median(torch_chain) >= 0.5
+                             if carrier == "ring" else None))
         print(f"numpy_round_trip.py, backend {args.backend}, {args.repeats} repeats, "
               f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}")
         print("| figure | unit | cubed p50 [min..max] | baseline | baseline p50 [min..max] | ratio | goal | verdict |")
