@@ -8,10 +8,11 @@ SessionResponses come out of the reply ring, in chunks of an 8-byte header (leng
 "more" flag) and a payload padded to 8 bytes. The connection stays open for the session's life.
 
 Ordering: every position is an aligned 8-byte word of the shared mapping, written once per
-publish (after the chunk's bytes) and read once per look. Python has no fences of its own, so
-this side rings the daemon's doorbell after every publish instead of reading the daemon's
-waiting word (a read that could be ordered before the publish), and before it sleeps it drains
-its own doorbell, a system call, between setting its waiting word and its last look.
+publish (after the chunk's bytes) and read once per look. Python has no fences of its own: after
+a publish this side takes an uncontended Lock (an atomic read-modify-write, a full barrier on
+x86) before it reads the daemon's waiting word, and before it sleeps it drains its own doorbell,
+a system call, between setting its waiting word and its last look. (A wake-up lost anyway costs
+at most the daemon's 1 s sleep.)
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ MORE = 0x100
 REQUEST, REQUESTS_DONE, RESPONSE, END = 1, 2, 3, 4
 # Word indices (8-byte words) and waiting-word indices (4-byte words) of the header.
 _COMMAND_TAIL, _COMMAND_HEAD, _REPLY_TAIL, _REPLY_HEAD = 8, 16, 24, 32
-_CLIENT_REPLY_WAITING, _CLIENT_SPACE_WAITING = 96, 112
+_DAEMON_WAITING, _CLIENT_REPLY_WAITING, _CLIENT_SPACE_WAITING = 80, 96, 112
 _HEADER = struct.Struct("<II")
 
 
@@ -114,6 +115,7 @@ class Ring:
         self._head = 0  # Reply ring: what this side consumed.
         self._cancelled = False
         self._lock = threading.Lock()  # cancel / close against the threads.
+        self._fence = threading.Lock()  # Only for its barrier (_ring_daemon).
 
     # --- waiting -------------------------------------------------------------------------------
 
@@ -138,15 +140,23 @@ class Ring:
                 raise RingClosed(None)
 
     def _ring_daemon(self) -> None:
-        try:
-            os.eventfd_write(self._daemon_bell, 1)
-        except OSError:
-            pass
+        """Rings the daemon when it sleeps. The position just published must be visible before
+        the waiting word is read (a store then a load: x86 may reorder them): an uncontended
+        Lock's acquire is an atomic read-modify-write, a full barrier there."""
+        self._fence.acquire()
+        self._fence.release()
+        if self._waiting[_DAEMON_WAITING]:
+            try:
+                os.eventfd_write(self._daemon_bell, 1)
+            except OSError:
+                pass
 
     # --- writing -------------------------------------------------------------------------------
 
     def write(self, kind: int, payload: bytes) -> None:
         """Appends one message of ``kind``, waiting for room; RingClosed when the ring ended."""
+        if self._cancelled:
+            raise RingClosed(None)
         data = memoryview(payload)
         pos, n_total, first = 0, len(data), True
         cap, base, view, words = self._cap, self._commands, self._view, self._words
@@ -235,43 +245,42 @@ class Ring:
                 os.eventfd_write(bell, 1)
 
     def close(self) -> None:
-        """Releases this side's descriptors (after both threads are done with the ring)."""
+        """Releases this side's descriptors (after every thread is done with the ring)."""
         self.cancel()
-        self._sock.close()
-        for bell in (self._daemon_bell, self._reply_bell, self._space_bell):
-            os.close(bell)
+        with self._lock:
+            if self._sock.fileno() < 0:
+                return
+            self._sock.close()
+            for bell in (self._daemon_bell, self._reply_bell, self._space_bell):
+                os.close(bell)
 
 
 class RingCall:
-    """The command ring in the shape of a gRPC stream-stream call: it sends what ``requests``
-    yields (on a writer thread) and iterates over the SessionResponses; ``cancel()`` ends it.
+    """The command ring in the shape the stream transport needs: ``write`` sends one
+    SessionRequest (the caller keeps writes one at a time and in order), iterating yields the
+    SessionResponses, ``cancel()`` ends it and ``close()`` releases it once nothing uses it.
     Iteration raises CubedError with the daemon's status when the stream ended with an error."""
 
-    def __init__(self, ring: Ring, requests: Iterator[session_pb2.SessionRequest]) -> None:
+    direct = True  # Each command is written by its sender; no writer thread.
+
+    def __init__(self, ring: Ring, first: session_pb2.SessionRequest) -> None:
         self._ring = ring
-        self._requests = requests
-        self._users = 2  # The writer thread and the iteration; the last one closes the ring.
-        self._users_lock = threading.Lock()
-        self._writer = threading.Thread(target=self._write_loop, name="cubed-ring-writer",
-                                        daemon=True)
-        self._writer.start()
+        ring.write(REQUEST, first.SerializeToString())
 
-    def _done_with_ring(self) -> None:
-        with self._users_lock:
-            self._users -= 1
-            last = self._users == 0
-        if last:
-            self._ring.close()
-
-    def _write_loop(self) -> None:
+    def write(self, request: session_pb2.SessionRequest) -> bool:
+        """Sends ``request``, waiting for room; False once the ring ended."""
         try:
-            for request in self._requests:
-                self._ring.write(REQUEST, request.SerializeToString())
+            self._ring.write(REQUEST, request.SerializeToString())
+            return True
+        except RingClosed:
+            return False
+
+    def done_writing(self) -> None:
+        """The half-close: no more requests."""
+        try:
             self._ring.write(REQUESTS_DONE, b"")
         except RingClosed:
             pass
-        finally:
-            self._done_with_ring()
 
     def __iter__(self) -> Iterator[session_pb2.SessionResponse]:
         try:
@@ -294,20 +303,26 @@ class RingCall:
                 raise error_for(grpc.StatusCode.DATA_LOSS,
                                 "SessionStream: a request chunk in the reply ring")
         finally:
-            # The writer ends once the stream's requests end (its generator sees the end).
             self._ring.cancel()
-            self._done_with_ring()
 
     def cancel(self) -> None:
         self._ring.cancel()
 
+    def close(self) -> None:
+        """Releases the ring's descriptors: after the iteration ended and the last write."""
+        self._ring.close()
 
-def open_ring_call(socket_path: str,
-                   requests: Iterator[session_pb2.SessionRequest]) -> Optional[RingCall]:
-    """A RingCall over a new ring with the daemon at ``socket_path``, or None when the daemon
-    offers no ring there (no socket, refused): the caller uses gRPC."""
+
+def open_ring_call(socket_path: str, first: session_pb2.SessionRequest) -> Optional[RingCall]:
+    """A RingCall over a new ring with the daemon at ``socket_path`` that sent ``first`` (the
+    stream's open), or None when the daemon offers no ring there (no socket, refused): the
+    caller uses gRPC."""
     try:
         ring = Ring(socket_path)
     except (CubedError, OSError):
         return None
-    return RingCall(ring, requests)
+    try:
+        return RingCall(ring, first)
+    except RingClosed:
+        ring.close()
+        return None

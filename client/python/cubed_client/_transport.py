@@ -164,11 +164,14 @@ class StreamTransport:
         self._opened: Future = Future()
         self._open = session_pb2.SessionRequest(
             open=session_pb2.SessionRequest.Open(device=device, lease_ms=lease_ms))
-        self._call: Any = open_ring_call(ring_socket, self._requests()) if ring_socket else None
+        self._call: Any = open_ring_call(ring_socket, self._open) if ring_socket else None
         if self._call is None and require_ring:
             raise error_for(grpc.StatusCode.UNAVAILABLE,
                             f"command ring: the daemon offers none at {ring_socket}")
         self.carrier = "ring" if self._call is not None else "grpc"
+        # Over the ring each command is written by its sender (no queue, no writer thread).
+        self._direct = getattr(self._call, "direct", False)
+        self._write_lock = threading.Lock()  # Taken before _cv, never while holding it.
         if self._call is None:
             stub = session_pb2_grpc.SessionStreamStub(channel)
             self._call = stub.Session(self._requests(), metadata=list(metadata))
@@ -177,11 +180,13 @@ class StreamTransport:
         self._reader.start()
         try:
             opened = self._opened.result(timeout=timeout)
-        except CubedError:
+        except (CubedError, TimeoutError) as e:
             self._call.cancel()
-            raise
-        except TimeoutError:
-            self._call.cancel()
+            if self._direct:
+                self._reader.join(5)
+                self._call.close()
+            if isinstance(e, CubedError):
+                raise
             raise error_for(grpc.StatusCode.DEADLINE_EXCEEDED,
                             f"SessionStream: no `opened` within {timeout} s") from None
         self.session = opened.session
@@ -251,8 +256,28 @@ class StreamTransport:
 
     # --- sending -------------------------------------------------------------------------------
 
+    def _send_direct(self, command: session_pb2.Command,
+                     convert: Optional[Callable[[session_pb2.Reply], object]]) -> Optional[Future]:
+        with self._write_lock:
+            with self._cv:
+                if self._ended:
+                    raise self._end_error  # type: ignore[misc]
+                if self._closing:
+                    raise error_for(grpc.StatusCode.FAILED_PRECONDITION, "the client is closed")
+                command.seq = self._next_seq
+                self._next_seq += 1
+                future: Optional[Future] = None
+                if convert is not None:
+                    future = Future()
+                    self._pending[command.seq] = (future, convert)
+            # A failed write means the ring ended: the reader fails what is pending.
+            self._call.write(session_pb2.SessionRequest(commands=[command]))
+            return future
+
     def _send(self, command: session_pb2.Command,
               convert: Optional[Callable[[session_pb2.Reply], object]] = None) -> Optional[Future]:
+        if self._direct:
+            return self._send_direct(command, convert)
         size = command.ByteSize()
         with self._cv:
             if self._ended:
@@ -390,7 +415,12 @@ class StreamTransport:
         with self._cv:
             self._closing = True
             self._cv.notify_all()
+        if self._direct:
+            with self._write_lock:
+                self._call.done_writing()
         self._reader.join(timeout)
         if self._reader.is_alive():
             self._call.cancel()
             self._reader.join(5)
+        if self._direct:
+            self._call.close()
