@@ -158,7 +158,8 @@ class RingTest : public ::testing::Test {
     return s.devices_size() > 0 ? s.devices(0).memory().bytes_in_use() : 0;
   }
 
-  // Waits until no session, ring or ring mapping is left (up to 10 s); true when so.
+  // Waits until no session, ring or ring mapping is left (up to 10 s); true when so, else
+  // false with what was left in `left_`.
   bool AllGone() {
     for (int i = 0; i < 1000; ++i) {
       cubed::v1::GetStatsResponse s = Stats();
@@ -166,10 +167,15 @@ class RingTest : public ::testing::Test {
                         s.devices(0).sessions() == 0 && s.devices(0).memory().bytes_in_use() == 0 &&
                         RingMappings(daemon_->pid()) == 0;
       if (gone) return true;
+      left_ = absl::StrCat("rings ", s.open_rings(), ", streams ", s.open_streams(), ", sessions ",
+                           s.devices_size() > 0 ? s.devices(0).sessions() : 0, ", bytes ",
+                           s.devices_size() > 0 ? s.devices(0).memory().bytes_in_use() : 0,
+                           ", mappings ", RingMappings(daemon_->pid()));
       usleep(10000);
     }
     return false;
   }
+  std::string left_;
 
   // A ring file with a fresh header (then `edit` may spoil it), sealed as `seals` says.
   std::unique_ptr<RawRing> File(uint64_t command = kCapacity, uint64_t reply = kCapacity,
@@ -256,7 +262,7 @@ class RingTest : public ::testing::Test {
     EXPECT_EQ(r.answer.code(), code) << r.answer.message();
     EXPECT_TRUE(absl::StrContains(r.answer.message(), why)) << r.answer.message();
     EXPECT_TRUE(r.doorbells.empty());
-    EXPECT_TRUE(AllGone());
+    EXPECT_TRUE(AllGone()) << left_;
   }
 
   std::unique_ptr<DaemonProcess> daemon_;
@@ -283,7 +289,7 @@ TEST_F(RingTest, TheSdkCarriesItsStreamThroughTheRingAndLeavesNothingBehind) {
   EXPECT_TRUE((*read)[0] == std::string(data.begin(), data.end()));
   *h = cubed::Handle();
   client.reset();
-  EXPECT_TRUE(AllGone());
+  EXPECT_TRUE(AllGone()) << left_;
   // gRPC when asked, beside a ring.
   std::unique_ptr<Client> grpc = Connect(StreamCarrier::kGrpc);
   ASSERT_NE(grpc, nullptr);
@@ -367,7 +373,7 @@ TEST_F(RingTest, ACorruptTailEndsOnlyThatStreamWithDataLoss) {
   EXPECT_TRUE(bystander->Sync().get().ok());
   *h = cubed::Handle();
   bystander.reset();
-  EXPECT_TRUE(AllGone());
+  EXPECT_TRUE(AllGone()) << left_;
 }
 
 TEST_F(RingTest, BadChunksAndUnparsableRequestsEndTheStreamNamingWhy) {
@@ -403,7 +409,7 @@ TEST_F(RingTest, BadChunksAndUnparsableRequestsEndTheStreamNamingWhy) {
     EXPECT_EQ(end.code(), c.code) << end;
     EXPECT_TRUE(absl::StrContains(end.message(), c.why)) << end;
     r.reset();
-    EXPECT_TRUE(AllGone());
+    EXPECT_TRUE(AllGone()) << left_;
   }
 }
 
@@ -431,7 +437,7 @@ TEST_F(RingTest, AClientThatHangsUpLosesItsSessionAndMemory) {
   EXPECT_EQ(Sessions(), 1u);
   close(r->sock);  // The hang-up.
   r->sock = -1;
-  EXPECT_TRUE(AllGone());
+  EXPECT_TRUE(AllGone()) << left_;
 }
 
 TEST_F(RingTest, AClientThatNeverReadsRepliesStallsOnlyItself) {
@@ -471,7 +477,7 @@ TEST_F(RingTest, AClientThatNeverReadsRepliesStallsOnlyItself) {
   close(r->sock);
   r->sock = -1;
   bystander.reset();
-  EXPECT_TRUE(AllGone());
+  EXPECT_TRUE(AllGone()) << left_;
 }
 
 TEST_F(RingTest, ADoorbellMadeBlockingAndDrainedByTheClientStallsNothingElse) {
@@ -489,7 +495,7 @@ TEST_F(RingTest, ADoorbellMadeBlockingAndDrainedByTheClientStallsNothingElse) {
   close(r->sock);  // The hang-up still ends it.
   r->sock = -1;
   bystander.reset();
-  EXPECT_TRUE(AllGone());
+  EXPECT_TRUE(AllGone()) << left_;
 }
 
 TEST_F(RingTest, AClientThatUnmapsItsRingLeavesTheDaemonsMappingValid) {
@@ -503,7 +509,7 @@ TEST_F(RingTest, AClientThatUnmapsItsRingLeavesTheDaemonsMappingValid) {
   close(r->sock);
   r->sock = -1;
   bystander.reset();
-  EXPECT_TRUE(AllGone());
+  EXPECT_TRUE(AllGone()) << left_;
 }
 
 // The child half of AKilledRingClientLeavesNothingBehind.
@@ -545,7 +551,7 @@ TEST_F(RingTest, AKilledRingClientLeavesNothingBehind) {
   kill(child, SIGKILL);
   int status = 0;
   waitpid(child, &status, 0);
-  EXPECT_TRUE(AllGone());
+  EXPECT_TRUE(AllGone()) << left_;
 }
 
 }  // namespace
