@@ -21,12 +21,14 @@ bool ValidCapacity(uint64_t c) { return c >= kMinRingCapacity && absl::has_singl
 
 // Copies `n` bytes at ring position `pos` out of (or into) a ring of `capacity`, wrapping.
 void CopyOut(const uint8_t* data, uint64_t capacity, uint64_t pos, uint8_t* out, uint64_t n) {
+  if (n == 0) return;  // An empty string's data may be null.
   const uint64_t at = pos & (capacity - 1);
   const uint64_t first = std::min(n, capacity - at);
   std::memcpy(out, data + at, first);
   if (first < n) std::memcpy(out + first, data, n - first);
 }
 void CopyIn(uint8_t* data, uint64_t capacity, uint64_t pos, const uint8_t* in, uint64_t n) {
+  if (n == 0) return;  // An empty message's `in` may be null.
   const uint64_t at = pos & (capacity - 1);
   const uint64_t first = std::min(n, capacity - at);
   std::memcpy(data + at, in, first);

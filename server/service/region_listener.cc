@@ -188,6 +188,7 @@ absl::StatusOr<std::pair<uint64_t, uint64_t>> RegionListener::Register(const Con
         // Note [Session ownership] (device.h): another principal's session looks unknown.
         if (!d.IsOwnedBy(id, principal.get())) {
           registered = SessionNotOpen(session);
+          region.reset();  // Unmapped before the answer, not when the loop drops the task.
         } else {
           registered = d.RegisterRegion(id, std::move(region), absl::Now());
         }

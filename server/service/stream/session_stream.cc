@@ -376,6 +376,9 @@ void StreamState::OnWriteDone(bool ok) {
   writing_.Clear();
   if (!ok) {
     EndLocked(absl::CancelledError("the stream broke while writing a reply"));
+    // When the stream was ending already (a cancel came first) and its session is closed, this
+    // write was all Finish waited for.
+    MaybeFinishLocked();
     return;
   }
   if (parked_ && !RepliesOverLocked()) {
