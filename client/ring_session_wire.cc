@@ -16,16 +16,7 @@
 namespace cubed {
 namespace {
 
-constexpr uint64_t kRoomForAChunk = 16;  // A chunk header and 8 bytes of payload.
 constexpr absl::Duration kMaxSpin = absl::Milliseconds(1);
-
-void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 }  // namespace
 
@@ -106,7 +97,7 @@ bool RingSessionWire::Wait(int doorbell, RingOffset waiting, Ready ready) {
   if (spin_ > absl::ZeroDuration()) {
     const absl::Time until = absl::Now() + spin_;
     while (!ready() && !cancelled_.load(std::memory_order_relaxed) && absl::Now() < until) {
-      for (int i = 0; i < 32; ++i) CpuRelax();
+      for (int i = 0; i < 32; ++i) RingCpuRelax();
     }
   }
   for (;;) {
@@ -139,7 +130,7 @@ bool RingSessionWire::Append(RingChunk kind, absl::string_view bytes) {
     if (commands_.tail() != tail) RingDaemon();
     if (*done) return true;
     const bool room = Wait(space_doorbell_, kClientSpaceWaitingAt, [&] {
-      return memory_.command_capacity - commands_.Pending() >= kRoomForAChunk;
+      return memory_.command_capacity - commands_.Pending() >= kMinChunkRoom;
     });
     if (!room) {
       write_broken_ = true;

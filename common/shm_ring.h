@@ -60,6 +60,8 @@ inline constexpr uint32_t kRingVersion = 1;
 inline constexpr uint64_t kRingHeaderBytes = 4096;
 inline constexpr uint64_t kMinRingCapacity = 4096;
 inline constexpr uint32_t kChunkMore = 0x100;
+// Free bytes a writer needs to make progress: a chunk header and 8 bytes of payload.
+inline constexpr uint64_t kMinChunkRoom = 16;
 
 // Header fields (Note [Command ring]).
 enum RingOffset : uint64_t {
@@ -116,6 +118,15 @@ void StoreRelease(uint64_t* word, uint64_t value);
 uint32_t LoadWaiting(const uint32_t* word);         // Sequentially consistent.
 void StoreWaiting(uint32_t* word, uint32_t value);  // Sequentially consistent.
 void StoreSeqCst(uint64_t* word, uint64_t value);   // A position another side may sleep on.
+
+// One step of a spin-wait: tells the CPU this thread is spinning (x86 pause, arm yield).
+inline void RingCpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
 
 // Writes 1 to an eventfd (wakes its sleeper); EAGAIN (the counter is full) is ignored.
 void RingDoorbell(int eventfd);

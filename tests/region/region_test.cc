@@ -30,6 +30,7 @@
 #include "cubed/v1/region.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "tests/testing/child_test.h"
 #include "tests/testing/daemon_process.h"
 
 namespace {
@@ -445,22 +446,10 @@ TEST(RegionChild, RegisterThenWaitForTheKill) {
 TEST_F(RegionTest, AKilledClientLeavesNothingBehind) {
   const auto before = client_->GetMemoryUsage();
   ASSERT_TRUE(before.ok());
-  int out[2];
-  ASSERT_EQ(pipe(out), 0);
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {  // Only async-signal-safe calls until exec.
-    dup2(out[1], STDOUT_FILENO);
-    setenv("CUBED_REGION_CHILD_ADDRESS", daemon_->unix_address().c_str(), 1);
-    execl("/proc/self/exe", "cubed_region_tests", "--gtest_filter=RegionChild.*", nullptr);
-    _exit(127);
-  }
-  close(out[1]);
-  std::string said;
-  char c;
-  while (said.find("ready") == std::string::npos && read(out[0], &c, 1) == 1) said.push_back(c);
-  close(out[0]);
-  ASSERT_NE(said.find("ready"), std::string::npos) << said;
+  absl::StatusOr<pid_t> started = cubed::testing::StartReadyChild(
+      "RegionChild.*", "CUBED_REGION_CHILD_ADDRESS", daemon_->unix_address());
+  ASSERT_TRUE(started.ok()) << started.status();
+  const pid_t child = *started;
   EXPECT_EQ(RegionMappings(daemon_->pid()), 1);
   kill(child, SIGKILL);
   int status = 0;

@@ -34,6 +34,7 @@
 #include "cubed/v1/session.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "tests/testing/child_test.h"
 #include "tests/testing/daemon_process.h"
 
 namespace {
@@ -530,22 +531,10 @@ TEST(RingChild, AllocateThenWaitForTheKill) {
 }
 
 TEST_F(RingTest, AKilledRingClientLeavesNothingBehind) {
-  int out[2];
-  ASSERT_EQ(pipe(out), 0);
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {  // Only async-signal-safe calls until exec.
-    dup2(out[1], STDOUT_FILENO);
-    setenv("CUBED_RING_CHILD_ADDRESS", daemon_->unix_address().c_str(), 1);
-    execl("/proc/self/exe", "cubed_ring_tests", "--gtest_filter=RingChild.*", nullptr);
-    _exit(127);
-  }
-  close(out[1]);
-  std::string said;
-  char c;
-  while (said.find("ready") == std::string::npos && read(out[0], &c, 1) == 1) said.push_back(c);
-  close(out[0]);
-  ASSERT_NE(said.find("ready"), std::string::npos) << said;
+  absl::StatusOr<pid_t> started = cubed::testing::StartReadyChild(
+      "RingChild.*", "CUBED_RING_CHILD_ADDRESS", daemon_->unix_address());
+  ASSERT_TRUE(started.ok()) << started.status();
+  const pid_t child = *started;
   EXPECT_EQ(Stats().open_rings(), 1u);
   EXPECT_GE(BytesInUse(), uint64_t{1} << 20);
   kill(child, SIGKILL);

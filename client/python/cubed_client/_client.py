@@ -21,8 +21,8 @@ import numpy as np
 from ._errors import (CubedError, InvalidArgumentError, UnimplementedError, error_for,
                       error_from_rpc)
 from ._proto import compute_pb2, compute_pb2_grpc, types_pb2
-from ._region import Staging, region_socket_path
-from ._ring import ring_socket_path
+from ._address import default_address, region_socket_path, ring_socket_path, target_of
+from ._region import Staging
 from ._tensor import Tensor, _Handle
 from ._transport import StreamTransport, UnaryTransport
 from ._types import (BuiltinKernel, DTypeLike, Info, MemoryUsage, Scalars, cube_count_for,
@@ -58,23 +58,6 @@ class Profile:
 
     def __repr__(self) -> str:
         return f"Profile(duration_ns={self.duration_ns})"
-
-
-def default_address() -> str:
-    """$CUBED_ADDRESS, else the daemon's default socket: unix:$XDG_RUNTIME_DIR/cubed.sock, or
-    unix:/tmp/cubed-$UID/cubed.sock when XDG_RUNTIME_DIR is unset (as deploy/run.sh)."""
-    if os.environ.get("CUBED_ADDRESS"):
-        return os.environ["CUBED_ADDRESS"]
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime:
-        return f"unix:{runtime}/cubed.sock"
-    return f"unix:/tmp/cubed-{os.getuid()}/cubed.sock"
-
-
-def _target(address: str) -> str:
-    if address.startswith("/"):
-        return f"unix:{address}"
-    return address
 
 
 def _pem(value: Optional[PathOrBytes]) -> Optional[bytes]:
@@ -140,7 +123,7 @@ def connect(address: Optional[str] = None, *, timeout: float = 60.0, device: int
         UnavailableError: the daemon cannot be reached.
         CubedError: the daemon refused the session (e.g. NotFoundError for an unknown device).
     """
-    target = _target(address or default_address())
+    target = target_of(address or default_address())
     options = [("grpc.max_send_message_length", max_message_bytes),
                ("grpc.max_receive_message_length", max_message_bytes)]
     if server_name:

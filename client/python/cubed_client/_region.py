@@ -21,13 +21,6 @@ from ._errors import CubedError, error_for, error_from_number
 from ._proto import region_pb2, types_pb2
 
 
-def region_socket_path(target: str) -> Optional[str]:
-    """The region socket of a daemon reached at gRPC target ``target``, or None for TCP."""
-    if target.startswith("unix:"):
-        return target[len("unix:"):] + ".regions"
-    return None
-
-
 class SharedRegion:
     """``size`` bytes of sealed memfd memory, mapped here and registered for ``session``.
 

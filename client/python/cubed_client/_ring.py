@@ -42,13 +42,6 @@ _DAEMON_WAITING, _CLIENT_REPLY_WAITING, _CLIENT_SPACE_WAITING = 80, 96, 112
 _HEADER = struct.Struct("<II")
 
 
-def ring_socket_path(target: str) -> Optional[str]:
-    """The ring socket of a daemon reached at gRPC target ``target``, or None for TCP."""
-    if target.startswith("unix:"):
-        return target[len("unix:"):] + ".ring"
-    return None
-
-
 def _pad8(n: int) -> int:
     return (n + 7) & ~7
 

@@ -14,18 +14,9 @@
 namespace cubed {
 namespace {
 
-constexpr uint64_t kRoomForAChunk = 16;  // A chunk header and 8 bytes of payload.
 // Requests already in the ring are merged into one read up to this many commands (Note
 // [Command ring]: a client may write each command as its own request).
 constexpr int kMergeCommands = 256;
-
-void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 }  // namespace
 
@@ -283,14 +274,14 @@ void RingWire::Sleep(absl::Time deadline, bool want_read, bool want_room) {
     const absl::Time spin_until = absl::Now() + options_.spin;
     while (!ready()) {
       if (absl::Now() >= spin_until) break;
-      for (int i = 0; i < 32; ++i) CpuRelax();
+      for (int i = 0; i < 32; ++i) RingCpuRelax();
     }
   }
   {
     absl::MutexLock lock(&mu_);
     sleeping_ = true;
     StoreWaiting(memory_.word32(kDaemonWaitingAt), 1);
-    const bool room = want_room && memory_.reply_capacity - replies_.Pending() >= kRoomForAChunk;
+    const bool room = want_room && memory_.reply_capacity - replies_.Pending() >= kMinChunkRoom;
     if (ready() || room) {
       StoreWaiting(memory_.word32(kDaemonWaitingAt), 0);
       return;
