@@ -1,6 +1,5 @@
 #include "server/service/region_listener.h"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -31,34 +30,23 @@ absl::Status SessionNotOpen(uint64_t session) {
 
 }  // namespace
 
-struct RegionListener::Connection {
-  int fd = -1;
-  PeerCredentials peer;
-  absl::StatusOr<PrincipalPtr> principal;  // Identified at accept; an error refuses each request.
-};
+struct RegionListener::Connection : SeqpacketPeer {};
 
 absl::StatusOr<std::unique_ptr<RegionListener>> RegionListener::Listen(
     const std::string& path, const std::string& group, RegionListenerOptions options,
     const Authenticator* auth, std::vector<DeviceLoop*> loops) {
   std::unique_ptr<RegionListener> l(new RegionListener());
-  absl::StatusOr<int> fd = ListenUnixSocket(path, group, SOCK_SEQPACKET, "region socket");
-  if (!fd.ok()) return fd.status();
-  l->listen_fd_ = *fd;
-  if (pipe2(l->wake_fd_, O_CLOEXEC) != 0) {
-    return absl::UnavailableError(absl::StrCat("pipe: ", std::strerror(errno)));
-  }
+  absl::StatusOr<std::unique_ptr<SeqpacketListener>> socket =
+      SeqpacketListener::Listen(path, group, "region socket");
+  if (!socket.ok()) return socket.status();
+  l->socket_ = *std::move(socket);
   l->options_ = options;
   l->auth_ = auth;
   l->loops_ = std::move(loops);
   return l;
 }
 
-RegionListener::~RegionListener() {
-  Stop();
-  for (int fd : {listen_fd_, wake_fd_[0], wake_fd_[1]}) {
-    if (fd >= 0) close(fd);
-  }
-}
+RegionListener::~RegionListener() { Stop(); }
 
 void RegionListener::Start() {
   thread_ = std::thread([this] { Serve(); });
@@ -66,9 +54,7 @@ void RegionListener::Start() {
 
 void RegionListener::Stop() {
   if (!thread_.joinable()) return;
-  const char byte = 1;
-  while (write(wake_fd_[1], &byte, 1) < 0 && errno == EINTR) {
-  }
+  socket_->Wake();
   thread_.join();
 }
 
@@ -77,8 +63,8 @@ void RegionListener::Serve() {
   std::vector<pollfd> fds;
   for (;;) {
     fds.clear();
-    fds.push_back({wake_fd_[0], POLLIN, 0});
-    fds.push_back({listen_fd_, POLLIN, 0});
+    fds.push_back({socket_->wake_fd(), POLLIN, 0});
+    fds.push_back({socket_->fd(), POLLIN, 0});
     for (const Connection& c : connections) fds.push_back({c.fd, POLLIN, 0});
     if (poll(fds.data(), fds.size(), -1) < 0) {
       if (errno == EINTR) continue;
@@ -94,37 +80,14 @@ void RegionListener::Serve() {
         connections.erase(connections.begin() + static_cast<ptrdiff_t>(i));
       }
     }
-    if (fds[1].revents != 0) Accept(connections);
+    if (fds[1].revents != 0) {
+      if (std::optional<SeqpacketPeer> peer =
+              socket_->Accept(connections.size(), options_.max_connections, *auth_)) {
+        connections.push_back(Connection{*std::move(peer)});
+      }
+    }
   }
   for (const Connection& c : connections) close(c.fd);
-}
-
-void RegionListener::Accept(std::vector<Connection>& connections) {
-  const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-  if (fd < 0) {
-    if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
-      spdlog::warn("region socket: accept: {}", std::strerror(errno));
-      if (errno == EMFILE || errno == ENFILE) poll(nullptr, 0, 100);  // Let fds free up.
-    }
-    return;
-  }
-  if (connections.size() >= options_.max_connections) {
-    spdlog::warn("region socket: {} connections open, the most allowed; refused one",
-                 connections.size());
-    close(fd);
-    return;
-  }
-  absl::StatusOr<PeerCredentials> peer = PeerCredentialsOf(fd);
-  if (!peer.ok()) {
-    spdlog::warn("region socket: {}; connection dropped", std::string(peer.status().message()));
-    close(fd);
-    return;
-  }
-  Connection c;
-  c.fd = fd;
-  c.peer = *peer;
-  c.principal = auth_->IdentifyUnixPeer(*peer);
-  connections.push_back(std::move(c));
 }
 
 bool RegionListener::Answer(Connection& connection) {

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "server/channel/device_loop.h"
 #include "server/service/authenticator.h"
+#include "server/service/seqpacket_listener.h"
 
 namespace cubed {
 
@@ -59,14 +60,12 @@ class RegionListener {
   struct Connection;
   RegionListener() = default;
   void Serve();
-  void Accept(std::vector<Connection>& connections);
   // Receives and answers one request; false when the connection is to be closed.
   bool Answer(Connection& connection);
   absl::StatusOr<std::pair<uint64_t, uint64_t>> Register(const Connection& connection,
                                                          uint64_t session, int fd);
 
-  int listen_fd_ = -1;
-  int wake_fd_[2] = {-1, -1};  // Pipe; a byte written wakes the thread to stop.
+  std::unique_ptr<SeqpacketListener> socket_;
   RegionListenerOptions options_;
   const Authenticator* auth_ = nullptr;
   std::vector<DeviceLoop*> loops_;

@@ -1,6 +1,5 @@
 #include "server/service/ring/ring_listener.h"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -17,7 +16,6 @@
 #include "cubed/v1/ring.pb.h"
 #include "server/channel/shared_region.h"
 #include "server/service/ring/ring_wire.h"
-#include "server/service/unix_socket.h"
 #include "spdlog/spdlog.h"
 
 namespace cubed {
@@ -28,11 +26,9 @@ constexpr size_t kMaxDescriptors = 8;      // Received at most; all but one are 
 
 }  // namespace
 
-struct RingListener::Connection {
-  int fd = -1;
-  PeerCredentials peer;
-  absl::StatusOr<PrincipalPtr> principal;  // Identified at accept.
-  std::unique_ptr<RingWire> wire;          // Set once the ring is open.
+struct RingListener::Connection : SeqpacketPeer {
+  explicit Connection(SeqpacketPeer accepted) : SeqpacketPeer(std::move(accepted)) {}
+  std::unique_ptr<RingWire> wire;  // Set once the ring is open.
   ~Connection() {
     wire.reset();  // Stops its thread first.
     if (fd >= 0) close(fd);
@@ -45,24 +41,17 @@ absl::StatusOr<std::unique_ptr<RingListener>> RingListener::Listen(const std::st
                                                                    const Authenticator* auth,
                                                                    SessionStreamService* streams) {
   std::unique_ptr<RingListener> l(new RingListener());
-  absl::StatusOr<int> fd = ListenUnixSocket(path, group, SOCK_SEQPACKET, "ring socket");
-  if (!fd.ok()) return fd.status();
-  l->listen_fd_ = *fd;
-  if (pipe2(l->wake_fd_, O_CLOEXEC) != 0) {
-    return absl::UnavailableError(absl::StrCat("pipe: ", std::strerror(errno)));
-  }
+  absl::StatusOr<std::unique_ptr<SeqpacketListener>> socket =
+      SeqpacketListener::Listen(path, group, "ring socket");
+  if (!socket.ok()) return socket.status();
+  l->socket_ = *std::move(socket);
   l->options_ = options;
   l->auth_ = auth;
   l->streams_ = streams;
   return l;
 }
 
-RingListener::~RingListener() {
-  Stop();
-  for (int fd : {listen_fd_, wake_fd_[0], wake_fd_[1]}) {
-    if (fd >= 0) close(fd);
-  }
-}
+RingListener::~RingListener() { Stop(); }
 
 void RingListener::Start() {
   thread_ = std::thread([this] { Serve(); });
@@ -70,9 +59,7 @@ void RingListener::Start() {
 
 void RingListener::Stop() {
   if (!thread_.joinable()) return;
-  const char byte = 1;
-  while (write(wake_fd_[1], &byte, 1) < 0 && errno == EINTR) {
-  }
+  socket_->Wake();
   thread_.join();
 }
 
@@ -88,8 +75,8 @@ void RingListener::Serve() {
       }
     }
     fds.clear();
-    fds.push_back({wake_fd_[0], POLLIN, 0});
-    fds.push_back({listen_fd_, POLLIN, 0});
+    fds.push_back({socket_->wake_fd(), POLLIN, 0});
+    fds.push_back({socket_->fd(), POLLIN, 0});
     for (const auto& c : connections) fds.push_back({c->fd, POLLIN, 0});
     // Finished rings are noticed within 100 ms; nothing to watch: sleep until woken.
     const int timeout = connections.empty() ? -1 : 100;
@@ -110,36 +97,14 @@ void RingListener::Serve() {
       }
       if (!Open(c)) connections.erase(connections.begin() + static_cast<ptrdiff_t>(i));
     }
-    if (fds[1].revents != 0) Accept(connections);
+    if (fds[1].revents != 0) {
+      if (std::optional<SeqpacketPeer> peer =
+              socket_->Accept(connections.size(), options_.max_rings, *auth_)) {
+        connections.push_back(std::make_unique<Connection>(*std::move(peer)));
+      }
+    }
   }
   open_rings_.store(0, std::memory_order_relaxed);
-}
-
-void RingListener::Accept(std::vector<std::unique_ptr<Connection>>& connections) {
-  const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-  if (fd < 0) {
-    if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
-      spdlog::warn("ring socket: accept: {}", std::strerror(errno));
-      if (errno == EMFILE || errno == ENFILE) poll(nullptr, 0, 100);  // Let fds free up.
-    }
-    return;
-  }
-  if (connections.size() >= options_.max_rings) {
-    spdlog::warn("ring socket: {} rings open, the most allowed; refused one", connections.size());
-    close(fd);
-    return;
-  }
-  absl::StatusOr<PeerCredentials> peer = PeerCredentialsOf(fd);
-  if (!peer.ok()) {
-    spdlog::warn("ring socket: {}; connection dropped", std::string(peer.status().message()));
-    close(fd);
-    return;
-  }
-  auto c = std::make_unique<Connection>();
-  c->fd = fd;
-  c->peer = *peer;
-  c->principal = auth_->IdentifyUnixPeer(*peer);
-  connections.push_back(std::move(c));
 }
 
 bool RingListener::Open(Connection& connection) {

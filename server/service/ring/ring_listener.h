@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/service/authenticator.h"
+#include "server/service/seqpacket_listener.h"
 #include "server/service/stream/session_stream.h"
 
 namespace cubed {
@@ -61,13 +62,11 @@ class RingListener {
   struct Connection;
   RingListener() = default;
   void Serve();
-  void Accept(std::vector<std::unique_ptr<Connection>>& connections);
   // Receives the request and opens the ring; false when the connection is to be closed.
   bool Open(Connection& connection);
   absl::Status OpenRing(Connection& connection, int memfd);
 
-  int listen_fd_ = -1;
-  int wake_fd_[2] = {-1, -1};  // Pipe; a byte written wakes the thread to stop.
+  std::unique_ptr<SeqpacketListener> socket_;
   RingListenerOptions options_;
   const Authenticator* auth_ = nullptr;
   SessionStreamService* streams_ = nullptr;
