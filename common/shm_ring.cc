@@ -99,9 +99,6 @@ absl::StatusOr<RingMemory> ReadRingHeader(uint8_t* base, uint64_t file_bytes) {
 }
 
 uint64_t LoadAcquire(const uint64_t* word) { return __atomic_load_n(word, __ATOMIC_ACQUIRE); }
-void StoreRelease(uint64_t* word, uint64_t value) {
-  __atomic_store_n(word, value, __ATOMIC_RELEASE);
-}
 void StoreSeqCst(uint64_t* word, uint64_t value) {
   __atomic_store_n(word, value, __ATOMIC_SEQ_CST);
 }

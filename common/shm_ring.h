@@ -114,7 +114,6 @@ absl::StatusOr<RingMemory> ReadRingHeader(uint8_t* base, uint64_t file_bytes);
 
 // Shared-memory words, read and written atomically.
 uint64_t LoadAcquire(const uint64_t* word);
-void StoreRelease(uint64_t* word, uint64_t value);
 uint32_t LoadWaiting(const uint32_t* word);         // Sequentially consistent.
 void StoreWaiting(uint32_t* word, uint32_t value);  // Sequentially consistent.
 void StoreSeqCst(uint64_t* word, uint64_t value);   // A position another side may sleep on.
