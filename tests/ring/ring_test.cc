@@ -483,13 +483,15 @@ TEST_F(RingTest, AClientThatNeverReadsRepliesStallsOnlyItself) {
 
 TEST_F(RingTest, ADoorbellMadeBlockingAndDrainedByTheClientStallsNothingElse) {
   auto r = OpenSession();
-  // The client owns the same open file description: it clears O_NONBLOCK and eats the counts.
-  ASSERT_EQ(fcntl(r->doorbells[0], F_SETFL, 0), 0);
+  // The client owns the same open file description: it eats the counts (while the descriptor
+  // is still non-blocking, so this test never blocks), then clears O_NONBLOCK for the daemon.
   for (int i = 0; i < 10; ++i) {
     r->RingDaemon();
     uint64_t count;
     (void)!read(r->doorbells[0], &count, sizeof(count));
   }
+  ASSERT_EQ(fcntl(r->doorbells[0], F_SETFL, 0), 0);
+  r->RingDaemon();
   std::unique_ptr<Client> bystander = Connect();
   ASSERT_NE(bystander, nullptr);
   EXPECT_TRUE(bystander->Sync().get().ok());
