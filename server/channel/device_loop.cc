@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/thread_name.h"
 #include "spdlog/spdlog.h"
 
 namespace cubed {
@@ -66,6 +67,7 @@ size_t DeviceLoop::queued() const {
 }
 
 void DeviceLoop::Run() {
+  NameThisThread("cubed-loop");
   std::deque<Posted> batch;
   for (;;) {
     const absl::Time now = absl::Now();

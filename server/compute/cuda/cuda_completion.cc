@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "common/cuda/cuda_driver.h"
+#include "common/thread_name.h"
 #include "spdlog/spdlog.h"
 
 namespace cubed {
@@ -80,6 +81,7 @@ size_t CudaCompletionQueue::pending() const {
 }
 
 void CudaCompletionQueue::Run() {
+  NameThisThread("cubed-cuda-done");
   const absl::Status current = context_->MakeCurrent();
   if (!current.ok()) spdlog::error("cuda completion thread: {}", current.ToString());
   for (;;) {

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/fd_passing.h"
 #include "common/shm_ring.h"
+#include "common/thread_name.h"
 #include "cubed/v1/ring.pb.h"
 #include "server/channel/shared_region.h"
 #include "server/service/ring/ring_wire.h"
@@ -64,6 +65,7 @@ void RingListener::Stop() {
 }
 
 void RingListener::Serve() {
+  NameThisThread("cubed-ring-open");
   std::vector<std::unique_ptr<Connection>> connections;
   std::vector<pollfd> fds;
   for (;;) {

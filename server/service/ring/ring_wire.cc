@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/thread_name.h"
 #include "cubed/v1/ring.pb.h"
 
 namespace cubed {
@@ -116,6 +117,7 @@ void RingWire::RingClientSpace() {
 }
 
 void RingWire::Run() {
+  NameThisThread("cubed-ring");
   std::string message;
   bool half_close_read = false;  // A half-close was read while merging requests.
   std::string end_bytes;
