@@ -1,5 +1,6 @@
 #include "client/client.h"
 
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -15,6 +16,7 @@
 #include "client/secure_channel.h"
 #include "client/tensor_launch.h"
 #include "common/status_macros.h"
+#include "google/protobuf/arena.h"
 #include "grpc/grpc.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -27,6 +29,26 @@ Handle Client::Impl::MakeHandle(uint64_t id, uint64_t size) const {
 }
 
 namespace {
+
+// Note [Commands on the stack]: an Execute on the stream is built on a protobuf arena whose first
+// block is on the caller's stack, and a direct wire (the command ring) serializes it from there:
+// its dozen sub-messages, strings and repeated fields cost no heap allocation. Commands beyond
+// the block spill into arena blocks on the heap, freed with the arena.
+class StackCommand {
+ public:
+  StackCommand()
+      : arena_(block_, sizeof(block_)),
+        command_(google::protobuf::Arena::CreateMessage<v1::Command>(&arena_)) {}
+  StackCommand(const StackCommand&) = delete;
+  StackCommand& operator=(const StackCommand&) = delete;
+  v1::Command* operator->() { return command_; }
+  v1::Command& operator*() { return *command_; }
+
+ private:
+  alignas(std::max_align_t) char block_[2048];
+  google::protobuf::Arena arena_;
+  v1::Command* command_;
+};
 
 // Note [gRPC lifetime]: the callback API finishes a call on a gRPC thread that still touches the
 // call after our callback returned (it drops its last reference). If that callback let the user
@@ -397,11 +419,11 @@ absl::Status Client::Execute(const BuiltinKernel& kernel, CubeCount count,
   const v1::ExecutionMode wire_mode =
       mode == ExecutionMode::kUnchecked ? v1::EXECUTION_MODE_UNCHECKED : v1::EXECUTION_MODE_CHECKED;
   if (impl_->stream != nullptr) {
-    v1::Command command;
-    v1::Command::Execute* e = command.mutable_execute();
+    StackCommand command;
+    v1::Command::Execute* e = command->mutable_execute();
     RETURN_IF_ERROR(fill(e->mutable_kernel(), e->mutable_count(), e->mutable_bindings()));
     e->set_mode(wire_mode);
-    return impl_->stream->Send(std::move(command));
+    return impl_->stream->SendInPlace(*command);
   }
   v1::ExecuteRequest request;
   request.set_session(impl_->session);

@@ -19,6 +19,9 @@ class SessionWire {
   virtual ~SessionWire() = default;
   // Sends `request`, waiting for room; false once the wire is broken or over. One writer thread.
   virtual bool Write(const v1::SessionRequest& request) = 0;
+  // Sends a request that holds only `command`, as Write does. This default copies the command
+  // into a SessionRequest; a direct wire frames it without the copy.
+  virtual bool WriteCommand(const v1::Command& command);
   // Waits for the next response; false once the stream is over (then call Finish). One reader
   // thread.
   virtual bool Read(v1::SessionResponse* response) = 0;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/thread_name.h"
 
 namespace cubed {
 
@@ -93,7 +94,17 @@ uint64_t StreamTransport::NextId() {
 
 absl::Status StreamTransport::Send(v1::Command command, Callback on_reply, uint64_t* seq_out,
                                    absl::Duration timeout) {
-  if (direct_) return SendDirect(std::move(command), std::move(on_reply), seq_out, timeout);
+  if (direct_) return SendDirect(command, std::move(on_reply), seq_out, timeout);
+  return Enqueue(std::move(command), std::move(on_reply), seq_out, timeout);
+}
+
+absl::Status StreamTransport::SendInPlace(v1::Command& command, Callback on_reply) {
+  if (direct_) return SendDirect(command, std::move(on_reply), nullptr, absl::ZeroDuration());
+  return Enqueue(command, std::move(on_reply), nullptr, absl::ZeroDuration());
+}
+
+absl::Status StreamTransport::Enqueue(v1::Command command, Callback on_reply, uint64_t* seq_out,
+                                      absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   if (ended_) return end_status_;
   if (closing_) return absl::FailedPreconditionError("session stream is closing");
@@ -115,7 +126,7 @@ absl::Status StreamTransport::Send(v1::Command command, Callback on_reply, uint6
   return absl::OkStatus();
 }
 
-absl::Status StreamTransport::SendDirect(v1::Command command, Callback on_reply, uint64_t* seq_out,
+absl::Status StreamTransport::SendDirect(v1::Command& command, Callback on_reply, uint64_t* seq_out,
                                          absl::Duration timeout) {
   absl::MutexLock write_lock(&write_mu_);
   {
@@ -132,9 +143,7 @@ absl::Status StreamTransport::SendDirect(v1::Command command, Callback on_reply,
                          absl::Now() + (timeout != absl::ZeroDuration() ? timeout : call_timeout_));
     }
   }
-  if (direct_request_.commands_size() == 0) direct_request_.add_commands();
-  direct_request_.mutable_commands(0)->Swap(&command);
-  if (!wire_->Write(direct_request_)) {
+  if (!wire_->WriteCommand(command)) {
     absl::MutexLock lock(&mu_);
     broken_ = true;  // The reader sees the end and fails what is pending.
   }
@@ -150,6 +159,7 @@ void StreamTransport::Push() {
 }
 
 void StreamTransport::WriterLoop() {
+  NameThisThread("cubed-sdk-write");
   absl::MutexLock lock(&mu_);
   while (!broken_) {
     if (queue_.empty()) {
@@ -192,6 +202,7 @@ void StreamTransport::WriterLoop() {
 }
 
 void StreamTransport::ReaderLoop() {
+  NameThisThread("cubed-sdk-read");
   v1::SessionResponse response;
   while (wire_->Read(&response)) {
     for (v1::Reply& reply : *response.mutable_replies()) {
@@ -225,6 +236,7 @@ void StreamTransport::ReaderLoop() {
 }
 
 void StreamTransport::WatchdogLoop() {
+  NameThisThread("cubed-sdk-watch");
   for (;;) {
     std::vector<std::pair<uint64_t, Callback>> expired;
     {

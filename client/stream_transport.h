@@ -73,6 +73,10 @@ class StreamTransport {
   // replies are due in seq order, so a later command's DEADLINE_EXCEEDED may come that late.
   absl::Status Send(v1::Command command, Callback on_reply = nullptr, uint64_t* seq_out = nullptr,
                     absl::Duration timeout = absl::ZeroDuration());
+  // Send for a command the caller keeps (one built on a stack arena: Note [Commands on the
+  // stack] in client.cc): over a direct wire it is serialized where it is, with no copy; queued
+  // commands are copied. Sets `command`'s seq.
+  absl::Status SendInPlace(v1::Command& command, Callback on_reply = nullptr);
 
   // Sends what is queued now (without waiting for the interval).
   void Push();
@@ -80,8 +84,11 @@ class StreamTransport {
  private:
   StreamTransport() = default;
   void WriterLoop();
+  // Queues `command` for the writer thread.
+  absl::Status Enqueue(v1::Command command, Callback on_reply, uint64_t* seq_out,
+                       absl::Duration timeout);
   // Send over a direct wire.
-  absl::Status SendDirect(v1::Command command, Callback on_reply, uint64_t* seq_out,
+  absl::Status SendDirect(v1::Command& command, Callback on_reply, uint64_t* seq_out,
                           absl::Duration timeout);
   void ReaderLoop();
   // Fails pending callbacks whose deadline passed, until the stream ends or closes.
@@ -118,7 +125,6 @@ class StreamTransport {
   // that commands reach the wire in seq order while the reader keeps resolving replies.
   bool direct_ = false;
   absl::Mutex write_mu_ ABSL_ACQUIRED_BEFORE(mu_);
-  v1::SessionRequest direct_request_ ABSL_GUARDED_BY(write_mu_);  // One command, reused.
 };
 
 }  // namespace cubed

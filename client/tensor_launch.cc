@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "common/kernel_metadata.h"
 #include "common/status_macros.h"
@@ -50,14 +51,17 @@ CubeCount CubeCountFor(uint64_t elements) {
 absl::StatusOr<TensorLaunch> BuildTensorLaunch(const std::vector<Tensor>& inputs,
                                                const std::vector<Tensor>& outputs,
                                                std::vector<Scalars> scalars) {
-  std::vector<const Tensor*> all;
+  // Inline for the usual handful of tensors: one launch, two heap allocations (the bindings and
+  // the metadata it returns).
+  absl::InlinedVector<const Tensor*, 4> all;
   for (const Tensor& t : inputs) all.push_back(&t);
   for (const Tensor& t : outputs) all.push_back(&t);
   if (all.empty()) return absl::InvalidArgumentError("a launch needs at least one tensor");
 
   TensorLaunch launch;
-  std::vector<uint64_t> buffer_len;
-  std::vector<TensorLayout> layouts;
+  absl::InlinedVector<uint64_t, 4> buffer_len;
+  absl::InlinedVector<TensorLayout, 4> layouts;
+  launch.bindings.buffers.reserve(all.size());
   for (size_t i = 0; i < all.size(); ++i) {
     ASSIGN_OR_RETURN(TensorLayout layout, LayoutOf(*all[i], i));
     layouts.push_back(layout);

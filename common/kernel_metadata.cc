@@ -1,5 +1,6 @@
 #include "common/kernel_metadata.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "absl/status/status.h"
@@ -69,6 +70,9 @@ absl::StatusOr<std::vector<uint32_t>> EncodeKernelMetadata(absl::Span<const uint
         absl::StrCat("metadata: ", t, " tensors but only ", n, " buffers"));
   }
   std::vector<uint32_t> words(2 * n + 3 * t);
+  size_t dynamic = 0;
+  for (const TensorLayout& layout : tensors) dynamic += 2 * std::min(layout.rank, kMaxRank);
+  words.reserve(words.size() + dynamic);  // One allocation for the whole block.
   for (size_t i = 0; i < n; ++i) {
     if (buffer_len[i] > kU32Max) return NotU32(absl::StrCat("buffer_len[", i, "]"), buffer_len[i]);
     words[i] = static_cast<uint32_t>(buffer_len[i]);
