@@ -337,7 +337,7 @@ absl::StatusOr<ResourceDescription> Device::GetResource(SessionId session,
   return server_->GetResource(r);
 }
 
-absl::Status Device::Execute(SessionId session, ExecuteCommand command, absl::Time now) {
+absl::Status Device::Execute(SessionId session, ExecuteCommand& command, absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
   if (command.unchecked && !options_.allow_unchecked) {
     return absl::PermissionDeniedError(
@@ -345,7 +345,6 @@ absl::Status Device::Execute(SessionId session, ExecuteCommand command, absl::Ti
         "--allow_unchecked)");
   }
   Launch launch;
-  launch.kernel = std::move(command.kernel);
   launch.unchecked = command.unchecked;
   launch.count.dynamic = command.dynamic_count;
   if (command.dynamic_count) {
@@ -376,7 +375,10 @@ absl::Status Device::Execute(SessionId session, ExecuteCommand command, absl::Ti
     }
     launch.buffers.push_back(*r);
   }
-  return server_->Execute(std::move(launch));
+  launch.kernel = std::move(command.kernel);
+  absl::Status status = server_->Execute(launch);
+  command.kernel = std::move(launch.kernel);
+  return status;
 }
 
 absl::Status Device::Flush(SessionId session, absl::Time now) {

@@ -88,7 +88,9 @@ class Device {
                   std::vector<std::string>* out, absl::Time now, DoneCallback done);
   absl::StatusOr<ResourceDescription> GetResource(SessionId session, const BindingRef& binding,
                                                   absl::Time now);
-  absl::Status Execute(SessionId session, ExecuteCommand command, absl::Time now);
+  // Runs `command`. Its kernel (strings and vectors) is lent to the backend and moved back, so that
+  // it is freed by the command's owner: off the loop for stream commands (Note [Spent commands]).
+  absl::Status Execute(SessionId session, ExecuteCommand& command, absl::Time now);
   absl::Status Flush(SessionId session, absl::Time now);
   void Sync(SessionId session, absl::Time now, DoneCallback done);
   absl::Status StartProfile(SessionId session, absl::Time now);

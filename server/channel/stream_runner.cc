@@ -173,7 +173,7 @@ void StreamRunner::Run(Device& device, StreamCommand& command,
   }
   switch (command.kind) {
     case Kind::kExecute:
-      status = device.Execute(session_, std::move(command.execute), now);
+      status = device.Execute(session_, command.execute, now);
       break;
     case Kind::kRelease:
       RunRelease(device, command, *sink);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -71,7 +72,7 @@ struct LaunchCount {
 struct Launch {
   KernelCall kernel;
   LaunchCount count;
-  std::vector<ResolvedBinding> buffers;
+  absl::InlinedVector<ResolvedBinding, 4> buffers;  // Inline: no allocation per launch.
   bool unchecked = false;
 };
 
@@ -195,7 +196,8 @@ class ComputeServer {
   virtual absl::StatusOr<ResourceDescription> GetResource(const ResolvedBinding& binding) = 0;
 
   // trait: execute. Validates the launch fully before anything runs; on error nothing changed.
-  virtual absl::Status Execute(Launch launch) = 0;
+  // `launch` is only read during the call.
+  virtual absl::Status Execute(const Launch& launch) = 0;
 
   // trait: flush.
   virtual absl::Status Flush() = 0;

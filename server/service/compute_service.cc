@@ -340,7 +340,7 @@ Reactor* ComputeService::Execute(Context* ctx, const v1::ExecuteRequest* req,
             return;
           }
         }
-        Finish(r, d.Execute(SessionId(req->session()), std::move(command), absl::Now()));
+        Finish(r, d.Execute(SessionId(req->session()), command, absl::Now()));
       });
 }
 

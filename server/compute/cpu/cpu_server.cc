@@ -261,7 +261,7 @@ absl::StatusOr<ResourceDescription> CpuServer::GetResource(const ResolvedBinding
   return r;
 }
 
-absl::Status CpuServer::Execute(Launch launch) {
+absl::Status CpuServer::Execute(const Launch& launch) {
   if (!launch.kernel.is_builtin) {
     return absl::UnimplementedError(
         "the cpu backend runs builtin kernels only; cuda_source and ptx kernels need the cuda "

@@ -46,7 +46,7 @@ class CpuServer final : public ComputeServer {
   void ReadTensorInto(std::vector<ResolvedTensor> tensors, std::vector<absl::Span<uint8_t>> out,
                       DoneCallback done) override;
   absl::StatusOr<ResourceDescription> GetResource(const ResolvedBinding& binding) override;
-  absl::Status Execute(Launch launch) override;
+  absl::Status Execute(const Launch& launch) override;
   absl::Status Flush() override { return absl::OkStatus(); }
   void Sync(DoneCallback done) override { done(absl::OkStatus()); }
   MemoryUsage Usage() const override { return memory_->Usage(); }

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/cuda/cuda_driver.h"
@@ -25,7 +26,7 @@ bool IsClientLaunchError(CUresult r) {
 
 }  // namespace
 
-absl::Status CudaServer::Execute(Launch launch) {
+absl::Status CudaServer::Execute(const Launch& launch) {
   RETURN_IF_ERROR(LostStatus());
   RETURN_IF_ERROR(context_->MakeCurrent());
   return Check(launch.kernel.is_builtin ? ExecuteBuiltin(launch) : ExecuteClient(launch));
@@ -54,9 +55,36 @@ absl::Status CudaServer::ReadCubeCount(const ResolvedBinding& binding, uint32_t 
   return absl::OkStatus();
 }
 
+// Note [Builtin launch cache]: the function of each builtin (name, dtypes, buffer count) is kept
+// once found, so that a launch costs one small hash lookup instead of the catalogue search, the
+// compiler's lookup and the module cache's (each building a string key). The module cache may
+// unload a module to make room: its eviction count changing empties this cache. A cache hit
+// counts as a kernel cache hit in the stats.
+absl::StatusOr<CUfunction> CudaServer::BuiltinFunction(const kernels::BuiltinCall& call,
+                                                       size_t num_buffers) {
+  if (modules_->evictions() != builtin_functions_evictions_) {
+    builtin_functions_.clear();
+    builtin_functions_evictions_ = modules_->evictions();
+  }
+  BuiltinKey key{call.name, call.dtype, call.out_dtype, num_buffers};
+  if (auto it = builtin_functions_.find(key); it != builtin_functions_.end()) {
+    ++builtin_function_hits_;
+    return it->second;
+  }
+  ASSIGN_OR_RETURN(const kernels::CompiledCudaKernel* compiled,
+                   compiler_->Builtin(call, num_buffers));
+  ASSIGN_OR_RETURN(CUfunction function, modules_->Function(*compiled));
+  if (modules_->evictions() != builtin_functions_evictions_) {  // Loading it made room.
+    builtin_functions_.clear();
+    builtin_functions_evictions_ = modules_->evictions();
+  }
+  builtin_functions_.emplace(std::move(key), function);
+  return function;
+}
+
 absl::Status CudaServer::ExecuteBuiltin(const Launch& launch) {
   const kernels::BuiltinCall& call = launch.kernel.builtin;
-  std::vector<uint64_t> sizes;
+  absl::InlinedVector<uint64_t, CUBED_CUDA_MAX_BUFFERS> sizes;
   for (const ResolvedBinding& b : launch.buffers) sizes.push_back(b.size);
   ASSIGN_OR_RETURN(CudaBuiltinArgs args, kernels::MakeCudaBuiltinArgs(call, sizes));
   for (size_t i = 0; i < launch.buffers.size(); ++i) {
@@ -71,9 +99,7 @@ absl::Status CudaServer::ExecuteBuiltin(const Launch& launch) {
     ASSIGN_OR_RETURN(const bool ran, cublas_->Run(call.dtype, args));
     if (ran) return absl::OkStatus();
   }
-  ASSIGN_OR_RETURN(const kernels::CompiledCudaKernel* compiled,
-                   compiler_->Builtin(call, sizes.size()));
-  ASSIGN_OR_RETURN(CUfunction function, modules_->Function(*compiled));
+  ASSIGN_OR_RETURN(CUfunction function, BuiltinFunction(call, sizes.size()));
   const kernels::CudaLaunchDims dims = kernels::BuiltinLaunchDims(call, args, sm_count_);
   void* params[] = {&args};
   CU_RETURN_IF_ERROR(Cu().LaunchKernel(function, dims.grid[0], dims.grid[1], dims.grid[2],

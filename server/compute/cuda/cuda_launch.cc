@@ -57,6 +57,7 @@ absl::StatusOr<CUfunction> CudaModuleCache::Function(const kernels::CompiledCuda
     CU_RETURN_IF_ERROR(Cu().StreamSynchronize(stream_));
     Cu().ModuleUnload(oldest->second.module);
     modules_.erase(oldest);
+    ++evictions_;
   }
   Entry entry;
   const CUresult loaded = Cu().ModuleLoadData(&entry.module, kernel.image.data());

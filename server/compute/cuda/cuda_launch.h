@@ -37,6 +37,9 @@ class CudaModuleCache {
   absl::StatusOr<CUfunction> Function(const kernels::CompiledCudaKernel& kernel);
 
   size_t size() const { return modules_.size(); }
+  // Modules unloaded to make room so far: a CUfunction kept from an earlier Function call stays
+  // valid while this is unchanged.
+  uint64_t evictions() const { return evictions_; }
 
  private:
   struct Entry {
@@ -47,6 +50,7 @@ class CudaModuleCache {
   CUstream stream_;
   size_t max_modules_;
   uint64_t clock_ = 0;
+  uint64_t evictions_ = 0;
   absl::flat_hash_map<std::string, Entry> modules_;
 };
 

@@ -413,7 +413,7 @@ void CudaServer::Cleanup() { memory_->Cleanup(); }
 KernelCacheStats CudaServer::KernelCache() const {
   KernelCacheStats stats;
   if (compiler_ == nullptr) return stats;
-  stats.hits = compiler_->hits();
+  stats.hits = compiler_->hits() + builtin_function_hits_;
   stats.misses = compiler_->misses();
   stats.disk_hits = compiler_->disk_hits();
   stats.compile_time_us = compiler_->compile_microseconds();

@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -103,7 +104,7 @@ class CudaServer final : public ComputeServer {
   // Builtin: ValidateBuiltin, address checks, then f32/f64 matmul through cuBLAS where it can
   // (cublas_matmul.h), everything else NVRTC (cached) with one by-value argument. cuda_source
   // and ptx: docs/kernel-abi.md, "CUDA kernels". Returns once the launch is queued.
-  absl::Status Execute(Launch launch) override;
+  absl::Status Execute(const Launch& launch) override;
   // Every command is on the stream when its call returns: nothing is held back to push.
   absl::Status Flush() override;
   void Sync(DoneCallback done) override;
@@ -170,6 +171,8 @@ class CudaServer final : public ComputeServer {
   void FinishRead(std::shared_ptr<PendingRead> op, absl::Status loop_status, bool queued_any);
 
   absl::Status ExecuteBuiltin(const Launch& launch);
+  // The function of a builtin kernel (Note [Builtin launch cache] in cuda_execute.cc).
+  absl::StatusOr<CUfunction> BuiltinFunction(const kernels::BuiltinCall& call, size_t num_buffers);
   absl::Status ExecuteClient(const Launch& launch);
   // Note [Dynamic cube count]: reads and checks the three u32 with a stream sync.
   absl::Status ReadCubeCount(const ResolvedBinding& binding, uint32_t xyz[3]);
@@ -195,6 +198,25 @@ class CudaServer final : public ComputeServer {
 
   // Registered host memory by start address: its size (Note [Registered host memory]).
   std::map<const uint8_t*, uint64_t> registered_;
+
+  // Note [Builtin launch cache] in cuda_execute.cc.
+  struct BuiltinKey {
+    std::string name;
+    ElemType dtype;
+    ElemType out_dtype;
+    size_t num_buffers;
+    bool operator==(const BuiltinKey& o) const {
+      return name == o.name && dtype == o.dtype && out_dtype == o.out_dtype &&
+             num_buffers == o.num_buffers;
+    }
+    template <typename H>
+    friend H AbslHashValue(H h, const BuiltinKey& k) {
+      return H::combine(std::move(h), k.name, k.dtype, k.out_dtype, k.num_buffers);
+    }
+  };
+  absl::flat_hash_map<BuiltinKey, CUfunction> builtin_functions_;
+  uint64_t builtin_functions_evictions_ = 0;  // modules_->evictions() when last valid.
+  uint64_t builtin_function_hits_ = 0;
 
   CUdeviceptr metadata_ring_ = 0;  // Note [Metadata ring] in cuda_execute.cc.
   uint64_t metadata_ring_head_ = 0;
