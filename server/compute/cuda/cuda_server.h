@@ -32,6 +32,7 @@
 #include "server/compute/cuda/cuda_completion.h"
 #include "server/compute/cuda/cuda_launch.h"
 #include "server/compute/cuda/cuda_transfer.h"
+#include "server/compute/cuda/cuda_workspace.h"
 #include "storage/cuda/cuda_staging.h"
 #include "storage/cuda/cuda_storage.h"
 
@@ -107,7 +108,8 @@ class CudaServer final : public ComputeServer {
   // Every command is on the stream when its call returns: nothing is held back to push.
   absl::Status Flush() override;
   void Sync(DoneCallback done) override;
-  MemoryUsage Usage() const override { return memory_->Usage(); }
+  // The pools' usage; bytes_reserved also counts the launch workspace (cuda_workspace.h).
+  MemoryUsage Usage() const override;
   void Cleanup() override;
   // Device time between two events on the stream (idle gaps included), measured when the end
   // event completes; EndProfile's `done` runs on the completion thread.
@@ -196,7 +198,8 @@ class CudaServer final : public ComputeServer {
   // Registered host memory by start address: its size (Note [Registered host memory]).
   std::map<const uint8_t*, uint64_t> registered_;
 
-  CUdeviceptr metadata_ring_ = 0;  // Note [Metadata ring] in cuda_execute.cc.
+  std::unique_ptr<CudaWorkspace> workspace_;  // Scratch of builtin launches (split reductions).
+  CUdeviceptr metadata_ring_ = 0;             // Note [Metadata ring] in cuda_execute.cc.
   uint64_t metadata_ring_head_ = 0;
 
   absl::flat_hash_map<ProfileToken, CUevent> profiles_;  // Token -> start event.
