@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/dtype_dispatch.h"
@@ -15,13 +16,15 @@ namespace cubed::kernels {
 namespace {
 
 // A reducer folds the elements along the axis into an Acc and turns it into the output value.
-// f32 sums accumulate in double; integer sums wrap (unsigned arithmetic).
+// f32 sums accumulate in double; integer sums wrap (unsigned arithmetic). Combine(a, b) joins the
+// accumulators of two consecutive slices of the axis, a's before b's.
 template <typename T>
 struct SumReducer {
   using Acc = std::conditional_t<std::is_floating_point_v<T>, double, Wrap<T>>;
   using Out = T;
   static Acc Init() { return Acc{0}; }
   static void Step(Acc& acc, T x, uint64_t) { acc += static_cast<Acc>(x); }
+  static Acc Combine(Acc a, Acc b) { return a + b; }
   static Out Finish(Acc acc, uint64_t) { return Convert<T>(acc); }
 };
 
@@ -31,6 +34,7 @@ struct MeanReducer {
   using Out = T;
   static Acc Init() { return 0.0; }
   static void Step(Acc& acc, T x, uint64_t) { acc += static_cast<double>(x); }
+  static Acc Combine(Acc a, Acc b) { return a + b; }
   static Out Finish(Acc acc, uint64_t n) {
     return n == 0 ? std::numeric_limits<T>::quiet_NaN() : Convert<T>(acc / static_cast<double>(n));
   }
@@ -54,6 +58,7 @@ struct MaxReducer {
   using Out = T;
   static Acc Init() { return Lowest<T>(); }
   static void Step(Acc& acc, T x, uint64_t) { acc = Max(acc, x); }
+  static Acc Combine(Acc a, Acc b) { return Max(a, b); }
   static Out Finish(Acc acc, uint64_t) { return acc; }
 };
 
@@ -63,6 +68,7 @@ struct MinReducer {
   using Out = T;
   static Acc Init() { return Highest<T>(); }
   static void Step(Acc& acc, T x, uint64_t) { acc = Min(acc, x); }
+  static Acc Combine(Acc a, Acc b) { return Min(a, b); }
   static Out Finish(Acc acc, uint64_t) { return acc; }
 };
 
@@ -74,18 +80,65 @@ struct ArgmaxReducer {
     uint64_t index;
   };
   using Out = int64_t;
-  static Acc Init() { return {Lowest<T>(), 0}; }
+  static constexpr uint64_t kNone = ~uint64_t{0};  // No element seen yet.
+  static Acc Init() { return {Lowest<T>(), kNone}; }
   static bool IsNan(T x) {
     if constexpr (std::is_floating_point_v<T>) return std::isnan(x);
     return false;
   }
   static void Step(Acc& acc, T x, uint64_t k) {
-    if (k == 0 || (!IsNan(acc.best) && (IsNan(x) || x > acc.best))) acc = {x, k};
+    if (acc.index == kNone || (!IsNan(acc.best) && (IsNan(x) || x > acc.best))) acc = {x, k};
   }
-  static Out Finish(Acc acc, uint64_t) { return static_cast<int64_t>(acc.index); }
+  static Acc Combine(Acc a, Acc b) {
+    if (b.index == kNone) return a;
+    if (a.index == kNone) return b;
+    return !IsNan(a.best) && (IsNan(b.best) || b.best > a.best) ? b : a;
+  }
+  static Out Finish(Acc acc, uint64_t) {
+    return acc.index == kNone ? 0 : static_cast<int64_t>(acc.index);
+  }
 };
 
 constexpr uint64_t kAccBlock = 256;
+
+// Note [Split CPU reduction]: an axis of at least two slices of kAxisSlice elements, contiguous
+// or with fewer than kAccBlock outputs (else sweeping blocks of outputs reads memory better), is
+// cut into such slices, each folded by one ParallelFor item (so that one long output uses every
+// thread), and each output combines its slices' accumulators in axis order. The slices depend on
+// the shape alone, never on the thread count: a result is the same on every machine.
+constexpr uint64_t kAxisSlice = uint64_t{1} << 16;
+
+template <typename T, typename R>
+void SplitReduceLoop(const KernelArgs& args, const StridedLoop<2>& loop) {
+  using Out = typename R::Out;
+  using Acc = typename R::Acc;
+  const TensorLayout& in = args.meta.tensors[0];
+  const uint64_t len = in.shape[args.call.axis];
+  const uint64_t axis_stride = in.strides[args.call.axis];
+  const uint64_t slices = (len + kAxisSlice - 1) / kAxisSlice;
+  const T* x = BufferAs<const T>(args, 0);
+  Out* y = BufferAs<Out>(args, 1);
+  std::vector<Acc> partial(loop.size() * slices);
+  ParallelFor(partial.size(), 1, [&](uint64_t begin, uint64_t end) {
+    for (uint64_t item = begin; item < end; ++item) {
+      const uint64_t first = item % slices * kAxisSlice;
+      const uint64_t last = std::min(len, first + kAxisSlice);
+      const T* xs = x + loop.At(item / slices)[0];
+      Acc acc = R::Init();
+      if (axis_stride == 1) {
+        for (uint64_t k = first; k < last; ++k) R::Step(acc, xs[k], k);
+      } else {
+        for (uint64_t k = first; k < last; ++k) R::Step(acc, xs[k * axis_stride], k);
+      }
+      partial[item] = acc;
+    }
+  });
+  for (uint64_t o = 0; o < loop.size(); ++o) {
+    Acc acc = partial[o * slices];
+    for (uint64_t j = 1; j < slices; ++j) acc = R::Combine(acc, partial[o * slices + j]);
+    y[loop.At(o)[1]] = R::Finish(acc, len);
+  }
+}
 
 template <typename T, typename R>
 void ReduceLoop(const KernelArgs& args) {
@@ -97,6 +150,10 @@ void ReduceLoop(const KernelArgs& args) {
   const uint64_t len = in.shape[axis];
   const uint64_t axis_stride = in.strides[axis];
   const StridedLoop<2> loop(out, {in.strides, out.strides});
+  if (len >= 2 * kAxisSlice && (in.strides[axis] == 1 || loop.size() < kAccBlock)) {
+    SplitReduceLoop<T, R>(args, loop);
+    return;
+  }
   const T* x = BufferAs<const T>(args, 0);
   Out* y = BufferAs<Out>(args, 1);
   const uint64_t grain = std::max<uint64_t>(1, kElementwiseGrain / std::max<uint64_t>(len, 1));

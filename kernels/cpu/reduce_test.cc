@@ -87,6 +87,58 @@ TEST(ReduceTest, LargeReductionsAlongEachAxis) {
   }
 }
 
+// Note [Split CPU reduction]: long axes are cut into slices folded on every thread.
+TEST(ReduceTest, LongAxesSplitAcrossThreadsMatchTheReference) {
+  struct Shape {
+    std::vector<uint64_t> shape;
+    uint32_t axis;
+    Layout layout;
+  };
+  const std::vector<Shape> shapes = {{{140001}, 0, Layout::kContiguous},
+                                     {{2, 140003}, 1, Layout::kPadded},
+                                     {{140000, 2}, 0, Layout::kContiguous}};
+  uint64_t seed = 77;
+  for (const std::string op : {"sum", "max", "min", "mean", "argmax"}) {
+    for (ElemType dt : {ElemType::kF32, ElemType::kF64, ElemType::kI64}) {
+      if (op == "mean" && !IsFloat(dt)) continue;
+      const ElemType out_dt = op == "argmax" ? ElemType::kI64 : dt;
+      for (const Shape& s : shapes) {
+        std::vector<uint64_t> out_shape = s.shape;
+        out_shape[s.axis] = 1;
+        TestTensor in(dt, s.shape, s.layout), out(out_dt, out_shape);
+        in.FillRandom(seed++);
+        BuiltinCall call = MakeCall(op, dt);
+        call.axis = s.axis;
+        ASSERT_TRUE(RunKernel(call, {&in, &out}).ok()) << op << " " << DtypeName(dt);
+        ForEachIndex(out_shape, [&](const std::vector<uint64_t>& idx) {
+          const double want = Ref(op, in, idx, s.axis);
+          ASSERT_TRUE(Close(out.GetDouble(idx), want, out_dt))
+              << op << " " << DtypeName(dt) << " shape[0] " << s.shape[0] << " got "
+              << out.GetDouble(idx) << " want " << want;
+        });
+      }
+    }
+  }
+}
+
+TEST(ReduceTest, SplitArgmaxKeepsTheFirstMaximumAndTheFirstNan) {
+  TestTensor in(ElemType::kF32, {300001}), out(ElemType::kI64, {1}), mx(ElemType::kF32, {1});
+  in.FillRandom(5);
+  in.Set<float>({250000}, 10.f);  // Slices of 65536: the maxima lie in slices 3 and 2.
+  in.Set<float>({200000}, 10.f);
+  in.Set<float>({260000}, 10.f);
+  BuiltinCall call = MakeCall("argmax", ElemType::kF32);
+  ASSERT_TRUE(RunKernel(call, {&in, &out}).ok());
+  EXPECT_EQ(out.Get<int64_t>({0}), 200000);
+  in.Set<float>({280000}, std::nanf(""));
+  in.Set<float>({150000}, std::nanf(""));
+  ASSERT_TRUE(RunKernel(call, {&in, &out}).ok());
+  EXPECT_EQ(out.Get<int64_t>({0}), 150000);
+  call.name = "max";
+  ASSERT_TRUE(RunKernel(call, {&in, &mx}).ok());
+  EXPECT_TRUE(std::isnan(mx.Get<float>({0})));
+}
+
 TEST(ReduceTest, IntegerSumWraps) {
   TestTensor in(ElemType::kI32, {3}), out(ElemType::kI32, {1});
   in.Set<int32_t>({0}, std::numeric_limits<int32_t>::max());

@@ -17,15 +17,26 @@ static_assert(sizeof(CudaBuiltinArgs) < 4096, "CudaBuiltinArgs must stay under 4
 static_assert(CUBED_CUDA_MAX_RANK == kMaxRank, "rank limits differ");
 
 // Note [Reduction strategy]
-// One thread per output when the reduced axis is not the contiguous one and there are enough
-// outputs to fill the device: neighbouring threads then read neighbouring elements. Otherwise a
-// warp per output for short axes, a block per output for long ones.
-constexpr uint64_t kThreadPerOutputMin = 16384;
+// One thread per output when the reduced axis is not the contiguous one and there are outputs
+// enough for a block: neighbouring threads then read neighbouring elements. Otherwise a warp per
+// output for short axes, a block per output for long ones. When the groups of outputs cannot
+// fill the device, Note [Split reduction] (builtin_args.h) splits each output's axis over blocks:
+// enough for two waves of resident blocks, each thread still folding kMinSliceFold elements.
+constexpr uint64_t kThreadPerOutputMin = 256;
 constexpr uint64_t kWarpReduceMaxLen = 2048;
-constexpr uint64_t kWarpSoftmaxMaxLen = 1024;
+constexpr uint64_t kMinSliceFold = 16;
+constexpr uint64_t kMaxSplitPartials = (uint64_t{8} << 20) / CUBED_CUDA_SPLIT_PARTIAL_BYTES;
 constexpr uint32_t kBlock = 256;
 constexpr uint32_t kLargeBlock = 1024;  // The kernels' __launch_bounds__.
 constexpr uint32_t kBlocksPerSm = 32;
+constexpr uint32_t kThreadsPerSm = 2048;  // Resident threads of an SM (sm_70 and later).
+
+// Softmax: a warp per row while the row fits in a warp's registers
+// (CUBED_CUDA_SOFTMAX_CACHE_BYTES), else a block just large enough to hold it, else (longer rows,
+// three passes) a large block.
+uint64_t SoftmaxThreadElems(uint32_t elem_bytes) {
+  return CUBED_CUDA_SOFTMAX_CACHE_BYTES / std::max<uint32_t>(elem_bytes, 1);
+}
 
 bool SameShape(const TensorLayout& a, const TensorLayout& b) {
   if (a.rank != b.rank) return false;
@@ -98,7 +109,8 @@ absl::StatusOr<CudaBuiltinArgs> MakeCudaBuiltinArgs(const BuiltinCall& call,
       args.axis = out.rank - 1;
       const uint64_t len = out.shape[out.rank - 1];
       args.count = len == 0 ? 0 : args.count / len;
-      args.variant = len <= kWarpSoftmaxMaxLen ? CUBED_CUDA_GROUP_WARP : CUBED_CUDA_GROUP_BLOCK;
+      args.variant = len <= 32 * SoftmaxThreadElems(ElemSize(call.dtype)) ? CUBED_CUDA_GROUP_WARP
+                                                                          : CUBED_CUDA_GROUP_BLOCK;
       break;
     }
     case CudaFamily::kMatmul: {
@@ -111,12 +123,13 @@ absl::StatusOr<CudaBuiltinArgs> MakeCudaBuiltinArgs(const BuiltinCall& call,
   return args;
 }
 
-CudaLaunchDims BuiltinLaunchDims(const BuiltinCall& call, const CudaBuiltinArgs& args,
+CudaLaunchDims BuiltinLaunchDims(const BuiltinCall& call, CudaBuiltinArgs* args,
                                  uint32_t sm_count) {
   CudaLaunchDims dims;
   dims.block[0] = kBlock;
-  const uint64_t max_grid = uint64_t{std::max<uint32_t>(sm_count, 1)} * kBlocksPerSm;
-  absl::StatusOr<CudaFamily> family = FindCudaFamily(call.name, args.num_buffers);
+  sm_count = std::max<uint32_t>(sm_count, 1);
+  const uint64_t max_grid = uint64_t{sm_count} * kBlocksPerSm;
+  absl::StatusOr<CudaFamily> family = FindCudaFamily(call.name, args->num_buffers);
   if (!family.ok()) return dims;
   uint64_t blocks = 1;
   switch (*family) {
@@ -126,24 +139,54 @@ CudaLaunchDims BuiltinLaunchDims(const BuiltinCall& call, const CudaBuiltinArgs&
     case CudaFamily::kUnary:
     case CudaFamily::kBinary: {
       const uint64_t items =
-          (args.flags & CUBED_CUDA_DENSE) != 0 ? CeilDiv(args.count, 4) : args.count;
+          (args->flags & CUBED_CUDA_DENSE) != 0 ? CeilDiv(args->count, 4) : args->count;
       blocks = CeilDiv(items, kBlock);
       break;
     }
-    case CudaFamily::kReduce:
+    case CudaFamily::kReduce: {
+      const uint64_t len = args->buffers[0].shape[args->axis % CUBED_CUDA_MAX_RANK];
+      const bool block = args->variant == CUBED_CUDA_GROUP_BLOCK;
+      // A block per output: as many threads as fold kMinSliceFold elements each, up to 1024,
+      // so that few long outputs still fill the device and short ones waste no barriers.
+      if (block) {
+        dims.block[0] = static_cast<uint32_t>(std::clamp<uint64_t>(
+            CeilDiv(CeilDiv(len, kMinSliceFold), 32) * 32, kBlock / 2, kLargeBlock));
+      }
+      const uint64_t group_threads = block                                    ? dims.block[0]
+                                     : args->variant == CUBED_CUDA_GROUP_WARP ? 32
+                                                                              : 1;
+      const uint64_t groups = CeilDiv(args->count, dims.block[0] / group_threads);
+      const uint64_t waves = uint64_t{2} * sm_count * (kThreadsPerSm / dims.block[0]);
+      uint64_t splits = 1;
+      if (groups < waves && groups <= CUBED_CUDA_SPLIT_GROUPS && args->count > 0) {
+        splits = std::min<uint64_t>({CeilDiv(waves, groups), len / (group_threads * kMinSliceFold),
+                                     kMaxSplitPartials / args->count});
+      }
+      args->splits = 0;
+      if (splits > 1) {
+        args->splits = static_cast<uint32_t>(splits);
+        dims.workspace_bytes = CUBED_CUDA_SPLIT_PARTIALS_OFFSET +
+                               args->count * splits * CUBED_CUDA_SPLIT_PARTIAL_BYTES;
+      }
+      blocks = groups * std::max<uint64_t>(splits, 1);
+      break;
+    }
     case CudaFamily::kSoftmax: {
-      const uint64_t per_block = args.variant == CUBED_CUDA_GROUP_BLOCK  ? 1
-                                 : args.variant == CUBED_CUDA_GROUP_WARP ? kBlock / 32
-                                                                         : kBlock;
-      blocks = CeilDiv(args.count, per_block);
-      // A block per output: large blocks, so that few long outputs still fill the device.
-      if (args.variant == CUBED_CUDA_GROUP_BLOCK) dims.block[0] = kLargeBlock;
+      const uint64_t len = args->buffers[1].shape[args->axis % CUBED_CUDA_MAX_RANK];
+      if (args->variant == CUBED_CUDA_GROUP_WARP) {
+        blocks = CeilDiv(args->count, kBlock / 32);
+      } else {
+        const uint64_t threads = CeilDiv(len, SoftmaxThreadElems(ElemSize(call.dtype)));
+        dims.block[0] =
+            static_cast<uint32_t>(std::clamp<uint64_t>(CeilDiv(threads, 32) * 32, 64, kLargeBlock));
+        blocks = args->count;
+      }
       break;
     }
     case CudaFamily::kMatmul: {
-      const CudaTensorArg& c = args.buffers[2];
+      const CudaTensorArg& c = args->buffers[2];
       if (c.rank >= 2 && c.rank <= CUBED_CUDA_MAX_RANK) {
-        blocks = args.count * CeilDiv(c.shape[c.rank - 2], 64) * CeilDiv(c.shape[c.rank - 1], 64);
+        blocks = args->count * CeilDiv(c.shape[c.rank - 2], 64) * CeilDiv(c.shape[c.rank - 1], 64);
       }
       break;
     }

@@ -19,6 +19,21 @@
 #define CUBED_CUDA_GROUP_WARP 1u    // One warp per output.
 #define CUBED_CUDA_GROUP_THREAD 2u  // One thread per output (reductions only).
 
+// Note [Split reduction]: when a reduction has too few outputs to fill the device, `splits`
+// blocks share each group of outputs, each folding one slice of the axis into a partial result
+// in the workspace; the block that finishes a group last (a counter per group) combines the
+// partials in slice order (deterministic) and writes the outputs. The workspace starts with
+// CUBED_CUDA_SPLIT_GROUPS u32 counters, zero before the launch and zero again after it (the last
+// block resets its counter), then the partials at CUBED_CUDA_SPLIT_PARTIALS_OFFSET, indexed
+// [slice][output]. One workspace serves every launch on a stream.
+#define CUBED_CUDA_SPLIT_GROUPS 16384u
+#define CUBED_CUDA_SPLIT_PARTIALS_OFFSET (CUBED_CUDA_SPLIT_GROUPS * 4u)
+#define CUBED_CUDA_SPLIT_PARTIAL_BYTES 16u  // The largest partial (argmax: value and index).
+
+// Softmax keeps a row in registers, this many bytes per thread, when it fits in its group's
+// threads (one read and one write of the row); longer rows take three passes.
+#define CUBED_CUDA_SOFTMAX_CACHE_BYTES 64u
+
 // One bound buffer viewed as a tensor.
 typedef struct CudaTensorArg {
   unsigned long long ptr;    // Device address of element 0 (CUdeviceptr); set by the caller.
@@ -42,6 +57,10 @@ typedef struct CudaBuiltinArgs {
   unsigned int axis;     // Reductions: the reduced dim. Softmax: rank - 1.
   unsigned int flags;    // CUBED_CUDA_DENSE.
   unsigned int variant;  // CUBED_CUDA_GROUP_* for reductions and softmax; 0 otherwise.
+  // Reductions: blocks per group of outputs (Note [Split reduction]); 0 or 1 = no split.
+  unsigned int splits;
+  unsigned int reserved;
+  unsigned long long workspace;  // Device address of the split workspace; 0 when splits <= 1.
 } CudaBuiltinArgs;
 
 #endif  // CUBED_KERNELS_CUDA_BUILTIN_ARGS_H_

@@ -126,7 +126,7 @@ TEST(MakeCudaBuiltinArgsTest, ReductionSoftmaxAndMatmulCounts) {
   EXPECT_EQ(m->count, 6u);  // Batches.
   EXPECT_EQ(m->buffers[0].strides[1], 0u);
   EXPECT_EQ(m->buffers[1].strides[0], 0u);
-  const CudaLaunchDims dims = BuiltinLaunchDims(mm, *m, 132);
+  const CudaLaunchDims dims = BuiltinLaunchDims(mm, &*m, 132);
   EXPECT_EQ(dims.grid[0], 6u * 2 * 3);  // Batches x 64-row tiles x 64-column tiles.
   EXPECT_EQ(dims.block[0], 256u);
 }
@@ -150,7 +150,7 @@ TEST(BuiltinLaunchDimsTest, FillsTheDeviceButNotMore) {
            {TensorLayout::Contiguous({1u << 28}), TensorLayout::Contiguous({1u << 28})}, &bytes);
   auto args = MakeCudaBuiltinArgs(big, bytes);
   ASSERT_TRUE(args.ok()) << args.status();
-  EXPECT_EQ(BuiltinLaunchDims(big, *args, 132).grid[0], 132u * 32);
+  EXPECT_EQ(BuiltinLaunchDims(big, &*args, 132).grid[0], 132u * 32);
   bytes.clear();
   const BuiltinCall empty =
       Call("copy", ElemType::kF32, {TensorLayout::Contiguous({0}), TensorLayout::Contiguous({0})},
@@ -158,7 +158,74 @@ TEST(BuiltinLaunchDimsTest, FillsTheDeviceButNotMore) {
   args = MakeCudaBuiltinArgs(empty, bytes);
   ASSERT_TRUE(args.ok()) << args.status();
   EXPECT_EQ(args->count, 0u);
-  EXPECT_EQ(BuiltinLaunchDims(empty, *args, 132).grid[0], 1u);
+  EXPECT_EQ(BuiltinLaunchDims(empty, &*args, 132).grid[0], 1u);
+}
+
+TEST(BuiltinLaunchDimsTest, FewOutputsSplitTheirAxisOverTheDevice) {
+  std::vector<uint64_t> bytes;
+  BuiltinCall full =
+      Call("sum", ElemType::kF32,
+           {TensorLayout::Contiguous({1u << 26}), TensorLayout::Contiguous({1})}, &bytes);
+  auto args = MakeCudaBuiltinArgs(full, bytes);
+  ASSERT_TRUE(args.ok()) << args.status();
+  CudaLaunchDims dims = BuiltinLaunchDims(full, &*args, 132);
+  EXPECT_EQ(args->splits, 132u * 2 * 2);  // Two waves of two 1024-thread blocks per SM.
+  EXPECT_EQ(dims.grid[0], args->splits);
+  EXPECT_EQ(dims.block[0], 1024u);
+  EXPECT_EQ(dims.workspace_bytes, CUBED_CUDA_SPLIT_PARTIALS_OFFSET + 16u * args->splits);
+
+  // Many outputs fill the device alone: no split, no workspace.
+  bytes.clear();
+  BuiltinCall rows =
+      Call("sum", ElemType::kF32,
+           {TensorLayout::Contiguous({4096, 16384}), TensorLayout::Contiguous({4096, 1})}, &bytes);
+  rows.axis = 1;
+  args = MakeCudaBuiltinArgs(rows, bytes);
+  ASSERT_TRUE(args.ok()) << args.status();
+  dims = BuiltinLaunchDims(rows, &*args, 132);
+  EXPECT_EQ(args->splits, 0u);
+  EXPECT_EQ(dims.workspace_bytes, 0u);
+
+  // Columns: a thread per output, each column's axis split too; short axes are not split.
+  bytes.clear();
+  BuiltinCall cols =
+      Call("sum", ElemType::kF32,
+           {TensorLayout::Contiguous({4096, 16384}), TensorLayout::Contiguous({1, 16384})}, &bytes);
+  args = MakeCudaBuiltinArgs(cols, bytes);
+  ASSERT_TRUE(args.ok()) << args.status();
+  dims = BuiltinLaunchDims(cols, &*args, 132);
+  EXPECT_EQ(args->variant, CUBED_CUDA_GROUP_THREAD);
+  // 64 blocks of 256 outputs; 2112 blocks wanted, 8 MiB of partials allowed.
+  EXPECT_EQ(args->splits, (8u << 20) / 16 / 16384);
+  EXPECT_EQ(dims.grid[0], 64u * args->splits);
+  bytes.clear();
+  BuiltinCall shortaxis =
+      Call("max", ElemType::kF32, {TensorLayout::Contiguous({7}), TensorLayout::Contiguous({1})},
+           &bytes);
+  args = MakeCudaBuiltinArgs(shortaxis, bytes);
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_EQ(BuiltinLaunchDims(shortaxis, &*args, 132).workspace_bytes, 0u);
+  EXPECT_EQ(args->splits, 0u);
+}
+
+TEST(BuiltinLaunchDimsTest, SoftmaxBlocksHoldTheirRow) {
+  std::vector<uint64_t> bytes;
+  const BuiltinCall rows = Call(
+      "softmax", ElemType::kF32,
+      {TensorLayout::Contiguous({4096, 4096}), TensorLayout::Contiguous({4096, 4096})}, &bytes);
+  auto args = MakeCudaBuiltinArgs(rows, bytes);
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_EQ(args->variant, CUBED_CUDA_GROUP_BLOCK);
+  CudaLaunchDims dims = BuiltinLaunchDims(rows, &*args, 132);
+  EXPECT_EQ(dims.block[0], 4096u / (CUBED_CUDA_SOFTMAX_CACHE_BYTES / 4));
+  EXPECT_EQ(dims.grid[0], 4096u);
+  bytes.clear();
+  const BuiltinCall longer = Call(
+      "softmax", ElemType::kF64,
+      {TensorLayout::Contiguous({2, 100000}), TensorLayout::Contiguous({2, 100000})}, &bytes, 8);
+  args = MakeCudaBuiltinArgs(longer, bytes);
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_EQ(BuiltinLaunchDims(longer, &*args, 132).block[0], 1024u);  // Three passes.
 }
 
 }  // namespace

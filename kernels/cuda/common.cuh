@@ -215,6 +215,16 @@ __device__ __forceinline__ void Store(const Buf<T>& b, u64 i, T v) {
   if (i < b.n) b.p[i] = v;
 }
 
+// N elements moved by one vector load or store.
+template <class T, int N>
+struct __align__(sizeof(T) * N) Pack {
+  T v[N];
+};
+template <class T>
+__device__ __forceinline__ bool Aligned(const T* p, u64 bytes) {
+  return reinterpret_cast<u64>(p) % bytes == 0;
+}
+
 // Element offsets, in K tensors, of the row-major index `linear` over `shape` (dims [0, rank)
 // of tensor `shape_of`), skipping dim `skip` (pass CUBED_CUDA_MAX_RANK for none).
 template <int K>

@@ -56,6 +56,30 @@ class Gpu {
   Driver d;
   std::unique_ptr<CudaKernelCompiler> compiler;
   std::map<std::string, CUmodule> modules;  // By cache key.
+  CUdeviceptr workspace = 0;                // Note [Split reduction]: counters kept zero.
+  uint64_t workspace_bytes = 0;
+
+  // A workspace of at least `bytes` (zeroed when it grows), for the launch `args` describes.
+  void SetWorkspace(uint64_t bytes, CudaBuiltinArgs* args) {
+    if (bytes == 0) return;
+    if (bytes > workspace_bytes) {
+      if (workspace != 0) Cu().MemFree(workspace);
+      EXPECT_EQ(Cu().MemAlloc(&workspace, bytes), CUDA_SUCCESS);
+      EXPECT_EQ(Cu().MemsetD8Async(workspace, 0, bytes, nullptr), CUDA_SUCCESS);
+      workspace_bytes = bytes;
+    }
+    args->workspace = workspace;
+  }
+  // Whether every split counter is zero again (each launch must leave them so).
+  bool CountersZero() {
+    if (workspace == 0) return true;
+    std::vector<uint32_t> counters(CUBED_CUDA_SPLIT_GROUPS);
+    EXPECT_EQ(Cu().MemcpyDtoH(counters.data(), workspace, counters.size() * 4), CUDA_SUCCESS);
+    for (uint32_t c : counters) {
+      if (c != 0) return false;
+    }
+    return true;
+  }
 
   CUfunction Function(const CompiledCudaKernel& k) {
     CUmodule& m = modules[k.cache_key];
@@ -104,10 +128,12 @@ uint64_t Rng(uint64_t* s) {
 
 // Random elements of `t`, with the values that exercise edge cases mixed in.
 // `tame`: no huge finite values (whose cancellation makes reordered float sums differ a lot).
-void FillRandom(ElemType t, uint8_t* p, uint64_t n, uint64_t* seed, bool tame = false) {
+// `plain`: no special values at all.
+void FillRandom(ElemType t, uint8_t* p, uint64_t n, uint64_t* seed, bool tame = false,
+                bool plain = false) {
   for (uint64_t i = 0; i < n; ++i) {
     const uint64_t r = Rng(seed);
-    const bool special = r % 13 == 0;
+    const bool special = !plain && r % 13 == 0;
     const double u = static_cast<double>(r % 100000) / 12500.0 - 4.0;
     switch (t) {
       case ElemType::kF32:
@@ -154,7 +180,36 @@ struct Case {
   BuiltinCall call;
   std::vector<TensorLayout> tensors;
   uint64_t misalign = 0;  // Elements of offset of every buffer from an aligned address.
+  bool plain = false;     // Input values without NaN, infinities and huge values.
+  // Values written into input 0 after the random fill: (element, value); NaN only for floats.
+  std::vector<std::pair<uint64_t, double>> plant;
+  bool split = false;  // Expect the launch to split its axis over blocks.
 };
+
+// Writes `v` as element `i` of `p`, of type `t`.
+void SetElement(ElemType t, uint8_t* p, uint64_t i, double v) {
+  switch (t) {
+    case ElemType::kF32: {
+      const float f = static_cast<float>(v);
+      std::memcpy(p + 4 * i, &f, 4);
+      return;
+    }
+    case ElemType::kF64:
+      std::memcpy(p + 8 * i, &v, 8);
+      return;
+    case ElemType::kI32:
+    case ElemType::kU32: {
+      const int32_t x = static_cast<int32_t>(v);
+      std::memcpy(p + 4 * i, &x, 4);
+      return;
+    }
+    case ElemType::kI64: {
+      const int64_t x = static_cast<int64_t>(v);
+      std::memcpy(p + 8 * i, &x, 8);
+      return;
+    }
+  }
+}
 
 // Relative tolerance for a kernel's float results; 0 = bitwise (NaN matches any NaN).
 double Tolerance(const std::string& name, ElemType t) {
@@ -228,7 +283,12 @@ void RunCase(Gpu& gpu, const Case& c) {
   std::vector<std::vector<uint8_t>> host(n);
   for (size_t i = 0; i < n; ++i) {
     host[i].assign(bytes[i], 0x5a);
-    if (i + 1 < n) FillRandom(types[i], host[i].data(), lens[i], &seed, call.name == "matmul");
+    if (i + 1 < n) {
+      FillRandom(types[i], host[i].data(), lens[i], &seed, call.name == "matmul", c.plain);
+    }
+  }
+  for (const auto& [i, v] : c.plant) {
+    if (IsFloat(types[0]) || !std::isnan(v)) SetElement(types[0], host[0].data(), i, v);
   }
   // CPU reference.
   std::vector<std::vector<uint8_t>> cpu = host;
@@ -252,11 +312,14 @@ void RunCase(Gpu& gpu, const Case& c) {
     }
     args->buffers[i].ptr = dev[i] + off;
   }
-  const CudaLaunchDims dims = BuiltinLaunchDims(call, *args, gpu.d.sm_count);
+  const CudaLaunchDims dims = BuiltinLaunchDims(call, &*args, gpu.d.sm_count);
+  EXPECT_EQ(args->splits > 1, c.split) << "splits " << args->splits;
+  gpu.SetWorkspace(dims.workspace_bytes, &*args);
   void* params[] = {&*args};
   CU_OK(Cu().LaunchKernel(f, dims.grid[0], dims.grid[1], dims.grid[2], dims.block[0], dims.block[1],
                           dims.block[2], dims.shared_bytes, nullptr, params, nullptr));
   CU_OK(Cu().CtxSynchronize());
+  EXPECT_TRUE(gpu.CountersZero());
   std::vector<uint8_t> got(bytes[n - 1]);
   if (!got.empty()) {
     CU_OK(
@@ -290,11 +353,13 @@ std::vector<Case> CasesFor(const CudaBuiltinSignature& s, CudaFamily family) {
                    s.name == "cast" ? absl::StrCat("->", ElemTypeName(s.out_dtype)) : "");
   std::vector<Case> cases;
   auto add = [&](const char* what, std::vector<TensorLayout> t, uint32_t axis = 0,
-                 uint64_t misalign = 0) {
-    Case c{absl::StrCat(base, " ", what), call, std::move(t), misalign};
+                 uint64_t misalign = 0) -> Case& {
+    Case c{absl::StrCat(base, " ", what), call, std::move(t), misalign, false, {}, false};
     c.call.axis = axis;
     cases.push_back(std::move(c));
+    return cases.back();
   };
+  const double nan = std::numeric_limits<double>::quiet_NaN();
   switch (family) {
     case CudaFamily::kFill:
       add("dense", {Dense({1003})});
@@ -317,14 +382,43 @@ std::vector<Case> CasesFor(const CudaBuiltinSignature& s, CudaFamily family) {
     case CudaFamily::kReduce:
       add("warp", {Dense({37, 300}), Dense({37, 1})}, 1);
       add("block", {Dense({3, 5000}), Dense({3, 1})}, 1);
-      add("thread", {Dense({50, 20000}), Dense({1, 20000})}, 0);
+      add("thread", {Dense({50, 20000}), Dense({1, 20000})}, 0).split = true;
       add("middle", {Dense({4, 9, 5}), Dense({4, 1, 5})}, 1);
       add("transposed", {Strided({300, 37}, {1, 300}), Dense({1, 37})}, 0);
+      if (s.name == "sum" || s.name == "mean") {  // max, min, argmax refuse an empty axis.
+        add("empty axis", {Dense({3, 0}), Dense({3, 1})}, 1);
+      }
+      // Note [Split reduction]: few outputs, the axis split over blocks.
+      add("split full", {Dense({1 << 22}), Dense({1})}, 0).split = true;
+      add("split specials", {Dense({3, 1000003}), Dense({3, 1})}, 1, 1).split = true;
+      add("split columns", {Dense({4096, 300}), Dense({1, 300})}, 0).split = true;
+      add("split strided", {Strided({2, 200001}, {1, 2}), Dense({2, 1})}, 1).split = true;
+      add("split middle", {Dense({2, 50000, 3}), Dense({2, 1, 3})}, 1).split = true;
+      {
+        // Plain values: sums and means stay finite; planted maxima and NaNs in late slices.
+        Case& c = add("split late max", {Dense({1 << 21}), Dense({1})}, 0, 1);
+        c.split = c.plain = true;
+        c.plant = {{1500001, 1000}, {1500000, 7}, {2000000, 1000}, {2090000, 1000}};
+        Case& n = add("split late nan", {Dense({2, 1 << 20}), Dense({2, 1})}, 1);
+        n.split = n.plain = true;
+        n.plant = {{900001, 1000}, {700003, nan}, {1000000, nan}, {(1 << 20) + 5, 1000}};
+        Case& p = add("split plain", {Dense({5, 333333}), Dense({5, 1})}, 1, 3);
+        p.split = p.plain = true;
+      }
       break;
     case CudaFamily::kSoftmax:
       add("warp", {Dense({33, 100}), Dense({33, 100})});
       add("block", {Dense({3, 3000}), Dense({3, 3000})});
       add("transposed", {Strided({20, 50}, {1, 20}), Dense({20, 50})});
+      add("cached misaligned", {Dense({5, 4097}), Dense({5, 4097})}, 0, 1);
+      add("cached 8k", {Dense({4, 8192}), Dense({4, 8192})});
+      add("cached strided", {Strided({3, 700}, {1, 3}), Dense({3, 700})});
+      add("three passes", {Dense({2, 40000}), Dense({2, 40000})});
+      add("empty rows", {Dense({0, 7}), Dense({0, 7})});
+      add("warp plain", {Dense({33, 100}), Dense({33, 100})}).plain = true;
+      add("cached plain", {Dense({4, 4096}), Dense({4, 4096})}).plain = true;
+      add("cached plain misaligned", {Dense({3, 16383}), Dense({3, 16383})}, 0, 1).plain = true;
+      add("three passes plain", {Dense({2, 40000}), Dense({2, 40000})}).plain = true;
       break;
     case CudaFamily::kMatmul:
       add("batched", {Dense({2, 1, 70, 33}), Dense({1, 3, 33, 130}), Dense({2, 3, 70, 130})});
@@ -391,7 +485,8 @@ TEST(CudaGpuTest, Bandwidth) {
     auto k = gpu->compiler->Builtin(call, t.size());
     EXPECT_TRUE(k.ok()) << k.status();
     CUfunction f = gpu->Function(**k);
-    const CudaLaunchDims dims = BuiltinLaunchDims(call, *args, gpu->d.sm_count);
+    const CudaLaunchDims dims = BuiltinLaunchDims(call, &*args, gpu->d.sm_count);
+    gpu->SetWorkspace(dims.workspace_bytes, &*args);
     *grid = dims.grid[0];
     void* params[] = {&*args};
     return time([&] {
@@ -414,9 +509,17 @@ TEST(CudaGpuTest, Bandwidth) {
   bench("neg", ElemType::kF32, 2, 8);
   bench("add", ElemType::kF32, 3, 12);
   bench("fill", ElemType::kF32, 1, 4);
+  {
+    BuiltinCall call;
+    call.name = "sum";
+    uint32_t grid = 0;
+    const double s = run(call, {Dense({elems}), Dense({1})}, &grid);
+    std::cout << "sum [" << elems << "]: " << 4.0 * elems / s / 1e9 << " GB/s (grid " << grid
+              << ")\n";
+  }
   // Reductions and softmax over 2^28 f32 elements, by shape of the reduced axis.
   const std::vector<std::vector<uint64_t>> shapes = {
-      {1u << 14, 1u << 14}, {1u << 20, 256}, {1u << 8, 1u << 20}};
+      {1u << 16, 1u << 12}, {1u << 14, 1u << 14}, {1u << 20, 256}, {1u << 8, 1u << 20}};
   for (const auto& shape : shapes) {
     for (uint32_t axis = 0; axis < 2; ++axis) {
       BuiltinCall call;

@@ -83,21 +83,25 @@ class CudaKernelCompiler {
 // Validates the call (ValidateBuiltin: same errors) and fills the by-value argument block of its
 // launch: each buffer's byte size, rank, shape and strides (0 along size-1 dims), `count`, the
 // fill value, axis, CUBED_CUDA_DENSE and the reduction/softmax variant. The caller then writes
-// each buffer's device address into args.buffers[i].ptr.
+// each buffer's device address into args.buffers[i].ptr, and the workspace BuiltinLaunchDims
+// asks for into args.workspace.
 absl::StatusOr<CudaBuiltinArgs> MakeCudaBuiltinArgs(const BuiltinCall& call,
                                                     absl::Span<const uint64_t> buffer_bytes);
 
 // Grid and block size for a builtin launch of `call` with `args` from MakeCudaBuiltinArgs
 // (grid-stride kernels: any grid is correct; this one fills the device; at least one block even
 // when there is no work, which the kernels then skip). `sm_count` is the device's
-// multiprocessor count. Launch with exactly this block size (matmul needs 256 threads; a block
-// per output uses 1024). Kernels use static shared memory only: shared_bytes is 0.
+// multiprocessor count. Launch with exactly this block size (matmul needs 256 threads; softmax
+// and a block per output size their blocks). Kernels use static shared memory only: shared_bytes
+// is 0. Sets args->splits; when workspace_bytes > 0 the launch needs that much device memory at
+// args->workspace, its counters zero (Note [Split reduction] in builtin_args.h: launches on one
+// stream may share it, and leave the counters zero).
 struct CudaLaunchDims {
   uint32_t grid[3] = {1, 1, 1};
   uint32_t block[3] = {256, 1, 1};
   uint32_t shared_bytes = 0;
+  uint64_t workspace_bytes = 0;
 };
-CudaLaunchDims BuiltinLaunchDims(const BuiltinCall& call, const CudaBuiltinArgs& args,
-                                 uint32_t sm_count);
+CudaLaunchDims BuiltinLaunchDims(const BuiltinCall& call, CudaBuiltinArgs* args, uint32_t sm_count);
 
 }  // namespace cubed::kernels

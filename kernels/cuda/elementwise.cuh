@@ -6,11 +6,6 @@
 
 namespace cubed {
 
-template <class T, int N>
-struct __align__(sizeof(T) * N) Pack {
-  T v[N];
-};
-
 // Calls f with the first kIn of (x0, x1).
 template <int kIn, class F, class In>
 __device__ __forceinline__ auto Apply(const F& f, In x0, In x1) {
@@ -21,11 +16,6 @@ __device__ __forceinline__ auto Apply(const F& f, In x0, In x1) {
   } else {
     return f(x0, x1);
   }
-}
-
-template <class T>
-__device__ __forceinline__ bool Aligned(const T* p, u64 bytes) {
-  return reinterpret_cast<u64>(p) % bytes == 0;
 }
 
 // out[i] = f(in0[i], in1[i]) over the output's elements: buffers 0 .. kIn - 1 are inputs of type

@@ -1,7 +1,9 @@
 // Reductions along one axis: sum, max, min, mean, argmax. Buffer 0 is the input, buffer 1 the
 // output (the input's shape with shape[axis] == 1; argmax writes i64). A group of threads (a
 // block, a warp or one thread: CUBED_CUDA_GROUP_*) computes one output at a time, each thread
-// folding a strided part of the axis, then the group combines the partial results.
+// folding a strided part of the axis (16-byte vectors where the axis is contiguous), then the
+// group combines the partial results. With few outputs, several blocks share each output
+// (Note [Split reduction] in builtin_args.h).
 #include "common.cuh"
 
 namespace cubed {
@@ -79,6 +81,98 @@ struct ArgmaxR {
   }
 };
 
+// This thread's share of elements [begin, end) of one output's axis, element k at
+// x[base + k * stride], folded into `acc`: lanes take interleaved 16-byte vectors when the axis
+// is contiguous, else interleaved elements, four loads in flight.
+template <class Red, class T>
+__device__ __forceinline__ typename Red::Acc FoldSlice(typename Red::Acc acc, const Buf<const T>& x,
+                                                       u64 base, u64 stride, u64 begin, u64 end,
+                                                       const Group& g) {
+  constexpr u32 kV = 16 / sizeof(T);
+  if (stride == 1 && g.size > 1 && begin < end && base + end <= x.n) {
+    const T* p = x.p + base;
+    const u64 misfit = (16 - reinterpret_cast<u64>(p + begin) % 16) % 16 / sizeof(T);
+    const u64 head = misfit < end - begin ? misfit : end - begin;
+    if (g.lane < head) acc = Red::Step(acc, p[begin + g.lane], begin + g.lane);
+    const u64 first = begin + head;
+    const u64 packs = (end - first) / kV;
+    const Pack<T, kV>* v = reinterpret_cast<const Pack<T, kV>*>(p + first);
+    u64 j = g.lane;
+    for (; j + 3 * g.size < packs; j += 4 * g.size) {
+      Pack<T, kV> q[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) q[u] = v[j + u * g.size];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+#pragma unroll
+        for (u32 e = 0; e < kV; ++e)
+          acc = Red::Step(acc, q[u].v[e], first + (j + u * g.size) * kV + e);
+      }
+    }
+    for (; j < packs; j += g.size) {
+      const Pack<T, kV> q = v[j];
+#pragma unroll
+      for (u32 e = 0; e < kV; ++e) acc = Red::Step(acc, q.v[e], first + j * kV + e);
+    }
+    for (u64 k = first + packs * kV + g.lane; k < end; k += g.size) acc = Red::Step(acc, p[k], k);
+    return acc;
+  }
+  u64 k = begin + g.lane;
+  for (; k + 3 * g.size < end; k += 4 * g.size) {
+    T v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) v[u] = Load(x, base + (k + u * g.size) * stride);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) acc = Red::Step(acc, v[u], k + u * g.size);
+  }
+  for (; k < end; k += g.size) acc = Red::Step(acc, Load(x, base + k * stride), k);
+  return acc;
+}
+
+// A value another block wrote in this kernel, read from L2 (the SM's L1 may hold a stale line).
+template <class V>
+__device__ __forceinline__ V LoadFromL2(const V* p) {
+  static_assert(sizeof(V) % 4 == 0, "partials are whole words");
+  V v;
+  unsigned int* d = reinterpret_cast<unsigned int*>(&v);
+  const unsigned int* s = reinterpret_cast<const unsigned int*>(p);
+#pragma unroll
+  for (u32 i = 0; i < sizeof(V) / 4; ++i) d[i] = __ldcg(s + i);
+  return v;
+}
+
+// Publishes (see Note [Split reduction] in builtin_args.h) this block's partial `acc` for output
+// `o` (slice `s` of output group `group`) and returns true, with `acc` every slice's partials
+// combined in slice order, in the block that completes the group; false in the others. Called by
+// every thread of the block; `active` is uniform in each output's group of threads.
+template <class Red>
+__device__ bool CombineSplits(const CudaBuiltinArgs& a, u64 group, u64 s, u64 splits, u64 o,
+                              bool active, const Group& g, typename Red::Acc& acc) {
+  typedef typename Red::Acc Acc;
+  static_assert(sizeof(Acc) <= CUBED_CUDA_SPLIT_PARTIAL_BYTES, "partial too large");
+  __shared__ bool last;
+  unsigned int* counters = reinterpret_cast<unsigned int*>(a.workspace);
+  Acc* partials = reinterpret_cast<Acc*>(a.workspace + CUBED_CUDA_SPLIT_PARTIALS_OFFSET);
+  if (active && g.lane == 0) partials[s * a.count + o] = acc;
+  __threadfence();  // The partial is visible device-wide before the counter moves.
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(&counters[group], 1u) == splits - 1;
+    if (last) counters[group] = 0u;  // Every slice arrived: zero again for the next launch.
+  }
+  __syncthreads();
+  if (!last) return false;
+  __threadfence();
+  if (active) {
+    acc = Red::Init();
+    for (u64 j = g.lane; j < splits; j += g.size) {
+      acc = Red::Combine(acc, LoadFromL2(&partials[j * a.count + o]));
+    }
+    acc = GroupAllReduce<Red>(acc, a.variant);
+  }
+  return true;
+}
+
 template <template <class> class R, class T>
 __global__ void __launch_bounds__(1024) ReduceKernel(const __grid_constant__ CudaBuiltinArgs a) {
   typedef R<T> Red;
@@ -92,24 +186,27 @@ __global__ void __launch_bounds__(1024) ReduceKernel(const __grid_constant__ Cud
   const u32 rank = a.buffers[1].rank;
   const Group g = GroupOf(a.variant);
   const int tensors[2] = {0, 1};
-  // Every thread of a group runs the same iterations (uniform for the group's collectives).
-  for (u64 o = static_cast<u64>(blockIdx.x) * g.per_block + g.index; o < a.count;
-       o += static_cast<u64>(gridDim.x) * g.per_block) {
-    u64 off[2];
-    Unravel<2>(a, tensors, 1, rank, axis, o, off);
+  const u64 groups = (a.count + g.per_block - 1) / g.per_block;
+  const bool split = a.splits > 1 && a.workspace != 0 && groups <= CUBED_CUDA_SPLIT_GROUPS;
+  const u64 splits = split ? a.splits : 1;
+  // Slices are whole multiples of 16 elements, so that every slice's vectors stay aligned.
+  const u64 chunk = split ? ((len + splits - 1) / splits + 15) / 16 * 16 : len;
+  // Every thread of a block runs the same iterations (uniform for barriers and collectives).
+  for (u64 w = blockIdx.x; w < groups * splits; w += gridDim.x) {
+    const u64 group = w / splits, s = w % splits;
+    const u64 o = group * g.per_block + g.index;
+    const bool active = o < a.count;
+    u64 off[2] = {0, 0};
+    if (active) Unravel<2>(a, tensors, 1, rank, axis, o, off);
+    const u64 begin = s * chunk < len ? s * chunk : len;
+    const u64 end = len - begin < chunk ? len : begin + chunk;
     Acc acc = Red::Init();
-    u64 k = g.lane;
-    // Four independent loads in flight per thread, then the rest one by one.
-    for (; k + 3 * g.size < len; k += 4 * g.size) {
-      T v[4];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) v[u] = Load(x, off[0] + (k + u * g.size) * axis_stride);
-#pragma unroll
-      for (int u = 0; u < 4; ++u) acc = Red::Step(acc, v[u], k + u * g.size);
+    if (active) {
+      acc = FoldSlice<Red>(acc, x, off[0], axis_stride, begin, end, g);
+      acc = GroupAllReduce<Red>(acc, a.variant);
     }
-    for (; k < len; k += g.size) acc = Red::Step(acc, Load(x, off[0] + k * axis_stride), k);
-    acc = GroupAllReduce<Red>(acc, a.variant);
-    if (g.lane == 0) Store(y, off[1], Red::Finish(acc, len));
+    if (split && !CombineSplits<Red>(a, group, s, splits, o, active, g, acc)) continue;
+    if (active && g.lane == 0) Store(y, off[1], Red::Finish(acc, len));
   }
 }
 

@@ -1,7 +1,9 @@
 // Softmax along the last axis: buffer 0 the input, buffer 1 the output (same shape; may be the
 // input's memory with the same layout). A warp or a block (CUBED_CUDA_GROUP_*) handles one row:
-// the row maximum, then exp(x - max) written out and summed in f64, then scaled by 1 / sum, as
-// the CPU kernel does (NaN or +inf in a row, or a row of -inf only, gives NaN).
+// the row maximum, then exp(x - max) summed, then every exp(x - max) scaled by 1 / sum, as the
+// CPU kernel does (NaN or +inf in a row, or a row of -inf only, gives NaN). A row that fits in
+// its group's registers (CUBED_CUDA_SOFTMAX_CACHE_BYTES a thread) is read once and written once
+// and sums in its own type; a longer row is read twice, written and rescaled, and sums in f64.
 #include "common.cuh"
 
 namespace cubed {
@@ -11,10 +13,66 @@ struct MaxCombine {
   static __device__ T Combine(T a, T b) { return Max(a, b); }
   static __device__ T Shfl(T v, int m) { return ShflXor(v, m); }
 };
+template <class V>
 struct SumCombine {
-  static __device__ double Combine(double a, double b) { return a + b; }
-  static __device__ double Shfl(double v, int m) { return ShflXor(v, m); }
+  static __device__ V Combine(V a, V b) { return a + b; }
+  static __device__ V Shfl(V v, int m) { return ShflXor(v, m); }
 };
+
+// One row held in registers: thread `lane` of a group of `size` holds the 16-byte packs
+// lane, lane + size, ... (kPacks of them) of the row, element k of pack j at j * kV + k.
+template <class T>
+__device__ __forceinline__ void SoftmaxCachedRow(const Buf<const T>& x, u64 bx, u64 sx,
+                                                 const Buf<T>& y, u64 by, u64 sy, u64 len,
+                                                 const Group& g, u32 variant) {
+  constexpr u32 kV = 16 / sizeof(T);
+  constexpr u32 kPacks = CUBED_CUDA_SOFTMAX_CACHE_BYTES / 16;
+  const bool vx = sx == 1 && bx + len <= x.n && Aligned(x.p + bx, 16);
+  const bool vy = sy == 1 && by + len <= y.n && Aligned(y.p + by, 16);
+  Pack<T, kV> v[kPacks];
+  T m = Num<T>::Lowest();
+#pragma unroll
+  for (u32 j = 0; j < kPacks; ++j) {
+    const u64 first = (j * static_cast<u64>(g.size) + g.lane) * kV;
+    if (vx && first + kV <= len) {
+      v[j] = *reinterpret_cast<const Pack<T, kV>*>(x.p + bx + first);
+    } else {
+#pragma unroll
+      for (u32 k = 0; k < kV; ++k) {
+        v[j].v[k] = first + k < len ? Load(x, bx + (first + k) * sx) : Num<T>::Lowest();
+      }
+    }
+#pragma unroll
+    for (u32 k = 0; k < kV; ++k) m = Max(m, v[j].v[k]);
+  }
+  m = GroupAllReduce<MaxCombine<T>>(m, variant);
+  T sum = T(0);
+#pragma unroll
+  for (u32 j = 0; j < kPacks; ++j) {
+    const u64 first = (j * static_cast<u64>(g.size) + g.lane) * kV;
+#pragma unroll
+    for (u32 k = 0; k < kV; ++k) {
+      v[j].v[k] = first + k < len ? Exp(v[j].v[k] - m) : T(0);
+      sum += v[j].v[k];
+    }
+  }
+  sum = GroupAllReduce<SumCombine<T>>(sum, variant);
+  const T inv = Convert<T>(1.0 / static_cast<double>(sum));
+#pragma unroll
+  for (u32 j = 0; j < kPacks; ++j) {
+    const u64 first = (j * static_cast<u64>(g.size) + g.lane) * kV;
+#pragma unroll
+    for (u32 k = 0; k < kV; ++k) v[j].v[k] *= inv;
+    if (vy && first + kV <= len) {
+      *reinterpret_cast<Pack<T, kV>*>(y.p + by + first) = v[j];
+    } else {
+#pragma unroll
+      for (u32 k = 0; k < kV; ++k) {
+        if (first + k < len) Store(y, by + (first + k) * sy, v[j].v[k]);
+      }
+    }
+  }
+}
 
 template <class T>
 __global__ void __launch_bounds__(1024) SoftmaxKernel(const __grid_constant__ CudaBuiltinArgs a) {
@@ -27,10 +85,16 @@ __global__ void __launch_bounds__(1024) SoftmaxKernel(const __grid_constant__ Cu
   const u64 sx = a.buffers[0].strides[last], sy = a.buffers[1].strides[last];
   const Group g = GroupOf(a.variant);
   const int tensors[2] = {0, 1};
+  const bool cached =
+      len <= static_cast<u64>(g.size) * (CUBED_CUDA_SOFTMAX_CACHE_BYTES / sizeof(T));
   for (u64 r = static_cast<u64>(blockIdx.x) * g.per_block + g.index; r < a.count;
        r += static_cast<u64>(gridDim.x) * g.per_block) {
     u64 off[2];
     Unravel<2>(a, tensors, 1, rank, last, r, off);
+    if (cached) {
+      SoftmaxCachedRow(x, off[0], sx, y, off[1], sy, len, g, a.variant);
+      continue;
+    }
     T m = Num<T>::Lowest();
     u64 k = g.lane;
     for (; k + 3 * g.size < len; k += 4 * g.size) {  // Four loads in flight.
@@ -47,7 +111,7 @@ __global__ void __launch_bounds__(1024) SoftmaxKernel(const __grid_constant__ Cu
       Store(y, off[1] + k * sy, e);
       sum += static_cast<double>(e);
     }
-    sum = GroupAllReduce<SumCombine>(sum, a.variant);
+    sum = GroupAllReduce<SumCombine<double>>(sum, a.variant);
     const T inv = Convert<T>(1.0 / sum);
     // Each thread rescales exactly the elements it wrote above.
     for (k = g.lane; k < len; k += g.size) {

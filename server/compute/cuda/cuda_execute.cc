@@ -100,7 +100,10 @@ absl::Status CudaServer::ExecuteBuiltin(const Launch& launch) {
     if (ran) return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(CUfunction function, BuiltinFunction(call, sizes.size()));
-  const kernels::CudaLaunchDims dims = kernels::BuiltinLaunchDims(call, args, sm_count_);
+  const kernels::CudaLaunchDims dims = kernels::BuiltinLaunchDims(call, &args, sm_count_);
+  if (dims.workspace_bytes > 0) {
+    ASSIGN_OR_RETURN(args.workspace, workspace_->Get(dims.workspace_bytes));
+  }
   void* params[] = {&args};
   CU_RETURN_IF_ERROR(Cu().LaunchKernel(function, dims.grid[0], dims.grid[1], dims.grid[2],
                                        dims.block[0], dims.block[1], dims.block[2],

@@ -84,6 +84,7 @@ absl::Status CudaServer::Init() {
     cublas = *loaded;
   }
   cublas_ = std::make_unique<CublasMatmul>(cublas, stream_);
+  workspace_ = std::make_unique<CudaWorkspace>(stream_);
 
   DeviceDescription& d = description_;
   d.backend = DeviceDescription::Backend::kCuda;
@@ -133,7 +134,8 @@ absl::Status CudaServer::Init() {
 CudaServer::~CudaServer() {
   if (context_ == nullptr) return;
   if (context_->MakeCurrent().ok() && stream_ != nullptr) Cu().StreamSynchronize(stream_);
-  cublas_.reset();      // Its handle frees device memory: the context is current.
+  cublas_.reset();  // Its handle frees device memory: the context is current.
+  workspace_.reset();
   completion_.reset();  // Runs every pending callback.
   for (auto& [token, event] : profiles_) Cu().EventDestroy(event);
   compiler_.reset();
@@ -408,7 +410,18 @@ void CudaServer::Write(const ResolvedTensor& target, uint64_t dense_offset,
   done(Check(std::move(status)));
 }
 
-void CudaServer::Cleanup() { memory_->Cleanup(); }
+MemoryUsage CudaServer::Usage() const {
+  MemoryUsage usage = memory_->Usage();
+  if (workspace_ != nullptr) usage.bytes_reserved += workspace_->bytes();
+  return usage;
+}
+
+void CudaServer::Cleanup() {
+  memory_->Cleanup();
+  if (workspace_ != nullptr && workspace_->bytes() > 0 && context_->MakeCurrent().ok()) {
+    workspace_->Release();
+  }
+}
 
 KernelCacheStats CudaServer::KernelCache() const {
   KernelCacheStats stats;

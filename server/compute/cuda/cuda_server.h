@@ -33,6 +33,7 @@
 #include "server/compute/cuda/cuda_completion.h"
 #include "server/compute/cuda/cuda_launch.h"
 #include "server/compute/cuda/cuda_transfer.h"
+#include "server/compute/cuda/cuda_workspace.h"
 #include "storage/cuda/cuda_staging.h"
 #include "storage/cuda/cuda_storage.h"
 
@@ -108,7 +109,8 @@ class CudaServer final : public ComputeServer {
   // Every command is on the stream when its call returns: nothing is held back to push.
   absl::Status Flush() override;
   void Sync(DoneCallback done) override;
-  MemoryUsage Usage() const override { return memory_->Usage(); }
+  // The pools' usage; bytes_reserved also counts the launch workspace (cuda_workspace.h).
+  MemoryUsage Usage() const override;
   void Cleanup() override;
   // Device time between two events on the stream (idle gaps included), measured when the end
   // event completes; EndProfile's `done` runs on the completion thread.
@@ -218,7 +220,8 @@ class CudaServer final : public ComputeServer {
   uint64_t builtin_functions_evictions_ = 0;  // modules_->evictions() when last valid.
   uint64_t builtin_function_hits_ = 0;
 
-  CUdeviceptr metadata_ring_ = 0;  // Note [Metadata ring] in cuda_execute.cc.
+  std::unique_ptr<CudaWorkspace> workspace_;  // Scratch of builtin launches (split reductions).
+  CUdeviceptr metadata_ring_ = 0;             // Note [Metadata ring] in cuda_execute.cc.
   uint64_t metadata_ring_head_ = 0;
 
   absl::flat_hash_map<ProfileToken, CUevent> profiles_;  // Token -> start event.

@@ -1,0 +1,146 @@
+"""Builtin kernels through the Python SDK against PyTorch on the same GPU, same run (issue 14):
+
+  * add, 64M f32                          GB/s of inputs + output
+  * sum, 64M f32 (full reduction)         GB/s of input
+  * softmax over rows, 4096 x 4096 f32    GB/s of input + output
+  * matmul f32 4096^3 (no TF32)           TFLOP/s
+
+Device time on both sides: cubed's start_profile()/end_profile() (CUDA events on the daemon's
+stream) against torch.cuda.Event pairs. Each measurement queues a long filler kernel first, so
+that the timed kernels start back to back on a busy device and neither side's launch latency is
+counted, then times --batch launches and divides. Medians [min..max] over --repeats after a
+warm-up; the ratio is cubed / PyTorch throughput.
+
+  python3 kernels_vs_torch.py CUBED_BINARY [--backend=cuda] [--repeats=7] [--batch=10]
+
+Starts the daemon itself on a temporary Unix socket.
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+import cubed_client
+
+
+def summary(xs):
+    return f"{statistics.median(xs):.4g} [{min(xs):.4g}..{max(xs):.4g}]"
+
+
+def start_daemon(binary, backend):
+    d = tempfile.mkdtemp(prefix="cubed-kbench-")
+    sock, ready = os.path.join(d, "cubed.sock"), os.path.join(d, "ready")
+    daemon = subprocess.Popen([binary, f"--listen={sock}", f"--ready_file={ready}",
+                               f"--backend={backend}"], stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not (os.path.exists(ready) and open(ready).read().endswith("\n")):
+        if daemon.poll() is not None or time.monotonic() > deadline:
+            daemon.kill()
+            raise RuntimeError("the daemon did not start")
+        time.sleep(0.02)
+    return daemon, sock
+
+
+def time_cubed(c, filler, op, batch, repeats):
+    """Seconds of device time per op: medians come from the caller."""
+    out = []
+    for r in range(repeats + 1):
+        keep = [filler()]
+        c.start_profile()
+        for _ in range(batch):
+            keep.append(op())
+        seconds = c.end_profile()
+        del keep
+        if r > 0:
+            out.append(seconds / batch)
+    return out
+
+
+def time_torch(torch, filler, op, batch, repeats):
+    out = []
+    for r in range(repeats + 1):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        keep = [filler()]
+        start.record()
+        for _ in range(batch):
+            keep.append(op())
+        end.record()
+        torch.cuda.synchronize()
+        del keep
+        if r > 0:
+            out.append(start.elapsed_time(end) / 1e3 / batch)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("cubed")
+    ap.add_argument("--backend", default="cuda")
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--batch", type=int, default=10)
+    args = ap.parse_args()
+    import torch  # Only the baselines need it.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+    rng = np.random.default_rng(0)
+    n = 64 << 20
+    x = rng.standard_normal(n, dtype=np.float32)
+    y = rng.standard_normal(n, dtype=np.float32)
+    s = rng.standard_normal((4096, 4096), dtype=np.float32)
+    ma = rng.standard_normal((4096, 4096), dtype=np.float32)
+    mb = rng.standard_normal((4096, 4096), dtype=np.float32)
+    tx, ty, ts = (torch.from_numpy(v).cuda() for v in (x, y, s))
+    tma, tmb = torch.from_numpy(ma).cuda(), torch.from_numpy(mb).cuda()
+
+    daemon, sock = start_daemon(args.cubed, args.backend)
+    try:
+        with cubed_client.connect(f"unix:{sock}") as c:
+            cx, cy, cs, cma, cmb = (c.create(v) for v in (x, y, s, ma, mb))
+            # Results first: a fast kernel that computes something else is no result.
+            got_sum = float(c.read(c.sum(cx)))
+            want_sum = float(tx.double().sum())
+            sm_err = float(np.abs(c.read(c.softmax(cs)) - torch.softmax(ts, -1).cpu().numpy()).max())
+            print(f"sum 64M: cubed {got_sum:.6g}, torch (f64) {want_sum:.6g}; "
+                  f"softmax max |diff| {sm_err:.3g}")
+            cubed_filler = lambda: c.matmul(cma, cmb)
+            torch_filler = lambda: torch.matmul(tma, tmb)
+            rows = [
+                ("add, 64M f32", "GB/s", 12.0 * n / 1e9,
+                 lambda: c.add(cx, cy), lambda: torch.add(tx, ty)),
+                ("sum of 64M f32 (full reduction)", "GB/s", 4.0 * n / 1e9,
+                 lambda: c.sum(cx), lambda: tx.sum()),
+                ("softmax over rows, 4096 x 4096 f32", "GB/s", 8.0 * 4096 * 4096 / 1e9,
+                 lambda: c.softmax(cs), lambda: torch.softmax(ts, -1)),
+                ("matmul f32 4096^3 (no TF32)", "TFLOP/s", 2.0 * 4096 ** 3 / 1e12,
+                 lambda: c.matmul(cma, cmb), lambda: torch.matmul(tma, tmb)),
+            ]
+            table = []
+            for name, unit, work, ours, theirs in rows:
+                a = [work / t for t in time_cubed(c, cubed_filler, ours, args.batch, args.repeats)]
+                b = [work / t for t in time_torch(torch, torch_filler, theirs, args.batch,
+                                                  args.repeats)]
+                table.append((name, unit, a, b))
+    finally:
+        daemon.terminate()
+        daemon.wait()
+
+    print(f"\n{time.strftime('%Y-%m-%d')} on {torch.cuda.get_device_name()}; medians [min..max] of "
+          f"{args.repeats} after a warm-up, {args.batch} launches each\n")
+    print("| kernel | cubed | PyTorch | ratio |")
+    print("| --- | --- | --- | --- |")
+    for name, unit, a, b in table:
+        ratio = statistics.median(a) / statistics.median(b)
+        print(f"| {name} | {summary(a)} {unit} | {summary(b)} {unit} | {ratio:.2f}x |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
