@@ -4,6 +4,7 @@
 
 #include "client/handle_state.h"
 #include "common/kernel_metadata.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace cubed {
@@ -45,8 +46,8 @@ TEST(BuildTensorLaunch, MetadataDescribesInputsThenOutputs) {
 
   auto meta = DecodeKernelMetadata(launch->bindings.metadata, 2, 2);
   ASSERT_TRUE(meta.ok()) << meta.status();
-  EXPECT_EQ(meta->buffer_len, (std::vector<uint32_t>{8, 2}));
-  EXPECT_EQ(meta->logical_len, (std::vector<uint32_t>{6, 2}));
+  EXPECT_THAT(meta->buffer_len, ::testing::ElementsAre(8u, 2u));
+  EXPECT_THAT(meta->logical_len, ::testing::ElementsAre(6u, 2u));
   EXPECT_EQ(meta->tensors[0].rank, 2u);
   EXPECT_EQ(meta->tensors[0].strides[0], 4u);
   EXPECT_EQ(meta->tensors[1].shape[0], 2u);

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
@@ -38,11 +39,12 @@ struct TensorLayout {
   static TensorLayout Contiguous(absl::Span<const uint64_t> shape);
 };
 
-// The decoded metadata of one launch.
+// The decoded metadata of one launch. Inline for up to four buffers: decoding a launch's block
+// allocates nothing (it runs on the device loop for every launch).
 struct KernelMetadata {
-  std::vector<uint32_t> buffer_len;   // Elements, one per buffer.
-  std::vector<uint32_t> logical_len;  // Elements, one per buffer.
-  std::vector<TensorLayout> tensors;  // One per tensor (the first T buffers).
+  absl::InlinedVector<uint32_t, 4> buffer_len;   // Elements, one per buffer.
+  absl::InlinedVector<uint32_t, 4> logical_len;  // Elements, one per buffer.
+  absl::InlinedVector<TensorLayout, 4> tensors;  // One per tensor (the first T buffers).
 };
 
 // Encodes the block for `buffer_len.size()` buffers of which the first `tensors.size()` are

@@ -228,7 +228,7 @@ absl::Status CheckWork(const KernelDef& def, const BuiltinCall& call, const Kern
 
 absl::Status CheckShapes(const KernelDef& def, const BuiltinCall& call,
                          const KernelMetadata& meta) {
-  const std::vector<TensorLayout>& t = meta.tensors;
+  const auto& t = meta.tensors;
   switch (def.shape_rule) {
     case ShapeRule::kAny:
       return absl::OkStatus();

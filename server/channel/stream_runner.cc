@@ -151,9 +151,8 @@ absl::Status StreamRunner::FinishBulk(Device& device, StreamCommand& command,
 }
 
 void StreamRunner::Run(Device& device, StreamCommand& command,
-                       const std::shared_ptr<ReplySink>& sink) {
+                       const std::shared_ptr<ReplySink>& sink, absl::Time now) {
   absl::Status status = CheckSeq(command);
-  const absl::Time now = absl::Now();
   if (IsNewAllocation(command.kind)) {
     // A bad id is not entered; any other failure poisons it.
     if (absl::Status id = device.CheckClientId(session_, command.id, now); !id.ok()) {
@@ -164,7 +163,7 @@ void StreamRunner::Run(Device& device, StreamCommand& command,
       (void)Fail(device, command, status, *sink, /*id_ok=*/true);
       return;
     }
-    RunCreate(device, command, *sink);
+    RunCreate(device, command, *sink, now);
     return;
   }
   if (!status.ok()) {
@@ -176,7 +175,7 @@ void StreamRunner::Run(Device& device, StreamCommand& command,
       status = device.Execute(session_, command.execute, now);
       break;
     case Kind::kRelease:
-      RunRelease(device, command, *sink);
+      RunRelease(device, command, *sink, now);
       return;
     case Kind::kFlush:
       status = device.Flush(session_, now);
@@ -191,14 +190,14 @@ void StreamRunner::Run(Device& device, StreamCommand& command,
       status = device.ReleaseRegion(session_, command.region->region, now);
       break;
     default:
-      RunAnswering(device, command, sink);
+      RunAnswering(device, command, sink, now);
       return;
   }
   if (!status.ok()) (void)Fail(device, command, status, *sink, /*id_ok=*/false);
 }
 
-void StreamRunner::RunCreate(Device& device, StreamCommand& command, ReplySink& sink) {
-  const absl::Time now = absl::Now();
+void StreamRunner::RunCreate(Device& device, StreamCommand& command, ReplySink& sink,
+                             absl::Time now) {
   absl::StatusOr<NewHandle> h;
   switch (command.kind) {
     case Kind::kCreate:
@@ -260,10 +259,10 @@ void StreamRunner::RunReadIntoRegion(Device& device, StreamCommand& command,
                               });
 }
 
-void StreamRunner::RunRelease(Device& device, StreamCommand& command, ReplySink& sink) {
+void StreamRunner::RunRelease(Device& device, StreamCommand& command, ReplySink& sink,
+                              absl::Time now) {
   // One by one: an unknown id does not keep the others.
   absl::Status first;
-  const absl::Time now = absl::Now();
   for (size_t i = 0; i < command.ids.size(); ++i) {
     absl::Status s = device.Release(session_, absl::MakeConstSpan(&command.ids[i], 1), now);
     if (!s.ok() && first.ok()) {
@@ -277,10 +276,9 @@ void StreamRunner::RunRelease(Device& device, StreamCommand& command, ReplySink&
 }
 
 void StreamRunner::RunAnswering(Device& device, StreamCommand& command,
-                                const std::shared_ptr<ReplySink>& sink) {
+                                const std::shared_ptr<ReplySink>& sink, absl::Time now) {
   const uint64_t slot = sink->Reserve();
   const uint64_t seq = command.seq;
-  const absl::Time now = absl::Now();
   switch (command.kind) {
     case Kind::kRead:
     case Kind::kReadTensor: {

@@ -26,9 +26,11 @@ class StreamRunner {
   // The open session, SessionId() (0) before Open succeeded or after Close.
   SessionId session() const { return session_; }
 
-  // Runs one command; a failure is recorded, poisons, or is answered, never returned. `sink`
-  // is kept alive by completions that answer later.
-  void Run(Device& device, StreamCommand& command, const std::shared_ptr<ReplySink>& sink);
+  // Runs one command at `now` (the loop's clock, read once per command by the caller); a failure
+  // is recorded, poisons, or is answered, never returned. `sink` is kept alive by completions
+  // that answer later.
+  void Run(Device& device, StreamCommand& command, const std::shared_ptr<ReplySink>& sink,
+           absl::Time now);
 
   // Closes the session (releasing everything it holds) if it is open. Idempotent.
   void Close(Device& device);
@@ -58,9 +60,10 @@ class StreamRunner {
   // error as recorded.
   absl::Status Fail(Device& device, const StreamCommand& command, const absl::Status& status,
                     ReplySink& sink, bool id_ok);
-  void RunCreate(Device& device, StreamCommand& command, ReplySink& sink);
-  void RunRelease(Device& device, StreamCommand& command, ReplySink& sink);
-  void RunAnswering(Device& device, StreamCommand& command, const std::shared_ptr<ReplySink>& sink);
+  void RunCreate(Device& device, StreamCommand& command, ReplySink& sink, absl::Time now);
+  void RunRelease(Device& device, StreamCommand& command, ReplySink& sink, absl::Time now);
+  void RunAnswering(Device& device, StreamCommand& command, const std::shared_ptr<ReplySink>& sink,
+                    absl::Time now);
   // A read or read_tensor into a shared-memory region (command.region), answered in `slot`.
   void RunReadIntoRegion(Device& device, StreamCommand& command,
                          const std::shared_ptr<ReplySink>& sink, uint64_t slot);

@@ -120,9 +120,10 @@ class StreamState final : public ReplySink,
   void OnDrainException(absl::Status error);
   // Runs `batch` from batch.next; returns false when it parked (batch.next says where).
   bool RunBatch(Device& device, StreamBatch& batch);
-  // Runs one command through runner_, recording it in the metrics.
+  // Runs one command through runner_, recording it in the metrics. `clock` is when it starts
+  // (read once for the batch) and becomes when it ended: one clock read per command.
   void RunMetered(Device& device, StreamCommand& command, absl::Time arrival,
-                  const std::shared_ptr<ReplySink>& sink);
+                  const std::shared_ptr<ReplySink>& sink, absl::Time& clock);
 
   void EndLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleDrainLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -521,16 +522,17 @@ void StreamState::OnDrainException(absl::Status error) {
 }
 
 void StreamState::RunMetered(Device& device, StreamCommand& command, absl::Time arrival,
-                             const std::shared_ptr<ReplySink>& sink) {
+                             const std::shared_ptr<ReplySink>& sink, absl::Time& clock) {
   StreamCommandMetrics& metrics =
       service_->metrics_->stream_command(static_cast<int>(command.kind));
-  const absl::Time start = absl::Now();
+  const absl::Time start = clock;
   metrics.queue.Observe(start - arrival);
   const uint64_t failures = runner_.failures();
   running_ = RunningCommand{&metrics, start, false};
-  runner_.Run(device, command, sink);
+  runner_.Run(device, command, sink, start);
+  clock = absl::Now();
   if (!running_.reserved) {  // Done now; otherwise Fill records it.
-    metrics.execution.Observe(absl::Now() - start);
+    metrics.execution.Observe(clock - start);
     metrics.codes.Count(runner_.failures() != failures ? runner_.last_failure_code()
                                                        : absl::StatusCode::kOk);
   }
@@ -559,6 +561,7 @@ bool StreamState::RunBatch(Device& device, StreamBatch& batch) {
     return true;
   }
   const std::shared_ptr<ReplySink> sink = shared_from_this();
+  absl::Time clock = absl::Now();
   while (batch.next < batch.commands.size()) {
     {
       absl::MutexLock lock(&mu_);
@@ -575,10 +578,11 @@ bool StreamState::RunBatch(Device& device, StreamBatch& batch) {
       batch.commands[batch.next] = StreamCommand();
       ++batch.next;
       if (waits) return false;  // Drain steps the transfer until the command is done.
+      clock = absl::Now();
       continue;
     }
     const uint64_t seq = command.seq;
-    RunMetered(device, command, batch.arrival, sink);
+    RunMetered(device, command, batch.arrival, sink, clock);
     bulk_->Passed(seq);
     // A create's payload is freed now; the rest later, off the loop (Note [Spent commands]).
     if (!command.data.empty()) batch.commands[batch.next] = StreamCommand();
