@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import math
 import os
 import weakref
 from concurrent.futures import Future
@@ -33,6 +34,8 @@ ArrayOrScalar = Union[Tensor, np.ndarray, int, float, Sequence[Any]]
 Axis = Union[None, int, Sequence[int]]
 
 _MAX_BYTES = (1 << 63) - 1
+# Collected tensors whose releases are sent together (Client._live).
+RELEASE_BATCH = 32
 
 
 @dataclass(frozen=True)
@@ -241,10 +244,14 @@ class Client:
 
     # --- plumbing -------------------------------------------------------------------------------
 
-    def _live(self) -> Any:
+    def _live(self, flush_releases: bool = False) -> Any:
+        """The transport. Releases of collected tensors go out with it once RELEASE_BATCH are
+        queued, or now when ``flush_releases`` (before anything that answers: reads, sync,
+        memory usage, profiles), so that a chain of operations does not send one release per
+        step and an answer never reports memory that was already let go."""
         if self._closed:
             raise error_for(grpc.StatusCode.FAILED_PRECONDITION, "the client is closed")
-        if self._gc_releases:
+        if self._gc_releases and (flush_releases or len(self._gc_releases) >= RELEASE_BATCH):
             ids = []
             while self._gc_releases:
                 try:
@@ -358,7 +365,7 @@ class Client:
         session; the Future resolves to a new ndarray of its shape and dtype, or raises the
         CubedError that read (or the command that poisoned the tensor) failed with."""
         t = self._own(tensor, "read")
-        transport = self._live()
+        transport = self._live(flush_releases=True)
         if t.size == 0:
             done: Future = Future()
             done.set_result(np.empty(t.shape, t.dtype))
@@ -414,7 +421,7 @@ class Client:
             self._own(b.tensor, "read_raw")
             proto.append(types_pb2.Binding(handle=b.tensor.id, offset_start=b.offset_start,
                                            offset_end=b.offset_end))
-        return self._wait(self._live().read(proto))
+        return self._wait(self._live(flush_releases=True).read(proto))
 
     # --- trait: execute -------------------------------------------------------------------------
 
@@ -462,7 +469,7 @@ class Client:
             except ValueError as e:
                 raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from None
         if count is None:
-            size = int(np.prod(layouts[-1][0], dtype=np.int64)) if layouts else 1
+            size = math.prod(layouts[-1][0]) if layouts else 1
             count = cube_count_for(size)
         if isinstance(count, (Binding, Tensor)):
             pb, _, _ = self._buffer(count, "execute: count")
@@ -497,19 +504,19 @@ class Client:
         """Waits until every earlier command of the session has finished (trait: sync). On the
         stream, raises the first error of the commands since the previous sync (its
         ``failed_commands`` says how many failed) and forgets them."""
-        self._wait(self._live().sync())
+        self._wait(self._live(flush_releases=True).sync())
 
     def flush(self) -> None:
         """Pushes queued work to the device (trait: flush); also keeps an idle session's lease."""
-        self._live().flush()
+        self._live(flush_releases=True).flush()
 
     def memory_usage(self) -> MemoryUsage:
         """The device's memory usage now (trait: memory_usage; all sessions together)."""
-        return MemoryUsage.from_proto(self._wait(self._live().memory_usage(self._device)))
+        return MemoryUsage.from_proto(self._wait(self._live(flush_releases=True).memory_usage(self._device)))
 
     def memory_cleanup(self) -> MemoryUsage:
         """Returns free pool pages to the device (trait: memory_cleanup); the usage after it."""
-        return MemoryUsage.from_proto(self._wait(self._live().memory_cleanup(self._device)))
+        return MemoryUsage.from_proto(self._wait(self._live(flush_releases=True).memory_cleanup(self._device)))
 
     def start_profile(self) -> None:
         """Starts measuring the device time of the work that follows (trait: start_profile)."""
@@ -518,7 +525,7 @@ class Client:
     def end_profile(self) -> float:
         """Ends the measurement; the device time since start_profile, seconds (trait:
         end_profile). FailedPreconditionError when no profile was started."""
-        return self._wait(self._live().end_profile()) / 1e9
+        return self._wait(self._live(flush_releases=True).end_profile()) / 1e9
 
     @contextlib.contextmanager
     def profile(self) -> Iterator[Profile]:
@@ -530,9 +537,9 @@ class Client:
             yield p
         except BaseException:
             with contextlib.suppress(CubedError):
-                self._wait(self._live().end_profile())
+                self._wait(self._live(flush_releases=True).end_profile())
             raise
-        p.duration_ns = int(self._wait(self._live().end_profile()))
+        p.duration_ns = int(self._wait(self._live(flush_releases=True).end_profile()))
 
     def info(self) -> Info:
         """Limits and features of this client's device, and the daemon's version."""

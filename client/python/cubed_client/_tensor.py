@@ -4,6 +4,7 @@ last Tensor over it is garbage-collected, or at once by close()."""
 
 from __future__ import annotations
 
+import math
 import weakref
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Tuple, Union
@@ -96,7 +97,7 @@ class Tensor:
     @property
     def size(self) -> int:
         """Number of elements (product of the shape)."""
-        return int(np.prod(self._shape, dtype=np.int64)) if self._shape else 1
+        return math.prod(self._shape)
 
     @property
     def nbytes(self) -> int:
@@ -158,9 +159,9 @@ class Tensor:
             shape = tuple(shape[0])
         shape = tuple(int(s) for s in shape)
         if shape.count(-1) == 1:
-            known = int(np.prod([s for s in shape if s != -1], dtype=np.int64))
+            known = math.prod(s for s in shape if s != -1)
             shape = tuple(self.size // known if s == -1 and known else s for s in shape)
-        if int(np.prod(shape, dtype=np.int64)) != self.size:
+        if math.prod(shape) != self.size:
             raise ValueError(f"cannot reshape a tensor of shape {self._shape} into {shape}")
         source = self if self.is_contiguous else self._client.copy(self)
         return source._view(shape, dense_strides(shape), source._offset)

@@ -3,6 +3,7 @@ info, and the CubeCL metadata block every builtin launch carries (docs/kernel-ab
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
@@ -175,7 +176,7 @@ def encode_metadata(buffer_len: Sequence[int],
     n, t = len(buffer_len), len(layouts)
     ranks = [len(shape) for shape, _ in layouts]
     static = 2 * n + 3 * t
-    logical = [int(np.prod(shape, dtype=np.uint64)) if shape else 1 for shape, _ in layouts]
+    logical = [math.prod(shape) for shape, _ in layouts]
     logical += list(buffer_len[t:])
     shape_offsets, stride_offsets = [], []
     at = static
