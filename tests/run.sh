@@ -2,8 +2,9 @@
 # Runs every test: installs what is missing (deploy/setup.sh), builds `build` (RelWithDebInfo)
 # and runs the whole ctest suite, then builds `build-asan` (-DCUBED_SANITIZE=ON: address and
 # undefined-behaviour sanitizers) and runs the whole suite again, then builds `build-fuzz` (clang,
-# -DCUBED_FUZZ=ON: only the libFuzzer target and what it links) and fuzzes request validation for
-# FUZZ_SECONDS (default 60; counted as one test, tests/fuzz). Exits non-zero if any fails.
+# -DCUBED_FUZZ=ON: only the libFuzzer targets and what they link) and fuzzes request validation for
+# FUZZ_SECONDS (default 60) and the command ring for FUZZ_RING_SECONDS (default 30); counted as
+# one test (tests/fuzz). Exits non-zero if any fails.
 #
 #   tests/run.sh            all three configurations (what CI runs)
 #   tests/run.sh --no-asan  without the sanitizer configuration (quicker, for development)
@@ -84,7 +85,7 @@ fi
 if ((fuzz)); then
   # clang-14 and its fuzzer runtime come from deploy/setup.sh. The CUDA headers are hidden so that
   # this configuration builds only the CPU backend (the fuzz target drives a CPU device).
-  CC=clang-14 CXX=clang++-14 SUITE_TARGETS="cubed_fuzz_requests cubed_fuzz_seeds" \
+  CC=clang-14 CXX=clang++-14 SUITE_TARGETS="cubed_fuzz_requests cubed_fuzz_seeds cubed_fuzz_ring" \
     suite fuzz build-fuzz -DCUBED_FUZZ=ON -DCUBED_BUILD_TESTS=OFF \
       -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON "-DCMAKE_IGNORE_PATH=/usr/local/cuda/include;/usr/local/include"
   result[fuzz]=$?
