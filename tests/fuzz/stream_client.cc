@@ -118,7 +118,7 @@ void StreamClient::RunPlain(StreamCommand& command) {
   if (command.kind == Kind::kCreateTensor || command.kind == Kind::kEmptyTensor) {
     size = DenseBytes(command.shape, command.elem_size).value_or(0);
   }
-  NoThrow("a stream command", [&] { runner_->Run(device(), command, sink_); });
+  NoThrow("a stream command", [&] { runner_->Run(device(), command, sink_, absl::Now()); });
   const bool failed = runner_->failures() != failures;
   if (failed && command.kind != Kind::kRelease) {  // Release frees what it can, one by one.
     Check(SameAllocations(device().Usage(), before), "a failed stream command changed memory");

@@ -227,7 +227,7 @@ void UnaryClient::Execute(const v1::ExecuteRequest& r) {
       absl::Status allowed = owner->CheckExecute(!command->kernel.is_builtin, command->unchecked);
       if (!allowed.ok()) return allowed;
     }
-    return device().Execute(session, *std::move(command), absl::Now());
+    return device().Execute(session, *command, absl::Now());
   });
 }
 
