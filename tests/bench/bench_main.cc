@@ -26,7 +26,7 @@ ABSL_FLAG(std::string, cubed, "",
 ABSL_FLAG(std::string, backend, "cuda", "cuda (measurements 1-4) or cpu (1-3, host baselines).");
 ABSL_FLAG(int, device, 0, "CUDA device ordinal, for the daemon and the baselines.");
 ABSL_FLAG(std::string, json, "", "Write the results as JSON to this file.");
-ABSL_FLAG(std::string, only, "1,2,3,4", "Measurements to run, comma-separated.");
+ABSL_FLAG(std::string, only, "1,2,3,4,5", "Measurements to run, comma-separated.");
 ABSL_FLAG(int, repeats, 7, "Samples per figure (median and min..max reported).");
 ABSL_FLAG(double, add_mib, 1024,
           "Measurement 1: MiB per f32 tensor (big enough that a kernel outlasts a unary call).");
@@ -132,6 +132,7 @@ absl::Status Run() {
   measure("1", "builtin add bandwidth", MeasureElementwise);
   measure("2", "Create + Read", MeasureTransfer);
   measure("3", "tiny Execute rate", MeasureExecuteRate);
+  measure("5", "4-byte read latency", MeasureReadLatency);
   if (selected("3") && client->transport() == Transport::kStream &&
       absl::GetFlag(FLAGS_execute_others)) {
     // The same measurement over the gRPC stream and over unary calls, for comparison.

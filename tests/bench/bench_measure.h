@@ -25,6 +25,7 @@ struct BenchOptions {
   int execute_count = 2000;                // Commands per sample, measurement 3.
   std::vector<uint64_t> matmul_sizes;      // Square sizes, measurement 4.
   int matmul_iters = 10;                   // Kernels per sample, measurement 4.
+  int read_count = 2000;                   // Reads, measurement 5.
 };
 
 // 1. Builtin f32 `add` (inputs set by `fill` on the device) effective bandwidth (3 x bytes / device
@@ -47,6 +48,11 @@ absl::StatusOr<std::vector<Row>> MeasureExecuteRate(Client& client, CudaBaseline
 // sgemm when it loads (a row without baseline and a note otherwise).
 absl::StatusOr<std::vector<Row>> MeasureMatmul(Client& client, CudaBaseline* cuda,
                                                const BenchOptions& options);
+
+// 5. Latency of a 4-byte Read through the daemon, one at a time (p50/p99), vs an in-process
+// 4-byte cuMemcpyDtoHAsync + sync on CUDA; no baseline on the CPU.
+absl::StatusOr<std::vector<Row>> MeasureReadLatency(Client& client, CudaBaseline* cuda,
+                                                    const BenchOptions& options);
 
 // Helpers shared by the measurements.
 

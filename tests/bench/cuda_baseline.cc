@@ -139,6 +139,26 @@ class CudaBaselineImpl final : public CudaBaseline {
     return samples;
   }
 
+  absl::StatusOr<std::vector<double>> SmallReadMicros(int reads) override {
+    PinnedBuffer host;
+    DeviceBuffer dev;
+    CU_RETURN_IF_ERROR(Cu().MemHostAlloc(&host.ptr, 4, 0));
+    CU_RETURN_IF_ERROR(Cu().MemAlloc(&dev.ptr, 4));
+    CU_RETURN_IF_ERROR(Cu().MemsetD32Async(dev.ptr, 0x3f800000u, 1, stream_));  // 1.0f
+    std::vector<double> samples;
+    for (int r = -20; r < reads; ++r) {  // r < 0: warm-up.
+      const auto t0 = std::chrono::steady_clock::now();
+      CU_RETURN_IF_ERROR(Cu().MemcpyDtoHAsync(host.ptr, dev.ptr, 4, stream_));
+      CU_RETURN_IF_ERROR(Cu().StreamSynchronize(stream_));
+      const std::chrono::duration<double, std::micro> dt = std::chrono::steady_clock::now() - t0;
+      if (r >= 0) samples.push_back(dt.count());
+    }
+    float v = 0;
+    std::memcpy(&v, host.ptr, 4);
+    if (v != 1.0f) return absl::InternalError("the 4-byte read returned the wrong value");
+    return samples;
+  }
+
   absl::StatusOr<std::vector<double>> SgemmSeconds(uint64_t m, uint64_t n, uint64_t k, int iters,
                                                    int repeats) override {
     ASSIGN_OR_RETURN(std::unique_ptr<Cublas> blas, Cublas::Load(stream_));

@@ -39,6 +39,10 @@ class CudaBaseline {
   // cuLaunchKernel calls and one stream synchronize, one sample per repeat (host wall clock).
   virtual absl::StatusOr<std::vector<double>> EmptyLaunchRate(int launches, int repeats) = 0;
 
+  // Microseconds per read of 4 bytes of device memory into pinned host memory
+  // (cuMemcpyDtoHAsync + cuStreamSynchronize, what PyTorch's .item() does), one sample per read.
+  virtual absl::StatusOr<std::vector<double>> SmallReadMicros(int reads) = 0;
+
   // Seconds per cuBLAS sgemm of row-major [m,k] x [k,n], one sample per repeat (each averaging
   // `iters`). UNAVAILABLE "cuBLAS not available on this machine: ..." when libcublas cannot be
   // loaded.
