@@ -22,6 +22,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "server/channel/device.h"
 
 namespace cubed {
@@ -33,8 +34,10 @@ class DeviceLoop {
   // exceptions]); it must not throw.
   using ExceptionHandler = absl::AnyInvocable<void(absl::Status)>;
 
-  // Starts the loop thread, which takes ownership of `device`.
-  explicit DeviceLoop(std::unique_ptr<Device> device);
+  // Starts the loop thread, which takes ownership of `device`. Note [Loop spin]: after running
+  // tasks the loop watches for the next one for up to `spin` before it sleeps (0: it sleeps at
+  // once), so that a client's next command does not wait for a thread wake-up.
+  explicit DeviceLoop(std::unique_ptr<Device> device, absl::Duration spin = absl::ZeroDuration());
   // Stops the loop (see Stop) and destroys the Device, freeing all its memory.
   ~DeviceLoop();
 
@@ -61,8 +64,13 @@ class DeviceLoop {
   // Runs one task under the catch-all of Note [Loop task exceptions].
   void RunGuarded(Posted& posted);
 
+  // Spins until a task was posted after `seen` tasks, or for spin_; returns at once without spin_.
+  void SpinForTask(uint64_t seen) const;
+
+  const absl::Duration spin_;
   mutable absl::Mutex mu_;
   std::deque<Posted> tasks_ ABSL_GUARDED_BY(mu_);
+  std::atomic<uint64_t> posted_{0};  // Tasks posted so far; read without mu_ while spinning.
   std::atomic<uint64_t> exceptions_{0};
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::unique_ptr<Device> device_;  // Touched only by the loop thread once it started.

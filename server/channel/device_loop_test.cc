@@ -6,8 +6,10 @@
 #include <memory>
 #include <new>
 #include <stdexcept>
+#include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "server/compute/cpu/cpu_server.h"
@@ -56,6 +58,26 @@ TEST(DeviceLoopTest, ThrowingTaskWithoutHandlerIsOnlyLogged) {
   ASSERT_TRUE(loop.Post([&](Device&) { served.Notify(); }));
   ASSERT_TRUE(served.WaitForNotificationWithTimeout(absl::Seconds(10)));
   EXPECT_EQ(loop.exceptions(), 1u);
+}
+
+// Note [Loop spin]: a spinning loop runs tasks posted while it spins and after it went to sleep,
+// in order, and an idle one stops at once.
+TEST(DeviceLoopTest, ASpinningLoopRunsEveryTaskInOrderAndStops) {
+  DeviceLoop loop(CpuDevice(), absl::Milliseconds(2));
+  std::vector<int> order;  // Touched only on the loop, read after `done`.
+  absl::Notification done;
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_TRUE(loop.Post([&order, i](Device&) { order.push_back(i); }));
+    if (i % 100 == 0) absl::SleepFor(absl::Milliseconds(i % 200 == 0 ? 1 : 5));  // Both sides.
+  }
+  ASSERT_TRUE(loop.Post([&](Device&) { done.Notify(); }));
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_EQ(order.size(), 1000u);
+  for (int i = 0; i < 1000; ++i) EXPECT_EQ(order[i], i);
+  absl::SleepFor(absl::Milliseconds(20));  // Asleep now.
+  const absl::Time start = absl::Now();
+  loop.Stop();
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(500));
 }
 
 }  // namespace

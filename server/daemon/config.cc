@@ -46,6 +46,9 @@ ABSL_FLAG(bool, command_ring, true,
 ABSL_FLAG(int32_t, ring_spin_us, -1,
           "Microseconds a command ring's thread spins before it sleeps; -1 = 50 on hosts with 8 "
           "or more cores, else 0.");
+ABSL_FLAG(int32_t, loop_spin_us, -1,
+          "Microseconds the device loop watches for the next task after running some, before "
+          "it sleeps (Note [Loop spin]); -1 = 50 on hosts with 8 or more cores, else 0.");
 ABSL_FLAG(bool, allow_unchecked, false,
           "Allow kernels in unchecked mode (no bounds checks; a bad kernel can corrupt memory).");
 ABSL_FLAG(std::string, ready_file, "",
@@ -93,6 +96,17 @@ std::string ShownFlagsFile(absl::string_view file) {
 }
 
 bool IsDaemonFlagsFile(absl::string_view shown_file) { return shown_file == kFlagsFileShown; }
+
+// A spin flag (--ring_spin_us, --loop_spin_us): -1 = 50 us on hosts with 8 or more cores (a
+// spinning thread must not take a core that the work needs), else 0; at most 10 ms.
+absl::StatusOr<absl::Duration> SpinFlag(absl::string_view name, int32_t us) {
+  if (us < -1 || us > 10000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, "=", us, ": expected -1 (automatic) or 0 .. 10000"));
+  }
+  if (us >= 0) return absl::Microseconds(us);
+  return std::thread::hardware_concurrency() >= 8 ? absl::Microseconds(50) : absl::ZeroDuration();
+}
 
 }  // namespace
 
@@ -239,14 +253,8 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   }
   c.max_region_bytes = *max_region;
   c.command_ring = absl::GetFlag(FLAGS_command_ring);
-  const int32_t spin = absl::GetFlag(FLAGS_ring_spin_us);
-  if (spin < -1 || spin > 10000) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--ring_spin_us=", spin, ": expected -1 (automatic) or 0 .. 10000"));
-  }
-  c.ring_spin = spin >= 0 ? absl::Microseconds(spin)
-                          : (std::thread::hardware_concurrency() >= 8 ? absl::Microseconds(50)
-                                                                      : absl::ZeroDuration());
+  ASSIGN_OR_RETURN(c.ring_spin, SpinFlag("ring_spin_us", absl::GetFlag(FLAGS_ring_spin_us)));
+  ASSIGN_OR_RETURN(c.loop_spin, SpinFlag("loop_spin_us", absl::GetFlag(FLAGS_loop_spin_us)));
   c.allow_unchecked = absl::GetFlag(FLAGS_allow_unchecked);
   c.ready_file = absl::GetFlag(FLAGS_ready_file);
   c.kernel_cache_dir = absl::GetFlag(FLAGS_kernel_cache_dir);

@@ -28,6 +28,7 @@ struct DaemonConfig {
   // Session streams over command rings (ring_listener.h); off: no ring socket.
   bool command_ring = true;
   absl::Duration ring_spin = absl::ZeroDuration();  // A ring thread's spin before sleeping.
+  absl::Duration loop_spin = absl::ZeroDuration();  // The device loop's (Note [Loop spin]).
   bool allow_unchecked = false;
   std::string ready_file;        // Written once serving; empty = none.
   std::string kernel_cache_dir;  // On-disk cache of compiled CUDA kernels; empty = memory only.

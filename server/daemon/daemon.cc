@@ -239,7 +239,7 @@ absl::Status Daemon::StartDevices() {
   device_options.max_read_bytes = static_cast<uint64_t>(config_.max_message_bytes);
   device_options.max_region_bytes = config_.max_region_bytes;
   loops_.push_back(std::make_unique<DeviceLoop>(
-      std::make_unique<Device>(0, std::move(backend), device_options)));
+      std::make_unique<Device>(0, std::move(backend), device_options), config_.loop_spin));
   return absl::OkStatus();
 }
 

@@ -135,5 +135,22 @@ TEST(CommandLineTest, ListenRefusesOtherSchemesNamingTheFlagTheValueAndTheForms)
   }
 }
 
+TEST(CommandLineTest, SpinFlagsOutOfRangeAreRefusedNamingTheFlagAndTheRange) {
+  for (const std::string flag : {"ring_spin_us", "loop_spin_us"}) {
+    for (const std::string value : {"-2", "10001"}) {
+      SCOPED_TRACE(flag + "=" + value);
+      TempDir cwd;
+      auto run = testing::RunCubedToExit(
+          {"--backend=cpu", "--listen=" + cwd.path() + "/c.sock", "--" + flag + "=" + value},
+          cwd.path(), absl::Seconds(5));
+      ASSERT_TRUE(run.ok()) << run.status();
+      EXPECT_NE(run->exit_code, 0);
+      EXPECT_THAT(run->err, HasSubstr("--" + flag + "=" + value +
+                                      ": expected -1 (automatic) or "
+                                      "0 .. 10000"));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cubed
