@@ -79,7 +79,22 @@ absl::StatusOr<std::vector<Row>> MeasureExecuteRate(Client& client, CudaBaseline
     row.baseline_name = "in-process RunBuiltinCpu fill";
     row.baseline = Summarize(rate);
   }
-  return std::vector<Row>{row};
+  std::vector<Row> rows = {row};
+  if (cuda != nullptr && ring) {
+    // What a builtin's launch itself costs in-process: bounds what the loop can reach.
+    ASSIGN_OR_RETURN(std::vector<double> rate,
+                     cuda->EmptyLaunchRate(options.execute_count, options.repeats, true));
+    Row like;
+    like.id = "P2x";
+    like.name = "in-process cuLaunchKernel, empty kernel with a builtin's 640 B args, 256 threads";
+    like.unit = "cmd/s";
+    like.figure = Summarize(rate);
+    like.baseline_name = row.baseline_name;
+    like.baseline = row.baseline;
+    like.goal = "report (what P2's launches cost without the daemon)";
+    rows.push_back(like);
+  }
+  return rows;
 }
 
 }  // namespace cubed::bench

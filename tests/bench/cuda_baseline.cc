@@ -21,6 +21,10 @@ constexpr char kEmptyPtx[] = R"(.version 7.0
 {
   ret;
 }
+.visible .entry cubed_bench_empty_args(.param .align 8 .b8 args[640])
+{
+  ret;
+}
 )";
 
 // Device memory freed on scope exit.
@@ -120,17 +124,23 @@ class CudaBaselineImpl final : public CudaBaseline {
     return samples;
   }
 
-  absl::StatusOr<std::vector<double>> EmptyLaunchRate(int launches, int repeats) override {
+  absl::StatusOr<std::vector<double>> EmptyLaunchRate(int launches, int repeats,
+                                                      bool like_builtin) override {
     if (module_ == nullptr) {
       CU_RETURN_IF_ERROR(Cu().ModuleLoadData(&module_, kEmptyPtx));
       CU_RETURN_IF_ERROR(Cu().ModuleGetFunction(&empty_, module_, "cubed_bench_empty"));
+      CU_RETURN_IF_ERROR(Cu().ModuleGetFunction(&empty_args_, module_, "cubed_bench_empty_args"));
     }
+    alignas(8) unsigned char args[640] = {};
+    void* params[] = {args};
     std::vector<double> samples;
     for (int r = -1; r < repeats; ++r) {  // r = -1: warm-up.
       const auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < launches; ++i) {
         CU_RETURN_IF_ERROR(
-            Cu().LaunchKernel(empty_, 1, 1, 1, 1, 1, 1, 0, stream_, nullptr, nullptr));
+            like_builtin
+                ? Cu().LaunchKernel(empty_args_, 1, 1, 1, 256, 1, 1, 0, stream_, params, nullptr)
+                : Cu().LaunchKernel(empty_, 1, 1, 1, 1, 1, 1, 0, stream_, nullptr, nullptr));
       }
       CU_RETURN_IF_ERROR(Cu().StreamSynchronize(stream_));
       const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
@@ -205,6 +215,7 @@ class CudaBaselineImpl final : public CudaBaseline {
   CUevent stop_ = nullptr;
   CUmodule module_ = nullptr;
   CUfunction empty_ = nullptr;
+  CUfunction empty_args_ = nullptr;
   std::string describe_;
 };
 

@@ -37,7 +37,10 @@ class CudaBaseline {
 
   // Launches per second of an empty kernel (PTX loaded with cuModuleLoadData): `launches`
   // cuLaunchKernel calls and one stream synchronize, one sample per repeat (host wall clock).
-  virtual absl::StatusOr<std::vector<double>> EmptyLaunchRate(int launches, int repeats) = 0;
+  // `like_builtin`: the kernel takes a 640-byte parameter and runs 256 threads, as a builtin's
+  // launch of one element does (CudaBuiltinArgs), to tell its launch cost from the daemon's.
+  virtual absl::StatusOr<std::vector<double>> EmptyLaunchRate(int launches, int repeats,
+                                                              bool like_builtin = false) = 0;
 
   // Microseconds per read of 4 bytes of device memory into pinned host memory
   // (cuMemcpyDtoHAsync + cuStreamSynchronize, what PyTorch's .item() does), one sample per read.
