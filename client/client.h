@@ -159,7 +159,8 @@ inline BuiltinKernel Builtin(std::string name, ElemType dtype) {
 }
 
 // Scalars of one element type passed to a kernel; values are converted to `elem` by the daemon.
-// Use `floats` for F32/F64, `ints` for I32/I64, `uints` for U32.
+// Use `floats` for F32/F64/F16/BF16, `ints` for I8/I16/I32/I64, `uints` for U8/U16/U32 and
+// BOOL (0 or 1).
 struct Scalars {
   ElemType elem = ElemType::kF32;
   std::vector<double> floats;

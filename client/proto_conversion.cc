@@ -34,7 +34,7 @@ absl::Status ToProto(const Tensor& tensor, v1::BindingWithMeta* out) {
 
 absl::Status ToProto(const Scalars& scalars, v1::ScalarGroup* out) {
   const bool float_type = IsFloat(scalars.elem);
-  const bool uint_type = scalars.elem == ElemType::kU32;
+  const bool uint_type = !float_type && !IsSigned(scalars.elem);  // u8, u16, u32, bool.
   const bool int_type = !float_type && !uint_type;
   if ((!float_type && !scalars.floats.empty()) || (!int_type && !scalars.ints.empty()) ||
       (!uint_type && !scalars.uints.empty())) {

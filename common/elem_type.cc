@@ -17,6 +17,20 @@ absl::string_view ElemTypeName(ElemType t) {
       return "u32";
     case ElemType::kI64:
       return "i64";
+    case ElemType::kF16:
+      return "f16";
+    case ElemType::kBF16:
+      return "bf16";
+    case ElemType::kI8:
+      return "i8";
+    case ElemType::kU8:
+      return "u8";
+    case ElemType::kI16:
+      return "i16";
+    case ElemType::kU16:
+      return "u16";
+    case ElemType::kBool:
+      return "bool";
   }
   return "unknown";
 }
@@ -26,7 +40,8 @@ absl::StatusOr<ElemType> ParseElemType(absl::string_view name) {
     if (ElemTypeName(t) == name) return t;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown element type '", name, "' (expected f32, f64, i32, u32 or i64)"));
+      absl::StrCat("unknown element type '", name.substr(0, 100),
+                   "' (expected f32, f64, i32, u32, i64, f16, bf16, i8, u8, i16, u16 or bool)"));
 }
 
 absl::StatusOr<ElemType> ElemTypeFromWire(int value, absl::string_view field) {
@@ -34,7 +49,8 @@ absl::StatusOr<ElemType> ElemTypeFromWire(int value, absl::string_view field) {
     if (static_cast<int>(t) == value) return t;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat(field, ": element type ", value, " is not one of F32, F64, I32, U32, I64"));
+      absl::StrCat(field, ": element type ", value,
+                   " is not one of F32, F64, I32, U32, I64, F16, BF16, I8, U8, I16, U16, BOOL"));
 }
 
 }  // namespace cubed

@@ -36,6 +36,11 @@ struct BuiltinCall {
 // Names of every builtin kernel, sorted.
 std::vector<std::string> BuiltinKernelNames();
 
+// The input and accumulator types of builtin "matmul", one "a*b+acc" per input type, e.g.
+// "bf16*bf16+f32": f16 and bf16 accumulate in f32 and round once to the input type; the others
+// accumulate in their own type (integers wrap). The same on every backend.
+std::vector<std::string> BuiltinMatmulTypes();
+
 // Checks a call against its buffers' sizes without running it: known name (NOT_FOUND
 // otherwise), supported dtype, buffer count, metadata, shapes (broadcasting rules), scalars, and
 // that every tensor's strided extent fits in its buffer (INVALID_ARGUMENT naming which).

@@ -42,29 +42,30 @@ constexpr KernelDef Reduce(absl::string_view name, DtypeMask dtypes, OutType out
 // in place, non-empty axis.
 constexpr KernelDef kKernels[] = {
     Unary("abs", kSignedTypes),
-    Binary("add", kAllTypes),
-    Reduce("argmax", kAllTypes, OutType::kI64, kNonEmpty),
+    Binary("add", kNumericTypes),
+    Reduce("argmax", kNumericTypes, OutType::kI64, kNonEmpty),
     {"cast", 2, kInOut, kAllTypes, ShapeRule::kSame, OutType::kOutDtype, 0, false, true, false},
     {"copy", 2, kInOut, kAllTypes, ShapeRule::kSame, OutType::kDtype, 0, false, true, false},
-    Binary("div", kAllTypes),
+    Binary("div", kNumericTypes),
     Unary("exp", kFloatTypes),
     {"fill", 1, kOut, kAllTypes, ShapeRule::kAny, OutType::kDtype, 0, true, false, false},
     Unary("log", kFloatTypes),
-    {"matmul", 3, kMatmul, kAllTypes, ShapeRule::kMatmul, OutType::kDtype, 2, false, false, false},
+    {"matmul", 3, kMatmul, kNumericTypes, ShapeRule::kMatmul, OutType::kDtype, 2, false, false,
+     false},
     Reduce("max", kAllTypes, OutType::kDtype, kNonEmpty),
     Binary("max", kAllTypes),
     Reduce("mean", kFloatTypes, OutType::kDtype, kMayBeEmpty),
     Reduce("min", kAllTypes, OutType::kDtype, kNonEmpty),
     Binary("min", kAllTypes),
-    Binary("mul", kAllTypes),
+    Binary("mul", kNumericTypes),
     Unary("neg", kSignedTypes),
     Binary("pow", kFloatTypes),
     Unary("relu", kSignedTypes),
     Unary("sigmoid", kFloatTypes),
     {"softmax", 2, kInOut, kFloatTypes, ShapeRule::kSame, OutType::kDtype, 1, false, true, false},
     Unary("sqrt", kFloatTypes),
-    Binary("sub", kAllTypes),
-    Reduce("sum", kAllTypes, OutType::kDtype, kMayBeEmpty),
+    Binary("sub", kNumericTypes),
+    Reduce("sum", kNumericTypes, OutType::kDtype, kMayBeEmpty),
     Unary("tanh", kFloatTypes),
 };
 
@@ -114,6 +115,17 @@ ElemType BufferElemType(const KernelDef& def, const BuiltinCall& call, uint32_t 
       return ElemType::kI64;
   }
   return call.dtype;
+}
+
+std::vector<std::string> BuiltinMatmulTypes() {
+  const KernelDef& def = **FindKernel("matmul", 3);
+  std::vector<std::string> out;
+  for (ElemType t : kAllElemTypes) {
+    if ((def.dtypes & DtypeBit(t)) == 0) continue;
+    const absl::string_view acc = IsHalf(t) ? "f32" : ElemTypeName(t);
+    out.push_back(absl::StrCat(ElemTypeName(t), "*", ElemTypeName(t), "+", acc));
+  }
+  return out;
 }
 
 std::vector<std::string> BuiltinKernelNames() {

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <utility>
 
+#include "common/half.h"
 #include "common/kernel_metadata.h"
 
 namespace cubed::kernels::testing {
@@ -44,6 +45,27 @@ ScalarGroup OneScalar(ElemType elem, double value) {
       std::memcpy(raw, &v, 8);
       break;
     }
+    case ElemType::kF16: {
+      const Half v(value);
+      std::memcpy(raw, &v.bits, 2);
+      break;
+    }
+    case ElemType::kBF16: {
+      const BFloat16 v(value);
+      std::memcpy(raw, &v.bits, 2);
+      break;
+    }
+    case ElemType::kI8:
+    case ElemType::kU8:
+    case ElemType::kI16:
+    case ElemType::kU16: {
+      const int64_t v = static_cast<int64_t>(value);
+      std::memcpy(raw, &v, 2);  // Little-endian: the low bytes.
+      break;
+    }
+    case ElemType::kBool:
+      raw[0] = value != 0 ? 1 : 0;
+      break;
   }
   std::memcpy(g.bytes.data(), raw, g.bytes.size());
   return g;

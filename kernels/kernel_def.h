@@ -21,10 +21,17 @@ namespace cubed::kernels {
 // A set of element types, one bit per ElemType value.
 using DtypeMask = uint32_t;
 constexpr DtypeMask DtypeBit(ElemType t) { return DtypeMask{1} << static_cast<uint32_t>(t); }
-inline constexpr DtypeMask kFloatTypes = DtypeBit(ElemType::kF32) | DtypeBit(ElemType::kF64);
-inline constexpr DtypeMask kSignedTypes =
-    kFloatTypes | DtypeBit(ElemType::kI32) | DtypeBit(ElemType::kI64);
-inline constexpr DtypeMask kAllTypes = kSignedTypes | DtypeBit(ElemType::kU32);
+inline constexpr DtypeMask kHalfTypes = DtypeBit(ElemType::kF16) | DtypeBit(ElemType::kBF16);
+inline constexpr DtypeMask kFloatTypes =
+    DtypeBit(ElemType::kF32) | DtypeBit(ElemType::kF64) | kHalfTypes;
+inline constexpr DtypeMask kSignedTypes = kFloatTypes | DtypeBit(ElemType::kI32) |
+                                          DtypeBit(ElemType::kI64) | DtypeBit(ElemType::kI8) |
+                                          DtypeBit(ElemType::kI16);
+// Every type with arithmetic: all but bool.
+inline constexpr DtypeMask kNumericTypes =
+    kSignedTypes | DtypeBit(ElemType::kU32) | DtypeBit(ElemType::kU8) | DtypeBit(ElemType::kU16);
+// Bool adds only what is defined on truth values: fill, copy, cast, max/min (or/and, any/all).
+inline constexpr DtypeMask kAllTypes = kNumericTypes | DtypeBit(ElemType::kBool);
 
 // How the output's shape relates to the inputs' (docs/kernel-abi.md).
 enum class ShapeRule : uint8_t {

@@ -125,7 +125,8 @@ TEST_F(CubectlTest, InfoShowsTheDeviceUnderTest) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, MatchesRegex("(.|\n)*backend +" + testing::TestBackend() + "\n(.|\n)*"));
   EXPECT_THAT(r.out, MatchesRegex("(.|\n)*builtin_kernels +.*add.*\n(.|\n)*"));
-  EXPECT_THAT(r.out, MatchesRegex("(.|\n)*elem_types +f32, f64, i32, u32, i64\n(.|\n)*"));
+  EXPECT_THAT(r.out, MatchesRegex("(.|\n)*elem_types +f32, f64, i32, u32, i64, f16, bf16, i8, u8, "
+                                  "i16, u16, bool\n(.|\n)*"));
   EXPECT_THAT(r.out, HasSubstr("memory_limit"));
 }
 

@@ -130,12 +130,18 @@ class HeaderParser {
 
 absl::StatusOr<ElemType> ElemTypeFromDescr(absl::string_view descr) {
   for (ElemType t : kAllElemTypes) {
-    if (descr == NpyDescr(t)) return t;
+    if (!NpyDescr(t).empty() && descr == NpyDescr(t)) return t;
+  }
+  if (descr == "<V2" || descr == "|V2") {
+    return absl::InvalidArgumentError(
+        ".npy dtype '<V2' (raw 2-byte records, what numpy writes for ml_dtypes.bfloat16) is not "
+        "supported: .npy has no bf16 type; save the array as float32 (astype) and cast on the "
+        "daemon");
   }
   return absl::InvalidArgumentError(absl::StrCat(
       ".npy dtype '", descr,
-      "' is not supported (expected little-endian <f4, <f8, <i4, <u4 or <i8; convert with "
-      "numpy's astype)"));
+      "' is not supported (expected little-endian <f4, <f8, <f2, <i4, <u4, <i8, |i1, |u1, <i2, "
+      "<u2 or |b1; convert with numpy's astype)"));
 }
 
 absl::StatusOr<uint64_t> DataBytes(ElemType dtype, absl::Span<const uint64_t> shape) {
@@ -165,6 +171,20 @@ absl::string_view NpyDescr(ElemType t) {
       return "<u4";
     case ElemType::kI64:
       return "<i8";
+    case ElemType::kF16:
+      return "<f2";
+    case ElemType::kBF16:
+      return "";  // None: see NpyDescr's contract.
+    case ElemType::kI8:
+      return "|i1";
+    case ElemType::kU8:
+      return "|u1";
+    case ElemType::kI16:
+      return "<i2";
+    case ElemType::kU16:
+      return "<u2";
+    case ElemType::kBool:
+      return "|b1";
   }
   return "";
 }
@@ -208,6 +228,12 @@ absl::StatusOr<NpyArray> ParseNpy(absl::string_view file) {
 
 absl::StatusOr<std::string> EncodeNpy(ElemType dtype, absl::Span<const uint64_t> shape,
                                       absl::string_view data) {
+  if (NpyDescr(dtype).empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ".npy has no ", ElemTypeName(dtype),
+        " dtype (numpy would store ml_dtypes.bfloat16 as raw '<V2' records, which read back as "
+        "bytes): cast the tensor to f32 first, or write it as raw bytes"));
+  }
   ASSIGN_OR_RETURN(uint64_t want, DataBytes(dtype, shape));
   if (data.size() != want) {
     return absl::InvalidArgumentError(absl::StrCat("data is ", data.size(), " bytes but shape (",

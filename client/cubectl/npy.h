@@ -23,16 +23,22 @@ struct NpyArray {
   std::string data;
 };
 
-// The .npy descr of a type, e.g. "<f4".
+// Note [bf16 in .npy]: .npy has no bfloat16: numpy saves an ml_dtypes.bfloat16 array as raw
+// '<V2' records, which load back as bytes, not numbers. cubectl refuses bf16 both ways with an
+// error saying to go through f32, rather than write files numpy cannot read as numbers or guess
+// what '<V2' holds.
+
+// The .npy descr of a type, e.g. "<f4", "<f2", "|b1"; empty for bf16 (Note [bf16 in .npy]).
 absl::string_view NpyDescr(ElemType t);
 
 // Parses a whole .npy file. INVALID_ARGUMENT naming what was wrong: bad magic, unsupported
-// version, malformed header, fortran_order True, an unsupported dtype (big-endian, bool, f2, ...),
-// or a data length that does not match the shape.
+// version, malformed header, fortran_order True, an unsupported dtype (big-endian, '<V2', complex,
+// ...), or a data length that does not match the shape.
 absl::StatusOr<NpyArray> ParseNpy(absl::string_view file);
 
 // Encodes an array as a .npy file (version 1.0, or 2.0 when the header needs it).
-// INVALID_ARGUMENT when data.size() != product(shape) * ElemSize(dtype).
+// INVALID_ARGUMENT when data.size() != product(shape) * ElemSize(dtype) or dtype is bf16
+// (Note [bf16 in .npy]).
 absl::StatusOr<std::string> EncodeNpy(ElemType dtype, absl::Span<const uint64_t> shape,
                                       absl::string_view data);
 

@@ -12,6 +12,7 @@
 #include "client/cubectl/output.h"
 #include "client/cubectl/tensor_refs.h"
 #include "common/checked_math.h"
+#include "common/half.h"
 #include "common/status_macros.h"
 
 namespace cubed::cubectl {
@@ -96,6 +97,31 @@ std::string FormatElement(ElemType dtype, const char* p, bool json) {
       std::memcpy(&v, p, 8);
       return absl::StrCat(v);
     }
+    case ElemType::kF16:
+    case ElemType::kBF16: {
+      uint16_t bits;
+      std::memcpy(&bits, p, 2);
+      const float v = dtype == ElemType::kF16 ? static_cast<float>(Half::FromBits(bits))
+                                              : static_cast<float>(BFloat16::FromBits(bits));
+      if (!std::isfinite(v)) return json ? JsonQuote(absl::StrCat(v)) : absl::StrCat(v);
+      return absl::StrFormat(dtype == ElemType::kF16 ? "%.5g" : "%.4g", v);
+    }
+    case ElemType::kI8:
+      return absl::StrCat(static_cast<int>(static_cast<int8_t>(*p)));
+    case ElemType::kU8:
+      return absl::StrCat(static_cast<int>(static_cast<uint8_t>(*p)));
+    case ElemType::kI16: {
+      int16_t v;
+      std::memcpy(&v, p, 2);
+      return absl::StrCat(v);
+    }
+    case ElemType::kU16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return absl::StrCat(v);
+    }
+    case ElemType::kBool:
+      return *p != 0 ? "true" : "false";
   }
   return "?";
 }

@@ -74,7 +74,7 @@ def generated() -> Path:
 
 
 def runtime_requirements() -> List[str]:
-    """grpcio/protobuf lower bounds the generated code needs, plus numpy."""
+    """grpcio/protobuf lower bounds the generated code needs, plus numpy and ml_dtypes (bf16)."""
     grpc_min, pb_min = "1.51", "3.20"
     flat = generated()
     for f in flat.glob("*_pb2_grpc.py"):
@@ -86,7 +86,7 @@ def runtime_requirements() -> List[str]:
                       r"(\d+),\s*(\d+),\s*(\d+),", f.read_text())
         if m:
             pb_min = ".".join(m.groups())
-    return [f"grpcio>={grpc_min}", f"protobuf>={pb_min}", "numpy>=1.21"]
+    return [f"grpcio>={grpc_min}", f"protobuf>={pb_min}", "numpy>=1.21", "ml_dtypes>=0.3"]
 
 
 class BuildPyWithStubs(build_py):

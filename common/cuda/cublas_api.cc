@@ -39,6 +39,7 @@ absl::StatusOr<CublasApi> Open() {
   Resolve(library, "cublasSetMathMode", &api.SetMathMode, &missing);
   Resolve(library, "cublasSgemmStridedBatched", &api.SgemmStridedBatched, &missing);
   Resolve(library, "cublasDgemmStridedBatched", &api.DgemmStridedBatched, &missing);
+  Resolve(library, "cublasGemmStridedBatchedEx", &api.GemmStridedBatchedEx, &missing);
   if (!missing.empty()) {
     // The library stays mapped (unloading cuBLAS is not worth the risk); it is unused.
     return absl::UnavailableError(
@@ -53,7 +54,7 @@ absl::StatusOr<const CublasApi*> LoadCublas() {
   static const absl::StatusOr<CublasApi>* const loaded = [] {
     auto* api = new absl::StatusOr<CublasApi>(Open());
     if (api->ok()) {
-      spdlog::info("cuBLAS loaded from {}: builtin matmul (f32, f64) runs through it",
+      spdlog::info("cuBLAS loaded from {}: builtin matmul (f32, f64, f16, bf16) runs through it",
                    (*api)->library);
     } else {
       spdlog::info("{}; builtin matmul uses cubed's own kernel",

@@ -22,9 +22,14 @@ inline constexpr CublasStatus kCublasSuccess = 0;
 inline constexpr CublasStatus kCublasInvalidValue = 7;
 inline constexpr CublasStatus kCublasArchMismatch = 8;
 inline constexpr CublasStatus kCublasNotSupported = 15;
-inline constexpr int kCublasOpN = 0;          // CUBLAS_OP_N.
-inline constexpr int kCublasOpT = 1;          // CUBLAS_OP_T.
-inline constexpr int kCublasDefaultMath = 0;  // CUBLAS_DEFAULT_MATH: no TF32, exact f32.
+inline constexpr int kCublasOpN = 0;           // CUBLAS_OP_N.
+inline constexpr int kCublasOpT = 1;           // CUBLAS_OP_T.
+inline constexpr int kCublasDefaultMath = 0;   // CUBLAS_DEFAULT_MATH: no TF32, exact f32.
+inline constexpr int kCudaR16F = 2;            // CUDA_R_16F (library_types.h).
+inline constexpr int kCudaR16BF = 14;          // CUDA_R_16BF.
+inline constexpr int kCudaR32F = 0;            // CUDA_R_32F.
+inline constexpr int kCublasCompute32F = 68;   // CUBLAS_COMPUTE_32F: f32 accumulation.
+inline constexpr int kCublasGemmDefault = -1;  // CUBLAS_GEMM_DEFAULT (tensor cores when they fit).
 
 // One pointer per cuBLAS function, all non-null once loaded.
 struct CublasApi {
@@ -42,6 +47,13 @@ struct CublasApi {
                                       long long stride_a, const double* b, int ldb,
                                       long long stride_b, const double* beta, double* c, int ldc,
                                       long long stride_c, int batch_count) = nullptr;
+  // cublasGemmStridedBatchedEx: typed operands (kCudaR*), alpha/beta in the compute type's scalar.
+  CublasStatus (*GemmStridedBatchedEx)(CublasHandle, int transa, int transb, int m, int n, int k,
+                                       const void* alpha, const void* a, int a_type, int lda,
+                                       long long stride_a, const void* b, int b_type, int ldb,
+                                       long long stride_b, const void* beta, void* c, int c_type,
+                                       int ldc, long long stride_c, int batch_count,
+                                       int compute_type, int algo) = nullptr;
   std::string library;  // The name that loaded, e.g. "libcublas.so.13".
 };
 

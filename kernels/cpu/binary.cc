@@ -41,33 +41,48 @@ void BinaryLoop(const KernelArgs& args, Op op) {
 
 template <typename T>
 absl::Status RunTyped(const KernelArgs& args) {
-  switch (static_cast<BinaryOp>(args.op)) {
-    case BinaryOp::kAdd:
-      BinaryLoop<T>(args, [](T a, T b) { return Add(a, b); });
-      return absl::OkStatus();
-    case BinaryOp::kSub:
-      BinaryLoop<T>(args, [](T a, T b) { return Sub(a, b); });
-      return absl::OkStatus();
-    case BinaryOp::kMul:
-      BinaryLoop<T>(args, [](T a, T b) { return Mul(a, b); });
-      return absl::OkStatus();
-    case BinaryOp::kDiv:
-      BinaryLoop<T>(args, [](T a, T b) { return Div(a, b); });
-      return absl::OkStatus();
-    case BinaryOp::kMax:
+  if constexpr (std::is_same_v<T, Bool8>) {
+    // Truth values have max (or) and min (and) only.
+    if (static_cast<BinaryOp>(args.op) == BinaryOp::kMax) {
       BinaryLoop<T>(args, [](T a, T b) { return Max(a, b); });
       return absl::OkStatus();
-    case BinaryOp::kMin:
+    }
+    if (static_cast<BinaryOp>(args.op) == BinaryOp::kMin) {
       BinaryLoop<T>(args, [](T a, T b) { return Min(a, b); });
       return absl::OkStatus();
-    case BinaryOp::kPow:
-      if constexpr (std::is_floating_point_v<T>) {
-        BinaryLoop<T>(args, [](T a, T b) { return std::pow(a, b); });
+    }
+    return absl::InternalError("binary kernel: unsupported op/dtype pair passed validation");
+  } else {
+    switch (static_cast<BinaryOp>(args.op)) {
+      case BinaryOp::kAdd:
+        BinaryLoop<T>(args, [](T a, T b) { return Add(a, b); });
         return absl::OkStatus();
-      }
-      break;
+      case BinaryOp::kSub:
+        BinaryLoop<T>(args, [](T a, T b) { return Sub(a, b); });
+        return absl::OkStatus();
+      case BinaryOp::kMul:
+        BinaryLoop<T>(args, [](T a, T b) { return Mul(a, b); });
+        return absl::OkStatus();
+      case BinaryOp::kDiv:
+        BinaryLoop<T>(args, [](T a, T b) { return Div(a, b); });
+        return absl::OkStatus();
+      case BinaryOp::kMax:
+        BinaryLoop<T>(args, [](T a, T b) { return Max(a, b); });
+        return absl::OkStatus();
+      case BinaryOp::kMin:
+        BinaryLoop<T>(args, [](T a, T b) { return Min(a, b); });
+        return absl::OkStatus();
+      case BinaryOp::kPow:
+        if constexpr (kIsFloat<T>) {
+          BinaryLoop<T>(args, [](T a, T b) {
+            return T(std::pow(static_cast<ComputeType<T>>(a), static_cast<ComputeType<T>>(b)));
+          });
+          return absl::OkStatus();
+        }
+        break;
+    }
+    return absl::InternalError("binary kernel: unsupported op/dtype pair passed validation");
   }
-  return absl::InternalError("binary kernel: unsupported op/dtype pair passed validation");
 }
 
 }  // namespace

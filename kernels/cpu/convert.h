@@ -6,17 +6,27 @@
 //                     target's min/max (so -1.5 -> u32 is 0, 1e10 -> i32 is INT32_MAX).
 //   f64 -> f32:       rounds to nearest; beyond f32's range gives +-infinity (IEEE behaviour).
 //   integer -> integer: wraps modulo 2^bits (two's complement).
+//   anything -> f16/bf16: one rounding to nearest even from the exact value (common/half.h).
+//   x -> bool:        x != 0 (NaN is true); bool -> x: 1 or 0.
 
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
 
+#include "common/half.h"
+
 namespace cubed::kernels {
 
 template <typename To, typename From>
 inline To Convert(From x) {
-  if constexpr (std::is_floating_point_v<From> && std::is_integral_v<To>) {
+  if constexpr (std::is_same_v<To, Bool8>) {
+    return Bool8(static_cast<ComputeType<From>>(x) != 0);
+  } else if constexpr (std::is_same_v<From, Bool8>) {
+    return static_cast<To>(static_cast<bool>(x) ? 1 : 0);
+  } else if constexpr (kIsHalf<From> && !kIsHalf<To>) {
+    return Convert<To>(static_cast<float>(x));
+  } else if constexpr (kIsFloat<From> && std::is_integral_v<To>) {
     if (std::isnan(x)) return 0;
     const double d = static_cast<double>(x);
     // max() + 1 is a power of two, exact in double. Values in (min - 1, max + 1) truncate to a

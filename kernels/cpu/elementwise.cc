@@ -19,6 +19,12 @@ T Sigmoid(T x) {
   return e / (T{1} + e);
 }
 
+// f16 and bf16 compute in float and round once on store.
+template <typename T>
+ComputeType<T> C(T x) {
+  return static_cast<ComputeType<T>>(x);
+}
+
 template <typename T, typename Op>
 void UnaryLoop(const KernelArgs& args, Op op) {
   const TensorLayout& in = args.meta.tensors[0];
@@ -50,27 +56,27 @@ absl::Status RunTyped(const KernelArgs& args) {
       return absl::OkStatus();
     case UnaryOp::kRelu:
       // x < 0 is false for NaN, so NaN passes through.
-      UnaryLoop<T>(args, [](T x) { return x < 0 ? T{0} : x; });
+      UnaryLoop<T>(args, [](T x) { return C(x) < 0 ? T{0} : x; });
       return absl::OkStatus();
     default:
       break;
   }
-  if constexpr (std::is_floating_point_v<T>) {
+  if constexpr (kIsFloat<T>) {
     switch (static_cast<UnaryOp>(args.op)) {
       case UnaryOp::kExp:
-        UnaryLoop<T>(args, [](T x) { return std::exp(x); });
+        UnaryLoop<T>(args, [](T x) { return T(std::exp(C(x))); });
         return absl::OkStatus();
       case UnaryOp::kLog:
-        UnaryLoop<T>(args, [](T x) { return std::log(x); });
+        UnaryLoop<T>(args, [](T x) { return T(std::log(C(x))); });
         return absl::OkStatus();
       case UnaryOp::kSqrt:
-        UnaryLoop<T>(args, [](T x) { return std::sqrt(x); });
+        UnaryLoop<T>(args, [](T x) { return T(std::sqrt(C(x))); });
         return absl::OkStatus();
       case UnaryOp::kSigmoid:
-        UnaryLoop<T>(args, [](T x) { return Sigmoid(x); });
+        UnaryLoop<T>(args, [](T x) { return T(Sigmoid(C(x))); });
         return absl::OkStatus();
       case UnaryOp::kTanh:
-        UnaryLoop<T>(args, [](T x) { return std::tanh(x); });
+        UnaryLoop<T>(args, [](T x) { return T(std::tanh(C(x))); });
         return absl::OkStatus();
       default:
         break;

@@ -16,9 +16,8 @@ struct UnaryCase {
   double (*ref)(double);
 };
 
-const std::vector<ElemType> kSigned = {ElemType::kF32, ElemType::kF64, ElemType::kI32,
-                                       ElemType::kI64};
-const std::vector<ElemType> kFloats = {ElemType::kF32, ElemType::kF64};
+const std::vector<ElemType>& kSigned = kSignedTypes;
+const std::vector<ElemType>& kFloats = kFloatTypes;
 
 std::vector<UnaryCase> Cases() {
   return {

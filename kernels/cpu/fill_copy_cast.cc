@@ -38,7 +38,8 @@ void ConvertLoop(const KernelArgs& args) {
     loop.ForRuns(begin, end, [&](const auto& off, uint64_t n, const auto& step) {
       const From* xs = x + off[0];
       To* ys = y + off[1];
-      if constexpr (std::is_same_v<From, To>) {
+      // Same type moves bytes; bool to bool still writes 0 or 1 (any non-zero byte reads true).
+      if constexpr (std::is_same_v<From, To> && !std::is_same_v<To, Bool8>) {
         if (step[0] == 1 && step[1] == 1) {
           if (xs != ys) std::memcpy(ys, xs, n * sizeof(To));
           return;
@@ -67,10 +68,19 @@ absl::Status RunFill(const KernelArgs& args) {
 
 absl::Status RunCopy(const KernelArgs& args) {
   // A copy moves bits: only the element size matters.
-  if (ElemSize(args.call.dtype) == 4) {
-    ConvertLoop<uint32_t, uint32_t>(args);
-  } else {
-    ConvertLoop<uint64_t, uint64_t>(args);
+  switch (ElemSize(args.call.dtype)) {
+    case 1:
+      ConvertLoop<uint8_t, uint8_t>(args);
+      break;
+    case 2:
+      ConvertLoop<uint16_t, uint16_t>(args);
+      break;
+    case 4:
+      ConvertLoop<uint32_t, uint32_t>(args);
+      break;
+    default:
+      ConvertLoop<uint64_t, uint64_t>(args);
+      break;
   }
   return absl::OkStatus();
 }

@@ -9,8 +9,7 @@
 namespace cubed::kernels::testing {
 namespace {
 
-const std::vector<ElemType> kAll = {ElemType::kF32, ElemType::kF64, ElemType::kI32, ElemType::kU32,
-                                    ElemType::kI64};
+const std::vector<ElemType>& kAll = kEveryType;
 
 TEST(FillTest, EveryDtypeAndLayout) {
   for (ElemType dt : kAll) {
@@ -22,7 +21,8 @@ TEST(FillTest, EveryDtypeAndLayout) {
         BuiltinCall call = MakeCall("fill", dt);
         call.scalars.push_back(OneScalar(dt, 42));
         ASSERT_TRUE(RunKernel(call, {&out}).ok());
-        ForEachIndex(shape, [&](const auto& idx) { ASSERT_EQ(out.GetDouble(idx), 42.0); });
+        const double want = dt == ElemType::kBool ? 1.0 : 42.0;
+        ForEachIndex(shape, [&](const auto& idx) { ASSERT_EQ(out.GetDouble(idx), want); });
         ASSERT_TRUE(out.PaddingIntact());
       }
     }
@@ -63,11 +63,10 @@ TEST(CastTest, EveryPairOfDtypes) {
         const double x = in.GetDouble(idx);
         double want = x;
         if (!IsFloat(to)) want = std::trunc(x);
-        if (to == ElemType::kU32 && want < 0) {
-          want =
-              IsFloat(from) ? 0 : want + 4294967296.0;  // Saturates from floats, wraps from ints.
-        }
-        if (to == ElemType::kF32) want = static_cast<float>(want);
+        // Saturates from floats (x in [-100, 100] fits every signed type), wraps from integers.
+        if (!IsSigned(to) && want < 0 && IsFloat(from)) want = 0;
+        want = RoundTo(want, to);
+        if (to == ElemType::kBool) want = x != 0 ? 1 : 0;
         ASSERT_TRUE(Close(out.GetDouble(idx), want, to))
             << DtypeName(from) << "->" << DtypeName(to) << " " << x << " gave "
             << out.GetDouble(idx);

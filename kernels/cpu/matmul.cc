@@ -18,7 +18,8 @@ namespace {
 // in place when its rows are contiguous, else packed) stays in L2 while every row of the unit
 // uses it, four rows at a time so that each loaded b element feeds four accumulators. The inner
 // loop (ikj order) runs over contiguous columns and vectorizes. Accumulators are T for floats
-// (f32 accumulates in f32) and the unsigned type for integers (wrapping, no UB).
+// (f32 accumulates in f32; f16 and bf16 in f32, rounded once on store) and the unsigned type for
+// integers (wrapping, no UB).
 constexpr uint64_t kRowBlock = 32;
 constexpr uint64_t kColBlock = 256;
 constexpr uint64_t kDepthBlock = 256;
@@ -171,7 +172,7 @@ void MatmulLoop(const KernelArgs& args) {
 }  // namespace
 
 absl::Status RunMatmul(const KernelArgs& args) {
-  return DispatchDtype<kAllTypes>(args.call.dtype, [&](auto tag) {
+  return DispatchDtype<kNumericTypes>(args.call.dtype, [&](auto tag) {
     MatmulLoop<decltype(tag)>(args);
     return absl::OkStatus();
   });

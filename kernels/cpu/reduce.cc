@@ -16,11 +16,12 @@ namespace cubed::kernels {
 namespace {
 
 // A reducer folds the elements along the axis into an Acc and turns it into the output value.
-// f32 sums accumulate in double; integer sums wrap (unsigned arithmetic). Combine(a, b) joins the
-// accumulators of two consecutive slices of the axis, a's before b's.
+// f32 sums accumulate in double, f16 and bf16 in float; integer sums wrap (unsigned arithmetic).
+// Combine(a, b) joins the accumulators of two consecutive slices of the axis, a's before b's.
 template <typename T>
 struct SumReducer {
-  using Acc = std::conditional_t<std::is_floating_point_v<T>, double, Wrap<T>>;
+  using Acc =
+      std::conditional_t<kIsHalf<T>, float, std::conditional_t<kIsFloat<T>, double, Wrap<T>>>;
   using Out = T;
   static Acc Init() { return Acc{0}; }
   static void Step(Acc& acc, T x, uint64_t) { acc += static_cast<Acc>(x); }
@@ -30,25 +31,25 @@ struct SumReducer {
 
 template <typename T>
 struct MeanReducer {
-  using Acc = double;
+  using Acc = std::conditional_t<kIsHalf<T>, float, double>;
   using Out = T;
   static Acc Init() { return 0.0; }
-  static void Step(Acc& acc, T x, uint64_t) { acc += static_cast<double>(x); }
+  static void Step(Acc& acc, T x, uint64_t) { acc += static_cast<Acc>(x); }
   static Acc Combine(Acc a, Acc b) { return a + b; }
   static Out Finish(Acc acc, uint64_t n) {
-    return n == 0 ? std::numeric_limits<T>::quiet_NaN() : Convert<T>(acc / static_cast<double>(n));
+    return n == 0 ? std::numeric_limits<T>::quiet_NaN() : Convert<T>(acc / static_cast<Acc>(n));
   }
 };
 
 template <typename T>
-constexpr T Lowest() {
-  if constexpr (std::is_floating_point_v<T>) return -std::numeric_limits<T>::infinity();
+T Lowest() {
+  if constexpr (kIsFloat<T>) return Neg(std::numeric_limits<T>::infinity());
   return std::numeric_limits<T>::lowest();
 }
 
 template <typename T>
-constexpr T Highest() {
-  if constexpr (std::is_floating_point_v<T>) return std::numeric_limits<T>::infinity();
+T Highest() {
+  if constexpr (kIsFloat<T>) return std::numeric_limits<T>::infinity();
   return std::numeric_limits<T>::max();
 }
 
@@ -83,7 +84,7 @@ struct ArgmaxReducer {
   static constexpr uint64_t kNone = ~uint64_t{0};  // No element seen yet.
   static Acc Init() { return {Lowest<T>(), kNone}; }
   static bool IsNan(T x) {
-    if constexpr (std::is_floating_point_v<T>) return std::isnan(x);
+    if constexpr (kIsFloat<T>) return std::isnan(static_cast<ComputeType<T>>(x));
     return false;
   }
   static void Step(Acc& acc, T x, uint64_t k) {
@@ -188,27 +189,40 @@ void ReduceLoop(const KernelArgs& args) {
 
 template <typename T>
 absl::Status RunTyped(const KernelArgs& args) {
-  switch (static_cast<ReduceOp>(args.op)) {
-    case ReduceOp::kSum:
-      ReduceLoop<T, SumReducer<T>>(args);
-      return absl::OkStatus();
-    case ReduceOp::kMax:
+  if constexpr (std::is_same_v<T, Bool8>) {
+    // Truth values have max (any) and min (all) only.
+    if (static_cast<ReduceOp>(args.op) == ReduceOp::kMax) {
       ReduceLoop<T, MaxReducer<T>>(args);
       return absl::OkStatus();
-    case ReduceOp::kMin:
+    }
+    if (static_cast<ReduceOp>(args.op) == ReduceOp::kMin) {
       ReduceLoop<T, MinReducer<T>>(args);
       return absl::OkStatus();
-    case ReduceOp::kArgmax:
-      ReduceLoop<T, ArgmaxReducer<T>>(args);
-      return absl::OkStatus();
-    case ReduceOp::kMean:
-      if constexpr (std::is_floating_point_v<T>) {
-        ReduceLoop<T, MeanReducer<T>>(args);
+    }
+    return absl::InternalError("reduction kernel: unsupported op/dtype pair passed validation");
+  } else {
+    switch (static_cast<ReduceOp>(args.op)) {
+      case ReduceOp::kSum:
+        ReduceLoop<T, SumReducer<T>>(args);
         return absl::OkStatus();
-      }
-      break;
+      case ReduceOp::kMax:
+        ReduceLoop<T, MaxReducer<T>>(args);
+        return absl::OkStatus();
+      case ReduceOp::kMin:
+        ReduceLoop<T, MinReducer<T>>(args);
+        return absl::OkStatus();
+      case ReduceOp::kArgmax:
+        ReduceLoop<T, ArgmaxReducer<T>>(args);
+        return absl::OkStatus();
+      case ReduceOp::kMean:
+        if constexpr (kIsFloat<T>) {
+          ReduceLoop<T, MeanReducer<T>>(args);
+          return absl::OkStatus();
+        }
+        break;
+    }
+    return absl::InternalError("reduction kernel: unsupported op/dtype pair passed validation");
   }
-  return absl::InternalError("reduction kernel: unsupported op/dtype pair passed validation");
 }
 
 }  // namespace

@@ -2,22 +2,26 @@
 
 // Scalar semantics shared by the CPU kernels, free of undefined behaviour for every input:
 // integer arithmetic wraps (computed in the unsigned type), integer division by zero gives 0 and
-// MIN / -1 gives MIN, float max/min propagate NaN. docs/kernel-abi.md documents each rule.
+// MIN / -1 gives MIN, float max/min propagate NaN, f16 and bf16 compute in f32 and round once,
+// bool max/min are or/and. docs/kernel-abi.md documents each rule.
 
 #include <cmath>
 #include <limits>
 #include <type_traits>
 
+#include "common/half.h"
+
 namespace cubed::kernels {
 
-// Unsigned counterpart of an integer type; floats map to themselves.
+// Unsigned counterpart of an integer type; floats map to themselves, f16 and bf16 to float.
+// Types narrower than int wrap in unsigned int (their own unsigned type would promote to int).
 template <typename T, bool = std::is_integral_v<T>>
 struct WrapType {
-  using type = std::make_unsigned_t<T>;
+  using type = std::make_unsigned_t<std::common_type_t<T, int>>;
 };
 template <typename T>
 struct WrapType<T, false> {
-  using type = T;
+  using type = ComputeType<T>;
 };
 template <typename T>
 using Wrap = typename WrapType<T>::type;
@@ -27,7 +31,7 @@ inline T Neg(T x) {
   if constexpr (std::is_integral_v<T>) {
     return static_cast<T>(Wrap<T>{0} - static_cast<Wrap<T>>(x));
   } else {
-    return -x;
+    return static_cast<T>(-static_cast<ComputeType<T>>(x));
   }
 }
 
@@ -36,7 +40,7 @@ inline T Abs(T x) {
   if constexpr (std::is_integral_v<T>) {
     return x < 0 ? Neg(x) : x;
   } else {
-    return std::fabs(x);
+    return static_cast<T>(std::fabs(static_cast<ComputeType<T>>(x)));
   }
 }
 
@@ -63,12 +67,13 @@ inline T Div(T a, T b) {
       if (a == std::numeric_limits<T>::min() && b == -1) return a;
     }
   }
-  return a / b;
+  return static_cast<T>(static_cast<ComputeType<T>>(a) / static_cast<ComputeType<T>>(b));
 }
 
 template <typename T>
 inline T Max(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) {
+  if constexpr (std::is_same_v<T, Bool8>) return Bool8(a || b);
+  if constexpr (kIsFloat<T>) {
     if (std::isnan(a)) return a;
     if (std::isnan(b)) return b;
   }
@@ -77,7 +82,8 @@ inline T Max(T a, T b) {
 
 template <typename T>
 inline T Min(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) {
+  if constexpr (std::is_same_v<T, Bool8>) return Bool8(a && b);
+  if constexpr (kIsFloat<T>) {
     if (std::isnan(a)) return a;
     if (std::isnan(b)) return b;
   }

@@ -12,18 +12,29 @@
 namespace cubed::kernels {
 namespace {
 
+// f32 and f64 rows store exp(x - max) and rescale it in place, summing in f64; f16 and bf16 rows
+// compute in f32, sum in f32 and round once: exp(x - max) * (1 / sum) recomputed on the store.
 template <typename T>
 void SoftmaxRow(const T* x, uint64_t sx, T* y, uint64_t sy, uint64_t len) {
-  T m = -std::numeric_limits<T>::infinity();
-  for (uint64_t i = 0; i < len; ++i) m = Max(m, x[i * sx]);
-  double sum = 0;
-  for (uint64_t i = 0; i < len; ++i) {
-    const T e = std::exp(x[i * sx] - m);
-    y[i * sy] = e;
-    sum += e;
+  using C = ComputeType<T>;
+  C m = -std::numeric_limits<C>::infinity();
+  for (uint64_t i = 0; i < len; ++i) m = Max(m, static_cast<C>(x[i * sx]));
+  if constexpr (kIsHalf<T>) {
+    float sum = 0;
+    for (uint64_t i = 0; i < len; ++i) sum += std::exp(static_cast<float>(x[i * sx]) - m);
+    const float inv = 1.0f / sum;
+    for (uint64_t i = 0; i < len; ++i)
+      y[i * sy] = T(std::exp(static_cast<float>(x[i * sx]) - m) * inv);
+  } else {
+    double sum = 0;
+    for (uint64_t i = 0; i < len; ++i) {
+      const T e = std::exp(x[i * sx] - m);
+      y[i * sy] = e;
+      sum += e;
+    }
+    const T inv = Convert<T>(1.0 / sum);
+    for (uint64_t i = 0; i < len; ++i) y[i * sy] *= inv;
   }
-  const T inv = Convert<T>(1.0 / sum);
-  for (uint64_t i = 0; i < len; ++i) y[i * sy] *= inv;
 }
 
 template <typename T>

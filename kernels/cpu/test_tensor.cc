@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/convert.h"
+#include "kernels/cpu/dtype_dispatch.h"
 
 namespace cubed::kernels::testing {
 namespace {
@@ -70,34 +73,20 @@ const uint8_t* TestTensor::ElemPtr(const std::vector<uint64_t>& idx) const {
 }
 
 double TestTensor::GetDouble(const std::vector<uint64_t>& idx) const {
-  switch (dtype_) {
-    case ElemType::kF32:
-      return Get<float>(idx);
-    case ElemType::kF64:
-      return Get<double>(idx);
-    case ElemType::kI32:
-      return Get<int32_t>(idx);
-    case ElemType::kU32:
-      return Get<uint32_t>(idx);
-    case ElemType::kI64:
-      return static_cast<double>(Get<int64_t>(idx));
-  }
-  return 0;
+  double out = 0;
+  (void)DispatchDtype<kAllTypes>(dtype_, [&](auto tag) {
+    out = Convert<double>(Get<decltype(tag)>(idx));
+    return absl::OkStatus();
+  });
+  return out;
 }
 
 void TestTensor::SetDouble(const std::vector<uint64_t>& idx, double v) {
-  switch (dtype_) {
-    case ElemType::kF32:
-      return Set<float>(idx, static_cast<float>(v));
-    case ElemType::kF64:
-      return Set<double>(idx, v);
-    case ElemType::kI32:
-      return Set<int32_t>(idx, static_cast<int32_t>(v));
-    case ElemType::kU32:
-      return Set<uint32_t>(idx, static_cast<uint32_t>(v));
-    case ElemType::kI64:
-      return Set<int64_t>(idx, static_cast<int64_t>(v));
-  }
+  (void)DispatchDtype<kAllTypes>(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    Set<T>(idx, std::is_integral_v<T> ? static_cast<T>(v) : Convert<T>(v));
+    return absl::OkStatus();
+  });
 }
 
 void TestTensor::FillRandom(uint64_t seed, double lo, double hi) {
@@ -108,7 +97,8 @@ void TestTensor::FillRandom(uint64_t seed, double lo, double hi) {
     if (IsFloat(dtype_)) {
       SetDouble(idx, real(rng));
     } else {
-      SetDouble(idx, integer(rng) + (dtype_ == ElemType::kU32 ? 50 : 0));
+      const int v = integer(rng);
+      SetDouble(idx, dtype_ == ElemType::kBool ? v % 2 : v + (IsSigned(dtype_) ? 0 : 50));
     }
   });
 }
@@ -159,9 +149,45 @@ absl::Status RunKernel(BuiltinCall call, const std::vector<TestTensor*>& tensors
   return RunBuiltinCpu(call, buffers);
 }
 
+const std::vector<ElemType> kEveryType(std::begin(kAllElemTypes), std::end(kAllElemTypes));
+const std::vector<ElemType> kNumeric = {
+    ElemType::kF32,  ElemType::kF64, ElemType::kI32, ElemType::kU32, ElemType::kI64, ElemType::kF16,
+    ElemType::kBF16, ElemType::kI8,  ElemType::kU8,  ElemType::kI16, ElemType::kU16};
+const std::vector<ElemType> kSignedTypes = {ElemType::kF32, ElemType::kF64, ElemType::kI32,
+                                            ElemType::kI64, ElemType::kF16, ElemType::kBF16,
+                                            ElemType::kI8,  ElemType::kI16};
+const std::vector<ElemType> kFloatTypes = {ElemType::kF32, ElemType::kF64, ElemType::kF16,
+                                           ElemType::kBF16};
+
+double RoundTo(double v, ElemType t) {
+  if (t == ElemType::kBool) return v != 0 ? 1 : 0;
+  if (IsFloat(t) || std::isnan(v)) {
+    switch (t) {
+      case ElemType::kF32:
+        return static_cast<float>(v);
+      case ElemType::kF16:
+        return static_cast<float>(Half(v));
+      case ElemType::kBF16:
+        return static_cast<float>(BFloat16(v));
+      default:
+        return v;
+    }
+  }
+  const int bits = 8 * static_cast<int>(ElemSize(t));
+  if (bits == 64) return v;  // Tests keep 64-bit results in range.
+  const double mod = std::ldexp(1.0, bits);
+  double w = std::fmod(v, mod);
+  if (w < 0) w += mod;
+  if (IsSigned(t) && w >= mod / 2) w -= mod;
+  return w;
+}
+
 bool Close(double got, double want, ElemType t, double rel) {
   if (std::isnan(want)) return std::isnan(got);
   if (!IsFloat(t)) return got == want;
+  // f16 and bf16: the kernel rounds once from f32, the reference once from double: an ulp apart.
+  if (rel == 0 && t == ElemType::kF16) rel = 2e-3;
+  if (rel == 0 && t == ElemType::kBF16) rel = 1.6e-2;
   if (rel == 0) rel = t == ElemType::kF32 ? 1e-5 : 1e-12;
   if (std::isinf(want)) return got == want;
   return std::fabs(got - want) <= rel * std::max(1.0, std::fabs(want));

@@ -48,7 +48,6 @@ class TestTensor {
   }
   template <typename T>
   void Set(const std::vector<uint64_t>& idx, T v) {
-    static_assert(sizeof(T) == 4 || sizeof(T) == 8);
     std::memcpy(ElemPtr(idx), &v, sizeof(T));
   }
   // The element converted to double (exact for the small integers tests use).
@@ -56,7 +55,8 @@ class TestTensor {
   // Stores `v` converted to the dtype.
   void SetDouble(const std::vector<uint64_t>& idx, double v);
 
-  // Seeded random elements: floats uniform in [lo, hi], integers in [-50, 50] ([0, 100] for u32).
+  // Seeded random elements: floats uniform in [lo, hi], integers in [-50, 50] ([0, 100] unsigned,
+  // 0 or 1 for bool).
   void FillRandom(uint64_t seed, double lo = -2.0, double hi = 2.0);
 
   // True when no element outside the layout changed since construction.
@@ -84,6 +84,16 @@ absl::Status RunKernel(BuiltinCall call, const std::vector<TestTensor*>& tensors
 // Whether `got` matches `want` for dtype `t`: integers exactly, floats within `rel` (relative,
 // absolute near 0; default 1e-5 for f32, 1e-12 for f64); NaN matches NaN.
 bool Close(double got, double want, ElemType t, double rel = 0);
+
+// An exact result `v` as the kernel stores it in `t`: integers wrap modulo 2^bits, floats round to
+// nearest in the type, bool is v != 0.
+double RoundTo(double v, ElemType t);
+
+// Every element type, every one with arithmetic (all but bool), the signed ones and the floats.
+extern const std::vector<ElemType> kEveryType;
+extern const std::vector<ElemType> kNumeric;
+extern const std::vector<ElemType> kSignedTypes;
+extern const std::vector<ElemType> kFloatTypes;
 
 // "f32" etc., for test names.
 std::string DtypeName(ElemType t);

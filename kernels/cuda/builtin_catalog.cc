@@ -11,9 +11,12 @@ namespace {
 
 using Mask = uint32_t;
 constexpr Mask Bit(ElemType t) { return Mask{1} << static_cast<uint32_t>(t); }
-constexpr Mask kFloat = Bit(ElemType::kF32) | Bit(ElemType::kF64);
-constexpr Mask kSigned = kFloat | Bit(ElemType::kI32) | Bit(ElemType::kI64);
-constexpr Mask kAll = kSigned | Bit(ElemType::kU32);
+constexpr Mask kFloat =
+    Bit(ElemType::kF32) | Bit(ElemType::kF64) | Bit(ElemType::kF16) | Bit(ElemType::kBF16);
+constexpr Mask kSigned =
+    kFloat | Bit(ElemType::kI32) | Bit(ElemType::kI64) | Bit(ElemType::kI8) | Bit(ElemType::kI16);
+constexpr Mask kNumeric = kSigned | Bit(ElemType::kU32) | Bit(ElemType::kU8) | Bit(ElemType::kU16);
+constexpr Mask kAll = kNumeric | Bit(ElemType::kBool);  // bool: fill, copy, cast, max, min.
 
 // One builtin (as kernels/builtin_registry.cc lists them, sorted by name) and its CUDA template.
 struct Row {
@@ -26,29 +29,29 @@ struct Row {
 
 constexpr Row kRows[] = {
     {"abs", 2, CudaFamily::kUnary, "cubed::AbsOp", kSigned},
-    {"add", 3, CudaFamily::kBinary, "cubed::AddOp", kAll},
-    {"argmax", 2, CudaFamily::kReduce, "cubed::ArgmaxR", kAll},
+    {"add", 3, CudaFamily::kBinary, "cubed::AddOp", kNumeric},
+    {"argmax", 2, CudaFamily::kReduce, "cubed::ArgmaxR", kNumeric},
     {"cast", 2, CudaFamily::kCast, "", kAll},
     {"copy", 2, CudaFamily::kCopy, "", kAll},
-    {"div", 3, CudaFamily::kBinary, "cubed::DivOp", kAll},
+    {"div", 3, CudaFamily::kBinary, "cubed::DivOp", kNumeric},
     {"exp", 2, CudaFamily::kUnary, "cubed::ExpOp", kFloat},
     {"fill", 1, CudaFamily::kFill, "", kAll},
     {"log", 2, CudaFamily::kUnary, "cubed::LogOp", kFloat},
-    {"matmul", 3, CudaFamily::kMatmul, "", kAll},
+    {"matmul", 3, CudaFamily::kMatmul, "", kNumeric},
     {"max", 2, CudaFamily::kReduce, "cubed::MaxR", kAll},
     {"max", 3, CudaFamily::kBinary, "cubed::MaxOp", kAll},
     {"mean", 2, CudaFamily::kReduce, "cubed::MeanR", kFloat},
     {"min", 2, CudaFamily::kReduce, "cubed::MinR", kAll},
     {"min", 3, CudaFamily::kBinary, "cubed::MinOp", kAll},
-    {"mul", 3, CudaFamily::kBinary, "cubed::MulOp", kAll},
+    {"mul", 3, CudaFamily::kBinary, "cubed::MulOp", kNumeric},
     {"neg", 2, CudaFamily::kUnary, "cubed::NegOp", kSigned},
     {"pow", 3, CudaFamily::kBinary, "cubed::PowOp", kFloat},
     {"relu", 2, CudaFamily::kUnary, "cubed::ReluOp", kSigned},
     {"sigmoid", 2, CudaFamily::kUnary, "cubed::SigmoidOp", kFloat},
     {"softmax", 2, CudaFamily::kSoftmax, "", kFloat},
     {"sqrt", 2, CudaFamily::kUnary, "cubed::SqrtOp", kFloat},
-    {"sub", 3, CudaFamily::kBinary, "cubed::SubOp", kAll},
-    {"sum", 2, CudaFamily::kReduce, "cubed::SumR", kAll},
+    {"sub", 3, CudaFamily::kBinary, "cubed::SubOp", kNumeric},
+    {"sum", 2, CudaFamily::kReduce, "cubed::SumR", kNumeric},
     {"tanh", 2, CudaFamily::kUnary, "cubed::TanhOp", kFloat},
 };
 
@@ -64,13 +67,36 @@ absl::string_view CudaType(ElemType t) {
       return "unsigned int";
     case ElemType::kI64:
       return "long long";
+    case ElemType::kF16:
+      return "cubed::Half";
+    case ElemType::kBF16:
+      return "cubed::BF16";
+    case ElemType::kI8:
+      return "signed char";
+    case ElemType::kU8:
+      return "unsigned char";
+    case ElemType::kI16:
+      return "short";
+    case ElemType::kU16:
+      return "unsigned short";
+    case ElemType::kBool:
+      return "cubed::Bool8";
   }
   return "void";
 }
 
 // fill and copy move bits: one kernel per element size.
 absl::string_view BitsType(ElemType t) {
-  return ElemSize(t) == 4 ? "unsigned int" : "unsigned long long";
+  switch (ElemSize(t)) {
+    case 1:
+      return "unsigned char";
+    case 2:
+      return "unsigned short";
+    case 4:
+      return "unsigned int";
+    default:
+      return "unsigned long long";
+  }
 }
 
 // Note [Builtin program grouping]

@@ -21,15 +21,144 @@ struct Same<A, A> {
   static constexpr bool value = true;
 };
 
-// Per-type properties. `Wrap` is the type integer arithmetic runs in (unsigned: wraps, no UB);
-// `Sum` is the accumulator of sum and matmul-free reductions (f32 sums in f64).
+// 16-bit floats and the 8-bit bool (common/half.h is the host twin): stored bits, arithmetic
+// through the implicit conversion to float, one rounding to nearest even on store (from float,
+// double or an integer, subnormals included; overflow gives +-inf). Bool8 reads any non-zero byte
+// as true and stores 0 or 1.
+template <int kMant, int kBias>
+__device__ __forceinline__ unsigned short RoundToHalfBits(bool neg, u64 sig, int exp2) {
+  const unsigned short sign = neg ? 0x8000 : 0;
+  const u64 inf = static_cast<u64>(2 * kBias + 1) << kMant;
+  const int top = 63 - __clzll(static_cast<long long>(sig));
+  const int e = top + exp2;
+  if (e > kBias) return sign | static_cast<unsigned short>(inf);
+  const int keep_from = (e >= 1 - kBias ? e - kMant : 1 - kBias - kMant) - exp2;
+  u64 q;
+  if (keep_from <= 0) {
+    q = sig << -keep_from;
+  } else if (keep_from > 64) {
+    q = 0;
+  } else {
+    const u64 rest = keep_from == 64 ? sig : sig & ((1ull << keep_from) - 1);
+    const u64 half = 1ull << (keep_from - 1);
+    q = keep_from == 64 ? 0 : sig >> keep_from;
+    if (rest > half || (rest == half && (q & 1) != 0)) ++q;
+  }
+  const u64 bits = e >= 1 - kBias ? (static_cast<u64>(e + kBias - 1) << kMant) + q : q;
+  return bits >= inf ? (sign | static_cast<unsigned short>(inf))
+                     : static_cast<unsigned short>(sign | bits);
+}
+template <int kMant, int kBias>
+__device__ __forceinline__ unsigned short DoubleToHalfBits(double d) {
+  const u64 u = static_cast<u64>(__double_as_longlong(d));
+  const bool neg = (u >> 63) != 0;
+  const int ex = static_cast<int>((u >> 52) & 0x7ff);
+  const u64 man = u & ((1ull << 52) - 1);
+  const unsigned short inf = static_cast<unsigned short>((2 * kBias + 1) << kMant);
+  if (ex == 0x7ff) {
+    return (neg ? 0x8000 : 0) | (man != 0 ? (inf | (1u << (kMant - 1))) : inf);
+  }
+  if (ex == 0 && man == 0) return neg ? 0x8000 : 0;
+  if (ex == 0) return RoundToHalfBits<kMant, kBias>(neg, man, -1074);
+  return RoundToHalfBits<kMant, kBias>(neg, man | (1ull << 52), ex - 1075);
+}
+template <int kMant, int kBias, bool kSigned, class I>
+__device__ __forceinline__ unsigned short IntToHalfBits(I i) {
+  if (i == I(0)) return 0;
+  if constexpr (kSigned) {
+    const long long v = static_cast<long long>(i);
+    const bool neg = v < 0;
+    const u64 mag = neg ? 0ull - static_cast<u64>(v) : static_cast<u64>(v);
+    return RoundToHalfBits<kMant, kBias>(neg, mag, 0);
+  } else {
+    return RoundToHalfBits<kMant, kBias>(false, static_cast<u64>(i), 0);
+  }
+}
+
+__device__ __forceinline__ unsigned short FloatToF16Bits(float x) {
+  unsigned short h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
+  if (x != x) h = (__float_as_uint(x) >> 16 & 0x8000u) | 0x7e00u;  // Keep the sign, as the host.
+  return h;
+}
+__device__ __forceinline__ float F16BitsToFloat(unsigned short h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+__device__ __forceinline__ unsigned short FloatToBf16Bits(float x) {
+  const u32 u = __float_as_uint(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<unsigned short>((u >> 16) | 0x40u);
+  return static_cast<unsigned short>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+#define CUBED_HALF_INT_CTORS(Name, kMant, kBias)                                     \
+  __device__ Name(bool i) : bits(i ? Name(1.0f).bits : 0) {}                         \
+  __device__ Name(signed char i) : bits(IntToHalfBits<kMant, kBias, true>(i)) {}     \
+  __device__ Name(unsigned char i) : bits(IntToHalfBits<kMant, kBias, false>(i)) {}  \
+  __device__ Name(short i) : bits(IntToHalfBits<kMant, kBias, true>(i)) {}           \
+  __device__ Name(unsigned short i) : bits(IntToHalfBits<kMant, kBias, false>(i)) {} \
+  __device__ Name(int i) : bits(IntToHalfBits<kMant, kBias, true>(i)) {}             \
+  __device__ Name(unsigned int i) : bits(IntToHalfBits<kMant, kBias, false>(i)) {}   \
+  __device__ Name(long long i) : bits(IntToHalfBits<kMant, kBias, true>(i)) {}       \
+  __device__ Name(unsigned long long i) : bits(IntToHalfBits<kMant, kBias, false>(i)) {}
+
+struct Half {
+  unsigned short bits;
+  Half() = default;
+  __device__ Half(float x) : bits(FloatToF16Bits(x)) {}
+  __device__ explicit Half(double x) : bits(DoubleToHalfBits<10, 15>(x)) {}
+  CUBED_HALF_INT_CTORS(Half, 10, 15)
+  __device__ operator float() const { return F16BitsToFloat(bits); }
+  static __device__ Half FromBits(unsigned short b) {
+    Half h;
+    h.bits = b;
+    return h;
+  }
+};
+struct BF16 {
+  unsigned short bits;
+  BF16() = default;
+  __device__ BF16(float x) : bits(FloatToBf16Bits(x)) {}
+  __device__ explicit BF16(double x) : bits(DoubleToHalfBits<7, 127>(x)) {}
+  CUBED_HALF_INT_CTORS(BF16, 7, 127)
+  __device__ operator float() const { return __uint_as_float(static_cast<u32>(bits) << 16); }
+  static __device__ BF16 FromBits(unsigned short b) {
+    BF16 h;
+    h.bits = b;
+    return h;
+  }
+};
+#undef CUBED_HALF_INT_CTORS
+struct Bool8 {
+  unsigned char v;
+  Bool8() = default;
+  __device__ Bool8(bool b) : v(b ? 1 : 0) {}
+  __device__ operator bool() const { return v != 0; }
+};
+
+template <bool kCond, class A, class B>
+struct Pick {
+  typedef A type;
+};
+template <class A, class B>
+struct Pick<false, A, B> {
+  typedef B type;
+};
+
+// Per-type properties. `Wrap` is the type arithmetic runs in (integers: unsigned and at least
+// 32 bits, so it wraps with no UB; f16/bf16: float); `Sum` is the accumulator of sum (f32 sums in
+// f64, f16/bf16 in f32); `Wide` holds a value in a 4- or 8-byte register (max, min, argmax and
+// their cross-block partials); `kHalf` marks f16 and bf16.
 template <class T>
 struct Num;
 template <>
 struct Num<float> {
   static constexpr bool kFloat = true;
+  static constexpr bool kHalf = false;
   typedef float Wrap;
   typedef double Sum;
+  typedef float Wide;
   static __device__ float Lowest() { return __int_as_float(0xff800000); }   // -inf
   static __device__ float Highest() { return __int_as_float(0x7f800000); }  // +inf
   static __device__ float NaN() { return __int_as_float(0x7fc00000); }
@@ -37,47 +166,57 @@ struct Num<float> {
 template <>
 struct Num<double> {
   static constexpr bool kFloat = true;
+  static constexpr bool kHalf = false;
   typedef double Wrap;
   typedef double Sum;
+  typedef double Wide;
   static __device__ double Lowest() { return __longlong_as_double(0xfff0000000000000ll); }
   static __device__ double Highest() { return __longlong_as_double(0x7ff0000000000000ll); }
   static __device__ double NaN() { return __longlong_as_double(0x7ff8000000000000ll); }
 };
-template <>
-struct Num<int> {
-  static constexpr bool kFloat = false;
-  static constexpr bool kSigned = true;
-  typedef unsigned int Wrap;
-  typedef unsigned int Sum;
-  static __device__ int Lowest() { return -2147483647 - 1; }
-  static __device__ int Highest() { return 2147483647; }
-};
-template <>
-struct Num<unsigned int> {
-  static constexpr bool kFloat = false;
-  static constexpr bool kSigned = false;
-  typedef unsigned int Wrap;
-  typedef unsigned int Sum;
-  static __device__ unsigned int Lowest() { return 0u; }
-  static __device__ unsigned int Highest() { return 0xffffffffu; }
-};
-template <>
-struct Num<long long> {
-  static constexpr bool kFloat = false;
-  static constexpr bool kSigned = true;
-  typedef unsigned long long Wrap;
-  typedef unsigned long long Sum;
-  static __device__ long long Lowest() { return -9223372036854775807ll - 1; }
-  static __device__ long long Highest() { return 9223372036854775807ll; }
-};
-template <>
-struct Num<unsigned long long> {
-  static constexpr bool kFloat = false;
-  static constexpr bool kSigned = false;
-  typedef unsigned long long Wrap;
-  typedef unsigned long long Sum;
-  static __device__ unsigned long long Lowest() { return 0ull; }
-  static __device__ unsigned long long Highest() { return ~0ull; }
+#define CUBED_HALF_NUM(T, kInf, kNan)                                     \
+  template <>                                                             \
+  struct Num<T> {                                                         \
+    static constexpr bool kFloat = true;                                  \
+    static constexpr bool kHalf = true;                                   \
+    typedef float Wrap;                                                   \
+    typedef float Sum;                                                    \
+    typedef float Wide;                                                   \
+    static __device__ T Lowest() { return T::FromBits(0x8000 | (kInf)); } \
+    static __device__ T Highest() { return T::FromBits(kInf); }           \
+    static __device__ T NaN() { return T::FromBits(kNan); }               \
+  };
+CUBED_HALF_NUM(Half, 0x7c00, 0x7e00)
+CUBED_HALF_NUM(BF16, 0x7f80, 0x7fc0)
+#undef CUBED_HALF_NUM
+#define CUBED_INT_NUM(T, kIsSigned, WrapT, WideT, kLow, kHigh) \
+  template <>                                                  \
+  struct Num<T> {                                              \
+    static constexpr bool kFloat = false;                      \
+    static constexpr bool kHalf = false;                       \
+    static constexpr bool kSigned = kIsSigned;                 \
+    typedef WrapT Wrap;                                        \
+    typedef WrapT Sum;                                         \
+    typedef WideT Wide;                                        \
+    static __device__ T Lowest() { return kLow; }              \
+    static __device__ T Highest() { return kHigh; }            \
+  };
+CUBED_INT_NUM(signed char, true, unsigned int, int, -128, 127)
+CUBED_INT_NUM(unsigned char, false, unsigned int, unsigned int, 0, 255)
+CUBED_INT_NUM(short, true, unsigned int, int, -32768, 32767)
+CUBED_INT_NUM(unsigned short, false, unsigned int, unsigned int, 0, 65535)
+CUBED_INT_NUM(int, true, unsigned int, int, -2147483647 - 1, 2147483647)
+CUBED_INT_NUM(unsigned int, false, unsigned int, unsigned int, 0u, 0xffffffffu)
+CUBED_INT_NUM(long long, true, unsigned long long, long long, -9223372036854775807ll - 1,
+              9223372036854775807ll)
+CUBED_INT_NUM(unsigned long long, false, unsigned long long, unsigned long long, 0ull, ~0ull)
+CUBED_INT_NUM(Bool8, false, unsigned int, unsigned int, Bool8(false), Bool8(true))
+#undef CUBED_INT_NUM
+
+// The type T computes in: float for f16 and bf16, T otherwise.
+template <class T>
+struct ComputeOf {
+  typedef typename Pick<Num<T>::kHalf, float, T>::type type;
 };
 
 template <class T>
@@ -104,10 +243,17 @@ __device__ __forceinline__ float Fabs(float x) { return fabsf(x); }
 __device__ __forceinline__ double Fabs(double x) { return fabs(x); }
 
 // kernels/cpu/convert.h: static_cast where defined; float -> integer truncates, NaN gives 0 and
-// out-of-range values saturate; f64 -> f32 overflows to +-inf; integer -> integer wraps.
+// out-of-range values saturate; f64 -> f32 overflows to +-inf; integer -> integer wraps; anything
+// -> f16/bf16 rounds once from the exact value; x -> bool is x != 0, bool -> x is 1 or 0.
 template <class To, class From>
 __device__ __forceinline__ To Convert(From x) {
-  if constexpr (Num<From>::kFloat && !Num<To>::kFloat) {
+  if constexpr (Same<To, Bool8>::value) {
+    return Bool8(static_cast<typename ComputeOf<From>::type>(x) != 0);
+  } else if constexpr (Same<From, Bool8>::value) {
+    return static_cast<To>(static_cast<bool>(x) ? 1 : 0);
+  } else if constexpr (Num<From>::kHalf && !Num<To>::kHalf) {
+    return Convert<To>(static_cast<float>(x));
+  } else if constexpr (Num<From>::kFloat && !Num<To>::kFloat) {
     if (x != x) return To(0);
     const double d = static_cast<double>(x);
     const double upper = static_cast<double>(Num<To>::Highest()) + 1.0;
@@ -129,7 +275,7 @@ __device__ __forceinline__ To Convert(From x) {
 template <class T>
 __device__ __forceinline__ T Neg(T x) {
   if constexpr (Num<T>::kFloat) {
-    return -x;
+    return static_cast<T>(-static_cast<typename ComputeOf<T>::type>(x));
   } else {
     typedef typename Num<T>::Wrap W;
     return static_cast<T>(W(0) - static_cast<W>(x));
@@ -138,7 +284,7 @@ __device__ __forceinline__ T Neg(T x) {
 template <class T>
 __device__ __forceinline__ T Abs(T x) {
   if constexpr (Num<T>::kFloat) {
-    return Fabs(x);
+    return static_cast<T>(Fabs(static_cast<typename ComputeOf<T>::type>(x)));
   } else {
     return x < T(0) ? Neg(x) : x;
   }
@@ -166,10 +312,11 @@ __device__ __forceinline__ T Div(T a, T b) {
       if (a == Num<T>::Lowest() && b == T(-1)) return a;
     }
   }
-  return a / b;
+  return static_cast<T>(a / b);
 }
 template <class T>
 __device__ __forceinline__ T Max(T a, T b) {
+  if constexpr (Same<T, Bool8>::value) return Bool8(a || b);
   if constexpr (Num<T>::kFloat) {
     if (a != a) return a;
     if (b != b) return b;
@@ -178,6 +325,7 @@ __device__ __forceinline__ T Max(T a, T b) {
 }
 template <class T>
 __device__ __forceinline__ T Min(T a, T b) {
+  if constexpr (Same<T, Bool8>::value) return Bool8(a && b);
   if constexpr (Num<T>::kFloat) {
     if (a != a) return a;
     if (b != b) return b;

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/cuda/cuda_context.h"
 #include "common/cuda/cuda_driver.h"
+#include "common/half.h"
 #include "common/kernel_metadata.h"
 #include "gtest/gtest.h"
 #include "kernels/builtin.h"
@@ -126,52 +127,72 @@ uint64_t Rng(uint64_t* s) {
   return *s >> 33;
 }
 
+// Writes `v` as element `i` of `p`, of type `t` (integers: truncated, two's complement).
+void SetElement(ElemType t, uint8_t* p, uint64_t i, double v) {
+  const uint32_t es = ElemSize(t);
+  switch (t) {
+    case ElemType::kF32: {
+      const float f = static_cast<float>(v);
+      std::memcpy(p + 4 * i, &f, 4);
+      return;
+    }
+    case ElemType::kF64:
+      std::memcpy(p + 8 * i, &v, 8);
+      return;
+    case ElemType::kF16: {
+      const uint16_t h = Half(v).bits;
+      std::memcpy(p + 2 * i, &h, 2);
+      return;
+    }
+    case ElemType::kBF16: {
+      const uint16_t h = BFloat16(v).bits;
+      std::memcpy(p + 2 * i, &h, 2);
+      return;
+    }
+    default: {
+      const int64_t x = static_cast<int64_t>(v);
+      std::memcpy(p + es * i, &x, es);  // Little-endian: the low bytes.
+      return;
+    }
+  }
+}
+
 // Random elements of `t`, with the values that exercise edge cases mixed in.
 // `tame`: no huge finite values (whose cancellation makes reordered float sums differ a lot).
 // `plain`: no special values at all.
 void FillRandom(ElemType t, uint8_t* p, uint64_t n, uint64_t* seed, bool tame = false,
                 bool plain = false) {
+  const double inf = std::numeric_limits<double>::infinity();
   for (uint64_t i = 0; i < n; ++i) {
     const uint64_t r = Rng(seed);
     const bool special = !plain && r % 13 == 0;
     const double u = static_cast<double>(r % 100000) / 12500.0 - 4.0;
-    switch (t) {
-      case ElemType::kF32:
-      case ElemType::kF64: {
-        const double specials[] = {std::numeric_limits<double>::quiet_NaN(),
-                                   std::numeric_limits<double>::infinity(),
-                                   -std::numeric_limits<double>::infinity(),
-                                   -0.0,
-                                   0.0,
-                                   1e10,
-                                   -3e9,
-                                   5e38,
-                                   -1.5,
-                                   0.5};
-        double v = special ? specials[(r / 13) % 10] : u;
-        if (tame && std::isfinite(v) && std::fabs(v) > 100) v = 2.0;
-        if (t == ElemType::kF32) {
-          const float f = static_cast<float>(v);
-          std::memcpy(p + 4 * i, &f, 4);
-        } else {
-          std::memcpy(p + 8 * i, &v, 8);
-        }
-        break;
-      }
-      case ElemType::kI32:
-      case ElemType::kU32: {
-        const int32_t specials[] = {INT32_MIN, INT32_MAX, -1, 0, 1};
-        const int32_t v = special ? specials[(r / 13) % 5] : static_cast<int32_t>(r % 201) - 100;
-        std::memcpy(p + 4 * i, &v, 4);
-        break;
-      }
-      case ElemType::kI64: {
-        const int64_t specials[] = {INT64_MIN, INT64_MAX, -1, 0, int64_t{1} << 40};
-        const int64_t v = special ? specials[(r / 13) % 5] : static_cast<int64_t>(r % 201) - 100;
-        std::memcpy(p + 8 * i, &v, 8);
-        break;
-      }
+    const uint32_t es = ElemSize(t);
+    if (t == ElemType::kBool) {
+      // Any non-zero byte is true: 7 checks that kernels read it so and write 0 or 1.
+      p[i] = special ? 7 : static_cast<uint8_t>(r % 2);
+      continue;
     }
+    if (IsFloat(t)) {
+      const double nan = std::numeric_limits<double>::quiet_NaN();
+      // Halves: their denormals and largest finite values instead of f32's huge numbers (bf16:
+      // 1e30, so that f32 sums of a few cannot overflow in one summation order and not another).
+      const double big = t == ElemType::kF16 ? 65504.0 : 1e30;
+      const double tiny = t == ElemType::kF16 ? 5.960464477539063e-08 : 9.2e-41;
+      const double full[] = {nan, inf, -inf, -0.0, 0.0, 1e10, -3e9, 5e38, -1.5, 0.5};
+      const double half[] = {nan, inf, -inf, -0.0, 0.0, big, -tiny, tiny, -1.5, 0.5};
+      double v = special ? (IsHalf(t) ? half : full)[(r / 13) % 10] : u;
+      if (tame && std::isfinite(v) && std::fabs(v) > 100) v = 2.0;
+      SetElement(t, p, i, v);
+      continue;
+    }
+    // Integers: the type's limits among small values.
+    const int bits = 8 * static_cast<int>(es);
+    const int64_t lo = IsSigned(t) ? (bits == 64 ? INT64_MIN : -(int64_t{1} << (bits - 1))) : 0;
+    const int64_t hi = bits == 64 ? INT64_MAX : (int64_t{1} << (bits - (IsSigned(t) ? 1 : 0))) - 1;
+    const int64_t specials[] = {lo, hi, -1, 0, bits > 32 ? int64_t{1} << 40 : 1};
+    const int64_t v = special ? specials[(r / 13) % 5] : static_cast<int64_t>(r % 201) - 100;
+    std::memcpy(p + es * i, &v, es);
   }
 }
 
@@ -186,31 +207,6 @@ struct Case {
   bool split = false;  // Expect the launch to split its axis over blocks.
 };
 
-// Writes `v` as element `i` of `p`, of type `t`.
-void SetElement(ElemType t, uint8_t* p, uint64_t i, double v) {
-  switch (t) {
-    case ElemType::kF32: {
-      const float f = static_cast<float>(v);
-      std::memcpy(p + 4 * i, &f, 4);
-      return;
-    }
-    case ElemType::kF64:
-      std::memcpy(p + 8 * i, &v, 8);
-      return;
-    case ElemType::kI32:
-    case ElemType::kU32: {
-      const int32_t x = static_cast<int32_t>(v);
-      std::memcpy(p + 4 * i, &x, 4);
-      return;
-    }
-    case ElemType::kI64: {
-      const int64_t x = static_cast<int64_t>(v);
-      std::memcpy(p + 8 * i, &x, 8);
-      return;
-    }
-  }
-}
-
 // Relative tolerance for a kernel's float results; 0 = bitwise (NaN matches any NaN).
 double Tolerance(const std::string& name, ElemType t) {
   static const char* exact[] = {"fill", "copy", "cast", "neg", "abs", "relu", "add",
@@ -218,6 +214,10 @@ double Tolerance(const std::string& name, ElemType t) {
   for (const char* e : exact) {
     if (name == e) return 0;
   }
+  // f16 and bf16 compute in f32 and round once: a reordered f32 sum or a last-ulp difference in
+  // the math library moves a result by at most an ulp or two of the half type.
+  if (t == ElemType::kF16) return 2e-3;
+  if (t == ElemType::kBF16) return 1.6e-2;
   if (name == "matmul") return t == ElemType::kF32 ? 1e-4 : 1e-12;
   return t == ElemType::kF32 ? 2e-6 : 1e-13;
 }
@@ -241,6 +241,12 @@ std::string CompareOutput(const Case& c, ElemType out_t, const std::vector<uint8
     } else if (out_t == ElemType::kF64) {
       std::memcpy(&w, &want[i * es], 8);
       std::memcpy(&g, &got[i * es], 8);
+    } else if (IsHalf(out_t)) {
+      uint16_t a, b;
+      std::memcpy(&a, &want[i * es], 2);
+      std::memcpy(&b, &got[i * es], 2);
+      w = out_t == ElemType::kF16 ? float(Half::FromBits(a)) : float(BFloat16::FromBits(a));
+      g = out_t == ElemType::kF16 ? float(Half::FromBits(b)) : float(BFloat16::FromBits(b));
     } else {
       if (reported++ < 5) {
         int64_t a = 0, b = 0;

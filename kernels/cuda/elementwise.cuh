@@ -68,7 +68,7 @@ __device__ __forceinline__ void Map(const CudaBuiltinArgs& a, const F& f) {
   }
 }
 
-// fill and copy move bits: instantiated for unsigned int and unsigned long long only.
+// fill and copy move bits: instantiated for the unsigned types of 1, 2, 4 and 8 bytes only.
 template <class T>
 struct FillValue {
   T value;
@@ -99,32 +99,37 @@ struct AbsOp {
 template <class T>
 struct ReluOp {
   // x < 0 is false for NaN and -0.0: both pass through.
-  __device__ T operator()(T x) const { return x < T(0) ? T(0) : x; }
+  __device__ T operator()(T x) const {
+    typedef typename ComputeOf<T>::type C;
+    return static_cast<C>(x) < C(0) ? T(0) : x;
+  }
 };
 template <class T>
 struct ExpOp {
-  __device__ T operator()(T x) const { return Exp(x); }
+  __device__ T operator()(T x) const { return static_cast<T>(Exp(x)); }
 };
 template <class T>
 struct LogOp {
-  __device__ T operator()(T x) const { return Log(x); }
+  __device__ T operator()(T x) const { return static_cast<T>(Log(x)); }
 };
 template <class T>
 struct SqrtOp {
-  __device__ T operator()(T x) const { return Sqrt(x); }
+  __device__ T operator()(T x) const { return static_cast<T>(Sqrt(x)); }
 };
 template <class T>
 struct SigmoidOp {
   // Only ever exponentiates a non-positive number, so nothing overflows.
   __device__ T operator()(T x) const {
-    if (x >= T(0)) return T(1) / (T(1) + Exp(-x));
-    const T e = Exp(x);
-    return e / (T(1) + e);
+    typedef typename ComputeOf<T>::type C;
+    const C v = static_cast<C>(x);
+    if (v >= C(0)) return static_cast<T>(C(1) / (C(1) + Exp(-v)));
+    const C e = Exp(v);
+    return static_cast<T>(e / (C(1) + e));
   }
 };
 template <class T>
 struct TanhOp {
-  __device__ T operator()(T x) const { return Tanh(x); }
+  __device__ T operator()(T x) const { return static_cast<T>(Tanh(x)); }
 };
 template <template <class> class Op, class T>
 __global__ void UnaryKernel(const __grid_constant__ CudaBuiltinArgs a) {
@@ -157,7 +162,7 @@ struct MinOp {
 };
 template <class T>
 struct PowOp {
-  __device__ T operator()(T x, T y) const { return Pow(x, y); }
+  __device__ T operator()(T x, T y) const { return static_cast<T>(Pow(x, y)); }
 };
 template <template <class> class Op, class T>
 __global__ void BinaryKernel(const __grid_constant__ CudaBuiltinArgs a) {

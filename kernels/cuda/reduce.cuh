@@ -21,39 +21,42 @@ struct SumR {
   static __device__ Out Finish(Acc acc, u64) { return Convert<T>(acc); }
 };
 
+// f16 and bf16 means accumulate in f32, as their sums do; f32 and f64 in f64.
 template <class T>
 struct MeanR {
-  typedef double Acc;
+  typedef typename Pick<Num<T>::kHalf, float, double>::type Acc;
   typedef T Out;
-  static __device__ Acc Init() { return 0.0; }
-  static __device__ Acc Step(Acc acc, T x, u64) { return acc + static_cast<double>(x); }
+  static __device__ Acc Init() { return Acc(0); }
+  static __device__ Acc Step(Acc acc, T x, u64) { return acc + static_cast<Acc>(x); }
   static __device__ Acc Combine(Acc a, Acc b) { return a + b; }
   static __device__ Acc Shfl(Acc v, int m) { return ShflXor(v, m); }
   static __device__ Out Finish(Acc acc, u64 n) {
-    return n == 0 ? Num<T>::NaN() : Convert<T>(acc / static_cast<double>(n));
+    return n == 0 ? Num<T>::NaN() : Convert<T>(acc / static_cast<Acc>(n));
   }
 };
 
+// Max and min hold values in Num<T>::Wide (exact: f16/bf16 in float, 8/16-bit integers and bool
+// in 32 bits), so partials are whole words and lanes shuffle native types.
 template <class T>
 struct MaxR {
-  typedef T Acc;
+  typedef typename Num<T>::Wide Acc;
   typedef T Out;
-  static __device__ Acc Init() { return Num<T>::Lowest(); }
-  static __device__ Acc Step(Acc acc, T x, u64) { return Max(acc, x); }
+  static __device__ Acc Init() { return static_cast<Acc>(Num<T>::Lowest()); }
+  static __device__ Acc Step(Acc acc, T x, u64) { return Max(acc, static_cast<Acc>(x)); }
   static __device__ Acc Combine(Acc a, Acc b) { return Max(a, b); }
   static __device__ Acc Shfl(Acc v, int m) { return ShflXor(v, m); }
-  static __device__ Out Finish(Acc acc, u64) { return acc; }
+  static __device__ Out Finish(Acc acc, u64) { return static_cast<T>(acc); }
 };
 
 template <class T>
 struct MinR {
-  typedef T Acc;
+  typedef typename Num<T>::Wide Acc;
   typedef T Out;
-  static __device__ Acc Init() { return Num<T>::Highest(); }
-  static __device__ Acc Step(Acc acc, T x, u64) { return Min(acc, x); }
+  static __device__ Acc Init() { return static_cast<Acc>(Num<T>::Highest()); }
+  static __device__ Acc Step(Acc acc, T x, u64) { return Min(acc, static_cast<Acc>(x)); }
   static __device__ Acc Combine(Acc a, Acc b) { return Min(a, b); }
   static __device__ Acc Shfl(Acc v, int m) { return ShflXor(v, m); }
-  static __device__ Out Finish(Acc acc, u64) { return acc; }
+  static __device__ Out Finish(Acc acc, u64) { return static_cast<T>(acc); }
 };
 
 // Index of the first maximum, or of the first NaN when there is one: the candidate that is
@@ -65,16 +68,19 @@ struct ArgmaxAcc {
 };
 template <class T>
 struct ArgmaxR {
-  typedef ArgmaxAcc<T> Acc;
+  typedef typename Num<T>::Wide W;
+  typedef ArgmaxAcc<W> Acc;
   typedef long long Out;
-  static __device__ Acc Init() { return Acc{Num<T>::Lowest(), ~0ull}; }
+  static __device__ Acc Init() { return Acc{static_cast<W>(Num<T>::Lowest()), ~0ull}; }
   static __device__ Acc Combine(Acc a, Acc b) {
     const bool an = IsNan(a.best), bn = IsNan(b.best);
     if (an != bn) return an ? a : b;
     if (!an && a.best != b.best) return a.best > b.best ? a : b;
     return a.index <= b.index ? a : b;
   }
-  static __device__ Acc Step(Acc acc, T x, u64 k) { return Combine(acc, Acc{x, k}); }
+  static __device__ Acc Step(Acc acc, T x, u64 k) {
+    return Combine(acc, Acc{static_cast<W>(x), k});
+  }
   static __device__ Acc Shfl(Acc v, int m) { return Acc{ShflXor(v.best, m), ShflXor(v.index, m)}; }
   static __device__ Out Finish(Acc acc, u64) {
     return acc.index == ~0ull ? 0ll : static_cast<long long>(acc.index);

@@ -1,9 +1,10 @@
 // Softmax along the last axis: buffer 0 the input, buffer 1 the output (same shape; may be the
 // input's memory with the same layout). A warp or a block (CUBED_CUDA_GROUP_*) handles one row:
 // the row maximum, then exp(x - max) summed, then every exp(x - max) scaled by 1 / sum, as the
-// CPU kernel does (NaN or +inf in a row, or a row of -inf only, gives NaN). A row that fits in
-// its group's registers (CUBED_CUDA_SOFTMAX_CACHE_BYTES a thread) is read once and written once
-// and sums in its own type; a longer row is read twice, written and rescaled, and sums in f64.
+// CPU kernel does (NaN or +inf in a row, or a row of -inf only, gives NaN). f16 and bf16 compute
+// in f32 and round once on the store. A row that fits in its group's registers
+// (CUBED_CUDA_SOFTMAX_CACHE_BYTES a thread) is read once and written once and sums in its compute
+// type; a longer row is read three times (max, sum, store) and sums in f64 (f16/bf16: f32).
 #include "common.cuh"
 
 namespace cubed {
@@ -25,12 +26,13 @@ template <class T>
 __device__ __forceinline__ void SoftmaxCachedRow(const Buf<const T>& x, u64 bx, u64 sx,
                                                  const Buf<T>& y, u64 by, u64 sy, u64 len,
                                                  const Group& g, u32 variant) {
+  typedef typename ComputeOf<T>::type C;
   constexpr u32 kV = 16 / sizeof(T);
   constexpr u32 kPacks = CUBED_CUDA_SOFTMAX_CACHE_BYTES / 16;
   const bool vx = sx == 1 && bx + len <= x.n && Aligned(x.p + bx, 16);
   const bool vy = sy == 1 && by + len <= y.n && Aligned(y.p + by, 16);
   Pack<T, kV> v[kPacks];
-  T m = Num<T>::Lowest();
+  C m = Num<C>::Lowest();
 #pragma unroll
   for (u32 j = 0; j < kPacks; ++j) {
     const u64 first = (j * static_cast<u64>(g.size) + g.lane) * kV;
@@ -43,26 +45,26 @@ __device__ __forceinline__ void SoftmaxCachedRow(const Buf<const T>& x, u64 bx, 
       }
     }
 #pragma unroll
-    for (u32 k = 0; k < kV; ++k) m = Max(m, v[j].v[k]);
+    for (u32 k = 0; k < kV; ++k) m = Max(m, static_cast<C>(v[j].v[k]));
   }
-  m = GroupAllReduce<MaxCombine<T>>(m, variant);
-  T sum = T(0);
+  m = GroupAllReduce<MaxCombine<C>>(m, variant);
+  C sum = C(0);
 #pragma unroll
   for (u32 j = 0; j < kPacks; ++j) {
     const u64 first = (j * static_cast<u64>(g.size) + g.lane) * kV;
 #pragma unroll
     for (u32 k = 0; k < kV; ++k) {
-      v[j].v[k] = first + k < len ? Exp(v[j].v[k] - m) : T(0);
-      sum += v[j].v[k];
+      if (first + k < len) sum += Exp(static_cast<C>(v[j].v[k]) - m);
     }
   }
-  sum = GroupAllReduce<SumCombine<T>>(sum, variant);
-  const T inv = Convert<T>(1.0 / static_cast<double>(sum));
+  sum = GroupAllReduce<SumCombine<C>>(sum, variant);
+  const C inv = Convert<C>(1.0 / static_cast<double>(sum));
 #pragma unroll
   for (u32 j = 0; j < kPacks; ++j) {
     const u64 first = (j * static_cast<u64>(g.size) + g.lane) * kV;
 #pragma unroll
-    for (u32 k = 0; k < kV; ++k) v[j].v[k] *= inv;
+    for (u32 k = 0; k < kV; ++k)
+      v[j].v[k] = static_cast<T>(Exp(static_cast<C>(v[j].v[k]) - m) * inv);
     if (vy && first + kV <= len) {
       *reinterpret_cast<Pack<T, kV>*>(y.p + by + first) = v[j];
     } else {
@@ -76,6 +78,8 @@ __device__ __forceinline__ void SoftmaxCachedRow(const Buf<const T>& x, u64 bx, 
 
 template <class T>
 __global__ void __launch_bounds__(1024) SoftmaxKernel(const __grid_constant__ CudaBuiltinArgs a) {
+  typedef typename ComputeOf<T>::type C;
+  typedef typename Pick<Num<T>::kHalf, float, double>::type S;
   const Buf<const T> x = BufOf<const T>(a.buffers[0]);
   const Buf<T> y = BufOf<T>(a.buffers[1]);
   const u32 rank = a.buffers[1].rank;
@@ -95,28 +99,25 @@ __global__ void __launch_bounds__(1024) SoftmaxKernel(const __grid_constant__ Cu
       SoftmaxCachedRow(x, off[0], sx, y, off[1], sy, len, g, a.variant);
       continue;
     }
-    T m = Num<T>::Lowest();
+    C m = Num<C>::Lowest();
     u64 k = g.lane;
     for (; k + 3 * g.size < len; k += 4 * g.size) {  // Four loads in flight.
-      T v[4];
+      C v[4];
 #pragma unroll
-      for (int u = 0; u < 4; ++u) v[u] = Load(x, off[0] + (k + u * g.size) * sx);
+      for (int u = 0; u < 4; ++u) v[u] = static_cast<C>(Load(x, off[0] + (k + u * g.size) * sx));
       m = Max(Max(m, Max(v[0], v[1])), Max(v[2], v[3]));
     }
-    for (; k < len; k += g.size) m = Max(m, Load(x, off[0] + k * sx));
-    m = GroupAllReduce<MaxCombine<T>>(m, a.variant);
-    double sum = 0.0;
+    for (; k < len; k += g.size) m = Max(m, static_cast<C>(Load(x, off[0] + k * sx)));
+    m = GroupAllReduce<MaxCombine<C>>(m, a.variant);
+    S sum = S(0);
     for (k = g.lane; k < len; k += g.size) {
-      const T e = Exp(Load(x, off[0] + k * sx) - m);
-      Store(y, off[1] + k * sy, e);
-      sum += static_cast<double>(e);
+      sum += static_cast<S>(Exp(static_cast<C>(Load(x, off[0] + k * sx)) - m));
     }
-    sum = GroupAllReduce<SumCombine<double>>(sum, a.variant);
-    const T inv = Convert<T>(1.0 / sum);
-    // Each thread rescales exactly the elements it wrote above.
+    sum = GroupAllReduce<SumCombine<S>>(sum, a.variant);
+    const C inv = Convert<C>(1.0 / static_cast<double>(sum));
     for (k = g.lane; k < len; k += g.size) {
-      const u64 i = off[1] + k * sy;
-      Store(y, i, Load(Buf<const T>{y.p, y.n}, i) * inv);
+      const C e = Exp(static_cast<C>(Load(x, off[0] + k * sx)) - m);
+      Store(y, off[1] + k * sy, static_cast<T>(e * inv));
     }
   }
 }

@@ -92,6 +92,8 @@ struct DeviceDescription {
   uint32_t compute_units = 0;
   std::string compute_capability;
   std::vector<ElemType> elem_types;
+  // Builtin matmul's input/accumulator types, "bf16*bf16+f32" etc. (cubed.v1.DeviceInfo).
+  std::vector<std::string> matmul_types;
   std::vector<std::string> builtin_kernels;
   std::vector<std::string> features;
 };

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/checked_math.h"
 #include "common/elem_type.h"
+#include "common/half.h"
 #include "common/kernel_metadata.h"
 #include "common/status_macros.h"
 
@@ -35,7 +36,7 @@ absl::StatusOr<kernels::ScalarGroup> ToScalarGroup(const v1::ScalarGroup& group,
   }
   const absl::string_view name = ElemTypeName(out.elem);
   const bool wants_floats = IsFloat(out.elem);
-  const bool wants_uints = out.elem == ElemType::kU32;
+  const bool wants_uints = !wants_floats && !IsSigned(out.elem);  // u8, u16, u32, bool.
   const bool wants_ints = !wants_floats && !wants_uints;
   if ((!wants_floats && group.floats_size() > 0) || (!wants_ints && group.ints_size() > 0) ||
       (!wants_uints && group.uints_size() > 0)) {
@@ -45,32 +46,41 @@ absl::StatusOr<kernels::ScalarGroup> ToScalarGroup(const v1::ScalarGroup& group,
                                                                 : "uints",
                                                    "`; other value lists must be empty"));
   }
+  // Values go in as little-endian elements of the type: floats rounded to nearest (f16/bf16 once,
+  // from the double), integers range-checked against the type, bool 0 or 1.
+  const uint32_t size = ElemSize(out.elem);
   for (int i = 0; i < group.floats_size(); ++i) {
     if (out.elem == ElemType::kF32) {
       AppendLittleEndian(static_cast<float>(group.floats(i)), out.bytes);
+    } else if (out.elem == ElemType::kF16) {
+      AppendLittleEndian(Half(group.floats(i)).bits, out.bytes);
+    } else if (out.elem == ElemType::kBF16) {
+      AppendLittleEndian(BFloat16(group.floats(i)).bits, out.bytes);
     } else {
       AppendLittleEndian(group.floats(i), out.bytes);
     }
   }
   for (int i = 0; i < group.ints_size(); ++i) {
     const int64_t v = group.ints(i);
-    if (out.elem == ElemType::kI32) {
-      if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max()) {
+    if (size < 8) {
+      const int64_t hi = (int64_t{1} << (8 * size - 1)) - 1;
+      if (v < -hi - 1 || v > hi) {
         return absl::InvalidArgumentError(
-            absl::StrCat(field(), ".ints[", i, "] = ", v, " does not fit in i32"));
+            absl::StrCat(field(), ".ints[", i, "] = ", v, " does not fit in ", name));
       }
-      AppendLittleEndian(static_cast<int32_t>(v), out.bytes);
-    } else {
-      AppendLittleEndian(v, out.bytes);
     }
+    const uint64_t bits = static_cast<uint64_t>(v);
+    for (uint32_t b = 0; b < size; ++b) out.bytes.push_back(static_cast<uint8_t>(bits >> (8 * b)));
   }
   for (int i = 0; i < group.uints_size(); ++i) {
     const uint64_t v = group.uints(i);
-    if (v > std::numeric_limits<uint32_t>::max()) {
+    const uint64_t hi = out.elem == ElemType::kBool ? 1 : (uint64_t{1} << (8 * size)) - 1;
+    if (v > hi) {
       return absl::InvalidArgumentError(
-          absl::StrCat(field(), ".uints[", i, "] = ", v, " does not fit in u32"));
+          absl::StrCat(field(), ".uints[", i, "] = ", v, " does not fit in ", name,
+                       out.elem == ElemType::kBool ? " (0 or 1)" : ""));
     }
-    AppendLittleEndian(static_cast<uint32_t>(v), out.bytes);
+    for (uint32_t b = 0; b < size; ++b) out.bytes.push_back(static_cast<uint8_t>(v >> (8 * b)));
   }
   return out;
 }

@@ -19,7 +19,12 @@
 
 namespace cubed::integration {
 
-// Calls `f(T{})` with the C++ type of `t`.
+// The element types with a native C++ type, which the generic tests below run on; the 8/16-bit
+// and bool types have their own test (kernels_small_types_test.cc).
+inline constexpr ElemType kNativeElemTypes[] = {ElemType::kF32, ElemType::kF64, ElemType::kI32,
+                                                ElemType::kU32, ElemType::kI64};
+
+// Calls `f(T{})` with the C++ type of `t`, one of kNativeElemTypes (any other fails the test).
 template <typename F>
 void WithType(ElemType t, F&& f) {
   switch (t) {
@@ -33,6 +38,8 @@ void WithType(ElemType t, F&& f) {
       return f(uint32_t{});
     case ElemType::kI64:
       return f(int64_t{});
+    default:
+      ADD_FAILURE() << "WithType: " << ElemTypeName(t) << " has no native C++ type";
   }
 }
 
@@ -208,7 +215,7 @@ inline Scalars ScalarOf(ElemType t, double value) {
   s.elem = t;
   if (IsFloat(t)) {
     s.floats = {value};
-  } else if (t == ElemType::kU32) {
+  } else if (!IsSigned(t)) {
     s.uints = {static_cast<uint64_t>(value)};
   } else {
     s.ints = {static_cast<int64_t>(value)};

@@ -13,7 +13,7 @@ const std::vector<std::vector<uint64_t>> kShapes = {{1},      {7},       {3, 5},
 TEST_F(DataKernelTest, FillWritesTheScalarEverywhere) {
   auto client = Connect();
   ASSERT_NE(client, nullptr);
-  for (ElemType t : kAllElemTypes) {
+  for (ElemType t : kNativeElemTypes) {
     WithType(t, [&](auto zero) {
       using T = decltype(zero);
       for (const auto& shape : kShapes) {
@@ -41,7 +41,7 @@ TEST_F(DataKernelTest, CopyReproducesTheInput) {
   auto client = Connect();
   ASSERT_NE(client, nullptr);
   std::mt19937_64 rng(10);
-  for (ElemType t : kAllElemTypes) {
+  for (ElemType t : kNativeElemTypes) {
     WithType(t, [&](auto zero) {
       using T = decltype(zero);
       for (const auto& shape : kShapes) {
@@ -78,8 +78,8 @@ TEST_F(DataKernelTest, CastConvertsBetweenEveryPairOfTypes) {
   auto client = Connect();
   ASSERT_NE(client, nullptr);
   std::mt19937_64 rng(12);
-  for (ElemType from : kAllElemTypes) {
-    for (ElemType to : kAllElemTypes) {
+  for (ElemType from : kNativeElemTypes) {
+    for (ElemType to : kNativeElemTypes) {
       WithType(from, [&](auto from_zero) {
         WithType(to, [&](auto to_zero) {
           using From = decltype(from_zero);

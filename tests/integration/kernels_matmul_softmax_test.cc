@@ -61,7 +61,7 @@ TEST_F(MatmulSoftmaxTest, MatmulEveryTypeAndBatchBroadcast) {
   auto client = Connect();
   ASSERT_NE(client, nullptr);
   std::mt19937_64 rng(50);
-  for (ElemType t : kAllElemTypes) {
+  for (ElemType t : kNativeElemTypes) {
     WithType(t, [&](auto zero) {
       using T = decltype(zero);
       for (const MatmulCase& c : kMatmulCases) {

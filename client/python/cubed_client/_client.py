@@ -564,7 +564,8 @@ class Client:
                     max_allocation=d.max_allocation, alignment=d.alignment,
                     compute_units=d.compute_units, compute_capability=d.compute_capability,
                     dtypes=[dtype_of(e) for e in d.elem_types if e],
-                    builtin_kernels=list(d.builtin_kernels), features=list(d.features), raw=d)
+                    builtin_kernels=list(d.builtin_kernels), features=list(d.features), raw=d,
+                    matmul_types=list(d.matmul_types))
 
     # --- builtin kernels ------------------------------------------------------------------------
 

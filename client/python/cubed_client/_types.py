@@ -14,17 +14,38 @@ from ._proto import types_pb2
 DTypeLike = Union[np.dtype, type, str]
 """Anything numpy.dtype() accepts: ``np.float32``, ``"f4"``, ``"float32"``..."""
 
+try:  # bfloat16 is not a numpy type: ml_dtypes (a dependency of the package) provides it.
+    import ml_dtypes as _ml_dtypes
+    BFLOAT16: Optional[np.dtype] = np.dtype(_ml_dtypes.bfloat16)
+except ImportError:  # pragma: no cover - only without the declared dependency
+    BFLOAT16 = None
+"""numpy's dtype for bf16 (``ml_dtypes.bfloat16``), or None when ml_dtypes is not installed."""
+
 _ELEM: Dict[np.dtype, int] = {
     np.dtype("<f4"): types_pb2.ELEM_TYPE_F32,
     np.dtype("<f8"): types_pb2.ELEM_TYPE_F64,
     np.dtype("<i4"): types_pb2.ELEM_TYPE_I32,
     np.dtype("<u4"): types_pb2.ELEM_TYPE_U32,
     np.dtype("<i8"): types_pb2.ELEM_TYPE_I64,
+    np.dtype("<f2"): types_pb2.ELEM_TYPE_F16,
+    np.dtype("i1"): types_pb2.ELEM_TYPE_I8,
+    np.dtype("u1"): types_pb2.ELEM_TYPE_U8,
+    np.dtype("<i2"): types_pb2.ELEM_TYPE_I16,
+    np.dtype("<u2"): types_pb2.ELEM_TYPE_U16,
+    np.dtype(np.bool_): types_pb2.ELEM_TYPE_BOOL,
 }
+if BFLOAT16 is not None:
+    _ELEM[BFLOAT16] = types_pb2.ELEM_TYPE_BF16
 _DTYPE: Dict[int, np.dtype] = {v: k for k, v in _ELEM.items()}
 
+_FLOAT_ELEMS = (types_pb2.ELEM_TYPE_F32, types_pb2.ELEM_TYPE_F64, types_pb2.ELEM_TYPE_F16,
+                types_pb2.ELEM_TYPE_BF16)
+_UINT_ELEMS = (types_pb2.ELEM_TYPE_U32, types_pb2.ELEM_TYPE_U8, types_pb2.ELEM_TYPE_U16,
+               types_pb2.ELEM_TYPE_BOOL)
+
 KERNEL_DTYPES: Tuple[np.dtype, ...] = tuple(_ELEM)
-"""The element types the builtin kernels compute on: f32, f64, i32, u32, i64 (little-endian)."""
+"""The element types the builtin kernels compute on (little-endian): f32, f64, i32, u32, i64,
+f16, i8, u8, i16, u16, bool (numpy's bool_, one byte) and bf16 (``ml_dtypes.bfloat16``)."""
 
 UNITS_PER_CUBE = 256
 """Units per cube assumed when a cube count is derived from an element count."""
@@ -47,11 +68,14 @@ def elem_type(dtype: DTypeLike) -> int:
         return _ELEM[dt]
     except KeyError:
         raise TypeError(f"dtype {dt} is not a cubed kernel element type "
-                        "(float32, float64, int32, uint32, int64)") from None
+                        "(float32, float64, int32, uint32, int64, float16, bfloat16, int8, "
+                        "uint8, int16, uint16, bool)") from None
 
 
 def dtype_of(elem: int) -> np.dtype:
-    """The numpy dtype of an ElemType enum value."""
+    """The numpy dtype of an ElemType enum value; TypeError for bf16 without ml_dtypes."""
+    if elem == types_pb2.ELEM_TYPE_BF16 and BFLOAT16 is None:
+        raise TypeError("bf16 needs the ml_dtypes package (pip install ml_dtypes)")
     return _DTYPE[elem]
 
 
@@ -89,10 +113,11 @@ class Scalars:
         """The wire form (cubed.v1.ScalarGroup): floats, ints or uints by the element type."""
         elem = elem_type(self.dtype)
         g = types_pb2.ScalarGroup(elem=elem)
-        if elem in (types_pb2.ELEM_TYPE_F32, types_pb2.ELEM_TYPE_F64):
+        if elem in _FLOAT_ELEMS:
             g.floats.extend(float(v) for v in self.values)
-        elif elem == types_pb2.ELEM_TYPE_U32:
-            g.uints.extend(int(v) for v in self.values)
+        elif elem in _UINT_ELEMS:  # bool: 0 or 1.
+            g.uints.extend(int(bool(v)) if elem == types_pb2.ELEM_TYPE_BOOL else int(v)
+                           for v in self.values)
         else:
             g.ints.extend(int(v) for v in self.values)
         return g
@@ -140,6 +165,7 @@ class Info:
         builtin_kernels: names of the builtin kernels.
         features: e.g. ``"cuda_source"``, ``"ptx"``, ``"profiling"``.
         raw: the full cubed.v1.DeviceInfo message.
+        matmul_types: builtin matmul's input and accumulator types, e.g. ``"bf16*bf16+f32"``.
     """
 
     version: str
@@ -157,6 +183,7 @@ class Info:
     builtin_kernels: List[str]
     features: List[str]
     raw: types_pb2.DeviceInfo = field(repr=False)
+    matmul_types: List[str] = field(default_factory=list)
 
 
 def dense_strides(shape: Sequence[int]) -> Tuple[int, ...]:

@@ -70,7 +70,7 @@ if ! install_online >"$venv.log" 2>&1; then
   echo "PyPI is unreachable; using Debian's packages (offline venv $venv-offline)"
   missing=$("$py" -c '
 import importlib.util as u
-mods = ["grpc", "grpc_tools", "google.protobuf", "numpy", "pytest", "setuptools", "wheel"]
+mods = ["grpc", "grpc_tools", "google.protobuf", "numpy", "ml_dtypes", "pytest", "setuptools", "wheel"]
 print(" ".join(m for m in mods if u.find_spec(m) is None))' 2>&1)
   if [[ -n $missing ]] || ! "$py" -c 'import venv' 2>/dev/null; then
     echo "SKIP: PyPI unreachable and Debian's python3 lacks: ${missing:-venv}" \

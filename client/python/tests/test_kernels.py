@@ -2,22 +2,39 @@
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 import cubed_client
 
-ALL = ["float32", "float64", "int32", "uint32", "int64"]
-SIGNED = ["float32", "float64", "int32", "int64"]
-FLOATS = ["float32", "float64"]
+BF16 = np.dtype(ml_dtypes.bfloat16)
+HALVES = ["float16", BF16]
+ALL = ["float32", "float64", "int32", "uint32", "int64", *HALVES, "int8", "uint8", "int16",
+       "uint16"]
+SIGNED = ["float32", "float64", "int32", "int64", *HALVES, "int8", "int16"]
+FLOATS = ["float32", "float64", *HALVES]
 RNG = np.random.default_rng(20240601)
+
+
+def is_float(dtype):
+    return np.dtype(dtype).kind == "f" or np.dtype(dtype) == BF16
+
+
+def is_half(dtype):
+    return np.dtype(dtype) in (np.dtype(np.float16), BF16)
+
+
+def up(x):
+    """Half-type inputs as float64, so numpy's reference rounds once, as the kernels do."""
+    return x.astype(np.float64) if is_half(x.dtype) else x
 
 
 def rand(shape, dtype, low=-50, high=50, positive=False):
     dt = np.dtype(dtype)
     if positive:
         low = 1
-    if dt.kind == "f":
+    if is_float(dt):
         return RNG.uniform(low, high, size=shape).astype(dt)
     if dt.kind == "u":
         low = max(low, 0)
@@ -26,9 +43,11 @@ def rand(shape, dtype, low=-50, high=50, positive=False):
 
 def check(got, want, dtype):
     assert got.dtype == np.dtype(want.dtype) and got.shape == want.shape
-    if np.dtype(dtype).kind == "f":
-        tol = 1e-4 if np.dtype(dtype) == np.float32 else 1e-10
-        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    if is_float(dtype):
+        tol = {np.dtype(np.float32): 1e-4, np.dtype(np.float16): 2e-3, BF16: 1.6e-2}.get(
+            np.dtype(dtype), 1e-10)
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol,
+                                   atol=tol)
     else:
         np.testing.assert_array_equal(got, want)
 
@@ -50,7 +69,7 @@ def test_unary(client, name, dtype):
         x = (x / 10).astype(dtype)
         ref = np.exp
     got = client.read(getattr(client, name)(client.create(x)))
-    check(got, ref(x).astype(dtype), dtype)
+    check(got, ref(up(x)).astype(dtype), dtype)
 
 
 def trunc_div(a, b):
@@ -78,7 +97,7 @@ def test_binary_broadcasting(client, name, dtype):
         a = np.abs(a) + 0.5
     got = client.read(getattr(client, name)(client.create(a), client.create(b)))
     with np.errstate(all="ignore"):
-        check(got, ref(a, b).astype(dtype), dtype)
+        check(got, ref(up(a), up(b)).astype(dtype), dtype)
 
 
 def test_integer_arithmetic_wraps(client):
@@ -94,13 +113,13 @@ def test_integer_arithmetic_wraps(client):
 def test_reductions(client, name, dtype):
     if name == "mean" and dtype not in FLOATS:
         pytest.skip("mean is float-only (the daemon refuses it: see test_errors)")
-    x = rand((5, 6, 7), dtype, 0 if dtype == "uint32" else -50, 50)
+    x = rand((5, 6, 7), dtype, 0 if np.dtype(dtype).kind == "u" else -50, 50)
     t = client.create(x)
     ref = getattr(np, name)
     for axis in (0, 1, 2, -1, None) if name == "argmax" else (0, 1, 2, -1, (0, 2), None):
         for keepdims in (False, True):
             got = client.read(getattr(client, name)(t, axis=axis, keepdims=keepdims))
-            want = np.asarray(ref(x, axis=axis, keepdims=keepdims))
+            want = np.asarray(ref(up(x), axis=axis, keepdims=keepdims))
             want = want.astype(np.int64 if name == "argmax" else dtype)
             check(got, want, dtype)
 
@@ -109,11 +128,13 @@ def test_reductions(client, name, dtype):
 def test_matmul(client, dtype):
     a, b = rand((2, 9, 17), dtype, 0, 9), rand((17, 5), dtype, 0, 9)
     ta, tb = client.create(a), client.create(b)
-    check(client.read(ta @ tb), (a @ b).astype(dtype), dtype)
-    check(client.read(client.matmul(ta[1], tb)), (a[1] @ b).astype(dtype), dtype)
-    v = rand((17,), dtype, 0, 9)
-    check(client.read(client.matmul(ta, client.create(v))), (a @ v).astype(dtype), dtype)
-    check(client.read(client.matmul(tb.T, ta[0].T)), (b.T @ a[0].T).astype(dtype), dtype)
+    with np.errstate(all="ignore"):  # Integer products wrap.
+        a, b = up(a), up(b)
+        check(client.read(ta @ tb), (a @ b).astype(dtype), dtype)
+        check(client.read(client.matmul(ta[1], tb)), (a[1] @ b).astype(dtype), dtype)
+        v = rand((17,), dtype, 0, 9)
+        check(client.read(client.matmul(ta, client.create(v))), (a @ up(v)).astype(dtype), dtype)
+        check(client.read(client.matmul(tb.T, ta[0].T)), (b.T @ a[0].T).astype(dtype), dtype)
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -121,19 +142,19 @@ def test_softmax(client, dtype):
     x = rand((3, 4, 6), dtype)
     t = client.create(x)
     for axis in (-1, 0, 1):
-        e = np.exp(x - x.max(axis=axis, keepdims=True))
-        check(client.read(client.softmax(t, axis=axis)), e / e.sum(axis=axis, keepdims=True),
-              dtype)
+        e = np.exp(up(x) - up(x).max(axis=axis, keepdims=True))
+        check(client.read(client.softmax(t, axis=axis)),
+              (e / e.sum(axis=axis, keepdims=True)).astype(dtype), dtype)
 
 
-@pytest.mark.parametrize("src", ALL)
-@pytest.mark.parametrize("dst", ALL)
+@pytest.mark.parametrize("src", [*ALL, "bool"])
+@pytest.mark.parametrize("dst", [*ALL, "bool"])
 def test_cast(client, src, dst):
     x = rand((11,), src, 0, 100)
     check(client.read(client.create(x).astype(dst)), x.astype(dst), dst)
 
 
-@pytest.mark.parametrize("dtype", ALL)
+@pytest.mark.parametrize("dtype", [*ALL, "bool"])
 def test_fill_and_copy(client, dtype):
     check(client.read(client.full((3, 5), 7, dtype)), np.full((3, 5), 7, dtype), dtype)
     check(client.read(client.zeros(4, dtype)), np.zeros(4, dtype), dtype)
@@ -142,6 +163,41 @@ def test_fill_and_copy(client, dtype):
     copied = view.copy()
     assert copied.is_contiguous and not view.is_contiguous
     check(client.read(copied), x[1::2, ::3].T.copy(), dtype)
+
+
+def test_bool_max_min_are_or_and_any_all(client):
+    a = np.array([[False, True, False, True], [False, False, False, True]])
+    b = np.array([False, False, True, True])
+    ta, tb = client.create(a), client.create(b)
+    np.testing.assert_array_equal(client.read(client.maximum(ta, tb)), a | b)
+    np.testing.assert_array_equal(client.read(client.minimum(ta, tb)), a & b)
+    np.testing.assert_array_equal(client.read(client.max(ta, axis=1)), a.any(axis=1))
+    np.testing.assert_array_equal(client.read(client.min(ta, axis=1)), a.all(axis=1))
+    with pytest.raises(cubed_client.InvalidArgumentError, match="'add' does not support dtype bool"):
+        client.read(client.add(ta, tb))
+    with pytest.raises(cubed_client.InvalidArgumentError, match="'exp' does not support dtype i8"):
+        client.read(client.exp(client.create(np.zeros(3, np.int8))))
+
+
+def test_half_edge_values_round_to_nearest_even(client):
+    x = np.array([np.nan, np.inf, -np.inf, -0.0, 1e-8, 65519.0, 65520.0, 1 + 2 ** -11,
+                  5.960464477539063e-08, 2.0 ** -25], dtype=np.float64)
+    h = client.read(client.create(x).astype(np.float16))
+    np.testing.assert_array_equal(h.view(np.uint16), x.astype(np.float16).view(np.uint16))
+    b = client.read(client.create(x.astype(np.float32)).astype(BF16))
+    want = x.astype(np.float32).astype(BF16)
+    np.testing.assert_array_equal(b.view(np.uint16)[1:], want.view(np.uint16)[1:])
+    assert np.isnan(b[0].astype(np.float32))
+    # Sums of halves accumulate in f32: 4096 ones reach 4096 (an f16 accumulator stops at 2048).
+    assert float(client.read(client.sum(client.create(np.ones(4096, np.float16))))) == 4096.0
+
+
+def test_info_lists_element_and_matmul_types(client):
+    info = client.info()
+    for dt in [*ALL, "bool"]:
+        assert np.dtype(dt) in info.dtypes
+    assert "bf16*bf16+f32" in info.matmul_types and "f16*f16+f32" in info.matmul_types
+    assert "f32*f32+f32" in info.matmul_types
 
 
 def test_builtin_kernels_all_covered(client):

@@ -90,6 +90,7 @@ CpuServer::CpuServer(CpuServerOptions options) {
   d.max_units_per_cube = 1024;
   d.compute_units = std::thread::hardware_concurrency();
   d.elem_types.assign(std::begin(kAllElemTypes), std::end(kAllElemTypes));
+  d.matmul_types = kernels::BuiltinMatmulTypes();
   d.builtin_kernels = kernels::BuiltinKernelNames();
   d.features = {"builtin_kernels", "dynamic_cube_count", "profiling"};
 }

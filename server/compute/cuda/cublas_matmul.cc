@@ -147,13 +147,26 @@ bool CublasMatmul::EnsureHandle() {
   return false;
 }
 
+bool CublasMatmul::Supports(ElemType dtype) {
+  return dtype == ElemType::kF32 || dtype == ElemType::kF64 || IsHalf(dtype);
+}
+
 absl::StatusOr<bool> CublasMatmul::Run(ElemType dtype, const CudaBuiltinArgs& args) {
-  if (api_ == nullptr || (dtype != ElemType::kF32 && dtype != ElemType::kF64)) return false;
+  if (api_ == nullptr || !Supports(dtype)) return false;
   const std::optional<CublasGemmPlan> p = PlanCublasGemm(args);
   if (!p || !EnsureHandle()) return false;
   CublasStatus s;
   const char* call;
-  if (dtype == ElemType::kF32) {
+  if (IsHalf(dtype)) {
+    const float one = 1.0f, zero = 0.0f;
+    const int type = dtype == ElemType::kF16 ? kCudaR16F : kCudaR16BF;
+    call = "cublasGemmStridedBatchedEx";
+    s = api_->GemmStridedBatchedEx(handle_, p->transa, p->transb, p->m, p->n, p->k, &one,
+                                   reinterpret_cast<const void*>(p->a), type, p->lda, p->stride_a,
+                                   reinterpret_cast<const void*>(p->b), type, p->ldb, p->stride_b,
+                                   &zero, reinterpret_cast<void*>(p->c), type, p->ldc, p->stride_c,
+                                   p->batch_count, kCublasCompute32F, kCublasGemmDefault);
+  } else if (dtype == ElemType::kF32) {
     const float one = 1.0f, zero = 0.0f;
     call = "cublasSgemmStridedBatched";
     s = api_->SgemmStridedBatched(

@@ -1,7 +1,9 @@
 #pragma once
 
 // Builtin matmul through cuBLAS (Note [cuBLAS matmul]): f32 and f64 run as one
-// cublas{S,D}gemmStridedBatched on the server's stream whenever every matrix has contiguous rows
+// cublas{S,D}gemmStridedBatched, f16 and bf16 as one cublasGemmStridedBatchedEx with f32
+// accumulation (CUBLAS_COMPUTE_32F: tensor cores) and output in the input type, on the server's
+// stream whenever every matrix has contiguous rows
 // or columns and the batch dims flatten to one stride per operand; anything else (other strides,
 // integer types, empty dims, sizes past cuBLAS's int range) stays with the NVRTC kernel.
 //
@@ -49,6 +51,9 @@ class CublasMatmul {
 
   CublasMatmul(const CublasMatmul&) = delete;
   CublasMatmul& operator=(const CublasMatmul&) = delete;
+
+  // True when cuBLAS runs matmuls of `dtype` (f32, f64, f16, bf16), for GetInfo.
+  static bool Supports(ElemType dtype);
 
   // Queues the matmul on the stream through cuBLAS and returns true, or returns false with
   // nothing queued when the caller must run its own kernel: cuBLAS unavailable, a type or layout

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/cuda/cublas_api.h"
+#include "common/half.h"
 #include "common/kernel_metadata.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -246,22 +247,32 @@ struct MatmulCase {
 
 void PrintTo(const MatmulCase& c, std::ostream* os) { *os << c.name; }
 
+// Writes `v` as one element of `type` at `p` (floats rounded to nearest, integers as i32).
+void PutElement(char* p, ElemType type, double v) {
+  if (type == ElemType::kF32) {
+    const float f = static_cast<float>(v);
+    std::memcpy(p, &f, 4);
+  } else if (type == ElemType::kF64) {
+    std::memcpy(p, &v, 8);
+  } else if (type == ElemType::kF16) {
+    const uint16_t h = Half(v).bits;
+    std::memcpy(p, &h, 2);
+  } else if (type == ElemType::kBF16) {
+    const uint16_t h = BFloat16(v).bits;
+    std::memcpy(p, &h, 2);
+  } else {
+    const int32_t x = static_cast<int32_t>(v);
+    std::memcpy(p, &x, 4);
+  }
+}
+
 std::string RandomBuffer(uint64_t elems, ElemType type, std::mt19937& rng) {
   std::string bytes(elems * ElemSize(type), '\0');
   std::uniform_real_distribution<double> real(-1.0, 1.0);
   std::uniform_int_distribution<int32_t> integer(-50, 50);
   for (uint64_t i = 0; i < elems; ++i) {
     char* p = bytes.data() + i * ElemSize(type);
-    if (type == ElemType::kF32) {
-      const float f = static_cast<float>(real(rng));
-      std::memcpy(p, &f, 4);
-    } else if (type == ElemType::kF64) {
-      const double d = real(rng);
-      std::memcpy(p, &d, 8);
-    } else {
-      const int32_t v = integer(rng);
-      std::memcpy(p, &v, 4);
-    }
+    PutElement(p, type, IsFloat(type) ? real(rng) : integer(rng));
   }
   return bytes;
 }
@@ -277,6 +288,12 @@ double Element(const std::string& bytes, uint64_t i, ElemType type) {
     double d;
     std::memcpy(&d, p, 8);
     return d;
+  }
+  if (IsHalf(type)) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return type == ElemType::kF16 ? static_cast<float>(Half::FromBits(h))
+                                  : static_cast<float>(BFloat16::FromBits(h));
   }
   int32_t v;
   std::memcpy(&v, p, 4);
@@ -395,16 +412,7 @@ class CublasMatmulGpuTest : public ::testing::TestWithParam<MatmulCase> {
       const std::vector<double> v = Gather(data[i], ins[i]->Layout(), mc.type);
       gpu_data[i].assign(v.size() * ElemSize(mc.type), '\0');
       for (size_t j = 0; j < v.size(); ++j) {
-        char* p = gpu_data[i].data() + j * ElemSize(mc.type);
-        if (mc.type == ElemType::kF32) {
-          const float f = static_cast<float>(v[j]);
-          std::memcpy(p, &f, 4);
-        } else if (mc.type == ElemType::kF64) {
-          std::memcpy(p, &v[j], 8);
-        } else {
-          const int32_t x = static_cast<int32_t>(v[j]);
-          std::memcpy(p, &x, 4);
-        }
+        PutElement(gpu_data[i].data() + j * ElemSize(mc.type), mc.type, v[j]);
       }
     }
     absl::StatusOr<std::vector<double>> got = RunMatmul(server, mc, gpu_data, /*use_pitch=*/true);
@@ -413,10 +421,13 @@ class CublasMatmulGpuTest : public ::testing::TestWithParam<MatmulCase> {
     const uint64_t k = mc.a.shape.back();
     const double eps = mc.type == ElemType::kF32 ? std::numeric_limits<float>::epsilon()
                                                  : std::numeric_limits<double>::epsilon();
+    // f16 and bf16 accumulate in f32 on both and round once: an ulp of the half type apart.
+    const double half_ulp = mc.type == ElemType::kF16 ? 2e-3 : 1.6e-2;
     const double tol = IsFloat(mc.type) ? 4.0 * static_cast<double>(k) * eps : 0.0;
     int reported = 0;
     for (size_t i = 0; i < got->size() && reported < 5; ++i) {
-      if (std::abs((*got)[i] - (*want)[i]) > tol) {
+      const double t = IsHalf(mc.type) ? half_ulp * std::max(1.0, std::abs((*want)[i])) + tol : tol;
+      if (std::abs((*got)[i] - (*want)[i]) > t) {
         ADD_FAILURE() << mc.name << ": element " << i << " is " << (*got)[i] << " on cuda, "
                       << (*want)[i] << " on cpu";
         ++reported;
@@ -478,7 +489,7 @@ MatmulCase Case(std::string name, ElemType t, Operand a, Operand b, Operand c,
 
 std::vector<MatmulCase> Cases() {
   std::vector<MatmulCase> cases;
-  for (ElemType t : {ElemType::kF32, ElemType::kF64}) {
+  for (ElemType t : {ElemType::kF32, ElemType::kF64, ElemType::kF16, ElemType::kBF16}) {
     const std::string ty(ElemTypeName(t));
     cases.push_back(Case("small_" + ty, t, Op({3, 5}), Op({5, 7}), Op({3, 7})));
     cases.push_back(Case("batched_" + ty, t, Op({2, 64, 33}), Op({2, 33, 17}), Op({2, 64, 17})));

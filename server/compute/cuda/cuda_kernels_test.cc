@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/half.h"
 #include "common/kernel_metadata.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/builtin_catalog.h"
@@ -72,7 +73,7 @@ std::string RandomElements(const std::string& kernel, size_t operand, const Oper
   const bool positive = kernel == "log" || kernel == "sqrt" || (kernel == "pow" && operand == 0);
   const bool divisor = kernel == "div" && operand == 1;
   std::uniform_real_distribution<double> real(positive ? 0.1 : -2.0, 2.0);
-  std::uniform_int_distribution<int64_t> integer(o.type == ElemType::kU32 ? 0 : -50, 50);
+  std::uniform_int_distribution<int64_t> integer(IsSigned(o.type) ? -50 : 0, 50);
   for (uint64_t i = 0; i < n; ++i) {
     double r = real(rng);
     int64_t k = integer(rng);
@@ -98,6 +99,25 @@ std::string RandomElements(const std::string& kernel, size_t operand, const Oper
       }
       case ElemType::kI64:
         std::memcpy(p, &k, 8);
+        break;
+      case ElemType::kF16: {
+        const uint16_t h = Half(r).bits;
+        std::memcpy(p, &h, 2);
+        break;
+      }
+      case ElemType::kBF16: {
+        const uint16_t h = BFloat16(r).bits;
+        std::memcpy(p, &h, 2);
+        break;
+      }
+      case ElemType::kBool:
+        *p = static_cast<char>(k & 1);
+        break;
+      case ElemType::kI8:
+      case ElemType::kU8:
+      case ElemType::kI16:
+      case ElemType::kU16:
+        std::memcpy(p, &k, ElemSize(o.type));  // Little-endian: the low bytes.
         break;
     }
   }
@@ -131,6 +151,28 @@ double ElementAt(const std::string& bytes, size_t i, ElemType type) {
       int64_t v;
       std::memcpy(&v, p, 8);
       return static_cast<double>(v);
+    }
+    case ElemType::kF16:
+    case ElemType::kBF16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return type == ElemType::kF16 ? static_cast<float>(Half::FromBits(h))
+                                    : static_cast<float>(BFloat16::FromBits(h));
+    }
+    case ElemType::kI8:
+      return static_cast<int8_t>(*p);
+    case ElemType::kU8:
+    case ElemType::kBool:
+      return static_cast<uint8_t>(*p);
+    case ElemType::kI16: {
+      int16_t v;
+      std::memcpy(&v, p, 2);
+      return v;
+    }
+    case ElemType::kU16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return v;
     }
   }
   return 0;
@@ -225,7 +267,10 @@ TEST_P(BuiltinKernelTest, MatchesTheCpuBackend) {
   const ElemType out = operands.back().type;
   const bool accumulates = *family == CudaFamily::kReduce || *family == CudaFamily::kMatmul ||
                            *family == CudaFamily::kSoftmax;
-  const double rtol = out == ElemType::kF32 ? (accumulates ? 1e-4 : 2e-5) : 1e-10;
+  const double rtol = out == ElemType::kF16    ? 2e-3
+                      : out == ElemType::kBF16 ? 1.6e-2
+                      : out == ElemType::kF32  ? (accumulates ? 1e-4 : 2e-5)
+                                               : 1e-10;
   int reported = 0;
   for (size_t i = 0; i < operands.back().buffer_elems && reported < 5; ++i) {
     const double g = ElementAt(*got, i, out), w = ElementAt(*want, i, out);

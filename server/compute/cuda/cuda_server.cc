@@ -116,6 +116,9 @@ absl::Status CudaServer::Init() {
   d.compute_units = sm_count_;
   d.compute_capability = absl::StrCat(major, ".", minor);
   d.elem_types.assign(std::begin(kAllElemTypes), std::end(kAllElemTypes));
+  // f16 and bf16 matmuls run on tensor cores through cuBLAS (f32 accumulation) when it loaded,
+  // else on cubed's own kernel with the same accumulation.
+  d.matmul_types = kernels::BuiltinMatmulTypes();
   for (const kernels::CudaBuiltinSignature& s : kernels::CudaBuiltinSignatures()) {
     d.builtin_kernels.push_back(s.name);
   }

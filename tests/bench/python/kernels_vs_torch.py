@@ -4,6 +4,8 @@
   * sum, 64M f32 (full reduction)         GB/s of input
   * softmax over rows, 4096 x 4096 f32    GB/s of input + output
   * matmul f32 4096^3 (no TF32)           TFLOP/s
+  * matmul bf16 and f16, 4096^3 and 8192^3 (f32 accumulation, tensor cores)   TFLOP/s
+  * add, 64M f16 and bf16; cast f32 -> bf16 and bf16 -> f32, 64M   GB/s of inputs + output
 
 Device time on both sides: cubed's start_profile()/end_profile() (CUDA events on the daemon's
 stream) against torch.cuda.Event pairs. Each measurement queues a long filler kernel first, so
@@ -24,6 +26,7 @@ import sys
 import tempfile
 import time
 
+import ml_dtypes
 import numpy as np
 
 import cubed_client
@@ -110,6 +113,25 @@ def main() -> int:
             sm_err = float(np.abs(c.read(c.softmax(cs)) - torch.softmax(ts, -1).cpu().numpy()).max())
             print(f"sum 64M: cubed {got_sum:.6g}, torch (f64) {want_sum:.6g}; "
                   f"softmax max |diff| {sm_err:.3g}")
+            # Half types: the same values on both sides (ml_dtypes and torch both round to
+            # nearest even from f32).
+            half = {"f16": (np.float16, torch.float16), "bf16": (ml_dtypes.bfloat16, torch.bfloat16)}
+            hx = {k: (c.create(x.astype(npt)), tx.to(tt)) for k, (npt, tt) in half.items()}
+            hy = {k: (c.create(y.astype(npt)), ty.to(tt)) for k, (npt, tt) in half.items()}
+            mm = {}
+            for size in (4096, 8192):
+                a32 = rng.standard_normal((size, size), dtype=np.float32)
+                b32 = rng.standard_normal((size, size), dtype=np.float32)
+                for k, (npt, tt) in half.items():
+                    ca, cb = c.create(a32.astype(npt)), c.create(b32.astype(npt))
+                    ta = torch.from_numpy(a32).cuda().to(tt)
+                    tb = torch.from_numpy(b32).cuda().to(tt)
+                    mm[(k, size)] = (ca, cb, ta, tb)
+                    if size == 4096:
+                        got = c.read(c.matmul(ca, cb)).astype(np.float32)
+                        want = torch.matmul(ta, tb).float().cpu().numpy()
+                        rel = float(np.abs(got - want).max() / np.abs(want).max())
+                        print(f"matmul {k} {size}^3: max |cubed - torch| / max |torch| = {rel:.3g}")
             cubed_filler = lambda: c.matmul(cma, cmb)
             torch_filler = lambda: torch.matmul(tma, tmb)
             rows = [
@@ -122,6 +144,20 @@ def main() -> int:
                 ("matmul f32 4096^3 (no TF32)", "TFLOP/s", 2.0 * 4096 ** 3 / 1e12,
                  lambda: c.matmul(cma, cmb), lambda: torch.matmul(tma, tmb)),
             ]
+            for (k, size), (ca, cb, ta, tb) in mm.items():
+                rows.append((f"matmul {k} {size}^3", "TFLOP/s", 2.0 * size ** 3 / 1e12,
+                             lambda ca=ca, cb=cb: c.matmul(ca, cb),
+                             lambda ta=ta, tb=tb: torch.matmul(ta, tb)))
+            for k in half:
+                (ca, ta), (cb, tb) = hx[k], hy[k]
+                rows.append((f"add, 64M {k}", "GB/s", 6.0 * n / 1e9,
+                             lambda ca=ca, cb=cb: c.add(ca, cb),
+                             lambda ta=ta, tb=tb: torch.add(ta, tb)))
+            cbf, tbf = hx["bf16"]
+            rows.append(("cast 64M f32 -> bf16", "GB/s", 6.0 * n / 1e9,
+                         lambda: c.cast(cx, ml_dtypes.bfloat16), lambda: tx.to(torch.bfloat16)))
+            rows.append(("cast 64M bf16 -> f32", "GB/s", 6.0 * n / 1e9,
+                         lambda: c.cast(cbf, np.float32), lambda: tbf.to(torch.float32)))
             table = []
             for name, unit, work, ours, theirs in rows:
                 a = [work / t for t in time_cubed(c, cubed_filler, ours, args.batch, args.repeats)]
