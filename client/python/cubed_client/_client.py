@@ -9,7 +9,6 @@ import collections
 import contextlib
 import math
 import os
-import time
 import weakref
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -267,12 +266,6 @@ class Client:
         return self._transport
 
     def _wait(self, future: "Future[Any]") -> Any:
-        spin = getattr(self._transport, "spin_s", 0.0)
-        if spin > 0 and not future.done():
-            # The answer of a local ring often comes within the spin: no wake-up to wait for.
-            until = time.monotonic() + spin
-            while not future.done() and time.monotonic() < until:
-                time.sleep(0)
         try:
             return future.result(timeout=self._timeout)
         except FutureTimeout:

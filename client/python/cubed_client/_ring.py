@@ -24,8 +24,7 @@ import select
 import socket
 import struct
 import threading
-import time
-from typing import Callable, Iterator, List, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 import grpc
 
@@ -110,24 +109,11 @@ class Ring:
         self._cancelled = False
         self._lock = threading.Lock()  # cancel / close against the threads.
         self._fence = threading.Lock()  # Only for its barrier (_ring_daemon).
-        # Spinning: the daemon's suggestion (0 on hosts with few cores), at most 1 ms. A reader
-        # spins only while ``spin_while()`` says someone waits for an answer (the stream
-        # transport sets it), so a pipelined chain of commands costs no spinning thread.
-        self.spin_s = min(max(response.spin_us, 0), 1000) / 1e6
-        self.spin_while: Callable[[], bool] = lambda: False
 
     # --- waiting -------------------------------------------------------------------------------
 
-    def _wait(self, bell: int, waiting: int, ready, spin: bool = False) -> None:  # noqa: ANN001
-        """Sleeps on ``bell`` until ``ready()``; RingClosed when the connection ended. With
-        ``spin``, first looks again for up to spin_s (giving up the GIL between looks) while
-        spin_while() holds: an answer that comes within it costs no thread wake-up."""
-        if spin and self.spin_s > 0 and self.spin_while():
-            until = time.monotonic() + self.spin_s
-            while time.monotonic() < until and not self._cancelled:
-                if ready():
-                    return
-                time.sleep(0)
+    def _wait(self, bell: int, waiting: int, ready) -> None:  # noqa: ANN001
+        """Sleeps on ``bell`` until ``ready()``; RingClosed when the connection ended."""
         while True:
             if self._cancelled:
                 raise RingClosed(None)
@@ -213,7 +199,7 @@ class Ring:
                 raise RingClosed((15, "command ring: the daemon's reply tail is out of range"))
             if published == 0:
                 self._wait(self._reply_bell, _CLIENT_REPLY_WAITING,
-                           lambda: words[_REPLY_TAIL] != self._head, spin=True)
+                           lambda: words[_REPLY_TAIL] != self._head)
                 continue
             at = self._head & (cap - 1)
             length, flags = _HEADER.unpack_from(self._mmap, base + at)
@@ -272,7 +258,6 @@ class RingCall:
 
     def __init__(self, ring: Ring, first: session_pb2.SessionRequest) -> None:
         self._ring = ring
-        self.ring = ring  # For its spin settings (Ring.spin_s, Ring.spin_while).
         ring.write(REQUEST, first.SerializeToString())
 
     def write(self, request: session_pb2.SessionRequest) -> bool:

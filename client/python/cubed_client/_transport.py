@@ -169,12 +169,6 @@ class StreamTransport:
             raise error_for(grpc.StatusCode.UNAVAILABLE,
                             f"command ring: the daemon offers none at {ring_socket}")
         self.carrier = "ring" if self._call is not None else "grpc"
-        # Over the ring, waiting for an answer spins first for the daemon's suggested time
-        # (cubed_client/_ring.py), the reader while an answering command is pending.
-        self.spin_s = 0.0
-        if self._call is not None:
-            self.spin_s = self._call.ring.spin_s
-            self._call.ring.spin_while = lambda: bool(self._pending)
         # Over the ring each command is written by its sender (no queue, no writer thread).
         self._direct = getattr(self._call, "direct", False)
         self._write_lock = threading.Lock()  # Taken before _cv, never while holding it.
