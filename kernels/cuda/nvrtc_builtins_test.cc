@@ -15,7 +15,15 @@
 namespace cubed::kernels {
 namespace {
 
-TEST(NvrtcBuiltinsTest, EveryBuiltinCompilesToCubinForSm90) {
+// The programs are compiled in kShards test cases, so that ctest runs them in parallel (NVRTC
+// takes ~100 s for all of them on one core): shard k compiles the programs whose index is k
+// modulo kShards, each exactly once.
+constexpr size_t kShards = 4;
+
+class NvrtcBuiltinsTest : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(NvrtcBuiltinsTest, EveryBuiltinOfTheShardCompilesToCubinForSm90) {
+  const size_t shard = GetParam();
   absl::StatusOr<const NvrtcApi*> api = NvrtcApi::Load();
   if (!api.ok()) GTEST_SKIP() << "NVRTC not available: " << api.status();
   absl::StatusOr<std::unique_ptr<CudaKernelCompiler>> compiler =
@@ -24,8 +32,15 @@ TEST(NvrtcBuiltinsTest, EveryBuiltinCompilesToCubinForSm90) {
   EXPECT_EQ((*compiler)->target(), "sm_90");
 
   const auto start = std::chrono::steady_clock::now();
-  std::set<std::string> names;
+  std::set<size_t> programs;
+  size_t signatures = 0;
   for (const CudaBuiltinSignature& sig : CudaBuiltinSignatures()) {
+    absl::StatusOr<CudaBuiltinKernel> found =
+        FindCudaBuiltin(sig.name, sig.num_buffers, sig.dtype, sig.out_dtype);
+    ASSERT_TRUE(found.ok()) << sig.name << ": " << found.status();
+    if (found->program % kShards != shard) continue;
+    programs.insert(found->program);
+    ++signatures;
     BuiltinCall call;
     call.name = sig.name;
     call.dtype = sig.dtype;
@@ -47,16 +62,32 @@ TEST(NvrtcBuiltinsTest, EveryBuiltinCompilesToCubinForSm90) {
         << what << ": " << (*k)->entry_point;
     EXPECT_EQ((*k)->cache_key.size(), 64u) << what;
     EXPECT_EQ((*k)->log, "") << what << ": NVRTC warnings";
-    names.insert(sig.name);
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::cout << "compiled " << CudaBuiltinPrograms().size() << " programs ("
-            << CudaBuiltinSignatures().size() << " signatures) in " << seconds << " s with NVRTC "
-            << (*api)->version_major << "." << (*api)->version_minor << "\n";
-  // One NVRTC compilation per program, and every builtin the CPU library has is covered.
-  EXPECT_EQ((*compiler)->misses(), CudaBuiltinPrograms().size());
+  std::cout << "shard " << shard << ": compiled " << programs.size() << " programs (" << signatures
+            << " signatures) in " << seconds << " s with NVRTC " << (*api)->version_major << "."
+            << (*api)->version_minor << "\n";
+  // One NVRTC compilation per program.
+  EXPECT_EQ((*compiler)->misses(), programs.size());
+}
+
+INSTANTIATE_TEST_SUITE_P(Shards, NvrtcBuiltinsTest, ::testing::Range<size_t>(0, kShards));
+
+// Every builtin the CPU library has has a CUDA signature (so a shard compiles it), and every
+// program holds one.
+TEST(NvrtcBuiltinsCoverageTest, EveryBuiltinAndProgramHasASignature) {
+  std::set<std::string> names;
+  std::set<size_t> programs;
+  for (const CudaBuiltinSignature& sig : CudaBuiltinSignatures()) {
+    names.insert(sig.name);
+    absl::StatusOr<CudaBuiltinKernel> found =
+        FindCudaBuiltin(sig.name, sig.num_buffers, sig.dtype, sig.out_dtype);
+    ASSERT_TRUE(found.ok()) << sig.name << ": " << found.status();
+    programs.insert(found->program);
+  }
   for (const std::string& name : BuiltinKernelNames()) EXPECT_TRUE(names.count(name)) << name;
+  EXPECT_EQ(programs.size(), CudaBuiltinPrograms().size());
 }
 
 }  // namespace
