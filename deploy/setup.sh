@@ -63,7 +63,9 @@ fi
 # pip packages for Debian's python3, which Debian does not package: ml_dtypes (numpy's bfloat16,
 # the Python SDK's bf16 dtype). The SDK's test venv gets it from PyPI as a dependency; this copy
 # serves the offline venv built on Debian's site packages.
-pip_packages=("ml_dtypes>=0.3")
+# Bounded to releases that accept Debian's numpy 1.24: ml_dtypes 0.6 and later need numpy 2, and
+# pip would install numpy 2 over Debian's for the whole system python.
+pip_packages=("ml_dtypes>=0.3,<0.5.2")
 if ! /usr/bin/python3 -c 'import ml_dtypes' 2>/dev/null; then
   $sudo /usr/bin/python3 -m pip install -q --break-system-packages "${pip_packages[@]}" ||
     echo "setup: ${pip_packages[*]} could not be installed; the SDK's bf16 needs it" >&2
