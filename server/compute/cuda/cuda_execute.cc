@@ -60,12 +60,15 @@ absl::Status CudaServer::ReadCubeCount(const ResolvedBinding& binding, uint32_t 
 // compiler's lookup and the module cache's (each building a string key). The module cache may
 // unload a module to make room: its eviction count changing empties this cache. A cache hit
 // counts as a kernel cache hit in the stats.
+void CudaServer::DropStaleBuiltinFunctions() {
+  if (modules_->evictions() == builtin_functions_evictions_) return;
+  builtin_functions_.clear();
+  builtin_functions_evictions_ = modules_->evictions();
+}
+
 absl::StatusOr<CUfunction> CudaServer::BuiltinFunction(const kernels::BuiltinCall& call,
                                                        size_t num_buffers) {
-  if (modules_->evictions() != builtin_functions_evictions_) {
-    builtin_functions_.clear();
-    builtin_functions_evictions_ = modules_->evictions();
-  }
+  DropStaleBuiltinFunctions();
   BuiltinKey key{call.name, call.dtype, call.out_dtype, num_buffers};
   if (auto it = builtin_functions_.find(key); it != builtin_functions_.end()) {
     ++builtin_function_hits_;
@@ -74,10 +77,7 @@ absl::StatusOr<CUfunction> CudaServer::BuiltinFunction(const kernels::BuiltinCal
   ASSIGN_OR_RETURN(const kernels::CompiledCudaKernel* compiled,
                    compiler_->Builtin(call, num_buffers));
   ASSIGN_OR_RETURN(CUfunction function, modules_->Function(*compiled));
-  if (modules_->evictions() != builtin_functions_evictions_) {  // Loading it made room.
-    builtin_functions_.clear();
-    builtin_functions_evictions_ = modules_->evictions();
-  }
+  DropStaleBuiltinFunctions();  // Loading it may have made room.
   builtin_functions_.emplace(std::move(key), function);
   return function;
 }

@@ -175,6 +175,8 @@ class CudaServer final : public ComputeServer {
   absl::Status ExecuteBuiltin(const Launch& launch);
   // The function of a builtin kernel (Note [Builtin launch cache] in cuda_execute.cc).
   absl::StatusOr<CUfunction> BuiltinFunction(const kernels::BuiltinCall& call, size_t num_buffers);
+  // Empties builtin_functions_ once the module cache unloaded a module since it was filled.
+  void DropStaleBuiltinFunctions();
   absl::Status ExecuteClient(const Launch& launch);
   // Note [Dynamic cube count]: reads and checks the three u32 with a stream sync.
   absl::Status ReadCubeCount(const ResolvedBinding& binding, uint32_t xyz[3]);
