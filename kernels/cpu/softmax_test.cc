@@ -51,6 +51,42 @@ TEST(SoftmaxTest, RowsMatchReferenceAndSumToOne) {
   }
 }
 
+// Note [Long softmax rows]: one row longer than two slices (fewer rows than threads), strided or in
+// place, match the reference.
+TEST(SoftmaxTest, LongRowsSplitAcrossThreadsMatchReference) {
+  uint64_t seed = 4000;
+  for (ElemType dt : kFloatTypes) {
+    for (const auto& [shape, layout] : std::vector<std::pair<std::vector<uint64_t>, Layout>>{
+             {{1, 300001}, Layout::kContiguous}, {{1, 140000}, Layout::kPadded}}) {
+      TestTensor in(dt, shape, layout), out(dt, shape, Layout::kContiguous);
+      in.FillRandom(seed++, -10, 10);
+      ASSERT_TRUE(RunKernel(MakeCall("softmax", dt), {&in, &out}).ok());
+      const uint64_t len = shape.back();
+      for (uint64_t row = 0; row < shape[0]; ++row) {
+        double m = -INFINITY, z = 0;
+        for (uint64_t i = 0; i < len; ++i) m = std::max(m, in.GetDouble({row, i}));
+        for (uint64_t i = 0; i < len; ++i) z += std::exp(in.GetDouble({row, i}) - m);
+        for (uint64_t i = 0; i < len; i += 997) {
+          const double want = std::exp(in.GetDouble({row, i}) - m) / z;
+          ASSERT_TRUE(Close(out.GetDouble({row, i}), want, dt))
+              << ElemTypeName(dt) << " [" << row << ", " << i << "] " << out.GetDouble({row, i})
+              << " vs " << want;
+        }
+      }
+      ASSERT_TRUE(in.PaddingIntact());
+      // In place: the output is the input's memory with its layout.
+      if (layout == Layout::kContiguous) {
+        TestTensor same(dt, shape, layout);
+        same.FillRandom(seed - 1, -10, 10);
+        ASSERT_TRUE(RunKernel(MakeCall("softmax", dt), {&same, &same}).ok());
+        for (uint64_t i = 0; i < len; i += 997) {
+          ASSERT_EQ(same.GetDouble({0, i}), out.GetDouble({0, i})) << ElemTypeName(dt) << " " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST(SoftmaxTest, HugeLogitsStayFinite) {
   TestTensor in(ElemType::kF32, {1, 3}), out(ElemType::kF32, {1, 3});
   in.Set<float>({0, 0}, 1000.f);
