@@ -189,40 +189,35 @@ void ReduceLoop(const KernelArgs& args) {
 
 template <typename T>
 absl::Status RunTyped(const KernelArgs& args) {
-  if constexpr (std::is_same_v<T, Bool8>) {
-    // Truth values have max (any) and min (all) only.
-    if (static_cast<ReduceOp>(args.op) == ReduceOp::kMax) {
+  // Truth values have max (any) and min (all) only; mean is for floating types.
+  constexpr bool kTruth = std::is_same_v<T, Bool8>;
+  switch (static_cast<ReduceOp>(args.op)) {
+    case ReduceOp::kMax:
       ReduceLoop<T, MaxReducer<T>>(args);
       return absl::OkStatus();
-    }
-    if (static_cast<ReduceOp>(args.op) == ReduceOp::kMin) {
+    case ReduceOp::kMin:
       ReduceLoop<T, MinReducer<T>>(args);
       return absl::OkStatus();
-    }
-    return absl::InternalError("reduction kernel: unsupported op/dtype pair passed validation");
-  } else {
-    switch (static_cast<ReduceOp>(args.op)) {
-      case ReduceOp::kSum:
+    case ReduceOp::kSum:
+      if constexpr (!kTruth) {
         ReduceLoop<T, SumReducer<T>>(args);
         return absl::OkStatus();
-      case ReduceOp::kMax:
-        ReduceLoop<T, MaxReducer<T>>(args);
-        return absl::OkStatus();
-      case ReduceOp::kMin:
-        ReduceLoop<T, MinReducer<T>>(args);
-        return absl::OkStatus();
-      case ReduceOp::kArgmax:
+      }
+      break;
+    case ReduceOp::kArgmax:
+      if constexpr (!kTruth) {
         ReduceLoop<T, ArgmaxReducer<T>>(args);
         return absl::OkStatus();
-      case ReduceOp::kMean:
-        if constexpr (kIsFloat<T>) {
-          ReduceLoop<T, MeanReducer<T>>(args);
-          return absl::OkStatus();
-        }
-        break;
-    }
-    return absl::InternalError("reduction kernel: unsupported op/dtype pair passed validation");
+      }
+      break;
+    case ReduceOp::kMean:
+      if constexpr (!kTruth && kIsFloat<T>) {
+        ReduceLoop<T, MeanReducer<T>>(args);
+        return absl::OkStatus();
+      }
+      break;
   }
+  return absl::InternalError("reduction kernel: unsupported op/dtype pair passed validation");
 }
 
 }  // namespace
