@@ -26,8 +26,8 @@ from ._address import default_address, region_socket_path, ring_socket_path, tar
 from ._region import Staging
 from ._tensor import Tensor, _Handle
 from ._transport import StreamTransport, UnaryTransport
-from ._types import (BuiltinKernel, DTypeLike, Info, MemoryUsage, Scalars, cube_count_for,
-                     dense_strides, dtype_of, encode_metadata, wire_dtype)
+from ._types import (BFLOAT16, BuiltinKernel, DTypeLike, Info, MemoryUsage, Scalars,
+                     cube_count_for, dense_strides, dtype_of, encode_metadata, wire_dtype)
 
 PathOrBytes = Union[str, os.PathLike, bytes]
 ArrayOrScalar = Union[Tensor, np.ndarray, int, float, Sequence[Any]]
@@ -757,12 +757,19 @@ class Client:
             flat = a.reshape(-1)
             result = self._launch(name, [flat], self._alloc((1,), out_dtype)).reshape(kept_shape)
         else:
-            result = a
+            # One pass per axis. Sums and means of half types pass their partial results in
+            # float32, rounding to the half type once at the end, as a single reduction does.
+            half = a.dtype == np.float16 or (BFLOAT16 is not None and a.dtype == BFLOAT16)
+            widen = half and len(axes) > 1 and name in ("sum", "mean")
+            result = self.cast(a, np.float32) if widen else a
             for ax in axes:
                 shape = list(result.shape)
                 shape[ax] = 1
-                result = self._launch(name, [result], self._alloc(shape, out_dtype),
-                                      dtype=a.dtype, axis=ax)
+                result = self._launch(name, [result], self._alloc(shape, result.dtype
+                                                                  if widen else out_dtype),
+                                      dtype=result.dtype, axis=ax)
+            if widen:
+                result = self.cast(result, out_dtype)
         if keepdims and ndim > 0:
             return result
         final = tuple(n for i, n in enumerate(kept_shape) if i not in axes) if ndim else ()
