@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 
+#include "absl/algorithm/container.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/checked_math.h"
@@ -265,17 +266,18 @@ absl::Status ToExecuteCommand(const v1::Kernel& kernel, const v1::CubeCount& cou
   // kernels receive them too (docs/kernel-abi.md).
   command.kernel.builtin.metadata.assign(b.metadata().begin(), b.metadata().end());
   command.kernel.builtin.scalars.reserve(b.scalars_size());
-  bool seen[8] = {};
+  std::vector<kernels::ScalarGroup>& groups = command.kernel.builtin.scalars;
   for (int i = 0; i < b.scalars_size(); ++i) {
     ASSIGN_OR_RETURN(kernels::ScalarGroup group, ToScalarGroup(b.scalars(i), i));
-    bool& dup = seen[static_cast<int>(group.elem)];
-    if (dup) {
+    // A search over the groups so far, not a table indexed by the type's wire value: there are
+    // at most as many groups as element types, and no table to outgrow when a type is added.
+    if (absl::c_any_of(groups,
+                       [&](const kernels::ScalarGroup& g) { return g.elem == group.elem; })) {
       return absl::InvalidArgumentError(
           absl::StrCat("bindings.scalars[", i, "]: a second group of ", ElemTypeName(group.elem),
                        " scalars; put all of them in one group"));
     }
-    dup = true;
-    command.kernel.builtin.scalars.push_back(std::move(group));
+    groups.push_back(std::move(group));
   }
   return absl::OkStatus();
 }

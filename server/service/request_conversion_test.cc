@@ -109,6 +109,17 @@ TEST(ToExecuteCommandTest, RejectsMalformedRequests) {
     ExpectInvalid(ToExecuteCommand(req, limits).status(), "second group");
   }
   {
+    // The types added after the first five (wire values up to 12) are checked the same way.
+    v1::ExecuteRequest req = AddRequest();
+    for (v1::ElemType elem : {v1::ELEM_TYPE_BOOL, v1::ELEM_TYPE_U16, v1::ELEM_TYPE_BOOL}) {
+      v1::ScalarGroup* g = req.mutable_bindings()->add_scalars();
+      g->set_elem(elem);
+      g->add_uints(1);
+    }
+    ExpectInvalid(ToExecuteCommand(req, limits).status(),
+                  "bindings.scalars[2]: a second group of bool");
+  }
+  {
     v1::ExecuteRequest req = AddRequest();
     for (uint32_t i = 0; i <= limits.max_buffers; ++i) req.mutable_bindings()->add_buffers();
     ExpectInvalid(ToExecuteCommand(req, limits).status(), "bindings.buffers");

@@ -191,6 +191,26 @@ std::vector<std::string> StreamSeeds() {
     s.Sync();
     seeds.push_back(s.Bytes());
   }
+  {  // The 1- and 2-byte types: fills whose scalar groups carry wire values above 7, a cast.
+    Stream s;
+    s.EmptyTensor(kId + 1, {4, 4});
+    const auto fill = [&](v1::ElemType elem) {
+      v1::ScalarGroup* g =
+          s.Execute("fill", elem, {kId + 1}, {{4, 4}})->mutable_bindings()->add_scalars();
+      g->set_elem(elem);
+      return g;
+    };
+    fill(v1::ELEM_TYPE_BF16)->add_floats(-1.5);
+    fill(v1::ELEM_TYPE_I8)->add_ints(-3);
+    fill(v1::ELEM_TYPE_BOOL)->add_uints(1);
+    s.EmptyTensor(kId + 2, {4, 4});
+    v1::Command::Execute* cast =
+        s.Execute("cast", v1::ELEM_TYPE_BOOL, {kId + 1, kId + 2}, {{4, 4}, {4, 4}});
+    cast->mutable_kernel()->mutable_builtin()->set_out_dtype(v1::ELEM_TYPE_U16);
+    s.Read(kId + 2);
+    s.Sync();
+    seeds.push_back(s.Bytes());
+  }
   {  // Client kernels (UNIMPLEMENTED on the CPU backend) and commands on poisoned ids.
     Stream s;
     s.EmptyTensor(kId + 1, {8});
