@@ -1,7 +1,9 @@
-"""Fixtures: the REAL cubed daemon (CPU backend, 64 MiB memory limit, as the bad-input table
-assumes) on a temporary Unix socket, and clients of it over each transport.
+"""Fixtures: the REAL cubed daemon (64 MiB memory limit, as the bad-input table assumes) on a
+temporary Unix socket, and clients of it over each transport.
 
-The daemon binary is $CUBED_BINARY, or --cubed=PATH on the pytest command line."""
+The daemon binary is $CUBED_BINARY, or --cubed=PATH on the pytest command line; its backend is
+cpu, or $CUBED_TEST_BACKEND, or --backend=cpu|cuda (tests of backend-specific behaviour read
+BACKEND and skip elsewhere)."""
 
 from __future__ import annotations
 
@@ -18,9 +20,20 @@ import pytest
 import cubed_client
 
 
+BACKEND = "cpu"
+"""The backend every Daemon of this run starts (pytest_configure sets it from --backend)."""
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--cubed", default=os.environ.get("CUBED_BINARY"),
                      help="path of the cubed daemon binary")
+    parser.addoption("--backend", default=os.environ.get("CUBED_TEST_BACKEND", "cpu"),
+                     choices=["cpu", "cuda"], help="the daemons' --backend (default cpu)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global BACKEND
+    BACKEND = config.getoption("--backend")
 
 
 class Daemon:
@@ -37,7 +50,7 @@ class Daemon:
         self.log_path = os.path.join(self.dir, "log")
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [binary, f"--listen={self.socket}", f"--ready_file={ready}", "--backend=cpu",
+                [binary, f"--listen={self.socket}", f"--ready_file={ready}", f"--backend={BACKEND}",
                  "--memory_limit=64MiB", *flags], stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

@@ -10,6 +10,7 @@ import grpc
 import numpy as np
 import pytest
 
+import conftest
 import cubed_client
 from cubed_client import BuiltinKernel
 from cubed_client._proto import types_pb2
@@ -162,6 +163,7 @@ def test_end_profile_without_start(client):
 @pytest.mark.parametrize("kernel", [
     types_pb2.Kernel(cuda_source=types_pb2.CudaSourceKernel(source="x", entry_point="k", cube_dim=DIM)),
     types_pb2.Kernel(ptx=types_pb2.PtxKernel(ptx="x", entry_point="k", cube_dim=DIM))])
+@pytest.mark.skipif(conftest.BACKEND != "cpu", reason="the CPU backend's answer to CUDA kernels")
 def test_cuda_kernels_on_cpu(client, kernel):
     bufs = add_buffers(client)
     expect(client, grpc.StatusCode.UNIMPLEMENTED, ["cuda"],

@@ -17,6 +17,7 @@ import pytest
 
 import cubed_client
 from cubed_client._proto import types_pb2
+import conftest
 from conftest import Daemon
 
 BOB_TOKEN = "bob-token-0123456789abcdef"          # all RPCs, no client kernels
@@ -199,12 +200,16 @@ def test_client_kernel_needs_permission(tls_daemon: Daemon, pki: Path, transport
             bob.sync()  # The stream reports a failed command at the next sync.
         assert e.value.code == grpc.StatusCode.PERMISSION_DENIED
         assert "client_kernels" in e.value.message
-    # A principal granted client_kernels passes that check; the CPU backend (these daemons'
-    # --backend) then cannot run it.
+    # A principal granted client_kernels passes that check: the CUDA backend runs the kernel, the
+    # CPU backend answers that it cannot.
     with _connect(tls_daemon, pki, token=ALICE_TOKEN, transport=transport) as alice:
-        assert alice.info().backend == "cpu"
+        assert alice.info().backend == conftest.BACKEND
         t = alice.create(np.zeros(4, np.float32))
-        with pytest.raises(cubed_client.UnimplementedError) as e:
+        if conftest.BACKEND == "cuda":
             alice.execute(_cuda_kernel(), (1, 1, 1), [t], metadata=[])
-            alice.sync()
-        assert "cuda backend" in e.value.message
+            assert alice.read(t).tolist() == [1, 0, 0, 0]
+        else:
+            with pytest.raises(cubed_client.UnimplementedError) as e:
+                alice.execute(_cuda_kernel(), (1, 1, 1), [t], metadata=[])
+                alice.sync()
+            assert "cuda backend" in e.value.message

@@ -8,6 +8,7 @@ import gc
 import numpy as np
 import pytest
 
+import conftest
 import cubed_client
 
 RNG = np.random.default_rng(7)
@@ -129,7 +130,7 @@ def test_garbage_collection_and_close_release(client):
 
 def test_memory_cleanup_and_info(client):
     info = client.info()
-    assert info.backend == "cpu" and info.devices >= 1 and info.version
+    assert info.backend == conftest.BACKEND and info.devices >= 1 and info.version
     assert info.memory_limit == 64 << 20
     assert set(cubed_client.KERNEL_DTYPES) <= set(info.dtypes)
     assert "matmul" in info.builtin_kernels
