@@ -1,6 +1,7 @@
 #include "kernels/cpu/norm.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <type_traits>
 #include <vector>
@@ -39,38 +40,59 @@ struct Moments {
   uint64_t n = 0;
 };
 
+// Sums of terms(i)[k] over i in [from, to), for each k < K, in four interleaved partial sums per
+// k (a fixed order, so the result depends on the data only): the additions pipeline and
+// vectorize, where one strict running sum would wait on each add.
+template <size_t K, typename A, typename Terms>
+std::array<A, K> Sums(uint64_t from, uint64_t to, Terms terms) {
+  std::array<std::array<A, K>, 4> part{};
+  uint64_t i = from;
+  for (; i + 4 <= to; i += 4) {
+    for (uint64_t u = 0; u < 4; ++u) {
+      const std::array<A, K> t = terms(i + u);
+      for (size_t k = 0; k < K; ++k) part[u][k] += t[k];
+    }
+  }
+  for (; i < to; ++i) {
+    const std::array<A, K> t = terms(i);
+    for (size_t k = 0; k < K; ++k) part[0][k] += t[k];
+  }
+  std::array<A, K> total;
+  for (size_t k = 0; k < K; ++k) total[k] = (part[0][k] + part[1][k]) + (part[2][k] + part[3][k]);
+  return total;
+}
+
 // Moments of elements [from, to) of a row. layer_norm: two passes, the second corrected by the
 // deviations' sum (Chan, Golub and LeVeque's corrected two-pass algorithm), so that a constant
 // slice gets its value as mean and m2 = 0; m2 never goes negative (NaN stays NaN).
-template <bool kCenter, typename T>
-Moments<Acc<T>> SliceMoments(const Row<T>& r, uint64_t from, uint64_t to) {
+// kUnit: the row is contiguous (sx == 1), which lets the compiler vectorize the sums.
+template <bool kUnit, bool kCenter, typename T>
+Moments<Acc<T>> StridedSliceMoments(const Row<T>& r, uint64_t from, uint64_t to) {
   using A = Acc<T>;
   Moments<A> m;
   m.n = to - from;
   if (m.n == 0) return m;
   const A n = static_cast<A>(m.n);
+  auto x = [&](uint64_t i) { return static_cast<A>(r.x[kUnit ? i : i * r.sx]); };
   if constexpr (!kCenter) {
-    A ss = 0;
-    for (uint64_t i = from; i < to; ++i) {
-      const A v = static_cast<A>(r.x[i * r.sx]);
-      ss += v * v;
-    }
-    m.m2 = ss;
+    m.m2 = Sums<1, A>(from, to, [&](uint64_t i) { return std::array<A, 1>{x(i) * x(i)}; })[0];
     return m;
   }
-  A sum = 0;
-  for (uint64_t i = from; i < to; ++i) sum += static_cast<A>(r.x[i * r.sx]);
-  const A mean0 = sum / n;
-  A s1 = 0, s2 = 0;
-  for (uint64_t i = from; i < to; ++i) {
-    const A d = static_cast<A>(r.x[i * r.sx]) - mean0;
-    s1 += d;
-    s2 += d * d;
-  }
-  m.mean = mean0 + s1 / n;
-  m.m2 = s2 - s1 * s1 / n;
+  const A mean0 = Sums<1, A>(from, to, [&](uint64_t i) { return std::array<A, 1>{x(i)}; })[0] / n;
+  const std::array<A, 2> s = Sums<2, A>(from, to, [&](uint64_t i) {
+    const A d = x(i) - mean0;
+    return std::array<A, 2>{d, d * d};
+  });
+  m.mean = mean0 + s[0] / n;
+  m.m2 = s[1] - s[0] * s[0] / n;
   if (m.m2 < 0) m.m2 = 0;
   return m;
+}
+
+template <bool kCenter, typename T>
+Moments<Acc<T>> SliceMoments(const Row<T>& r, uint64_t from, uint64_t to) {
+  return r.sx == 1 ? StridedSliceMoments<true, kCenter>(r, from, to)
+                   : StridedSliceMoments<false, kCenter>(r, from, to);
 }
 
 // Chan et al.'s pairwise update: the moments of a's elements followed by b's.
@@ -87,15 +109,27 @@ Moments<A> Merge(const Moments<A>& a, const Moments<A>& b) {
   return m;
 }
 
-// Writes elements [from, to) of a row: (x - mean) * rstd, times weight, plus bias.
-template <int kAffine, typename T>
-void NormalizeSlice(const Row<T>& r, Acc<T> mean, Acc<T> rstd, uint64_t from, uint64_t to) {
+// Writes elements [from, to) of a row: (x - mean) * rstd, times weight, plus bias. kUnit: every
+// stride is 1.
+template <bool kUnit, int kAffine, typename T>
+void StridedNormalizeSlice(const Row<T>& r, Acc<T> mean, Acc<T> rstd, uint64_t from, uint64_t to) {
   using A = Acc<T>;
   for (uint64_t i = from; i < to; ++i) {
-    A v = (static_cast<A>(r.x[i * r.sx]) - mean) * rstd;
-    if constexpr (kAffine >= 1) v *= static_cast<A>(r.w[i * r.sw]);
-    if constexpr (kAffine >= 2) v += static_cast<A>(r.b[i * r.sb]);
-    r.y[i * r.sy] = Convert<T>(v);
+    A v = (static_cast<A>(r.x[kUnit ? i : i * r.sx]) - mean) * rstd;
+    if constexpr (kAffine >= 1) v *= static_cast<A>(r.w[kUnit ? i : i * r.sw]);
+    if constexpr (kAffine >= 2) v += static_cast<A>(r.b[kUnit ? i : i * r.sb]);
+    r.y[kUnit ? i : i * r.sy] = Convert<T>(v);
+  }
+}
+
+template <int kAffine, typename T>
+void NormalizeSlice(const Row<T>& r, Acc<T> mean, Acc<T> rstd, uint64_t from, uint64_t to) {
+  const bool unit =
+      r.sx == 1 && r.sy == 1 && (kAffine < 1 || r.sw == 1) && (kAffine < 2 || r.sb == 1);
+  if (unit) {
+    StridedNormalizeSlice<true, kAffine>(r, mean, rstd, from, to);
+  } else {
+    StridedNormalizeSlice<false, kAffine>(r, mean, rstd, from, to);
   }
 }
 
@@ -159,7 +193,7 @@ void NormLoop(const KernelArgs& args) {
     proto.b = BufferAs<const T>(args, 2);
     proto.sb = args.meta.tensors[2].strides[0];
   }
-  const Acc<T> eps = static_cast<Acc<T>>(NormEps(args.call));
+  const Acc<T> eps = Convert<Acc<T>>(NormEps(args.call));  // Huge eps: +inf in f32.
   auto row_at = [&](const auto& off, uint64_t r, const auto& step) {
     Row<T> row = proto;
     row.x += off[0] + r * step[0];
