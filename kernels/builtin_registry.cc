@@ -16,10 +16,12 @@
 namespace cubed::kernels {
 namespace {
 
-constexpr std::array<absl::string_view, 3> kOut = {"out"};
-constexpr std::array<absl::string_view, 3> kInOut = {"in", "out"};
-constexpr std::array<absl::string_view, 3> kBinary = {"lhs", "rhs", "out"};
-constexpr std::array<absl::string_view, 3> kMatmul = {"a", "b", "out"};
+constexpr std::array<absl::string_view, 4> kOut = {"out"};
+constexpr std::array<absl::string_view, 4> kInOut = {"in", "out"};
+constexpr std::array<absl::string_view, 4> kBinary = {"lhs", "rhs", "out"};
+constexpr std::array<absl::string_view, 4> kMatmul = {"a", "b", "out"};
+constexpr std::array<absl::string_view, 4> kNormWeight = {"in", "weight", "out"};
+constexpr std::array<absl::string_view, 4> kNormAffine = {"in", "weight", "bias", "out"};
 
 constexpr KernelDef Unary(absl::string_view name, DtypeMask dtypes) {
   return {name, 2, kInOut, dtypes, ShapeRule::kSame, OutType::kDtype, 0, false, true, false};
@@ -37,6 +39,14 @@ constexpr KernelDef Reduce(absl::string_view name, DtypeMask dtypes, OutType out
           out_type, 1, false,  false,  needs_nonempty_axis};
 }
 
+// layer_norm and rms_norm over the last axis, one row per buffer count: no affine parameters,
+// weight, weight and bias (layer_norm only). They alone take the eps scalar (the last column).
+constexpr KernelDef Norm(absl::string_view name, uint32_t num_buffers,
+                         std::array<absl::string_view, 4> names) {
+  return {name,  num_buffers, names, kFloatTypes, ShapeRule::kNorm, OutType::kDtype, 1,
+          false, true,        false, true};
+}
+
 // Sorted by name. "max" and "min" appear twice: reductions with 2 buffers, elementwise with 3.
 // Columns: name, buffers, buffer names, dtypes, shape rule, output type, min rank, fill scalar,
 // in place, non-empty axis.
@@ -49,6 +59,9 @@ constexpr KernelDef kKernels[] = {
     Binary("div", kNumericTypes),
     Unary("exp", kFloatTypes),
     {"fill", 1, kOut, kAllTypes, ShapeRule::kAny, OutType::kDtype, 0, true, false, false},
+    Norm("layer_norm", 2, kInOut),
+    Norm("layer_norm", 3, kNormWeight),
+    Norm("layer_norm", 4, kNormAffine),
     Unary("log", kFloatTypes),
     {"matmul", 3, kMatmul, kNumericTypes, ShapeRule::kMatmul, OutType::kDtype, 2, false, false,
      false},
@@ -61,6 +74,8 @@ constexpr KernelDef kKernels[] = {
     Unary("neg", kSignedTypes),
     Binary("pow", kFloatTypes),
     Unary("relu", kSignedTypes),
+    Norm("rms_norm", 2, kInOut),
+    Norm("rms_norm", 3, kNormWeight),
     Unary("sigmoid", kFloatTypes),
     {"softmax", 2, kInOut, kFloatTypes, ShapeRule::kSame, OutType::kDtype, 1, false, true, false},
     Unary("sqrt", kFloatTypes),

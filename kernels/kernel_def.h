@@ -40,6 +40,7 @@ enum class ShapeRule : uint8_t {
   kBroadcast,  // binary: equal ranks; each input dim equals out's or is 1.
   kReduce,     // out = in with shape[axis] == 1.
   kMatmul,     // [..., M, K] x [..., K, N] -> [..., M, N], batch dims broadcast.
+  kNorm,       // layer_norm, rms_norm: out shape == in shape; weight, bias: [in's last dim].
 };
 
 // Element type of the output (the last buffer); inputs always have the call's dtype.
@@ -49,7 +50,7 @@ enum class OutType : uint8_t { kDtype, kOutDtype, kI64 };
 struct KernelDef {
   absl::string_view name;
   uint32_t num_buffers;
-  std::array<absl::string_view, 3> buffer_names;  // Inputs then the output.
+  std::array<absl::string_view, 4> buffer_names;  // Inputs then the output.
   DtypeMask dtypes;
   ShapeRule shape_rule;
   OutType out_type;
@@ -58,6 +59,8 @@ struct KernelDef {
   bool in_place;             // The output may be an input's memory, with an identical layout.
   bool needs_nonempty_axis;  // Reductions of no identity (max, min, argmax): the axis may be
                              // empty only when the output is.
+  bool takes_eps = false;    // Norms: exactly one f32 or f64 scalar group holding one eps,
+                             // finite and >= 0 (the row's variance + eps is never negative).
 };
 
 // Every row of the catalogue, sorted by name, a name's rows by buffer count ("max" and "min" are

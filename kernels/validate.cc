@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -15,7 +17,37 @@ std::string Describe(const TensorLayout& t) {
   return absl::StrCat("shape ", FormatDims(t, t.shape), ", strides ", FormatDims(t, t.strides));
 }
 
+// The norms' eps: one f32 or f64 value, whatever the dtype (the kernels convert it to the type
+// they compute in).
+absl::Status CheckEps(const KernelDef& def, const BuiltinCall& call) {
+  if (call.scalars.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(ErrorPrefix(def),
+                                                   "takes exactly one scalar group (eps, one f32 "
+                                                   "or f64 value), got ",
+                                                   call.scalars.size()));
+  }
+  const ScalarGroup& g = call.scalars[0];
+  if (g.elem != ElemType::kF32 && g.elem != ElemType::kF64) {
+    return absl::InvalidArgumentError(absl::StrCat(ErrorPrefix(def), "the eps scalar group is ",
+                                                   ElemTypeName(g.elem),
+                                                   "; it must be f32 or f64"));
+  }
+  if (g.bytes.size() != ElemSize(g.elem)) {
+    return absl::InvalidArgumentError(absl::StrCat(ErrorPrefix(def), "the eps scalar group holds ",
+                                                   g.bytes.size(), " bytes, expected exactly one ",
+                                                   ElemTypeName(g.elem), " value (",
+                                                   ElemSize(g.elem), " bytes)"));
+  }
+  const double eps = NormEps(call);
+  if (!(eps >= 0) || !std::isfinite(eps)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(ErrorPrefix(def), "eps is ", eps, "; it must be finite and >= 0"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckScalars(const KernelDef& def, const BuiltinCall& call) {
+  if (def.takes_eps) return CheckEps(def, call);
   if (!def.takes_fill_scalar) {
     if (call.scalars.empty()) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat("kernel '", def.name, "' takes no scalars, got ",
@@ -221,7 +253,42 @@ absl::Status CheckWork(const KernelDef& def, const BuiltinCall& call, const Kern
     case ShapeRule::kAny:
     case ShapeRule::kSame:
     case ShapeRule::kBroadcast:
+    case ShapeRule::kNorm:  // A few passes over each row: a constant per output element.
       return absl::OkStatus();
+  }
+  return absl::OkStatus();
+}
+
+// `out` has the rank and shape of `in` (both of equal rank already).
+absl::Status CheckSameShape(const KernelDef& def, const TensorLayout& in, const TensorLayout& out) {
+  for (uint32_t d = 0; d < in.rank; ++d) {
+    if (in.shape[d] != out.shape[d]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(ErrorPrefix(def), "out shape ", FormatDims(out, out.shape),
+                       " differs from in shape ", FormatDims(in, in.shape), " at dim ", d));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// layer_norm, rms_norm: out = in, and weight and bias are 1-D of in's last dim.
+absl::Status CheckNorm(const KernelDef& def, const KernelMetadata& meta) {
+  const uint32_t out = def.num_buffers - 1;
+  const TensorLayout& in = meta.tensors[0];
+  if (in.rank != meta.tensors[out].rank) {
+    return absl::InvalidArgumentError(absl::StrCat(ErrorPrefix(def), "in has rank ", in.rank,
+                                                   " but out has rank ", meta.tensors[out].rank,
+                                                   "; ranks must be equal"));
+  }
+  RETURN_IF_ERROR(CheckSameShape(def, in, meta.tensors[out]));
+  const uint64_t len = in.shape[in.rank - 1];
+  for (uint32_t i = 1; i < out; ++i) {
+    const TensorLayout& p = meta.tensors[i];
+    if (p.rank != 1 || p.shape[0] != len) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          ErrorPrefix(def), def.buffer_names[i], " shape ", FormatDims(p, p.shape), " must be [",
+          len, "]: 1-D, the length of in's last dim (in shape ", FormatDims(in, in.shape), ")"));
+    }
   }
   return absl::OkStatus();
 }
@@ -234,14 +301,9 @@ absl::Status CheckShapes(const KernelDef& def, const BuiltinCall& call,
       return absl::OkStatus();
     case ShapeRule::kSame:
       RETURN_IF_ERROR(CheckSameRank(def, meta));
-      for (uint32_t d = 0; d < t[0].rank; ++d) {
-        if (t[0].shape[d] != t[1].shape[d]) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(ErrorPrefix(def), "out shape ", FormatDims(t[1], t[1].shape),
-                           " differs from in shape ", FormatDims(t[0], t[0].shape), " at dim ", d));
-        }
-      }
-      return absl::OkStatus();
+      return CheckSameShape(def, t[0], t[1]);
+    case ShapeRule::kNorm:
+      return CheckNorm(def, meta);
     case ShapeRule::kBroadcast:
       RETURN_IF_ERROR(CheckSameRank(def, meta));
       RETURN_IF_ERROR(CheckBroadcast(def, 0, t[0], t[2], t[2].rank));
@@ -266,6 +328,18 @@ std::string BufferLabel(const KernelDef& def, uint32_t i) {
 
 std::string FormatDims(const TensorLayout& t, const std::array<uint64_t, kMaxRank>& dims) {
   return absl::StrCat("[", absl::StrJoin(dims.begin(), dims.begin() + t.rank, ", "), "]");
+}
+
+double NormEps(const BuiltinCall& call) {
+  const ScalarGroup& g = call.scalars[0];
+  if (g.elem == ElemType::kF32 && g.bytes.size() == 4) {
+    float f;
+    std::memcpy(&f, g.bytes.data(), 4);
+    return f;
+  }
+  double d = 0;
+  if (g.bytes.size() == 8) std::memcpy(&d, g.bytes.data(), 8);
+  return d;
 }
 
 bool MayOverlapItself(const TensorLayout& t) {

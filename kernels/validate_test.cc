@@ -1,6 +1,7 @@
 #include "kernels/validate.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,10 @@ TEST(ValidateTest, NamesAreSortedUniqueAndComplete) {
                         "min",  "pow",     "sum",  "mean", "argmax", "matmul", "softmax"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
   }
-  EXPECT_EQ(names.size(), 23u);
+  for (const char* n : {"layer_norm", "rms_norm"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
+  }
+  EXPECT_EQ(names.size(), 25u);
 }
 
 TEST(ValidateTest, ValidCallPasses) {
@@ -150,6 +154,80 @@ TEST(ValidateTest, ScalarCountAndType) {
   call.scalars.push_back(OneScalar(ElemType::kF32, 1));
   st = ValidateBuiltin(call, ContiguousBytes(s2));
   EXPECT_THAT(st.message(), HasSubstr("'neg' takes no scalars"));
+}
+
+BuiltinCall NormCall(std::string name, ElemType dt, const std::vector<std::vector<uint64_t>>& s) {
+  BuiltinCall call = ContiguousCall(std::move(name), dt, s);
+  call.scalars.push_back(OneScalar(ElemType::kF64, 1e-5));
+  return call;
+}
+
+TEST(ValidateTest, NormsTakeOneBufferCountPerAffineVariant) {
+  for (const std::vector<std::vector<uint64_t>>& s :
+       std::vector<std::vector<std::vector<uint64_t>>>{
+           {{2, 7}, {2, 7}}, {{2, 7}, {7}, {2, 7}}, {{2, 7}, {7}, {7}, {2, 7}}}) {
+    const absl::Status st =
+        ValidateBuiltin(NormCall("layer_norm", ElemType::kBF16, s), ContiguousBytes(s, 2));
+    EXPECT_TRUE(st.ok()) << st;
+  }
+  std::vector<std::vector<uint64_t>> s = {{2, 7}, {7}, {7}, {7}, {2, 7}};
+  absl::Status st = ValidateBuiltin(NormCall("layer_norm", ElemType::kF32, s), ContiguousBytes(s));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(),
+            "kernel 'layer_norm' takes 2 buffers (in, out) or 3 buffers (in, weight, out) or 4 "
+            "buffers (in, weight, bias, out), got 5");
+  s = {{2, 7}, {7}, {7}, {2, 7}};
+  st = ValidateBuiltin(NormCall("rms_norm", ElemType::kF32, s), ContiguousBytes(s));
+  EXPECT_EQ(st.message(),
+            "kernel 'rms_norm' takes 2 buffers (in, out) or 3 buffers (in, weight, out), got 4");
+}
+
+TEST(ValidateTest, NormShapesDtypesAndEps) {
+  std::vector<std::vector<uint64_t>> s = {{2, 7}, {5}, {7}, {2, 7}};
+  absl::Status st = ValidateBuiltin(NormCall("layer_norm", ElemType::kF32, s), ContiguousBytes(s));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(),
+            "kernel 'layer_norm': weight shape [5] must be [7]: 1-D, the length of in's last dim "
+            "(in shape [2, 7])");
+  s = {{2, 7}, {7}, {1, 7}, {2, 7}};
+  st = ValidateBuiltin(NormCall("layer_norm", ElemType::kF32, s), ContiguousBytes(s));
+  EXPECT_THAT(st.message(), HasSubstr("bias shape [1, 7] must be [7]"));
+  s = {{2, 7}, {2, 6}};
+  st = ValidateBuiltin(NormCall("rms_norm", ElemType::kF32, s), ContiguousBytes(s));
+  EXPECT_THAT(st.message(), AllOf(HasSubstr("out shape [2, 6] differs from in shape [2, 7]"),
+                                  HasSubstr("dim 1")));
+  s = {{14}, {2, 7}};
+  st = ValidateBuiltin(NormCall("rms_norm", ElemType::kF32, s), ContiguousBytes(s));
+  EXPECT_THAT(st.message(), HasSubstr("in has rank 1 but out has rank 2"));
+  s = {{}, {}};
+  st = ValidateBuiltin(NormCall("rms_norm", ElemType::kF32, s), ContiguousBytes(s));
+  EXPECT_THAT(st.message(), HasSubstr("in has rank 0, needs rank >= 1"));
+  s = {{2, 7}, {7}, {2, 7}};
+  st = ValidateBuiltin(NormCall("rms_norm", ElemType::kI32, s), ContiguousBytes(s));
+  EXPECT_EQ(st.message(),
+            "kernel 'rms_norm' does not support dtype i32 (supported: f32, f64, f16, bf16)");
+
+  BuiltinCall call = NormCall("rms_norm", ElemType::kF16, s);
+  EXPECT_TRUE(ValidateBuiltin(call, ContiguousBytes(s, 2)).ok());
+  call.scalars[0] = OneScalar(ElemType::kF32, 0.0);  // f32 eps for any dtype; 0 is allowed.
+  EXPECT_TRUE(ValidateBuiltin(call, ContiguousBytes(s, 2)).ok());
+  call.scalars.clear();
+  st = ValidateBuiltin(call, ContiguousBytes(s, 2));
+  EXPECT_EQ(st.message(),
+            "kernel 'rms_norm': takes exactly one scalar group (eps, one f32 or f64 value), got 0");
+  call.scalars = {OneScalar(ElemType::kF16, 1e-3)};
+  st = ValidateBuiltin(call, ContiguousBytes(s, 2));
+  EXPECT_THAT(st.message(), HasSubstr("the eps scalar group is f16; it must be f32 or f64"));
+  call.scalars = {OneScalar(ElemType::kF64, 1e-3)};
+  call.scalars[0].bytes.resize(16);
+  st = ValidateBuiltin(call, ContiguousBytes(s, 2));
+  EXPECT_THAT(st.message(), HasSubstr("holds 16 bytes, expected exactly one f64 value (8 bytes)"));
+  for (double bad : {-1e-5, std::nan(""), HUGE_VAL}) {
+    call.scalars = {OneScalar(ElemType::kF64, bad)};
+    st = ValidateBuiltin(call, ContiguousBytes(s, 2));
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(st.message(), HasSubstr("must be finite and >= 0")) << bad;
+  }
 }
 
 TEST(ValidateTest, BufferTooSmallForLayoutNamesBufferAndSizes) {

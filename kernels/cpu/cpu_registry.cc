@@ -15,6 +15,7 @@
 #include "kernels/cpu/fill_copy_cast.h"
 #include "kernels/cpu/host_buffers.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/norm.h"
 #include "kernels/cpu/reduce.h"
 #include "kernels/cpu/softmax.h"
 #include "kernels/validate.h"
@@ -43,6 +44,9 @@ constexpr CpuKernel kCpuKernels[] = {
     Binary("div", BinaryOp::kDiv),
     Unary("exp", UnaryOp::kExp),
     {"fill", 1, RunFill, 0},
+    {"layer_norm", 2, RunNorm, static_cast<int>(NormOp::kLayer)},
+    {"layer_norm", 3, RunNorm, static_cast<int>(NormOp::kLayer)},
+    {"layer_norm", 4, RunNorm, static_cast<int>(NormOp::kLayer)},
     Unary("log", UnaryOp::kLog),
     {"matmul", 3, RunMatmul, 0},
     Reduce("max", ReduceOp::kMax),
@@ -54,6 +58,8 @@ constexpr CpuKernel kCpuKernels[] = {
     Unary("neg", UnaryOp::kNeg),
     Binary("pow", BinaryOp::kPow),
     Unary("relu", UnaryOp::kRelu),
+    {"rms_norm", 2, RunNorm, static_cast<int>(NormOp::kRms)},
+    {"rms_norm", 3, RunNorm, static_cast<int>(NormOp::kRms)},
     Unary("sigmoid", UnaryOp::kSigmoid),
     {"softmax", 2, RunSoftmax, 0},
     Unary("sqrt", UnaryOp::kSqrt),
@@ -80,7 +86,7 @@ absl::StatusOr<const CpuKernel*> FindCpuKernel(const KernelDef& def) {
 absl::Status RunBuiltinCpu(const BuiltinCall& call, absl::Span<const HostBuffer> buffers) {
   ASSIGN_OR_RETURN(const KernelDef* def, FindKernel(call.name, buffers.size()));
   ASSIGN_OR_RETURN(const CpuKernel* cpu, FindCpuKernel(*def));
-  absl::InlinedVector<uint64_t, 3> sizes;
+  absl::InlinedVector<uint64_t, 4> sizes;
   for (const HostBuffer& b : buffers) sizes.push_back(b.size_bytes);
   ASSIGN_OR_RETURN(const KernelMetadata meta, ValidateCall(*def, call, sizes));
   RETURN_IF_ERROR(CheckHostBuffers(*def, call, meta, buffers));

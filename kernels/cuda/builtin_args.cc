@@ -8,6 +8,7 @@
 #include "common/status_macros.h"
 #include "kernels/cuda/builtin_catalog.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/validate.h"
 
 namespace cubed::kernels {
 namespace {
@@ -31,9 +32,9 @@ constexpr uint32_t kLargeBlock = 1024;  // The kernels' __launch_bounds__.
 constexpr uint32_t kBlocksPerSm = 32;
 constexpr uint32_t kThreadsPerSm = 2048;  // Resident threads of an SM (sm_70 and later).
 
-// Softmax: a warp per row while the row fits in a warp's registers
+// Softmax and the norms: a warp per row while the row fits in a warp's registers
 // (CUBED_CUDA_SOFTMAX_CACHE_BYTES), else a block just large enough to hold it, else (longer rows,
-// three passes) a large block.
+// read more than once) a large block.
 uint64_t SoftmaxThreadElems(uint32_t elem_bytes) {
   return CUBED_CUDA_SOFTMAX_CACHE_BYTES / std::max<uint32_t>(elem_bytes, 1);
 }
@@ -105,7 +106,12 @@ absl::StatusOr<CudaBuiltinArgs> MakeCudaBuiltinArgs(const BuiltinCall& call,
       }
       break;
     }
-    case CudaFamily::kSoftmax: {
+    case CudaFamily::kNorm: {
+      const double eps = NormEps(call);
+      std::memcpy(&args.scalar, &eps, sizeof(eps));
+      [[fallthrough]];
+    }
+    case CudaFamily::kSoftmax: {  // Softmax and the norms: a row per group.
       args.axis = out.rank - 1;
       const uint64_t len = out.shape[out.rank - 1];
       args.count = len == 0 ? 0 : args.count / len;
@@ -171,8 +177,10 @@ CudaLaunchDims BuiltinLaunchDims(const BuiltinCall& call, CudaBuiltinArgs* args,
       blocks = groups * std::max<uint64_t>(splits, 1);
       break;
     }
-    case CudaFamily::kSoftmax: {
-      const uint64_t len = args->buffers[1].shape[args->axis % CUBED_CUDA_MAX_RANK];
+    case CudaFamily::kSoftmax:
+    case CudaFamily::kNorm: {
+      const CudaTensorArg& out = args->buffers[(args->num_buffers - 1) % CUBED_CUDA_MAX_BUFFERS];
+      const uint64_t len = out.shape[args->axis % CUBED_CUDA_MAX_RANK];
       if (args->variant == CUBED_CUDA_GROUP_WARP) {
         blocks = CeilDiv(args->count, kBlock / 32);
       } else {

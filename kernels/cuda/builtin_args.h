@@ -14,7 +14,7 @@
 // all buffers by the linear element index (the vectorized fast path).
 #define CUBED_CUDA_DENSE 1u
 
-// `variant` of reductions and softmax: how many threads cooperate on one output (row).
+// `variant` of reductions, softmax and the norms: how many threads cooperate on one output (row).
 #define CUBED_CUDA_GROUP_BLOCK 0u   // One block per output.
 #define CUBED_CUDA_GROUP_WARP 1u    // One warp per output.
 #define CUBED_CUDA_GROUP_THREAD 2u  // One thread per output (reductions only).
@@ -30,8 +30,9 @@
 #define CUBED_CUDA_SPLIT_PARTIALS_OFFSET (CUBED_CUDA_SPLIT_GROUPS * 4u)
 #define CUBED_CUDA_SPLIT_PARTIAL_BYTES 16u  // The largest partial (argmax: value and index).
 
-// Softmax keeps a row in registers, this many bytes per thread, when it fits in its group's
-// threads (one read and one write of the row); longer rows take three passes.
+// Softmax and the norms (layer_norm, rms_norm) keep a row in registers, this many bytes per
+// thread, when it fits in its group's threads (one read and one write of the row); longer rows
+// are read three times (softmax) or twice (norms).
 #define CUBED_CUDA_SOFTMAX_CACHE_BYTES 64u
 
 // One bound buffer viewed as a tensor.
@@ -48,15 +49,15 @@ typedef struct CudaTensorArg {
 typedef struct CudaBuiltinArgs {
   CudaTensorArg buffers[CUBED_CUDA_MAX_BUFFERS];  // Inputs then the output, as bound.
   // Size of the iteration space: elements of the output (fill, copy, cast, unary, binary), outputs
-  // (reductions), rows (softmax: the output's elements / its last dim, 0 when that dim is 0),
-  // batches (matmul: product of the output's leading rank - 2 dims).
+  // (reductions), rows (softmax, norms: the output's elements / its last dim, 0 when that dim is
+  // 0), batches (matmul: product of the output's leading rank - 2 dims).
   unsigned long long count;
-  // fill: the value's bits, little-endian, zero-extended to 64 bits.
+  // fill: the value's bits, little-endian, zero-extended to 64 bits. Norms: eps, an f64's bits.
   unsigned long long scalar;
   unsigned int num_buffers;
-  unsigned int axis;     // Reductions: the reduced dim. Softmax: rank - 1.
+  unsigned int axis;     // Reductions: the reduced dim. Softmax, norms: rank - 1.
   unsigned int flags;    // CUBED_CUDA_DENSE.
-  unsigned int variant;  // CUBED_CUDA_GROUP_* for reductions and softmax; 0 otherwise.
+  unsigned int variant;  // CUBED_CUDA_GROUP_* for reductions, softmax, norms; 0 otherwise.
   // Reductions: blocks per group of outputs (Note [Split reduction]); 0 or 1 = no split.
   unsigned int splits;
   unsigned int reserved;

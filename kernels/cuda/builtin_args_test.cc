@@ -131,6 +131,49 @@ TEST(MakeCudaBuiltinArgsTest, ReductionSoftmaxAndMatmulCounts) {
   EXPECT_EQ(dims.block[0], 256u);
 }
 
+TEST(MakeCudaBuiltinArgsTest, NormsPassRowsAndEps) {
+  std::vector<uint64_t> bytes;
+  BuiltinCall call = Call("layer_norm", ElemType::kF32,
+                          {Strided({6, 4096}, {1, 6}), Strided({4096}, {2}),
+                           TensorLayout::Contiguous({4096}), TensorLayout::Contiguous({6, 4096})},
+                          &bytes);
+  ScalarGroup eps{ElemType::kF32, {}};
+  const float value = 1e-5f;
+  eps.bytes.resize(4);
+  std::memcpy(eps.bytes.data(), &value, 4);
+  call.scalars.push_back(eps);
+  auto args = MakeCudaBuiltinArgs(call, bytes);
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_EQ(args->num_buffers, 4u);
+  EXPECT_EQ(args->count, 6u);  // Rows.
+  EXPECT_EQ(args->axis, 1u);
+  EXPECT_EQ(args->variant, CUBED_CUDA_GROUP_BLOCK);
+  EXPECT_EQ(args->buffers[0].strides[1], 6u);  // Transposed input.
+  EXPECT_EQ(args->buffers[1].strides[0], 2u);  // Stepped weight.
+  double got = 0;
+  std::memcpy(&got, &args->scalar, 8);
+  EXPECT_EQ(got, static_cast<double>(value));  // eps travels as an f64, whatever its group.
+  // A 4096-float row: a block of 256 threads holds it in registers, one block per row.
+  CudaLaunchDims dims = BuiltinLaunchDims(call, &*args, 132);
+  EXPECT_EQ(dims.block[0], 4096u / (CUBED_CUDA_SOFTMAX_CACHE_BYTES / 4));
+  EXPECT_EQ(dims.grid[0], 6u);
+  // Short rows: a warp each.
+  bytes.clear();
+  BuiltinCall rms = Call(
+      "rms_norm", ElemType::kBF16,
+      {TensorLayout::Contiguous({1000, 512}), TensorLayout::Contiguous({1000, 512})}, &bytes, 2);
+  rms.scalars.push_back(eps);
+  args = MakeCudaBuiltinArgs(rms, bytes);
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_EQ(args->variant, CUBED_CUDA_GROUP_WARP);
+  dims = BuiltinLaunchDims(rms, &*args, 132);
+  EXPECT_EQ(dims.block[0], 256u);
+  EXPECT_EQ(dims.grid[0], 1000u / 8);
+  // No eps: the validation error.
+  rms.scalars.clear();
+  EXPECT_EQ(MakeCudaBuiltinArgs(rms, bytes).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(MakeCudaBuiltinArgsTest, ValidationErrorsPassThrough) {
   std::vector<uint64_t> bytes;
   const BuiltinCall call =

@@ -23,7 +23,7 @@ struct Row {
   absl::string_view name;
   size_t num_buffers;
   CudaFamily family;
-  absl::string_view op;  // Template argument naming the operation (unary, binary, reduce).
+  absl::string_view op;  // Template argument naming the operation (unary, binary, reduce, norm).
   Mask dtypes;
 };
 
@@ -36,6 +36,9 @@ constexpr Row kRows[] = {
     {"div", 3, CudaFamily::kBinary, "cubed::DivOp", kNumeric},
     {"exp", 2, CudaFamily::kUnary, "cubed::ExpOp", kFloat},
     {"fill", 1, CudaFamily::kFill, "", kAll},
+    {"layer_norm", 2, CudaFamily::kNorm, "cubed::LayerNormOp", kFloat},
+    {"layer_norm", 3, CudaFamily::kNorm, "cubed::LayerNormOp", kFloat},
+    {"layer_norm", 4, CudaFamily::kNorm, "cubed::LayerNormOp", kFloat},
     {"log", 2, CudaFamily::kUnary, "cubed::LogOp", kFloat},
     {"matmul", 3, CudaFamily::kMatmul, "", kNumeric},
     {"max", 2, CudaFamily::kReduce, "cubed::MaxR", kAll},
@@ -47,6 +50,8 @@ constexpr Row kRows[] = {
     {"neg", 2, CudaFamily::kUnary, "cubed::NegOp", kSigned},
     {"pow", 3, CudaFamily::kBinary, "cubed::PowOp", kFloat},
     {"relu", 2, CudaFamily::kUnary, "cubed::ReluOp", kSigned},
+    {"rms_norm", 2, CudaFamily::kNorm, "cubed::RmsNormOp", kFloat},
+    {"rms_norm", 3, CudaFamily::kNorm, "cubed::RmsNormOp", kFloat},
     {"sigmoid", 2, CudaFamily::kUnary, "cubed::SigmoidOp", kFloat},
     {"softmax", 2, CudaFamily::kSoftmax, "", kFloat},
     {"sqrt", 2, CudaFamily::kUnary, "cubed::SqrtOp", kFloat},
@@ -121,6 +126,8 @@ std::string ProgramName(CudaFamily family, ElemType dtype) {
       return absl::StrCat("softmax_", ElemTypeName(dtype));
     case CudaFamily::kMatmul:
       return absl::StrCat("matmul_", ElemTypeName(dtype));
+    case CudaFamily::kNorm:
+      return absl::StrCat("norm_", ElemTypeName(dtype));
   }
   return "";
 }
@@ -139,6 +146,8 @@ absl::string_view SourceFile(CudaFamily family) {
       return "softmax.cuh";
     case CudaFamily::kMatmul:
       return "matmul.cuh";
+    case CudaFamily::kNorm:
+      return "norm.cuh";
   }
   return "";
 }
@@ -162,6 +171,8 @@ std::string Expression(const Row& row, ElemType dtype, ElemType out_dtype) {
       return absl::StrCat("cubed::SoftmaxKernel<", t, ">");
     case CudaFamily::kMatmul:
       return absl::StrCat("cubed::MatmulKernel<", t, ">");
+    case CudaFamily::kNorm:  // The affine inputs bound: 0, weight (1), weight and bias (2).
+      return absl::StrCat("cubed::NormKernel<", row.op, ", ", t, ", ", row.num_buffers - 2, ">");
   }
   return "";
 }

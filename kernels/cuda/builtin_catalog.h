@@ -25,7 +25,8 @@ enum class CudaFamily : uint8_t {
   kBinary,
   kReduce,
   kSoftmax,
-  kMatmul
+  kMatmul,
+  kNorm
 };
 
 // One NVRTC program of builtin kernels.

@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "kernels/builtin.h"
+#include "kernels/cuda/builtin_args.h"
 
 namespace cubed::kernels {
 namespace {
@@ -14,7 +15,7 @@ namespace {
 // accepts: ValidateBuiltin checks name, buffer count and dtype before the metadata.
 TEST(BuiltinCatalogTest, MatchesTheCpuLibrary) {
   for (const std::string& name : BuiltinKernelNames()) {
-    for (size_t buffers = 1; buffers <= 3; ++buffers) {
+    for (size_t buffers = 1; buffers <= CUBED_CUDA_MAX_BUFFERS; ++buffers) {
       for (ElemType t : kAllElemTypes) {
         BuiltinCall call;
         call.name = name;

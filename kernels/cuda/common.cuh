@@ -436,6 +436,13 @@ __device__ V BlockAllReduce(V v) {
   return v;
 }
 
+// The sum of a scalar type, for the all-reduces above (softmax, rms_norm).
+template <class V>
+struct SumCombine {
+  static __device__ V Combine(V a, V b) { return a + b; }
+  static __device__ V Shfl(V v, int m) { return ShflXor(v, m); }
+};
+
 // Reduces over the group a `variant` (CUBED_CUDA_GROUP_*) assigns to one output.
 template <class Op, class V>
 __device__ __forceinline__ V GroupAllReduce(V v, u32 variant) {

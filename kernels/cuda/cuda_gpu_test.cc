@@ -219,6 +219,8 @@ double Tolerance(const std::string& name, ElemType t) {
   if (t == ElemType::kF16) return 2e-3;
   if (t == ElemType::kBF16) return 1.6e-2;
   if (name == "matmul") return t == ElemType::kF32 ? 1e-4 : 1e-12;
+  // f32 norms: f32 statistics on the GPU, f64 on the CPU; w * v + b may cancel.
+  if (name == "layer_norm" || name == "rms_norm") return t == ElemType::kF32 ? 1e-5 : 1e-12;
   return t == ElemType::kF32 ? 2e-6 : 1e-13;
 }
 
@@ -349,6 +351,12 @@ BuiltinCall MakeCall(const CudaBuiltinSignature& s) {
     FillRandom(s.dtype, g.bytes.data(), 1, &seed);
     call.scalars.push_back(g);
   }
+  if (s.name == "layer_norm" || s.name == "rms_norm") {
+    ScalarGroup eps{ElemType::kF64, std::vector<uint8_t>(8)};
+    const double value = 1e-5;
+    std::memcpy(eps.bytes.data(), &value, 8);
+    call.scalars.push_back(eps);
+  }
   return call;
 }
 
@@ -426,6 +434,41 @@ std::vector<Case> CasesFor(const CudaBuiltinSignature& s, CudaFamily family) {
       add("cached plain misaligned", {Dense({3, 16383}), Dense({3, 16383})}, 0, 1).plain = true;
       add("three passes plain", {Dense({2, 40000}), Dense({2, 40000})}).plain = true;
       break;
+    case CudaFamily::kNorm: {
+      // in, then weight and bias as the row binds them (1-D, dense or stepped), then out.
+      auto norm = [&](const char* what, TensorLayout in, TensorLayout out, uint64_t misalign = 0,
+                      uint64_t param_stride = 1) -> Case& {
+        const uint64_t len = out.shape[out.rank - 1];
+        std::vector<TensorLayout> t = {in};
+        for (size_t i = 2; i < s.num_buffers; ++i) t.push_back(Strided({len}, {param_stride}));
+        t.push_back(out);
+        return add(what, std::move(t), 0, misalign);
+      };
+      norm("warp", Dense({33, 100}), Dense({33, 100}));
+      norm("block", Dense({3, 3000}), Dense({3, 3000}));
+      norm("transposed", Strided({20, 50}, {1, 20}), Dense({20, 50}));
+      norm("cached misaligned", Dense({5, 4097}), Dense({5, 4097}), 1);
+      norm("cached strided", Strided({3, 700}, {1, 3}), Dense({3, 700}), 0, 2);
+      norm("streamed", Dense({2, 40000}), Dense({2, 40000}));
+      norm("size-1 rows", Dense({37, 1}), Dense({37, 1}));
+      norm("empty rows", Dense({0, 7}), Dense({0, 7}));
+      norm("warp plain", Dense({33, 100}), Dense({33, 100})).plain = true;
+      norm("warp plain stepped", Dense({9, 33}), Dense({9, 33}), 0, 2).plain = true;
+      norm("cached plain 4096", Dense({64, 4096}), Dense({64, 4096})).plain = true;
+      norm("cached plain misaligned", Dense({3, 16383}), Dense({3, 16383}), 1).plain = true;
+      norm("cached plain transposed", Strided({300, 40}, {1, 300}), Dense({300, 40})).plain = true;
+      norm("streamed plain", Dense({2, 40000}), Dense({2, 40000})).plain = true;
+      norm("streamed plain strided", Strided({2, 70001}, {1, 2}), Dense({2, 70001}), 1, 2).plain =
+          true;
+      {
+        // Constant rows and rows far from zero: the moments' merge (Note [Norm moments]).
+        Case& c = norm("constant rows", Dense({4, 3000}), Dense({4, 3000}));
+        c.plain = true;
+        for (uint64_t i = 0; i < 3000; ++i) c.plant.push_back({i, 2.5});
+        for (uint64_t i = 6000; i < 9000; ++i) c.plant.push_back({i, 300 + (i % 7) * 0.25});
+      }
+      break;
+    }
     case CudaFamily::kMatmul:
       add("batched", {Dense({2, 1, 70, 33}), Dense({1, 3, 33, 130}), Dense({2, 3, 70, 130})});
       add("transposed", {Strided({65, 40}, {1, 65}), Strided({40, 66}, {1, 40}), Dense({65, 66})});

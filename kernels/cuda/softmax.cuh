@@ -14,11 +14,6 @@ struct MaxCombine {
   static __device__ T Combine(T a, T b) { return Max(a, b); }
   static __device__ T Shfl(T v, int m) { return ShflXor(v, m); }
 };
-template <class V>
-struct SumCombine {
-  static __device__ V Combine(V a, V b) { return a + b; }
-  static __device__ V Shfl(V v, int m) { return ShflXor(v, m); }
-};
 
 // One row held in registers: thread `lane` of a group of `size` holds the 16-byte packs
 // lane, lane + size, ... (kPacks of them) of the row, element k of pack j at j * kV + k.

@@ -18,6 +18,12 @@ const std::set<std::string> kTestedKernels = {
     "sum",    "mean",    "argmax",                                           // kernels_reduce_test
     "matmul", "softmax",                                                     // kernels_matmul_...
 };
+// Names too long for the table above.
+const std::set<std::string> kTestedLongNames = {"layer_norm", "rms_norm"};  // kernels_norm_test
+
+bool Tested(const std::string& name) {
+  return kTestedKernels.count(name) > 0 || kTestedLongNames.count(name) > 0;
+}
 
 TEST_F(KernelCoverageTest, EveryAdvertisedKernelHasAReferenceTest) {
   auto client = Connect();
@@ -27,10 +33,12 @@ TEST_F(KernelCoverageTest, EveryAdvertisedKernelHasAReferenceTest) {
   std::set<std::string> advertised(info->device.builtin_kernels().begin(),
                                    info->device.builtin_kernels().end());
   for (const std::string& name : advertised) {
-    EXPECT_TRUE(kTestedKernels.count(name)) << "kernel \"" << name << "\" has no reference test";
+    EXPECT_TRUE(Tested(name)) << "kernel \"" << name << "\" has no reference test";
   }
-  for (const std::string& name : kTestedKernels) {
-    EXPECT_TRUE(advertised.count(name)) << "tested kernel \"" << name << "\" is not advertised";
+  for (const auto* tested : {&kTestedKernels, &kTestedLongNames}) {
+    for (const std::string& name : *tested) {
+      EXPECT_TRUE(advertised.count(name)) << "tested kernel \"" << name << "\" is not advertised";
+    }
   }
 }
 

@@ -34,6 +34,11 @@ ArrayOrScalar = Union[Tensor, np.ndarray, int, float, Sequence[Any]]
 Axis = Union[None, int, Sequence[int]]
 
 _MAX_BYTES = (1 << 63) - 1
+# rms_norm's default eps: torch.finfo(dtype).eps of each float type.
+_MACHINE_EPS = {np.dtype(np.float32): 2.0 ** -23, np.dtype(np.float64): 2.0 ** -52,
+                np.dtype(np.float16): 2.0 ** -10}
+if BFLOAT16 is not None:
+    _MACHINE_EPS[BFLOAT16] = 2.0 ** -7
 # Collected tensors whose releases are sent together (Client._live).
 RELEASE_BATCH = 32
 
@@ -727,6 +732,58 @@ class Client:
         moved = a.swapaxes(axis, -1)
         out = self._launch("softmax", [moved], self._alloc(moved.shape, a.dtype))
         return out.swapaxes(axis, -1)
+
+    def _norm_param(self, name: str, what: str, x: Optional[ArrayOrScalar], a: Tensor) -> Tensor:
+        """weight or bias of a norm: a's dtype, 1-D of a's last dim."""
+        t = self._operand(x, a, f"{name}: {what}")
+        if t.dtype != a.dtype:
+            raise TypeError(f"{name}: {what} dtype {t.dtype} differs from the input's {a.dtype}; "
+                            "convert one with .astype()")
+        if t.shape != a.shape[-1:]:
+            raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
+                                       f"{name}: {what} shape {t.shape} must be "
+                                       f"{a.shape[-1:]} (1-D, the input's last dim)")
+        return t
+
+    def _norm(self, name: str, a: Tensor, params: Sequence[Tensor], eps: float) -> Tensor:
+        if a.ndim == 0:
+            raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
+                                       f"{name}: needs at least one dimension")
+        return self._launch(name, [a, *params], self._alloc(a.shape, a.dtype),
+                            scalars=[Scalars(np.float64, [eps])])
+
+    def layer_norm(self, a: Tensor, weight: Optional[ArrayOrScalar] = None,
+                   bias: Optional[ArrayOrScalar] = None, eps: float = 1e-5) -> Tensor:
+        """Layer normalization over the last axis (``layer_norm``), as
+        ``torch.nn.functional.layer_norm(a, a.shape[-1:], weight, bias, eps)``:
+        (a - mean) / sqrt(var + eps) * weight + bias, var the biased variance of each row.
+        ``weight`` and ``bias`` are 1-D of the last dim's length (Tensors or arrays), or None;
+        float32/float64/float16/bfloat16, halves computing in float32. A bias without a weight
+        gets a weight of ones."""
+        a = self._own(a, "layer_norm")
+        params = []
+        if weight is None and bias is not None:
+            weight = self.ones(a.shape[-1:], a.dtype)
+        if weight is not None:
+            params.append(self._norm_param("layer_norm", "weight", weight, a))
+        if bias is not None:
+            params.append(self._norm_param("layer_norm", "bias", bias, a))
+        return self._norm("layer_norm", a, params, eps)
+
+    def rms_norm(self, a: Tensor, weight: Optional[ArrayOrScalar] = None,
+                 eps: Optional[float] = None) -> Tensor:
+        """RMS normalization over the last axis (``rms_norm``), as
+        ``torch.nn.functional.rms_norm(a, a.shape[-1:], weight, eps)``:
+        a / sqrt(mean(a ** 2) + eps) * weight. ``eps=None`` is the machine epsilon of a's dtype,
+        as in torch (float32 2**-23, float64 2**-52, float16 2**-10, bfloat16 2**-7). ``weight``
+        is 1-D of the last dim's length, or None; floats, halves computing in float32."""
+        a = self._own(a, "rms_norm")
+        if eps is None:
+            eps = _MACHINE_EPS.get(np.dtype(a.dtype))
+            if eps is None:  # Not a float: the daemon names the supported types.
+                eps = 0.0
+        params = [] if weight is None else [self._norm_param("rms_norm", "weight", weight, a)]
+        return self._norm("rms_norm", a, params, eps)
 
     def _axes(self, a: Tensor, axis: Axis, name: str) -> Tuple[int, ...]:
         if axis is None:

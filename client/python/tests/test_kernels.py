@@ -147,6 +147,89 @@ def test_softmax(client, dtype):
               (e / e.sum(axis=axis, keepdims=True)).astype(dtype), dtype)
 
 
+def norm_ref(x, weight, bias, eps, center):
+    """torch's layer_norm (center) or rms_norm over the last axis, in float64."""
+    x = x.astype(np.float64)
+    mean = x.mean(axis=-1, keepdims=True) if center else 0.0
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    y = (x - mean) / np.sqrt(var + eps)
+    if weight is not None:
+        y = y * weight.astype(np.float64)
+    if bias is not None:
+        y = y + bias.astype(np.float64)
+    return y
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_layer_norm(client, dtype):
+    x = rand((3, 4, 40), dtype, -3, 5)
+    w, b = rand((40,), dtype, -2, 2), rand((40,), dtype, -1, 1)
+    t = client.create(x)
+    for weight, bias in ((None, None), (w, None), (w, b), (None, b)):
+        got = client.read(client.layer_norm(t, weight, bias))
+        check(got, norm_ref(x, weight, bias, 1e-5, True).astype(dtype), dtype)
+    # A transposed view normalizes its own last axis; weight and bias as Tensors, eps given.
+    view = t.swapaxes(0, 2)  # (40, 4, 3): rows of 3 strided elements.
+    tw, tb = client.create(w[:3]), client.create(b[:3])
+    got = client.read(client.layer_norm(view, tw, tb, eps=0.5))
+    check(got, norm_ref(x.swapaxes(0, 2), w[:3], b[:3], 0.5, True).astype(dtype), dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_rms_norm(client, dtype):
+    x = rand((5, 33), dtype, -3, 3)
+    w = rand((33,), dtype, -2, 2)
+    t = client.create(x)
+    finfo_eps = {np.dtype(np.float32): 2.0 ** -23, np.dtype(np.float64): 2.0 ** -52,
+                 np.dtype(np.float16): 2.0 ** -10, BF16: 2.0 ** -7}[np.dtype(dtype)]
+    check(client.read(client.rms_norm(t)), norm_ref(x, None, None, finfo_eps, False).astype(dtype),
+          dtype)
+    check(client.read(client.rms_norm(t, w, eps=1e-6)),
+          norm_ref(x, w, None, 1e-6, False).astype(dtype), dtype)
+    check(client.read(client.rms_norm(t.T, w[:5])), norm_ref(x.T, w[:5], None, finfo_eps,
+                                                               False).astype(dtype), dtype)
+
+
+def test_norm_edge_rows(client):
+    x = np.array([[1, np.nan, 2, 3], [2.5, 2.5, 2.5, 2.5]], np.float32)
+    b = np.array([0.5, 1.5, 2.5, 3.5], np.float32)
+    got = client.read(client.layer_norm(client.create(x), np.full(4, 2, np.float32), b))
+    assert np.isnan(got[0]).all()
+    np.testing.assert_array_equal(got[1], b)  # A constant row: variance 0 exactly, out = bias.
+    one = client.read(client.layer_norm(client.create(np.array([[7.0], [-1.0]])), bias=[0.25]))
+    np.testing.assert_array_equal(one, [[0.25], [0.25]])  # Size-1 rows give the bias.
+    assert client.read(client.rms_norm(client.create(np.zeros((0, 6), np.float32)))).shape == (0, 6)
+    assert client.read(client.layer_norm(client.create(np.zeros((2, 0))))).shape == (2, 0)
+
+
+def test_norm_errors(client):
+    t = client.create(rand((2, 8), "float32"))
+    with pytest.raises(cubed_client.InvalidArgumentError,
+                       match="'layer_norm' does not support dtype i32"):
+        client.read(client.layer_norm(client.create(np.ones((2, 8), np.int32))))
+    with pytest.raises(cubed_client.InvalidArgumentError, match=r"weight shape \(7,\) must be"):
+        client.rms_norm(t, np.ones(7, np.float32))
+    with pytest.raises(TypeError, match="bias dtype float64 differs"):
+        client.layer_norm(t, np.ones(8, np.float32), client.create(np.ones(8, np.float64)))
+    with pytest.raises(cubed_client.InvalidArgumentError, match="eps is -1; it must be finite"):
+        client.read(client.layer_norm(t, eps=-1.0))
+    # The daemon's own checks, through a raw launch: a short weight and a wrong buffer count.
+    # (Each launch its own output: on the stream a failed launch poisons its output.)
+    eps = [cubed_client.Scalars(np.float32, [1e-5])]
+    out = client.empty((2, 8), np.float32)
+    with pytest.raises(cubed_client.InvalidArgumentError,
+                       match=r"weight shape \[7\] must be \[8\]"):
+        client.execute(cubed_client.BuiltinKernel("rms_norm", np.float32), None,
+                       [t, client.create(np.ones(7, np.float32)), out], scalars=eps)
+        client.read(out)
+    out = client.empty((2, 8), np.float32)
+    with pytest.raises(cubed_client.InvalidArgumentError,
+                       match=r"'rms_norm' takes 2 buffers \(in, out\) or 3 buffers"):
+        client.execute(cubed_client.BuiltinKernel("rms_norm", np.float32), None,
+                       [t, t, t, out], scalars=eps)
+        client.read(out)
+
+
 @pytest.mark.parametrize("src", [*ALL, "bool"])
 @pytest.mark.parametrize("dst", [*ALL, "bool"])
 def test_cast(client, src, dst):
@@ -203,7 +286,7 @@ def test_info_lists_element_and_matmul_types(client):
 def test_builtin_kernels_all_covered(client):
     covered = {"neg", "abs", "relu", "exp", "log", "sqrt", "sigmoid", "tanh", "add", "sub", "mul",
                "div", "max", "min", "pow", "sum", "mean", "argmax", "matmul", "softmax", "cast",
-               "fill", "copy"}
+               "fill", "copy", "layer_norm", "rms_norm"}
     assert set(client.info().builtin_kernels) <= covered
 
 

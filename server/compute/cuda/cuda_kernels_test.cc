@@ -61,6 +61,13 @@ std::vector<Operand> OperandsFor(CudaFamily family, const CudaBuiltinSignature& 
       return {Dense({33, 65}, in), Dense({33, 1}, sig.name == "argmax" ? ElemType::kI64 : in)};
     case CudaFamily::kMatmul:
       return {Dense({2, 17, 23}, in), Dense({1, 23, 19}, in), Dense({2, 17, 19}, in)};
+    case CudaFamily::kNorm: {
+      Operand transposed{Layout({33, 65}, {1, 33}), 33 * 65, in};
+      std::vector<Operand> ops = {transposed};
+      for (size_t i = 2; i < sig.num_buffers; ++i) ops.push_back(Dense({65}, in));
+      ops.push_back(Dense({33, 65}, in));
+      return ops;
+    }
   }
   return {};
 }
@@ -253,6 +260,12 @@ TEST_P(BuiltinKernelTest, MatchesTheCpuBackend) {
     const std::string value = RandomElements("fill", 0, one, rng);
     call.scalars = {{sig.dtype, std::vector<uint8_t>(value.begin(), value.end())}};
   }
+  if (*family == CudaFamily::kNorm) {
+    const float eps = 1e-5f;
+    std::vector<uint8_t> bytes(4);
+    std::memcpy(bytes.data(), &eps, 4);
+    call.scalars = {{ElemType::kF32, bytes}};
+  }
   std::vector<std::string> inputs;
   for (size_t i = 0; i + 1 < operands.size(); ++i) {
     inputs.push_back(RandomElements(sig.name, i, operands[i], rng));
@@ -266,7 +279,7 @@ TEST_P(BuiltinKernelTest, MatchesTheCpuBackend) {
 
   const ElemType out = operands.back().type;
   const bool accumulates = *family == CudaFamily::kReduce || *family == CudaFamily::kMatmul ||
-                           *family == CudaFamily::kSoftmax;
+                           *family == CudaFamily::kSoftmax || *family == CudaFamily::kNorm;
   const double rtol = out == ElemType::kF16    ? 2e-3
                       : out == ElemType::kBF16 ? 1.6e-2
                       : out == ElemType::kF32  ? (accumulates ? 1e-4 : 2e-5)

@@ -100,7 +100,7 @@ absl::Status CheckBuiltinAddresses(const kernels::BuiltinCall& call, const CudaB
   using F = kernels::CudaFamily;
   const uint32_t out = n - 1;
   const bool in_place = family == F::kCopy || family == F::kUnary || family == F::kBinary ||
-                        family == F::kSoftmax ||
+                        family == F::kSoftmax || family == F::kNorm ||
                         (family == F::kCast && ElemSize(call.dtype) == ElemSize(call.out_dtype));
   const uint64_t o = args.buffers[out].ptr;
   for (uint32_t i = 0; i < out; ++i) {

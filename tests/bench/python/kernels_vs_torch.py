@@ -3,6 +3,8 @@
   * add, 64M f32                          GB/s of inputs + output
   * sum, 64M f32 (full reduction)         GB/s of input
   * softmax over rows, 4096 x 4096 f32    GB/s of input + output
+  * layer_norm (weight, bias) and rms_norm (weight) over rows, 4096 x 4096 f32 and bf16
+                                          GB/s of input + output
   * matmul f32 4096^3 (no TF32)           TFLOP/s
   * matmul bf16 and f16, 4096^3 and 8192^3 (f32 accumulation, tensor cores)   TFLOP/s
   * add, 64M f16 and bf16; cast f32 -> bf16 and bf16 -> f32, 64M   GB/s of inputs + output
@@ -113,6 +115,21 @@ def main() -> int:
             sm_err = float(np.abs(c.read(c.softmax(cs)) - torch.softmax(ts, -1).cpu().numpy()).max())
             print(f"sum 64M: cubed {got_sum:.6g}, torch (f64) {want_sum:.6g}; "
                   f"softmax max |diff| {sm_err:.3g}")
+            nw = rng.standard_normal(4096, dtype=np.float32)
+            nb = rng.standard_normal(4096, dtype=np.float32)
+            tnw, tnb = torch.from_numpy(nw).cuda(), torch.from_numpy(nb).cuda()
+            norms = {}  # dtype name: cubed (x, weight, bias), torch (x, weight, bias).
+            for k, npt, tt in (("f32", np.float32, torch.float32),
+                               ("bf16", ml_dtypes.bfloat16, torch.bfloat16)):
+                norms[k] = ((c.create(s.astype(npt)), c.create(nw.astype(npt)),
+                             c.create(nb.astype(npt))), (ts.to(tt), tnw.to(tt), tnb.to(tt)))
+            F = torch.nn.functional
+            (cn, cw, cb), (tn, tw, tb) = norms["f32"]
+            ln_err = float(np.abs(c.read(c.layer_norm(cn, cw, cb)) -
+                                  F.layer_norm(tn, (4096,), tw, tb).cpu().numpy()).max())
+            rms_err = float(np.abs(c.read(c.rms_norm(cn, cw, eps=1e-6)) -
+                                   F.rms_norm(tn, (4096,), tw, 1e-6).cpu().numpy()).max())
+            print(f"layer_norm f32 max |diff| {ln_err:.3g}; rms_norm f32 max |diff| {rms_err:.3g}")
             # Half types: the same values on both sides (ml_dtypes and torch both round to
             # nearest even from f32).
             half = {"f16": (np.float16, torch.float16), "bf16": (ml_dtypes.bfloat16, torch.bfloat16)}
@@ -141,6 +158,16 @@ def main() -> int:
                  lambda: c.sum(cx), lambda: tx.sum()),
                 ("softmax over rows, 4096 x 4096 f32", "GB/s", 8.0 * 4096 * 4096 / 1e9,
                  lambda: c.softmax(cs), lambda: torch.softmax(ts, -1)),
+            ]
+            for k, ((cn, cw, cb), (tn, tw, tb)) in norms.items():
+                size = (4.0 if k == "f32" else 2.0) * 2 * 4096 * 4096 / 1e9
+                rows.append((f"layer_norm over rows, 4096 x 4096 {k}", "GB/s", size,
+                             lambda cn=cn, cw=cw, cb=cb: c.layer_norm(cn, cw, cb),
+                             lambda tn=tn, tw=tw, tb=tb: F.layer_norm(tn, (4096,), tw, tb)))
+                rows.append((f"rms_norm over rows, 4096 x 4096 {k}", "GB/s", size,
+                             lambda cn=cn, cw=cw: c.rms_norm(cn, cw, eps=1e-6),
+                             lambda tn=tn, tw=tw: F.rms_norm(tn, (4096,), tw, 1e-6)))
+            rows += [
                 ("matmul f32 4096^3 (no TF32)", "TFLOP/s", 2.0 * 4096 ** 3 / 1e12,
                  lambda: c.matmul(cma, cmb), lambda: torch.matmul(tma, tmb)),
             ]
