@@ -658,6 +658,21 @@ class Client:
         """Hyperbolic tangent (``tanh``; float32/float64)."""
         return self._unary("tanh", a)
 
+    def gelu(self, a: Tensor, approximate: str = "none") -> Tensor:
+        """GELU like ``torch.nn.functional.gelu``: ``approximate="none"`` is x * Phi(x) (the
+        ``gelu`` kernel, erf form), ``"tanh"`` PyTorch's tanh approximation (``gelu_tanh``).
+        Floats only (float32, float64, float16, bfloat16; halves compute in float32); -inf
+        gives -0 (docs/kernel-abi.md)."""
+        if approximate == "none":
+            return self._unary("gelu", a)
+        if approximate == "tanh":
+            return self._unary("gelu_tanh", a)
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+
+    def silu(self, a: Tensor) -> Tensor:
+        """x * sigmoid(x) (``silu``, also called swish; floats only; -inf gives -0)."""
+        return self._unary("silu", a)
+
     def copy(self, a: Tensor) -> Tensor:
         """A dense copy of a (any view) (``copy``)."""
         return self._unary("copy", a)

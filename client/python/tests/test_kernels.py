@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -59,6 +61,61 @@ UNARY = {
     "sqrt": (FLOATS, np.sqrt, True), "sigmoid": (FLOATS, lambda x: 1 / (1 + np.exp(-x)), False),
     "tanh": (FLOATS, np.tanh, False),
 }
+
+
+def erf(x):
+    """math.erf over a float64 array (numpy has no erf)."""
+    return np.vectorize(math.erf, otypes=[np.float64])(x)
+
+
+# PyTorch's formulas (torch.nn.functional.gelu and silu) in float64, with the limits at -inf.
+def gelu_ref(x):
+    with np.errstate(invalid="ignore"):
+        return np.where(x == -np.inf, -0.0, 0.5 * x * (1 + erf(x / np.sqrt(2))))
+
+
+def gelu_tanh_ref(x):
+    with np.errstate(invalid="ignore", over="ignore"):
+        u = np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)
+        return np.where(x == -np.inf, -0.0, 0.5 * x * (1 + np.tanh(u)))
+
+
+def silu_ref(x):
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.where(x == -np.inf, -0.0, x / (1 + np.exp(-x)))
+
+
+ACTIVATIONS = {"gelu": (lambda c, t: c.gelu(t), gelu_ref),
+               "gelu_tanh": (lambda c, t: c.gelu(t, approximate="tanh"), gelu_tanh_ref),
+               "silu": (lambda c, t: c.silu(t), silu_ref)}
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("name", list(ACTIVATIONS))
+def test_activations(client, name, dtype):
+    run, ref = ACTIVATIONS[name]
+    x = rand((5, 40), dtype, -8, 8)
+    x[0, :8] = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1, -1, 1e-3]).astype(dtype)
+    t = client.create(x)
+    got = client.read(run(client, t))
+    want = ref(up(x).astype(np.float64)).astype(dtype)
+    check(got, want, dtype)
+    v = float(got[0, 2])
+    assert v == 0 and math.copysign(1.0, v) < 0  # -inf gives -0.
+    # A transposed view reads through its strides.
+    check(client.read(run(client, t.T)), want.T, dtype)
+
+
+def test_activations_refuse_integers_and_unknown_approximations(client):
+    t = client.create(np.arange(4, dtype=np.int32))
+    with pytest.raises(cubed_client.InvalidArgumentError,
+                       match="'gelu' does not support dtype i32"):
+        client.read(client.gelu(t))
+    with pytest.raises(cubed_client.InvalidArgumentError,
+                       match="'silu' does not support dtype i32"):
+        client.read(client.silu(t))
+    with pytest.raises(ValueError, match="approximate must be 'none' or 'tanh'"):
+        client.gelu(client.create(np.zeros(2, np.float32)), approximate="erf")
 
 
 @pytest.mark.parametrize("name,dtype", [(n, d) for n, (ds, _, _) in UNARY.items() for d in ds])
@@ -203,7 +260,7 @@ def test_info_lists_element_and_matmul_types(client):
 def test_builtin_kernels_all_covered(client):
     covered = {"neg", "abs", "relu", "exp", "log", "sqrt", "sigmoid", "tanh", "add", "sub", "mul",
                "div", "max", "min", "pow", "sum", "mean", "argmax", "matmul", "softmax", "cast",
-               "fill", "copy"}
+               "fill", "copy", "gelu", "gelu_tanh", "silu"}
     assert set(client.info().builtin_kernels) <= covered
 
 
