@@ -16,16 +16,26 @@
 namespace cubed::kernels {
 namespace {
 
-constexpr std::array<absl::string_view, 3> kOut = {"out"};
-constexpr std::array<absl::string_view, 3> kInOut = {"in", "out"};
-constexpr std::array<absl::string_view, 3> kBinary = {"lhs", "rhs", "out"};
-constexpr std::array<absl::string_view, 3> kMatmul = {"a", "b", "out"};
+using BufferNames = std::array<absl::string_view, kMaxBuiltinBuffers>;
+constexpr BufferNames kOut = {"out"};
+constexpr BufferNames kInOut = {"in", "out"};
+constexpr BufferNames kBinary = {"lhs", "rhs", "out"};
+constexpr BufferNames kMatmul = {"a", "b", "out"};
+constexpr BufferNames kWhere = {"cond", "x", "y", "out"};
 
 constexpr KernelDef Unary(absl::string_view name, DtypeMask dtypes) {
-  return {name, 2, kInOut, dtypes, ShapeRule::kSame, OutType::kDtype, 0, false, true, false};
+  return {name, 2,     kInOut, dtypes, ShapeRule::kSame, InType::kDtype, OutType::kDtype,
+          0,    false, true,   false};
 }
 constexpr KernelDef Binary(absl::string_view name, DtypeMask dtypes) {
-  return {name, 3, kBinary, dtypes, ShapeRule::kBroadcast, OutType::kDtype, 0, false, true, false};
+  return {name, 3,     kBinary, dtypes, ShapeRule::kBroadcast, InType::kDtype, OutType::kDtype,
+          0,    false, true,    false};
+}
+// eq ne lt le gt ge: bool out of any two inputs of one type. In place only when the dtype is one
+// byte (the output's element size must equal the input's).
+constexpr KernelDef Compare(absl::string_view name) {
+  return {name, 3,     kBinary, kAllTypes, ShapeRule::kBroadcast, InType::kDtype, OutType::kBool,
+          0,    false, true,    false};
 }
 // Sum and mean of no elements are defined (0, NaN); max, min and argmax of none are not, so their
 // axis must not be empty.
@@ -33,39 +43,49 @@ constexpr bool kMayBeEmpty = false;
 constexpr bool kNonEmpty = true;
 constexpr KernelDef Reduce(absl::string_view name, DtypeMask dtypes, OutType out_type,
                            bool needs_nonempty_axis) {
-  return {name,     2, kInOut, dtypes, ShapeRule::kReduce,
+  return {name,     2, kInOut, dtypes, ShapeRule::kReduce, InType::kDtype,
           out_type, 1, false,  false,  needs_nonempty_axis};
 }
 
 // Sorted by name. "max" and "min" appear twice: reductions with 2 buffers, elementwise with 3.
-// Columns: name, buffers, buffer names, dtypes, shape rule, output type, min rank, fill scalar,
-// in place, non-empty axis.
+// Columns: name, buffers, buffer names, dtypes, shape rule, input types, output type, min rank,
+// fill scalar, in place, non-empty axis.
 constexpr KernelDef kKernels[] = {
     Unary("abs", kSignedTypes),
     Binary("add", kNumericTypes),
     Reduce("argmax", kNumericTypes, OutType::kI64, kNonEmpty),
-    {"cast", 2, kInOut, kAllTypes, ShapeRule::kSame, OutType::kOutDtype, 0, false, true, false},
-    {"copy", 2, kInOut, kAllTypes, ShapeRule::kSame, OutType::kDtype, 0, false, true, false},
+    {"cast", 2, kInOut, kAllTypes, ShapeRule::kSame, InType::kDtype, OutType::kOutDtype, 0, false,
+     true, false},
+    {"copy", 2, kInOut, kAllTypes, ShapeRule::kSame, InType::kDtype, OutType::kDtype, 0, false,
+     true, false},
     Binary("div", kNumericTypes),
+    Compare("eq"),
     Unary("exp", kFloatTypes),
-    {"fill", 1, kOut, kAllTypes, ShapeRule::kAny, OutType::kDtype, 0, true, false, false},
+    {"fill", 1, kOut, kAllTypes, ShapeRule::kAny, InType::kDtype, OutType::kDtype, 0, true, false,
+     false},
+    Compare("ge"),
     Unary("gelu", kFloatTypes),
     Unary("gelu_tanh", kFloatTypes),
+    Compare("gt"),
+    Compare("le"),
     Unary("log", kFloatTypes),
-    {"matmul", 3, kMatmul, kNumericTypes, ShapeRule::kMatmul, OutType::kDtype, 2, false, false,
-     false},
+    Compare("lt"),
+    {"matmul", 3, kMatmul, kNumericTypes, ShapeRule::kMatmul, InType::kDtype, OutType::kDtype, 2,
+     false, false, false},
     Reduce("max", kAllTypes, OutType::kDtype, kNonEmpty),
     Binary("max", kAllTypes),
     Reduce("mean", kFloatTypes, OutType::kDtype, kMayBeEmpty),
     Reduce("min", kAllTypes, OutType::kDtype, kNonEmpty),
     Binary("min", kAllTypes),
     Binary("mul", kNumericTypes),
+    Compare("ne"),
     Unary("neg", kSignedTypes),
     Binary("pow", kFloatTypes),
     Unary("relu", kSignedTypes),
     Unary("sigmoid", kFloatTypes),
     Unary("silu", kFloatTypes),
-    {"softmax", 2, kInOut, kFloatTypes, ShapeRule::kSame, OutType::kDtype, 1, false, true, false},
+    {"softmax", 2, kInOut, kFloatTypes, ShapeRule::kSame, InType::kDtype, OutType::kDtype, 1, false,
+     true, false},
     Unary("sqrt", kFloatTypes),
     Binary("sub", kNumericTypes),
     Reduce("sum", kNumericTypes, OutType::kDtype, kMayBeEmpty),
@@ -108,7 +128,9 @@ absl::StatusOr<const KernelDef*> FindKernel(absl::string_view name, size_t num_b
 }
 
 ElemType BufferElemType(const KernelDef& def, const BuiltinCall& call, uint32_t index) {
-  if (index + 1 < def.num_buffers) return call.dtype;
+  if (index + 1 < def.num_buffers) {
+    return def.in_type == InType::kBoolFirst && index == 0 ? ElemType::kBool : call.dtype;
+  }
   switch (def.out_type) {
     case OutType::kDtype:
       return call.dtype;
@@ -116,8 +138,19 @@ ElemType BufferElemType(const KernelDef& def, const BuiltinCall& call, uint32_t 
       return call.out_dtype;
     case OutType::kI64:
       return ElemType::kI64;
+    case OutType::kBool:
+      return ElemType::kBool;
   }
   return call.dtype;
+}
+
+absl::StatusOr<BuiltinBuffers> BuiltinBufferTypes(const BuiltinCall& call, size_t num_buffers) {
+  ASSIGN_OR_RETURN(const KernelDef* def, FindKernel(call.name, num_buffers));
+  BuiltinBuffers b;
+  b.count = def->num_buffers;
+  for (uint32_t i = 0; i < def->num_buffers; ++i) b.types[i] = BufferElemType(*def, call, i);
+  b.in_place = def->in_place;
+  return b;
 }
 
 std::vector<std::string> BuiltinMatmulTypes() {

@@ -28,6 +28,9 @@ constexpr CpuKernel Unary(absl::string_view name, UnaryOp op) {
 constexpr CpuKernel Binary(absl::string_view name, BinaryOp op) {
   return {name, 3, RunBinary, static_cast<int>(op)};
 }
+constexpr CpuKernel Compare(absl::string_view name, CompareOp op) {
+  return {name, 3, RunCompare, static_cast<int>(op)};
+}
 constexpr CpuKernel Reduce(absl::string_view name, ReduceOp op) {
   return {name, 2, RunReduce, static_cast<int>(op)};
 }
@@ -41,11 +44,16 @@ constexpr CpuKernel kCpuKernels[] = {
     {"cast", 2, RunCast, 0},
     {"copy", 2, RunCopy, 0},
     Binary("div", BinaryOp::kDiv),
+    Compare("eq", CompareOp::kEq),
     Unary("exp", UnaryOp::kExp),
     {"fill", 1, RunFill, 0},
+    Compare("ge", CompareOp::kGe),
     Unary("gelu", UnaryOp::kGelu),
     Unary("gelu_tanh", UnaryOp::kGeluTanh),
+    Compare("gt", CompareOp::kGt),
+    Compare("le", CompareOp::kLe),
     Unary("log", UnaryOp::kLog),
+    Compare("lt", CompareOp::kLt),
     {"matmul", 3, RunMatmul, 0},
     Reduce("max", ReduceOp::kMax),
     Binary("max", BinaryOp::kMax),
@@ -53,6 +61,7 @@ constexpr CpuKernel kCpuKernels[] = {
     Reduce("min", ReduceOp::kMin),
     Binary("min", BinaryOp::kMin),
     Binary("mul", BinaryOp::kMul),
+    Compare("ne", CompareOp::kNe),
     Unary("neg", UnaryOp::kNeg),
     Binary("pow", BinaryOp::kPow),
     Unary("relu", UnaryOp::kRelu),
@@ -83,7 +92,7 @@ absl::StatusOr<const CpuKernel*> FindCpuKernel(const KernelDef& def) {
 absl::Status RunBuiltinCpu(const BuiltinCall& call, absl::Span<const HostBuffer> buffers) {
   ASSIGN_OR_RETURN(const KernelDef* def, FindKernel(call.name, buffers.size()));
   ASSIGN_OR_RETURN(const CpuKernel* cpu, FindCpuKernel(*def));
-  absl::InlinedVector<uint64_t, 3> sizes;
+  absl::InlinedVector<uint64_t, kMaxBuiltinBuffers> sizes;
   for (const HostBuffer& b : buffers) sizes.push_back(b.size_bytes);
   ASSIGN_OR_RETURN(const KernelMetadata meta, ValidateCall(*def, call, sizes));
   RETURN_IF_ERROR(CheckHostBuffers(*def, call, meta, buffers));

@@ -87,7 +87,8 @@ absl::StatusOr<CudaBuiltinArgs> MakeCudaBuiltinArgs(const BuiltinCall& call,
     case CudaFamily::kCopy:
     case CudaFamily::kCast:
     case CudaFamily::kUnary:
-    case CudaFamily::kBinary: {
+    case CudaFamily::kBinary:
+    case CudaFamily::kCompare: {
       bool dense = true;
       for (const TensorLayout& t : meta.tensors)
         dense = dense && t.IsContiguous() && SameShape(t, out);
@@ -137,7 +138,8 @@ CudaLaunchDims BuiltinLaunchDims(const BuiltinCall& call, CudaBuiltinArgs* args,
     case CudaFamily::kCopy:
     case CudaFamily::kCast:
     case CudaFamily::kUnary:
-    case CudaFamily::kBinary: {
+    case CudaFamily::kBinary:
+    case CudaFamily::kCompare: {
       const uint64_t items =
           (args->flags & CUBED_CUDA_DENSE) != 0 ? CeilDiv(args->count, 4) : args->count;
       blocks = CeilDiv(items, kBlock);

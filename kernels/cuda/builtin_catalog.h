@@ -23,6 +23,7 @@ enum class CudaFamily : uint8_t {
   kCast,
   kUnary,
   kBinary,
+  kCompare,  // Binary with a bool output.
   kReduce,
   kSoftmax,
   kMatmul

@@ -14,7 +14,7 @@ namespace {
 // accepts: ValidateBuiltin checks name, buffer count and dtype before the metadata.
 TEST(BuiltinCatalogTest, MatchesTheCpuLibrary) {
   for (const std::string& name : BuiltinKernelNames()) {
-    for (size_t buffers = 1; buffers <= 3; ++buffers) {
+    for (size_t buffers = 1; buffers <= kMaxBuiltinBuffers; ++buffers) {
       for (ElemType t : kAllElemTypes) {
         BuiltinCall call;
         call.name = name;

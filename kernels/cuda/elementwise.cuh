@@ -1,8 +1,8 @@
 // Elementwise builtin kernels: fill, copy, cast, unary (neg abs relu exp log sqrt sigmoid tanh
-// gelu gelu_tanh silu) and binary with broadcasting (add sub mul div max min pow). One grid-stride
-// loop over the output's elements; when every buffer is dense with the output's shape
-// (CUBED_CUDA_DENSE) all buffers share the linear index and, when aligned, move 4 elements per load
-// and store.
+// gelu gelu_tanh silu), binary with broadcasting (add sub mul div max min pow) and the comparisons
+// (eq ne lt le gt ge, bool out). One grid-stride loop over the output's elements; when every
+// buffer is dense with the output's shape (CUBED_CUDA_DENSE) all buffers share the linear index
+// and, when aligned, move 4 elements per load and store.
 #include "common.cuh"
 
 namespace cubed {
@@ -200,6 +200,33 @@ struct PowOp {
 template <template <class> class Op, class T>
 __global__ void BinaryKernel(const __grid_constant__ CudaBuiltinArgs a) {
   Map<2, T, T>(a, Op<T>());
+}
+
+// Comparisons write bool; C++'s operators are IEEE 754's (false with a NaN operand, but for !=).
+// Halves compare by value in float, bool as a truth value (kernels/cpu/binary.h).
+template <class T>
+struct CompareOf {
+  typedef typename Pick<Same<T, Bool8>::value, bool, typename ComputeOf<T>::type>::type type;
+};
+template <class T>
+__device__ __forceinline__ typename CompareOf<T>::type Comparable(T x) {
+  return static_cast<typename CompareOf<T>::type>(x);
+}
+#define CUBED_COMPARE_OP(Name, op)                                                                \
+  template <class T>                                                                              \
+  struct Name {                                                                                   \
+    __device__ Bool8 operator()(T x, T y) const { return Bool8(Comparable(x) op Comparable(y)); } \
+  };
+CUBED_COMPARE_OP(EqOp, ==)
+CUBED_COMPARE_OP(NeOp, !=)
+CUBED_COMPARE_OP(LtOp, <)
+CUBED_COMPARE_OP(LeOp, <=)
+CUBED_COMPARE_OP(GtOp, >)
+CUBED_COMPARE_OP(GeOp, >=)
+#undef CUBED_COMPARE_OP
+template <template <class> class Op, class T>
+__global__ void CompareKernel(const __grid_constant__ CudaBuiltinArgs a) {
+  Map<2, T, Bool8>(a, Op<T>());
 }
 
 }  // namespace cubed

@@ -157,6 +157,65 @@ def test_binary_broadcasting(client, name, dtype):
         check(got, ref(up(a), up(b)).astype(dtype), dtype)
 
 
+COMPARISONS = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
+               "gt": np.greater, "ge": np.greater_equal}
+
+
+@pytest.mark.parametrize("dtype", [*ALL, "bool"])
+@pytest.mark.parametrize("name", list(COMPARISONS))
+def test_comparisons_broadcast_to_bool(client, name, dtype):
+    ref = COMPARISONS[name]
+    if dtype == "bool":
+        a, b = RNG.integers(0, 2, (4, 1, 5)).astype(bool), RNG.integers(0, 2, (3, 1)).astype(bool)
+    else:  # Few distinct values, so that equal pairs are common.
+        a, b = rand((4, 1, 5), dtype, 0, 3), rand((3, 1), dtype, 0, 3)
+        if is_float(dtype):
+            a, b = np.round(up(a)).astype(dtype), np.round(up(b)).astype(dtype)
+    ta, tb = client.create(a), client.create(b)
+    got = client.read(getattr(client, name)(ta, tb))
+    assert got.dtype == np.bool_
+    np.testing.assert_array_equal(got, ref(up(a), up(b)))
+    # Strided views compare through their strides.
+    np.testing.assert_array_equal(client.read(getattr(client, name)(ta.swapaxes(0, 2), tb)),
+                                  ref(up(a).swapaxes(0, 2), up(b)))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_comparisons_of_nan_inf_and_signed_zero_follow_ieee(client, dtype):
+    v = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0]).astype(dtype)
+    ta, tb = client.create(v[:, None]), client.create(v[None, :])
+    for name, ref in COMPARISONS.items():
+        with np.errstate(invalid="ignore"):
+            want = ref(up(v)[:, None], up(v)[None, :])
+        np.testing.assert_array_equal(client.read(getattr(client, name)(ta, tb)), want, name)
+
+
+def test_comparison_operators_scalars_and_identity(client):
+    x = np.array([[1.5, -2.0, np.nan], [0.0, 3.0, 7.0]], np.float32)
+    t = client.create(x)
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(client.read(t < 1), x < 1)
+        np.testing.assert_array_equal(client.read(t <= 3.0), x <= 3.0)
+        np.testing.assert_array_equal(client.read(t > x[0]), x > x[0])
+        np.testing.assert_array_equal(client.read(t >= t.T.T), x >= x)
+        np.testing.assert_array_equal(client.read(2.5 > t), 2.5 > x)  # Reflected: t < 2.5.
+        np.testing.assert_array_equal(client.read(x[1] <= t), x[1] <= x)  # ndarray defers.
+        np.testing.assert_array_equal(client.read(t.eq(7)), x == 7)
+        np.testing.assert_array_equal(client.read(t.ne(t)), x != x)  # Only NaN.
+    # == and != stay identity: tensors hash, and membership tests make no kernel call.
+    assert t == t and t != t.T and t in [t] and t not in [t.T]
+    assert len({t, t, t.T}) == 2
+    # An integer tensor refuses a scalar it cannot hold exactly, instead of comparing with 0.
+    i = client.create(np.array([0, 1, 2], np.int32))
+    np.testing.assert_array_equal(client.read(i < 2.0), [True, True, False])
+    with pytest.raises(TypeError, match="0.5 is not exactly representable as int32"):
+        i < 0.5
+    with pytest.raises(TypeError, match="300 is not exactly representable as uint8"):
+        client.eq(client.create(np.zeros(2, np.uint8)), 300)
+    with pytest.raises(TypeError, match="dtypes differ"):
+        client.lt(i, client.create(np.zeros(3, np.float32)))
+
+
 def test_integer_arithmetic_wraps(client):
     a = np.array([np.iinfo(np.int32).max, np.iinfo(np.int32).min, 7], dtype=np.int32)
     ta = client.create(a)
@@ -260,7 +319,8 @@ def test_info_lists_element_and_matmul_types(client):
 def test_builtin_kernels_all_covered(client):
     covered = {"neg", "abs", "relu", "exp", "log", "sqrt", "sigmoid", "tanh", "add", "sub", "mul",
                "div", "max", "min", "pow", "sum", "mean", "argmax", "matmul", "softmax", "cast",
-               "fill", "copy", "gelu", "gelu_tanh", "silu"}
+               "fill", "copy", "gelu", "gelu_tanh", "silu", "eq", "ne", "lt", "le", "gt",
+               "ge"}
     assert set(client.info().builtin_kernels) <= covered
 
 
