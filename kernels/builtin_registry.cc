@@ -90,6 +90,8 @@ constexpr KernelDef kKernels[] = {
     Binary("sub", kNumericTypes),
     Reduce("sum", kNumericTypes, OutType::kDtype, kMayBeEmpty),
     Unary("tanh", kFloatTypes),
+    {"where", 4, kWhere, kAllTypes, ShapeRule::kBroadcast, InType::kBoolFirst, OutType::kDtype, 0,
+     false, true, false},
 };
 
 std::string BufferList(const KernelDef& def) {

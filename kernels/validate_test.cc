@@ -21,13 +21,13 @@ TEST(ValidateTest, NamesAreSortedUniqueAndComplete) {
   EXPECT_TRUE(std::is_sorted(names.begin(), names.end()));
   EXPECT_EQ(std::adjacent_find(names.begin(), names.end()), names.end());
   for (const char* n :
-       {"fill",      "copy",    "cast", "neg",  "abs",    "relu",   "exp",     "log",
-        "sqrt",      "sigmoid", "tanh", "add",  "sub",    "mul",    "div",     "max",
-        "min",       "pow",     "sum",  "mean", "argmax", "matmul", "softmax", "gelu",
-        "gelu_tanh", "silu",    "eq",   "ne",   "lt",     "le",     "gt",      "ge"}) {
+       {"fill",    "copy", "cast",   "neg",    "abs",     "relu", "exp",       "log",  "sqrt",
+        "sigmoid", "tanh", "add",    "sub",    "mul",     "div",  "max",       "min",  "pow",
+        "sum",     "mean", "argmax", "matmul", "softmax", "gelu", "gelu_tanh", "silu", "eq",
+        "ne",      "lt",   "le",     "gt",     "ge",      "where"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
   }
-  EXPECT_EQ(names.size(), 32u);
+  EXPECT_EQ(names.size(), 33u);
 }
 
 TEST(ValidateTest, ValidCallPasses) {

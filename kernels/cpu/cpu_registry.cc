@@ -17,6 +17,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/reduce.h"
 #include "kernels/cpu/softmax.h"
+#include "kernels/cpu/where.h"
 #include "kernels/validate.h"
 
 namespace cubed::kernels {
@@ -72,6 +73,7 @@ constexpr CpuKernel kCpuKernels[] = {
     Binary("sub", BinaryOp::kSub),
     Reduce("sum", ReduceOp::kSum),
     Unary("tanh", UnaryOp::kTanh),
+    {"where", 4, RunWhere, 0},
 };
 
 }  // namespace

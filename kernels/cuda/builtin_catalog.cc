@@ -63,6 +63,7 @@ constexpr Row kRows[] = {
     {"sub", 3, CudaFamily::kBinary, "cubed::SubOp", kNumeric},
     {"sum", 2, CudaFamily::kReduce, "cubed::SumR", kNumeric},
     {"tanh", 2, CudaFamily::kUnary, "cubed::TanhOp", kFloat},
+    {"where", 4, CudaFamily::kWhere, "", kAll},
 };
 
 absl::string_view CudaType(ElemType t) {
@@ -95,7 +96,7 @@ absl::string_view CudaType(ElemType t) {
   return "void";
 }
 
-// fill and copy move bits: one kernel per element size.
+// fill, copy and where move bits: one kernel per element size.
 absl::string_view BitsType(ElemType t) {
   switch (ElemSize(t)) {
     case 1:
@@ -114,7 +115,8 @@ absl::string_view BitsType(ElemType t) {
 // (front end, built-in headers) and ptxas a cost per kernel, so one program per family and dtype
 // compiles a first call's kernel (and its siblings, likely next) in well under a second, and the
 // whole catalog in a few dozen programs. The comparisons have programs of their own, so that a
-// first add does not also compile six kernels it does not need.
+// first add does not also compile six kernels it does not need; where, which moves bits, has one
+// program for every dtype, like fill and copy.
 std::string ProgramName(CudaFamily family, ElemType dtype) {
   switch (family) {
     case CudaFamily::kFill:
@@ -128,6 +130,8 @@ std::string ProgramName(CudaFamily family, ElemType dtype) {
       return absl::StrCat("binary_", ElemTypeName(dtype));
     case CudaFamily::kCompare:
       return absl::StrCat("compare_", ElemTypeName(dtype));
+    case CudaFamily::kWhere:
+      return "where";
     case CudaFamily::kReduce:
       return absl::StrCat("reduce_", ElemTypeName(dtype));
     case CudaFamily::kSoftmax:
@@ -147,6 +151,8 @@ absl::string_view SourceFile(CudaFamily family) {
     case CudaFamily::kBinary:
     case CudaFamily::kCompare:
       return "elementwise.cuh";
+    case CudaFamily::kWhere:
+      return "where.cuh";
     case CudaFamily::kReduce:
       return "reduce.cuh";
     case CudaFamily::kSoftmax:
@@ -172,6 +178,8 @@ std::string Expression(const Row& row, ElemType dtype, ElemType out_dtype) {
       return absl::StrCat("cubed::BinaryKernel<", row.op, ", ", t, ">");
     case CudaFamily::kCompare:
       return absl::StrCat("cubed::CompareKernel<", row.op, ", ", t, ">");
+    case CudaFamily::kWhere:
+      return absl::StrCat("cubed::WhereKernel<", BitsType(dtype), ">");
     case CudaFamily::kReduce:
       return absl::StrCat("cubed::ReduceKernel<", row.op, ", ", t, ">");
     case CudaFamily::kSoftmax:

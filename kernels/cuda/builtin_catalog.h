@@ -24,6 +24,7 @@ enum class CudaFamily : uint8_t {
   kUnary,
   kBinary,
   kCompare,  // Binary with a bool output.
+  kWhere,    // cond, x, y -> out.
   kReduce,
   kSoftmax,
   kMatmul

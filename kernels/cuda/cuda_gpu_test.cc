@@ -211,7 +211,7 @@ struct Case {
 double Tolerance(const std::string& name, ElemType t) {
   static const char* exact[] = {"fill", "copy", "cast", "neg", "abs", "relu", "add",
                                 "sub",  "mul",  "div",  "max", "min", "sqrt", "argmax",
-                                "eq",   "ne",   "lt",   "le",  "gt",  "ge"};
+                                "eq",   "ne",   "lt",   "le",  "gt",  "ge",   "where"};
   for (const char* e : exact) {
     if (name == e) return 0;
   }
@@ -386,6 +386,14 @@ std::vector<Case> CasesFor(const CudaBuiltinSignature& s, CudaFamily family) {
       add("misaligned", {Dense({1003}), Dense({1003}), Dense({1003})}, 0, 1);
       add("broadcast", {Dense({7, 1}), Dense({1, 131}), Strided({7, 131}, {140, 1})});
       add("transposed", {Strided({20, 30}, {1, 20}), Dense({20, 30}), Dense({20, 30})});
+      break;
+    case CudaFamily::kWhere:
+      add("dense", {Dense({3, 1001}), Dense({3, 1001}), Dense({3, 1001}), Dense({3, 1001})});
+      add("misaligned", {Dense({1003}), Dense({1003}), Dense({1003}), Dense({1003})}, 0, 1);
+      add("mask over one value",
+          {Dense({7, 131}), Dense({7, 131}), Dense({1, 1}), Dense({7, 131})});
+      add("broadcast",
+          {Dense({7, 1}), Dense({1, 131}), Strided({7, 131}, {1, 7}), Strided({7, 131}, {140, 1})});
       break;
     case CudaFamily::kReduce:
       add("warp", {Dense({37, 300}), Dense({37, 1})}, 1);

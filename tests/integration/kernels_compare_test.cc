@@ -1,5 +1,6 @@
-// The comparisons (eq ne lt le gt ge: bool out, broadcasting) through the daemon against host
-// references, on every element type, with IEEE 754's NaN and signed-zero rules and integer limits.
+// The comparisons (eq ne lt le gt ge: bool out, broadcasting) and where (cond ? x : y, all
+// three broadcasting) through the daemon against host references: every element type, IEEE 754's
+// NaN and signed-zero rules, integer limits, NaN payloads kept by where.
 
 #include <cmath>
 #include <cstring>
@@ -169,6 +170,92 @@ TEST_F(CompareKernelTest, MismatchedShapesAreRefused) {
       Settled(*client, client->Execute(Builtin("lt", ElemType::kF32), {x, y}, {z}));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("kernel 'lt': lhs shape [3, 2] does not broadcast"), std::string::npos)
+      << s;
+}
+
+struct WhereShapes {
+  std::vector<uint64_t> cond, x, y, out;
+};
+
+TEST_F(CompareKernelTest, WhereBroadcastsAllThree) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  const std::vector<WhereShapes> shapes = {
+      {{9}, {9}, {9}, {9}},
+      {{9}, {9}, {1}, {9}},  // A mask over one value.
+      {{3, 1}, {1, 4}, {3, 4}, {3, 4}},
+      {{1, 3, 1}, {2, 1, 5}, {1, 1, 1}, {2, 3, 5}},
+      {{257}, {257}, {257}, {257}},
+  };
+  std::mt19937_64 rng(61);
+  for (ElemType t : kNativeElemTypes) {
+    WithType(t, [&](auto zero) {
+      using T = decltype(zero);
+      for (const WhereShapes& s : shapes) {
+        SCOPED_TRACE(absl::StrCat(ElemTypeName(t), " ", ShapeString(s.cond), " ", ShapeString(s.x),
+                                  " ", ShapeString(s.y)));
+        // Any non-zero byte is true.
+        auto c = RandomTensor<uint8_t>(rng, s.cond, 0, 2);
+        for (uint8_t& v : c.data) v = v == 2 ? 7 : v;
+        auto a = RandomTensor<T>(rng, s.x, 0, 100);
+        auto b = RandomTensor<T>(rng, s.y, 0, 100);
+        Tensor tc = Upload(*client, c), tx = Upload(*client, a), ty = Upload(*client, b);
+        Tensor out = Output(*client, s.out, sizeof(T));
+        ASSERT_TRUE(client->Execute(Builtin("where", t), {tc, tx, ty}, {out}).ok());
+        std::vector<T> want(NumElements(s.out));
+        for (uint64_t i = 0; i < want.size(); ++i) {
+          const auto idx = Unflatten(i, s.out);
+          want[i] = c.data[BroadcastOffset(idx, s.cond)] != 0 ? a.data[BroadcastOffset(idx, s.x)]
+                                                              : b.data[BroadcastOffset(idx, s.y)];
+        }
+        EXPECT_EQ(Download<T>(*client, out), want);
+      }
+    });
+  }
+}
+
+TEST_F(CompareKernelTest, WhereOfAComparisonMasksAndKeepsBits) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  // out = where(x > 0, x, -inf): the masking of attention scores.
+  HostTensor<float> in{{6}, {1.5f, -2.0f, 0.0f, -0.0f, 3.0f, 0.0f}};
+  uint32_t nan_bits = 0x7fc00123u;
+  std::memcpy(&in.data[5], &nan_bits, 4);
+  Tensor x = Upload(*client, in);
+  Tensor zero = Upload(*client, HostTensor<float>{{1}, {0.0f}});
+  Tensor ninf = Upload(*client, HostTensor<float>{{1}, {-std::numeric_limits<float>::infinity()}});
+  Tensor mask = Output(*client, {6}, 1), out = Output(*client, {6}, 4);
+  ASSERT_TRUE(client->Execute(Builtin("ne", ElemType::kF32), {x, x}, {mask}).ok());
+  EXPECT_EQ(Download<uint8_t>(*client, mask), (std::vector<uint8_t>{0, 0, 0, 0, 0, 1}));
+  // where(isnan(x), x, x): the NaN comes through with its payload, -0 with its sign.
+  ASSERT_TRUE(client->Execute(Builtin("where", ElemType::kF32), {mask, x, x}, {out}).ok());
+  const std::vector<uint32_t> bits = Download<uint32_t>(*client, out);
+  EXPECT_EQ(bits[3], 0x80000000u);
+  EXPECT_EQ(bits[5], nan_bits);
+  ASSERT_TRUE(client->Execute(Builtin("gt", ElemType::kF32), {x, zero}, {mask}).ok());
+  ASSERT_TRUE(client->Execute(Builtin("where", ElemType::kF32), {mask, x, ninf}, {out}).ok());
+  const float ni = -std::numeric_limits<float>::infinity();
+  const std::vector<float> got = Download<float>(*client, out);
+  EXPECT_EQ(got, (std::vector<float>{1.5f, ni, ni, ni, 3.0f, ni}));
+}
+
+TEST_F(CompareKernelTest, WhereChecksItsBuffers) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  Tensor c = Output(*client, {3, 2}, 1), x = Output(*client, {3, 4}, 4);
+  Tensor out = Output(*client, {3, 4}, 4);
+  absl::Status s =
+      Settled(*client, client->Execute(Builtin("where", ElemType::kF32), {c, x, x}, {out}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("kernel 'where': cond shape [3, 2] does not broadcast"),
+            std::string::npos)
+      << s;
+  // A fresh output: the failed launch poisoned `out` (its next use reports that failure).
+  Tensor out2 = Output(*client, {3, 4}, 4);
+  s = Settled(*client, client->Execute(Builtin("where", ElemType::kF32), {x, x}, {out2}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("kernel 'where' takes 4 buffers (cond, x, y, out), got 3"),
+            std::string::npos)
       << s;
 }
 

@@ -15,10 +15,10 @@ const std::set<std::string> kTestedKernels = {
     "fill",   "copy",      "cast",                                             // kernels_data_test
     "neg",    "abs",       "relu",   "exp", "log", "sqrt", "sigmoid", "tanh",  // kernels_unary_test
     "gelu",   "gelu_tanh", "silu",                                             // kernels_unary_test
-    "add",    "sub",       "mul",    "div", "max", "min",  "pow",  // kernels_binary_test
-    "eq",     "ne",        "lt",     "le",  "gt",  "ge",           // kernels_compare_test
-    "sum",    "mean",      "argmax",                               // kernels_reduce_test
-    "matmul", "softmax",                                           // kernels_matmul_...
+    "add",    "sub",       "mul",    "div", "max", "min",  "pow",    // kernels_binary_test
+    "eq",     "ne",        "lt",     "le",  "gt",  "ge",   "where",  // kernels_compare_test
+    "sum",    "mean",      "argmax",                                 // kernels_reduce_test
+    "matmul", "softmax",                                             // kernels_matmul_...
 };
 
 TEST_F(KernelCoverageTest, EveryAdvertisedKernelHasAReferenceTest) {

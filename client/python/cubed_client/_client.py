@@ -679,6 +679,36 @@ class Client:
         """a >= b elementwise, broadcasting, as a bool tensor (``ge``)."""
         return self._binary("ge", a, b, np.bool_, exact=True)
 
+    def where(self, cond: ArrayOrScalar, x: ArrayOrScalar, y: ArrayOrScalar) -> Tensor:
+        """Elements of x where cond is true, of y elsewhere, all three broadcasting like numpy's
+        ``np.where(cond, x, y)`` (``where``; every dtype). cond is a bool tensor (compare to
+        make one: ``t > 0``) or bool array-like; x and y have one dtype, the result's, so at
+        least one of them is a Tensor and a scalar or array operand is stored in its dtype
+        (exactly, for integer and bool dtypes: Note [Comparisons]). The chosen element is
+        copied bit for bit (NaN payloads, -0)."""
+        if isinstance(cond, Tensor):
+            tc = self._own(cond, "where")
+            if tc.dtype != np.bool_:
+                raise TypeError(f"where: cond must be bool, got {tc.dtype}; compare it "
+                                "(e.g. cond != 0) or use .astype(bool)")
+        else:
+            raw = np.asarray(cond)
+            if raw.dtype != np.bool_:
+                raise TypeError(f"where: cond must be bool, got {raw.dtype}")
+            tc = self.create(raw)
+        if not isinstance(x, Tensor) and not isinstance(y, Tensor):
+            raise TypeError("where: x or y must be a Tensor (it gives the result's dtype)")
+        tx = self._operand(x, y if isinstance(y, Tensor) else None, "where", exact=True)
+        ty = self._operand(y, tx, "where", exact=True)
+        if tx.dtype != ty.dtype:
+            raise TypeError(f"where: dtypes of x and y differ ({tx.dtype} and {ty.dtype}); "
+                            "convert one with .astype()")
+        shape = self._broadcast_shape("where", tc, tx, ty)
+        rank = len(shape)
+        out = self._alloc(shape, tx.dtype)
+        return self._launch("where", [self._pad(t, rank) for t in (tc, tx, ty)], out,
+                            dtype=tx.dtype)
+
     def neg(self, a: Tensor) -> Tensor:
         """-a (``neg``; signed types and floats)."""
         return self._unary("neg", a)

@@ -216,6 +216,53 @@ def test_comparison_operators_scalars_and_identity(client):
         client.lt(i, client.create(np.zeros(3, np.float32)))
 
 
+@pytest.mark.parametrize("dtype", [*ALL, "bool"])
+def test_where_broadcasts_all_three(client, dtype):
+    cond = RNG.integers(0, 2, (4, 1, 5)).astype(bool)
+    if dtype == "bool":
+        x, y = RNG.integers(0, 2, (3, 1)).astype(bool), RNG.integers(0, 2, (5,)).astype(bool)
+    else:
+        x, y = rand((3, 1), dtype), rand((5,), dtype)
+    tc, tx, ty = client.create(cond), client.create(x), client.create(y)
+    got = client.read(client.where(tc, tx, ty))
+    assert got.dtype == np.dtype(dtype) and got.shape == (4, 3, 5)
+    np.testing.assert_array_equal(got.view(np.uint8), np.where(cond, x, y).view(np.uint8))
+    # Views: a transposed cond, a transposed x, y as a column.
+    x2 = rand((4, 5), dtype, 0, 2)
+    got = client.read(client.where(tc[:, 0, :].T, client.create(x2).T, ty[:, None]))
+    want = np.ascontiguousarray(np.where(cond[:, 0, :].T, x2.T, y[:, None]))
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+def test_where_masks_with_scalars_and_comparisons(client):
+    x = np.array([[1.5, -2.0, np.nan], [0.0, -0.0, 7.0]], np.float32)
+    t = client.create(x)
+    # Attention-style masking: -inf where the mask is false.
+    mask = np.array([True, False, True])
+    got = client.read(client.where(mask, t, -np.inf))
+    np.testing.assert_array_equal(got, np.where(mask, x, np.float32(-np.inf)))
+    with np.errstate(invalid="ignore"):
+        relu = client.read(client.where(t > 0, t, 0.0))
+        np.testing.assert_array_equal(relu, np.where(x > 0, x, 0).astype(np.float32))
+        # NaN payloads and -0 are copied as they are.
+        same = client.read(client.where(t.ne(t), t, t))
+    np.testing.assert_array_equal(same.view(np.uint32), x.view(np.uint32))
+    i = client.create(np.arange(6, dtype=np.int16).reshape(2, 3))
+    np.testing.assert_array_equal(client.read(client.where(i >= 3, 100, i)),
+                                  np.where(np.arange(6).reshape(2, 3) >= 3, 100, np.arange(6)
+                                           .reshape(2, 3)).astype(np.int16))
+    with pytest.raises(TypeError, match="cond must be bool, got float32"):
+        client.where(t, t, t)
+    with pytest.raises(TypeError, match="x or y must be a Tensor"):
+        client.where(t > 0, 1.0, 2.0)
+    with pytest.raises(TypeError, match="0.5 is not exactly representable as int16"):
+        client.where(i > 0, i, 0.5)
+    with pytest.raises(TypeError, match="dtypes of x and y differ"):
+        client.where(i > 0, i, t)
+    with pytest.raises(cubed_client.InvalidArgumentError, match="do not broadcast"):
+        client.where(np.ones(4, bool), t, t)
+
+
 def test_integer_arithmetic_wraps(client):
     a = np.array([np.iinfo(np.int32).max, np.iinfo(np.int32).min, 7], dtype=np.int32)
     ta = client.create(a)
@@ -320,7 +367,7 @@ def test_builtin_kernels_all_covered(client):
     covered = {"neg", "abs", "relu", "exp", "log", "sqrt", "sigmoid", "tanh", "add", "sub", "mul",
                "div", "max", "min", "pow", "sum", "mean", "argmax", "matmul", "softmax", "cast",
                "fill", "copy", "gelu", "gelu_tanh", "silu", "eq", "ne", "lt", "le", "gt",
-               "ge"}
+               "ge", "where"}
     assert set(client.info().builtin_kernels) <= covered
 
 
