@@ -6,11 +6,14 @@
 // cuda_kernels.h compiles them for a GPU. docs/kernel-abi.md lists every kernel with its buffers,
 // scalars and element types.
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/elem_type.h"
@@ -32,6 +35,23 @@ struct BuiltinCall {
   std::vector<uint32_t> metadata;       // CubeCL layout (common/kernel_metadata.h).
   std::vector<ScalarGroup> scalars;
 };
+
+// Most buffers a builtin kernel binds (where: cond, x, y, out).
+inline constexpr size_t kMaxBuiltinBuffers = 4;
+
+// What the buffers of one builtin call hold.
+struct BuiltinBuffers {
+  size_t count = 0;                                  // Buffers, inputs then the output.
+  std::array<ElemType, kMaxBuiltinBuffers> types{};  // Element type of each of the `count`.
+  // The output may be written onto an input: the same memory, layout and element size.
+  bool in_place = false;
+};
+
+// The buffers of `call` bound to `num_buffers` buffers: each has the call's dtype, except the
+// output of cast (out_dtype), argmax (i64) and the comparisons (bool), and where's condition
+// (bool). NOT_FOUND for an unknown kernel, INVALID_ARGUMENT for a wrong buffer count (as
+// ValidateBuiltin); checks nothing else.
+absl::StatusOr<BuiltinBuffers> BuiltinBufferTypes(const BuiltinCall& call, size_t num_buffers);
 
 // Names of every builtin kernel, sorted.
 std::vector<std::string> BuiltinKernelNames();

@@ -16,18 +16,28 @@
 namespace cubed::kernels {
 namespace {
 
-constexpr std::array<absl::string_view, 4> kOut = {"out"};
-constexpr std::array<absl::string_view, 4> kInOut = {"in", "out"};
-constexpr std::array<absl::string_view, 4> kBinary = {"lhs", "rhs", "out"};
-constexpr std::array<absl::string_view, 4> kMatmul = {"a", "b", "out"};
-constexpr std::array<absl::string_view, 4> kNormWeight = {"in", "weight", "out"};
-constexpr std::array<absl::string_view, 4> kNormAffine = {"in", "weight", "bias", "out"};
+using BufferNames = std::array<absl::string_view, kMaxBuiltinBuffers>;
+constexpr BufferNames kOut = {"out"};
+constexpr BufferNames kInOut = {"in", "out"};
+constexpr BufferNames kBinary = {"lhs", "rhs", "out"};
+constexpr BufferNames kMatmul = {"a", "b", "out"};
+constexpr BufferNames kWhere = {"cond", "x", "y", "out"};
+constexpr BufferNames kNormWeight = {"in", "weight", "out"};
+constexpr BufferNames kNormAffine = {"in", "weight", "bias", "out"};
 
 constexpr KernelDef Unary(absl::string_view name, DtypeMask dtypes) {
-  return {name, 2, kInOut, dtypes, ShapeRule::kSame, OutType::kDtype, 0, false, true, false};
+  return {name, 2,     kInOut, dtypes, ShapeRule::kSame, InType::kDtype, OutType::kDtype,
+          0,    false, true,   false};
 }
 constexpr KernelDef Binary(absl::string_view name, DtypeMask dtypes) {
-  return {name, 3, kBinary, dtypes, ShapeRule::kBroadcast, OutType::kDtype, 0, false, true, false};
+  return {name, 3,     kBinary, dtypes, ShapeRule::kBroadcast, InType::kDtype, OutType::kDtype,
+          0,    false, true,    false};
+}
+// eq ne lt le gt ge: bool out of any two inputs of one type. In place only when the dtype is one
+// byte (the output's element size must equal the input's).
+constexpr KernelDef Compare(absl::string_view name) {
+  return {name, 3,     kBinary, kAllTypes, ShapeRule::kBroadcast, InType::kDtype, OutType::kBool,
+          0,    false, true,    false};
 }
 // Sum and mean of no elements are defined (0, NaN); max, min and argmax of none are not, so their
 // axis must not be empty.
@@ -35,53 +45,68 @@ constexpr bool kMayBeEmpty = false;
 constexpr bool kNonEmpty = true;
 constexpr KernelDef Reduce(absl::string_view name, DtypeMask dtypes, OutType out_type,
                            bool needs_nonempty_axis) {
-  return {name,     2, kInOut, dtypes, ShapeRule::kReduce,
+  return {name,     2, kInOut, dtypes, ShapeRule::kReduce, InType::kDtype,
           out_type, 1, false,  false,  needs_nonempty_axis};
 }
 
 // layer_norm and rms_norm over the last axis, one row per buffer count: no affine parameters,
 // weight, weight and bias (layer_norm only). They alone take the eps scalar (the last column).
-constexpr KernelDef Norm(absl::string_view name, uint32_t num_buffers,
-                         std::array<absl::string_view, 4> names) {
-  return {name,  num_buffers, names, kFloatTypes, ShapeRule::kNorm, OutType::kDtype, 1,
-          false, true,        false, true};
+constexpr KernelDef Norm(absl::string_view name, uint32_t num_buffers, BufferNames names) {
+  return {
+      name,  num_buffers, names, kFloatTypes, ShapeRule::kNorm, InType::kDtype, OutType::kDtype, 1,
+      false, true,        false, true};
 }
 
 // Sorted by name. "max" and "min" appear twice: reductions with 2 buffers, elementwise with 3.
-// Columns: name, buffers, buffer names, dtypes, shape rule, output type, min rank, fill scalar,
-// in place, non-empty axis.
+// Columns: name, buffers, buffer names, dtypes, shape rule, input types, output type, min rank,
+// fill scalar, in place, non-empty axis, eps (the norms).
 constexpr KernelDef kKernels[] = {
     Unary("abs", kSignedTypes),
     Binary("add", kNumericTypes),
     Reduce("argmax", kNumericTypes, OutType::kI64, kNonEmpty),
-    {"cast", 2, kInOut, kAllTypes, ShapeRule::kSame, OutType::kOutDtype, 0, false, true, false},
-    {"copy", 2, kInOut, kAllTypes, ShapeRule::kSame, OutType::kDtype, 0, false, true, false},
+    {"cast", 2, kInOut, kAllTypes, ShapeRule::kSame, InType::kDtype, OutType::kOutDtype, 0, false,
+     true, false},
+    {"copy", 2, kInOut, kAllTypes, ShapeRule::kSame, InType::kDtype, OutType::kDtype, 0, false,
+     true, false},
     Binary("div", kNumericTypes),
+    Compare("eq"),
     Unary("exp", kFloatTypes),
-    {"fill", 1, kOut, kAllTypes, ShapeRule::kAny, OutType::kDtype, 0, true, false, false},
+    {"fill", 1, kOut, kAllTypes, ShapeRule::kAny, InType::kDtype, OutType::kDtype, 0, true, false,
+     false},
+    Compare("ge"),
+    Unary("gelu", kFloatTypes),
+    Unary("gelu_tanh", kFloatTypes),
+    Compare("gt"),
     Norm("layer_norm", 2, kInOut),
     Norm("layer_norm", 3, kNormWeight),
     Norm("layer_norm", 4, kNormAffine),
+    Compare("le"),
     Unary("log", kFloatTypes),
-    {"matmul", 3, kMatmul, kNumericTypes, ShapeRule::kMatmul, OutType::kDtype, 2, false, false,
-     false},
+    Compare("lt"),
+    {"matmul", 3, kMatmul, kNumericTypes, ShapeRule::kMatmul, InType::kDtype, OutType::kDtype, 2,
+     false, false, false},
     Reduce("max", kAllTypes, OutType::kDtype, kNonEmpty),
     Binary("max", kAllTypes),
     Reduce("mean", kFloatTypes, OutType::kDtype, kMayBeEmpty),
     Reduce("min", kAllTypes, OutType::kDtype, kNonEmpty),
     Binary("min", kAllTypes),
     Binary("mul", kNumericTypes),
+    Compare("ne"),
     Unary("neg", kSignedTypes),
     Binary("pow", kFloatTypes),
     Unary("relu", kSignedTypes),
     Norm("rms_norm", 2, kInOut),
     Norm("rms_norm", 3, kNormWeight),
     Unary("sigmoid", kFloatTypes),
-    {"softmax", 2, kInOut, kFloatTypes, ShapeRule::kSame, OutType::kDtype, 1, false, true, false},
+    Unary("silu", kFloatTypes),
+    {"softmax", 2, kInOut, kFloatTypes, ShapeRule::kSame, InType::kDtype, OutType::kDtype, 1, false,
+     true, false},
     Unary("sqrt", kFloatTypes),
     Binary("sub", kNumericTypes),
     Reduce("sum", kNumericTypes, OutType::kDtype, kMayBeEmpty),
     Unary("tanh", kFloatTypes),
+    {"where", 4, kWhere, kAllTypes, ShapeRule::kBroadcast, InType::kBoolFirst, OutType::kDtype, 0,
+     false, true, false},
 };
 
 std::string BufferList(const KernelDef& def) {
@@ -120,7 +145,9 @@ absl::StatusOr<const KernelDef*> FindKernel(absl::string_view name, size_t num_b
 }
 
 ElemType BufferElemType(const KernelDef& def, const BuiltinCall& call, uint32_t index) {
-  if (index + 1 < def.num_buffers) return call.dtype;
+  if (index + 1 < def.num_buffers) {
+    return def.in_type == InType::kBoolFirst && index == 0 ? ElemType::kBool : call.dtype;
+  }
   switch (def.out_type) {
     case OutType::kDtype:
       return call.dtype;
@@ -128,8 +155,19 @@ ElemType BufferElemType(const KernelDef& def, const BuiltinCall& call, uint32_t 
       return call.out_dtype;
     case OutType::kI64:
       return ElemType::kI64;
+    case OutType::kBool:
+      return ElemType::kBool;
   }
   return call.dtype;
+}
+
+absl::StatusOr<BuiltinBuffers> BuiltinBufferTypes(const BuiltinCall& call, size_t num_buffers) {
+  ASSIGN_OR_RETURN(const KernelDef* def, FindKernel(call.name, num_buffers));
+  BuiltinBuffers b;
+  b.count = def->num_buffers;
+  for (uint32_t i = 0; i < def->num_buffers; ++i) b.types[i] = BufferElemType(*def, call, i);
+  b.in_place = def->in_place;
+  return b;
 }
 
 std::vector<std::string> BuiltinMatmulTypes() {

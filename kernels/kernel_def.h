@@ -37,22 +37,28 @@ inline constexpr DtypeMask kAllTypes = kNumericTypes | DtypeBit(ElemType::kBool)
 enum class ShapeRule : uint8_t {
   kAny,        // fill: the single output, any shape.
   kSame,       // copy, cast, unary, softmax: out shape == in shape.
-  kBroadcast,  // binary: equal ranks; each input dim equals out's or is 1.
+  kBroadcast,  // binary, where: equal ranks; each input dim equals out's or is 1.
   kReduce,     // out = in with shape[axis] == 1.
   kMatmul,     // [..., M, K] x [..., K, N] -> [..., M, N], batch dims broadcast.
   kNorm,       // layer_norm, rms_norm: out shape == in shape; weight, bias: [in's last dim].
 };
 
-// Element type of the output (the last buffer); inputs always have the call's dtype.
-enum class OutType : uint8_t { kDtype, kOutDtype, kI64 };
+// Element type of the output (the last buffer): the call's dtype, its out_dtype (cast), i64
+// (argmax) or bool (the comparisons).
+enum class OutType : uint8_t { kDtype, kOutDtype, kI64, kBool };
+
+// Element type of the inputs: the call's dtype, or bool for the first input and the dtype for
+// the others (where's condition).
+enum class InType : uint8_t { kDtype, kBoolFirst };
 
 // One row of the catalogue: a builtin kernel is its name and buffer count.
 struct KernelDef {
   absl::string_view name;
-  uint32_t num_buffers;
-  std::array<absl::string_view, 4> buffer_names;  // Inputs then the output.
-  DtypeMask dtypes;
+  uint32_t num_buffers;                                            // At most kMaxBuiltinBuffers.
+  std::array<absl::string_view, kMaxBuiltinBuffers> buffer_names;  // Inputs then the output.
+  DtypeMask dtypes;                                                // Of the call's dtype.
   ShapeRule shape_rule;
+  InType in_type;
   OutType out_type;
   uint32_t min_rank;         // Of every tensor: 1 for reductions and softmax, 2 for matmul.
   bool takes_fill_scalar;    // Exactly one scalar group of the dtype, holding one value.

@@ -304,10 +304,14 @@ absl::Status CheckShapes(const KernelDef& def, const BuiltinCall& call,
       return CheckSameShape(def, t[0], t[1]);
     case ShapeRule::kNorm:
       return CheckNorm(def, meta);
-    case ShapeRule::kBroadcast:
+    case ShapeRule::kBroadcast: {
       RETURN_IF_ERROR(CheckSameRank(def, meta));
-      RETURN_IF_ERROR(CheckBroadcast(def, 0, t[0], t[2], t[2].rank));
-      return CheckBroadcast(def, 1, t[1], t[2], t[2].rank);
+      const uint32_t out = def.num_buffers - 1;
+      for (uint32_t i = 0; i < out; ++i) {
+        RETURN_IF_ERROR(CheckBroadcast(def, i, t[i], t[out], t[out].rank));
+      }
+      return absl::OkStatus();
+    }
     case ShapeRule::kReduce:
       RETURN_IF_ERROR(CheckSameRank(def, meta));
       return CheckReduce(def, call, t[0], t[1]);

@@ -21,15 +21,17 @@ TEST(ValidateTest, NamesAreSortedUniqueAndComplete) {
   const std::vector<std::string> names = BuiltinKernelNames();
   EXPECT_TRUE(std::is_sorted(names.begin(), names.end()));
   EXPECT_EQ(std::adjacent_find(names.begin(), names.end()), names.end());
-  for (const char* n : {"fill", "copy",    "cast", "neg",  "abs",    "relu",   "exp",    "log",
-                        "sqrt", "sigmoid", "tanh", "add",  "sub",    "mul",    "div",    "max",
-                        "min",  "pow",     "sum",  "mean", "argmax", "matmul", "softmax"}) {
+  for (const char* n :
+       {"fill",    "copy", "cast",   "neg",    "abs",     "relu", "exp",       "log",  "sqrt",
+        "sigmoid", "tanh", "add",    "sub",    "mul",     "div",  "max",       "min",  "pow",
+        "sum",     "mean", "argmax", "matmul", "softmax", "gelu", "gelu_tanh", "silu", "eq",
+        "ne",      "lt",   "le",     "gt",     "ge",      "where"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
   }
   for (const char* n : {"layer_norm", "rms_norm"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
   }
-  EXPECT_EQ(names.size(), 25u);
+  EXPECT_EQ(names.size(), 35u);
 }
 
 TEST(ValidateTest, ValidCallPasses) {
@@ -134,6 +136,32 @@ TEST(ValidateTest, ReductionAxisAndShape) {
               HasSubstr("buffer 1 (out) holds 8 bytes"))
       << "argmax writes i64";
   EXPECT_TRUE(ValidateBuiltin(call, {24, 16}).ok());
+}
+
+TEST(ValidateTest, ComparisonsWriteBoolOfAnyInputType) {
+  const std::vector<std::vector<uint64_t>> s = {{2, 3}, {1, 3}, {2, 3}};
+  for (ElemType t : kAllElemTypes) {
+    BuiltinCall call = ContiguousCall("le", t, s);
+    const uint32_t es = ElemSize(t);
+    EXPECT_TRUE(ValidateBuiltin(call, {6 * es, 3 * es, 6}).ok()) << ElemTypeName(t);
+    const absl::Status st = ValidateBuiltin(call, {6 * es, 3 * es, 5});
+    EXPECT_THAT(st.message(), AllOf(HasSubstr("buffer 2 (out) holds 5 bytes"),
+                                    HasSubstr("spans 6 bool elements = 6 bytes")));
+    auto buffers = BuiltinBufferTypes(call, 3);
+    ASSERT_TRUE(buffers.ok()) << buffers.status();
+    EXPECT_EQ(buffers->count, 3u);
+    EXPECT_EQ(buffers->types[0], t);
+    EXPECT_EQ(buffers->types[1], t);
+    EXPECT_EQ(buffers->types[2], ElemType::kBool);
+    EXPECT_TRUE(buffers->in_place);
+  }
+  EXPECT_EQ(BuiltinBufferTypes(MakeCall("eq", ElemType::kF32), 2).status().message(),
+            "kernel 'eq' takes 3 buffers (lhs, rhs, out), got 2");
+  EXPECT_EQ(BuiltinBufferTypes(MakeCall("argmax", ElemType::kF32), 2)->types[1], ElemType::kI64);
+  BuiltinCall cast = MakeCall("cast", ElemType::kF32);
+  cast.out_dtype = ElemType::kU8;
+  EXPECT_EQ(BuiltinBufferTypes(cast, 2)->types[1], ElemType::kU8);
+  EXPECT_FALSE(BuiltinBufferTypes(MakeCall("sum", ElemType::kF32), 2)->in_place);
 }
 
 TEST(ValidateTest, ScalarCountAndType) {

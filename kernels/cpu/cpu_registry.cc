@@ -18,6 +18,7 @@
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/reduce.h"
 #include "kernels/cpu/softmax.h"
+#include "kernels/cpu/where.h"
 #include "kernels/validate.h"
 
 namespace cubed::kernels {
@@ -28,6 +29,9 @@ constexpr CpuKernel Unary(absl::string_view name, UnaryOp op) {
 }
 constexpr CpuKernel Binary(absl::string_view name, BinaryOp op) {
   return {name, 3, RunBinary, static_cast<int>(op)};
+}
+constexpr CpuKernel Compare(absl::string_view name, CompareOp op) {
+  return {name, 3, RunCompare, static_cast<int>(op)};
 }
 constexpr CpuKernel Reduce(absl::string_view name, ReduceOp op) {
   return {name, 2, RunReduce, static_cast<int>(op)};
@@ -42,12 +46,19 @@ constexpr CpuKernel kCpuKernels[] = {
     {"cast", 2, RunCast, 0},
     {"copy", 2, RunCopy, 0},
     Binary("div", BinaryOp::kDiv),
+    Compare("eq", CompareOp::kEq),
     Unary("exp", UnaryOp::kExp),
     {"fill", 1, RunFill, 0},
+    Compare("ge", CompareOp::kGe),
+    Unary("gelu", UnaryOp::kGelu),
+    Unary("gelu_tanh", UnaryOp::kGeluTanh),
+    Compare("gt", CompareOp::kGt),
     {"layer_norm", 2, RunNorm, static_cast<int>(NormOp::kLayer)},
     {"layer_norm", 3, RunNorm, static_cast<int>(NormOp::kLayer)},
     {"layer_norm", 4, RunNorm, static_cast<int>(NormOp::kLayer)},
+    Compare("le", CompareOp::kLe),
     Unary("log", UnaryOp::kLog),
+    Compare("lt", CompareOp::kLt),
     {"matmul", 3, RunMatmul, 0},
     Reduce("max", ReduceOp::kMax),
     Binary("max", BinaryOp::kMax),
@@ -55,17 +66,20 @@ constexpr CpuKernel kCpuKernels[] = {
     Reduce("min", ReduceOp::kMin),
     Binary("min", BinaryOp::kMin),
     Binary("mul", BinaryOp::kMul),
+    Compare("ne", CompareOp::kNe),
     Unary("neg", UnaryOp::kNeg),
     Binary("pow", BinaryOp::kPow),
     Unary("relu", UnaryOp::kRelu),
     {"rms_norm", 2, RunNorm, static_cast<int>(NormOp::kRms)},
     {"rms_norm", 3, RunNorm, static_cast<int>(NormOp::kRms)},
     Unary("sigmoid", UnaryOp::kSigmoid),
+    Unary("silu", UnaryOp::kSilu),
     {"softmax", 2, RunSoftmax, 0},
     Unary("sqrt", UnaryOp::kSqrt),
     Binary("sub", BinaryOp::kSub),
     Reduce("sum", ReduceOp::kSum),
     Unary("tanh", UnaryOp::kTanh),
+    {"where", 4, RunWhere, 0},
 };
 
 }  // namespace
@@ -86,7 +100,7 @@ absl::StatusOr<const CpuKernel*> FindCpuKernel(const KernelDef& def) {
 absl::Status RunBuiltinCpu(const BuiltinCall& call, absl::Span<const HostBuffer> buffers) {
   ASSIGN_OR_RETURN(const KernelDef* def, FindKernel(call.name, buffers.size()));
   ASSIGN_OR_RETURN(const CpuKernel* cpu, FindCpuKernel(*def));
-  absl::InlinedVector<uint64_t, 4> sizes;
+  absl::InlinedVector<uint64_t, kMaxBuiltinBuffers> sizes;
   for (const HostBuffer& b : buffers) sizes.push_back(b.size_bytes);
   ASSIGN_OR_RETURN(const KernelMetadata meta, ValidateCall(*def, call, sizes));
   RETURN_IF_ERROR(CheckHostBuffers(*def, call, meta, buffers));

@@ -19,6 +19,34 @@ T Sigmoid(T x) {
   return e / (T{1} + e);
 }
 
+// Note [Activation tails]
+// gelu, gelu_tanh and silu are x times a gate in [0, 1] that tends to 0 as x -> -inf. Each is
+// written so that the gate never loses its digits to cancellation there, and -inf gives the
+// limit -0 (the textbook formulas give -inf * 0 = NaN):
+//   gelu(x)      = x * Phi(x)            = 0.5 * x * erfc(-x / sqrt(2))   (not 1 + erf(...))
+//   gelu_tanh(x) = 0.5 * x * (1 + tanh(u)) = x * sigmoid(2u),
+//                  u = sqrt(2 / pi) * (x + 0.044715 * x^3)  (PyTorch's approximate='tanh')
+//   silu(x)      = x * sigmoid(x)
+// NaN stays NaN, +inf stays +inf. kernels/cuda/elementwise.cuh computes the same expressions.
+template <typename T>
+T Gelu(T x) {
+  if (std::isinf(x) && x < 0) return T(-0.0);
+  return T(0.5) * x * std::erfc(-x * T(0.70710678118654752440));
+}
+
+template <typename T>
+T GeluTanh(T x) {
+  if (std::isinf(x) && x < 0) return T(-0.0);
+  const T u = T(0.79788456080286535588) * (x + T(0.044715) * x * x * x);
+  return x * Sigmoid(T(2) * u);
+}
+
+template <typename T>
+T Silu(T x) {
+  if (std::isinf(x) && x < 0) return T(-0.0);
+  return x * Sigmoid(x);
+}
+
 // f16 and bf16 compute in float and round once on store.
 template <typename T>
 ComputeType<T> C(T x) {
@@ -77,6 +105,15 @@ absl::Status RunTyped(const KernelArgs& args) {
         return absl::OkStatus();
       case UnaryOp::kTanh:
         UnaryLoop<T>(args, [](T x) { return T(std::tanh(C(x))); });
+        return absl::OkStatus();
+      case UnaryOp::kGelu:
+        UnaryLoop<T>(args, [](T x) { return T(Gelu(C(x))); });
+        return absl::OkStatus();
+      case UnaryOp::kGeluTanh:
+        UnaryLoop<T>(args, [](T x) { return T(GeluTanh(C(x))); });
+        return absl::OkStatus();
+      case UnaryOp::kSilu:
+        UnaryLoop<T>(args, [](T x) { return T(Silu(C(x))); });
         return absl::OkStatus();
       default:
         break;

@@ -7,10 +7,22 @@
 
 namespace cubed::kernels {
 
-enum class UnaryOp { kNeg, kAbs, kRelu, kExp, kLog, kSqrt, kSigmoid, kTanh };
+enum class UnaryOp {
+  kNeg,
+  kAbs,
+  kRelu,
+  kExp,
+  kLog,
+  kSqrt,
+  kSigmoid,
+  kTanh,
+  kGelu,
+  kGeluTanh,
+  kSilu
+};
 
-// Runs the UnaryOp `args.op` (neg, abs, relu: f32 f64 i32 i64; the rest: f32 f64). The call has
-// been validated. In place is fine when out and in share memory and layout.
+// Runs the UnaryOp `args.op` (neg, abs, relu: signed types; the rest: floats). The call has been
+// validated. In place is fine when out and in share memory and layout.
 absl::Status RunUnary(const KernelArgs& args);
 
 }  // namespace cubed::kernels

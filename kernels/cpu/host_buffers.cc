@@ -10,7 +10,7 @@ namespace cubed::kernels {
 
 absl::Status CheckHostBuffers(const KernelDef& def, const BuiltinCall& call,
                               const KernelMetadata& meta, absl::Span<const HostBuffer> buffers) {
-  std::array<uint64_t, 4> span_bytes{};
+  std::array<uint64_t, kMaxBuiltinBuffers> span_bytes{};
   for (uint32_t i = 0; i < def.num_buffers; ++i) {
     const uint32_t es = ElemSize(BufferElemType(def, call, i));
     span_bytes[i] = meta.tensors[i].SpanElements() * es;  // Checked by ValidateCall.

@@ -88,7 +88,9 @@ absl::StatusOr<CudaBuiltinArgs> MakeCudaBuiltinArgs(const BuiltinCall& call,
     case CudaFamily::kCopy:
     case CudaFamily::kCast:
     case CudaFamily::kUnary:
-    case CudaFamily::kBinary: {
+    case CudaFamily::kBinary:
+    case CudaFamily::kCompare:
+    case CudaFamily::kWhere: {
       bool dense = true;
       for (const TensorLayout& t : meta.tensors)
         dense = dense && t.IsContiguous() && SameShape(t, out);
@@ -143,7 +145,9 @@ CudaLaunchDims BuiltinLaunchDims(const BuiltinCall& call, CudaBuiltinArgs* args,
     case CudaFamily::kCopy:
     case CudaFamily::kCast:
     case CudaFamily::kUnary:
-    case CudaFamily::kBinary: {
+    case CudaFamily::kBinary:
+    case CudaFamily::kCompare:
+    case CudaFamily::kWhere: {
       const uint64_t items =
           (args->flags & CUBED_CUDA_DENSE) != 0 ? CeilDiv(args->count, 4) : args->count;
       blocks = CeilDiv(items, kBlock);

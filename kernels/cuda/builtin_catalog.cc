@@ -16,7 +16,8 @@ constexpr Mask kFloat =
 constexpr Mask kSigned =
     kFloat | Bit(ElemType::kI32) | Bit(ElemType::kI64) | Bit(ElemType::kI8) | Bit(ElemType::kI16);
 constexpr Mask kNumeric = kSigned | Bit(ElemType::kU32) | Bit(ElemType::kU8) | Bit(ElemType::kU16);
-constexpr Mask kAll = kNumeric | Bit(ElemType::kBool);  // bool: fill, copy, cast, max, min.
+// bool: fill, copy, cast, max, min, comparisons.
+constexpr Mask kAll = kNumeric | Bit(ElemType::kBool);
 
 // One builtin (as kernels/builtin_registry.cc lists them, sorted by name) and its CUDA template.
 struct Row {
@@ -34,12 +35,19 @@ constexpr Row kRows[] = {
     {"cast", 2, CudaFamily::kCast, "", kAll},
     {"copy", 2, CudaFamily::kCopy, "", kAll},
     {"div", 3, CudaFamily::kBinary, "cubed::DivOp", kNumeric},
+    {"eq", 3, CudaFamily::kCompare, "cubed::EqOp", kAll},
     {"exp", 2, CudaFamily::kUnary, "cubed::ExpOp", kFloat},
     {"fill", 1, CudaFamily::kFill, "", kAll},
+    {"ge", 3, CudaFamily::kCompare, "cubed::GeOp", kAll},
+    {"gelu", 2, CudaFamily::kUnary, "cubed::GeluOp", kFloat},
+    {"gelu_tanh", 2, CudaFamily::kUnary, "cubed::GeluTanhOp", kFloat},
+    {"gt", 3, CudaFamily::kCompare, "cubed::GtOp", kAll},
     {"layer_norm", 2, CudaFamily::kNorm, "cubed::LayerNormOp", kFloat},
     {"layer_norm", 3, CudaFamily::kNorm, "cubed::LayerNormOp", kFloat},
     {"layer_norm", 4, CudaFamily::kNorm, "cubed::LayerNormOp", kFloat},
+    {"le", 3, CudaFamily::kCompare, "cubed::LeOp", kAll},
     {"log", 2, CudaFamily::kUnary, "cubed::LogOp", kFloat},
+    {"lt", 3, CudaFamily::kCompare, "cubed::LtOp", kAll},
     {"matmul", 3, CudaFamily::kMatmul, "", kNumeric},
     {"max", 2, CudaFamily::kReduce, "cubed::MaxR", kAll},
     {"max", 3, CudaFamily::kBinary, "cubed::MaxOp", kAll},
@@ -47,17 +55,20 @@ constexpr Row kRows[] = {
     {"min", 2, CudaFamily::kReduce, "cubed::MinR", kAll},
     {"min", 3, CudaFamily::kBinary, "cubed::MinOp", kAll},
     {"mul", 3, CudaFamily::kBinary, "cubed::MulOp", kNumeric},
+    {"ne", 3, CudaFamily::kCompare, "cubed::NeOp", kAll},
     {"neg", 2, CudaFamily::kUnary, "cubed::NegOp", kSigned},
     {"pow", 3, CudaFamily::kBinary, "cubed::PowOp", kFloat},
     {"relu", 2, CudaFamily::kUnary, "cubed::ReluOp", kSigned},
     {"rms_norm", 2, CudaFamily::kNorm, "cubed::RmsNormOp", kFloat},
     {"rms_norm", 3, CudaFamily::kNorm, "cubed::RmsNormOp", kFloat},
     {"sigmoid", 2, CudaFamily::kUnary, "cubed::SigmoidOp", kFloat},
+    {"silu", 2, CudaFamily::kUnary, "cubed::SiluOp", kFloat},
     {"softmax", 2, CudaFamily::kSoftmax, "", kFloat},
     {"sqrt", 2, CudaFamily::kUnary, "cubed::SqrtOp", kFloat},
     {"sub", 3, CudaFamily::kBinary, "cubed::SubOp", kNumeric},
     {"sum", 2, CudaFamily::kReduce, "cubed::SumR", kNumeric},
     {"tanh", 2, CudaFamily::kUnary, "cubed::TanhOp", kFloat},
+    {"where", 4, CudaFamily::kWhere, "", kAll},
 };
 
 absl::string_view CudaType(ElemType t) {
@@ -90,7 +101,7 @@ absl::string_view CudaType(ElemType t) {
   return "void";
 }
 
-// fill and copy move bits: one kernel per element size.
+// fill, copy and where move bits: one kernel per element size.
 absl::string_view BitsType(ElemType t) {
   switch (ElemSize(t)) {
     case 1:
@@ -108,7 +119,9 @@ absl::string_view BitsType(ElemType t) {
 // A program holds one family's kernels for one input dtype: NVRTC pays a fixed cost per program
 // (front end, built-in headers) and ptxas a cost per kernel, so one program per family and dtype
 // compiles a first call's kernel (and its siblings, likely next) in well under a second, and the
-// whole catalog in a few dozen programs.
+// whole catalog in a few dozen programs. The comparisons have programs of their own, so that a
+// first add does not also compile six kernels it does not need; where, which moves bits, has one
+// program for every dtype, like fill and copy.
 std::string ProgramName(CudaFamily family, ElemType dtype) {
   switch (family) {
     case CudaFamily::kFill:
@@ -120,6 +133,10 @@ std::string ProgramName(CudaFamily family, ElemType dtype) {
       return absl::StrCat("unary_", ElemTypeName(dtype));
     case CudaFamily::kBinary:
       return absl::StrCat("binary_", ElemTypeName(dtype));
+    case CudaFamily::kCompare:
+      return absl::StrCat("compare_", ElemTypeName(dtype));
+    case CudaFamily::kWhere:
+      return "where";
     case CudaFamily::kReduce:
       return absl::StrCat("reduce_", ElemTypeName(dtype));
     case CudaFamily::kSoftmax:
@@ -139,7 +156,10 @@ absl::string_view SourceFile(CudaFamily family) {
     case CudaFamily::kCast:
     case CudaFamily::kUnary:
     case CudaFamily::kBinary:
+    case CudaFamily::kCompare:
       return "elementwise.cuh";
+    case CudaFamily::kWhere:
+      return "where.cuh";
     case CudaFamily::kReduce:
       return "reduce.cuh";
     case CudaFamily::kSoftmax:
@@ -165,6 +185,10 @@ std::string Expression(const Row& row, ElemType dtype, ElemType out_dtype) {
       return absl::StrCat("cubed::UnaryKernel<", row.op, ", ", t, ">");
     case CudaFamily::kBinary:
       return absl::StrCat("cubed::BinaryKernel<", row.op, ", ", t, ">");
+    case CudaFamily::kCompare:
+      return absl::StrCat("cubed::CompareKernel<", row.op, ", ", t, ">");
+    case CudaFamily::kWhere:
+      return absl::StrCat("cubed::WhereKernel<", BitsType(dtype), ">");
     case CudaFamily::kReduce:
       return absl::StrCat("cubed::ReduceKernel<", row.op, ", ", t, ">");
     case CudaFamily::kSoftmax:

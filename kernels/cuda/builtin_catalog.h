@@ -23,6 +23,8 @@ enum class CudaFamily : uint8_t {
   kCast,
   kUnary,
   kBinary,
+  kCompare,  // Binary with a bool output.
+  kWhere,    // cond, x, y -> out.
   kReduce,
   kSoftmax,
   kMatmul,

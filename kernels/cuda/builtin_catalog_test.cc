@@ -15,7 +15,7 @@ namespace {
 // accepts: ValidateBuiltin checks name, buffer count and dtype before the metadata.
 TEST(BuiltinCatalogTest, MatchesTheCpuLibrary) {
   for (const std::string& name : BuiltinKernelNames()) {
-    for (size_t buffers = 1; buffers <= CUBED_CUDA_MAX_BUFFERS; ++buffers) {
+    for (size_t buffers = 1; buffers <= kMaxBuiltinBuffers; ++buffers) {
       for (ElemType t : kAllElemTypes) {
         BuiltinCall call;
         call.name = name;

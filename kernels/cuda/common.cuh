@@ -237,6 +237,8 @@ __device__ __forceinline__ float Sqrt(float x) { return sqrtf(x); }
 __device__ __forceinline__ double Sqrt(double x) { return sqrt(x); }
 __device__ __forceinline__ float Tanh(float x) { return tanhf(x); }
 __device__ __forceinline__ double Tanh(double x) { return tanh(x); }
+__device__ __forceinline__ float Erfc(float x) { return erfcf(x); }
+__device__ __forceinline__ double Erfc(double x) { return erfc(x); }
 __device__ __forceinline__ float Pow(float x, float y) { return powf(x, y); }
 __device__ __forceinline__ double Pow(double x, double y) { return pow(x, y); }
 __device__ __forceinline__ float Fabs(float x) { return fabsf(x); }

@@ -210,7 +210,8 @@ struct Case {
 // Relative tolerance for a kernel's float results; 0 = bitwise (NaN matches any NaN).
 double Tolerance(const std::string& name, ElemType t) {
   static const char* exact[] = {"fill", "copy", "cast", "neg", "abs", "relu", "add",
-                                "sub",  "mul",  "div",  "max", "min", "sqrt", "argmax"};
+                                "sub",  "mul",  "div",  "max", "min", "sqrt", "argmax",
+                                "eq",   "ne",   "lt",   "le",  "gt",  "ge",   "where"};
   for (const char* e : exact) {
     if (name == e) return 0;
   }
@@ -276,10 +277,10 @@ void RunCase(Gpu& gpu, const Case& c) {
   const size_t n = c.tensors.size();
   std::vector<uint64_t> lens, bytes;
   std::vector<ElemType> types;
+  auto buffers = BuiltinBufferTypes(call, n);
+  ASSERT_TRUE(buffers.ok()) << buffers.status();
   for (size_t i = 0; i < n; ++i) {
-    ElemType t = call.dtype;
-    if (i + 1 == n && call.name == "cast") t = call.out_dtype;
-    if (i + 1 == n && call.name == "argmax") t = ElemType::kI64;
+    const ElemType t = buffers->types[i];
     types.push_back(t);
     lens.push_back(c.tensors[i].SpanElements());
     bytes.push_back(lens.back() * ElemSize(t));
@@ -388,10 +389,19 @@ std::vector<Case> CasesFor(const CudaBuiltinSignature& s, CudaFamily family) {
       add("transposed", {Strided({30, 20}, {1, 30}), Strided({30, 20}, {24, 1})});
       break;
     case CudaFamily::kBinary:
+    case CudaFamily::kCompare:
       add("dense", {Dense({3, 1001}), Dense({3, 1001}), Dense({3, 1001})});
       add("misaligned", {Dense({1003}), Dense({1003}), Dense({1003})}, 0, 1);
       add("broadcast", {Dense({7, 1}), Dense({1, 131}), Strided({7, 131}, {140, 1})});
       add("transposed", {Strided({20, 30}, {1, 20}), Dense({20, 30}), Dense({20, 30})});
+      break;
+    case CudaFamily::kWhere:
+      add("dense", {Dense({3, 1001}), Dense({3, 1001}), Dense({3, 1001}), Dense({3, 1001})});
+      add("misaligned", {Dense({1003}), Dense({1003}), Dense({1003}), Dense({1003})}, 0, 1);
+      add("mask over one value",
+          {Dense({7, 131}), Dense({7, 131}), Dense({1, 1}), Dense({7, 131})});
+      add("broadcast",
+          {Dense({7, 1}), Dense({1, 131}), Strided({7, 131}, {1, 7}), Strided({7, 131}, {140, 1})});
       break;
     case CudaFamily::kReduce:
       add("warp", {Dense({37, 300}), Dense({37, 1})}, 1);

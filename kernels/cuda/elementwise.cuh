@@ -1,7 +1,8 @@
-// Elementwise builtin kernels: fill, copy, cast, unary (neg abs relu exp log sqrt sigmoid tanh)
-// and binary with broadcasting (add sub mul div max min pow). One grid-stride loop over the
-// output's elements; when every buffer is dense with the output's shape (CUBED_CUDA_DENSE) all
-// buffers share the linear index and, when aligned, move 4 elements per load and store.
+// Elementwise builtin kernels: fill, copy, cast, unary (neg abs relu exp log sqrt sigmoid tanh
+// gelu gelu_tanh silu), binary with broadcasting (add sub mul div max min pow) and the comparisons
+// (eq ne lt le gt ge, bool out). One grid-stride loop over the output's elements; when every
+// buffer is dense with the output's shape (CUBED_CUDA_DENSE) all buffers share the linear index
+// and, when aligned, move 4 elements per load and store.
 #include "common.cuh"
 
 namespace cubed {
@@ -116,15 +117,47 @@ template <class T>
 struct SqrtOp {
   __device__ T operator()(T x) const { return static_cast<T>(Sqrt(x)); }
 };
+// Only ever exponentiates a non-positive number, so nothing overflows.
+template <class C>
+__device__ __forceinline__ C Sigmoid(C v) {
+  if (v >= C(0)) return C(1) / (C(1) + Exp(-v));
+  const C e = Exp(v);
+  return e / (C(1) + e);
+}
 template <class T>
 struct SigmoidOp {
-  // Only ever exponentiates a non-positive number, so nothing overflows.
+  __device__ T operator()(T x) const {
+    return static_cast<T>(Sigmoid(static_cast<typename ComputeOf<T>::type>(x)));
+  }
+};
+// Note [Activation tails] (kernels/cpu/elementwise.cc): x times a gate computed without
+// cancellation as x -> -inf, and -inf gives -0, exactly as the CPU.
+template <class T>
+struct GeluOp {
   __device__ T operator()(T x) const {
     typedef typename ComputeOf<T>::type C;
     const C v = static_cast<C>(x);
-    if (v >= C(0)) return static_cast<T>(C(1) / (C(1) + Exp(-v)));
-    const C e = Exp(v);
-    return static_cast<T>(e / (C(1) + e));
+    if (v == Num<C>::Lowest()) return static_cast<T>(-C(0));
+    return static_cast<T>(C(0.5) * v * Erfc(-v * C(0.70710678118654752440)));
+  }
+};
+template <class T>
+struct GeluTanhOp {
+  __device__ T operator()(T x) const {
+    typedef typename ComputeOf<T>::type C;
+    const C v = static_cast<C>(x);
+    if (v == Num<C>::Lowest()) return static_cast<T>(-C(0));
+    const C u = C(0.79788456080286535588) * (v + C(0.044715) * v * v * v);
+    return static_cast<T>(v * Sigmoid(C(2) * u));
+  }
+};
+template <class T>
+struct SiluOp {
+  __device__ T operator()(T x) const {
+    typedef typename ComputeOf<T>::type C;
+    const C v = static_cast<C>(x);
+    if (v == Num<C>::Lowest()) return static_cast<T>(-C(0));
+    return static_cast<T>(v * Sigmoid(v));
   }
 };
 template <class T>
@@ -167,6 +200,33 @@ struct PowOp {
 template <template <class> class Op, class T>
 __global__ void BinaryKernel(const __grid_constant__ CudaBuiltinArgs a) {
   Map<2, T, T>(a, Op<T>());
+}
+
+// Comparisons write bool; C++'s operators are IEEE 754's (false with a NaN operand, but for !=).
+// Halves compare by value in float, bool as a truth value (kernels/cpu/binary.h).
+template <class T>
+struct CompareOf {
+  typedef typename Pick<Same<T, Bool8>::value, bool, typename ComputeOf<T>::type>::type type;
+};
+template <class T>
+__device__ __forceinline__ typename CompareOf<T>::type Comparable(T x) {
+  return static_cast<typename CompareOf<T>::type>(x);
+}
+#define CUBED_COMPARE_OP(Name, op)                                                                \
+  template <class T>                                                                              \
+  struct Name {                                                                                   \
+    __device__ Bool8 operator()(T x, T y) const { return Bool8(Comparable(x) op Comparable(y)); } \
+  };
+CUBED_COMPARE_OP(EqOp, ==)
+CUBED_COMPARE_OP(NeOp, !=)
+CUBED_COMPARE_OP(LtOp, <)
+CUBED_COMPARE_OP(LeOp, <=)
+CUBED_COMPARE_OP(GtOp, >)
+CUBED_COMPARE_OP(GeOp, >=)
+#undef CUBED_COMPARE_OP
+template <template <class> class Op, class T>
+__global__ void CompareKernel(const __grid_constant__ CudaBuiltinArgs a) {
+  Map<2, T, Bool8>(a, Op<T>());
 }
 
 }  // namespace cubed

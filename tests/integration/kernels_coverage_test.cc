@@ -12,11 +12,13 @@ using KernelCoverageTest = DaemonTest;
 // The kernels kernels_*_test.cc compare with host references. Add a kernel here only together
 // with its reference test.
 const std::set<std::string> kTestedKernels = {
-    "fill",   "copy",    "cast",                                             // kernels_data_test
-    "neg",    "abs",     "relu",   "exp", "log", "sqrt", "sigmoid", "tanh",  // kernels_unary_test
-    "add",    "sub",     "mul",    "div", "max", "min",  "pow",              // kernels_binary_test
-    "sum",    "mean",    "argmax",                                           // kernels_reduce_test
-    "matmul", "softmax",                                                     // kernels_matmul_...
+    "fill",   "copy",      "cast",                                             // kernels_data_test
+    "neg",    "abs",       "relu",   "exp", "log", "sqrt", "sigmoid", "tanh",  // kernels_unary_test
+    "gelu",   "gelu_tanh", "silu",                                             // kernels_unary_test
+    "add",    "sub",       "mul",    "div", "max", "min",  "pow",    // kernels_binary_test
+    "eq",     "ne",        "lt",     "le",  "gt",  "ge",   "where",  // kernels_compare_test
+    "sum",    "mean",      "argmax",                                 // kernels_reduce_test
+    "matmul", "softmax",                                             // kernels_matmul_...
 };
 // Names too long for the table above.
 const std::set<std::string> kTestedLongNames = {"layer_norm", "rms_norm"};  // kernels_norm_test

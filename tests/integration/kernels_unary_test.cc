@@ -1,5 +1,6 @@
 // The unary elementwise kernels against host references.
 
+#include <cmath>
 #include <functional>
 
 #include "tests/integration/kernel_test_util.h"
@@ -82,6 +83,54 @@ TEST_F(UnaryKernelTest, Transcendentals) {
       [](auto x) { return decltype(x)(1) / (decltype(x)(1) + std::exp(-x)); }, rng);
 }
 
+// PyTorch's gelu (erf and tanh forms) and silu, in double.
+TEST_F(UnaryKernelTest, Activations) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  std::mt19937_64 rng(23);
+  CheckUnary(
+      *client, "gelu", kFloatTypes, -8, 8,
+      [](auto x) {
+        const double v = x;
+        return decltype(x)(0.5 * v * (1 + std::erf(v / std::sqrt(2.0))));
+      },
+      rng);
+  CheckUnary(
+      *client, "gelu_tanh", kFloatTypes, -8, 8,
+      [](auto x) {
+        const double v = x;
+        return decltype(x)(0.5 * v *
+                           (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))));
+      },
+      rng);
+  CheckUnary(
+      *client, "silu", kFloatTypes, -30, 30,
+      [](auto x) {
+        const double v = x;
+        return decltype(x)(v / (1 + std::exp(-v)));
+      },
+      rng);
+}
+
+TEST_F(UnaryKernelTest, ActivationsOfInfinitiesAndNan) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  const float inf = std::numeric_limits<float>::infinity();
+  HostTensor<float> in{{4}, {-inf, inf, std::nanf(""), -0.0f}};
+  Tensor x = Upload(*client, in);
+  Tensor y = Output(*client, {4}, 4);
+  for (const char* name : {"gelu", "gelu_tanh", "silu"}) {
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(client->Execute(Builtin(name, ElemType::kF32), {x}, {y}).ok());
+    const std::vector<float> got = Download<float>(*client, y);
+    EXPECT_EQ(got[0], 0.0f);
+    EXPECT_TRUE(std::signbit(got[0])) << "-inf gives -0";
+    EXPECT_EQ(got[1], inf);
+    EXPECT_TRUE(std::isnan(got[2]));
+    EXPECT_TRUE(got[3] == 0.0f && std::signbit(got[3])) << "-0 gives -0";
+  }
+}
+
 TEST_F(UnaryKernelTest, InPlaceOnTheSameTensor) {
   auto client = Connect();
   ASSERT_NE(client, nullptr);
@@ -98,7 +147,7 @@ TEST_F(UnaryKernelTest, UnsupportedTypesAreRefused) {
   auto client = Connect();
   ASSERT_NE(client, nullptr);
   Tensor u = Output(*client, {4}, 4);
-  for (const char* name : {"neg", "abs", "relu", "exp", "log"}) {
+  for (const char* name : {"neg", "abs", "relu", "exp", "log", "gelu", "gelu_tanh", "silu"}) {
     absl::Status s = Settled(*client, client->Execute(Builtin(name, ElemType::kU32), {u}, {u}));
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << name << " u32: " << s;
   }

@@ -567,10 +567,26 @@ class Client:
 
     # --- builtin kernels ------------------------------------------------------------------------
 
-    def _operand(self, x: ArrayOrScalar, like: Optional[Tensor], what: str) -> Tensor:
+    def _operand(self, x: ArrayOrScalar, like: Optional[Tensor], what: str,
+                 exact: bool = False) -> Tensor:
+        """A Tensor for ``x``: itself, or ``x`` stored in ``like``'s dtype. ``exact``: values an
+        integer or bool dtype cannot hold as they are (0.5 or 300 for uint8) are a TypeError
+        instead of being truncated or wrapped (a comparison with them would be wrong)."""
         if isinstance(x, Tensor):
             return self._own(x, what)
         dtype = like.dtype if like is not None else None
+        if exact and dtype is not None and dtype.kind in "biu":
+            raw = np.asarray(x)
+            if raw.dtype.hasobject:
+                raise TypeError(f"{what}: cannot use {x!r} as {dtype}")
+            with np.errstate(all="ignore"):
+                stored = raw.astype(dtype)
+                fits = np.array_equal(stored.astype(raw.dtype), raw)
+            if not fits:
+                raise TypeError(f"{what}: {x!r} is not exactly representable as {dtype}, the "
+                                "dtype of the tensor operand; convert the tensor with .astype() "
+                                "first")
+            return self.create(stored)
         return self.create(np.asarray(x, dtype=dtype))
 
     @staticmethod
@@ -584,22 +600,26 @@ class Client:
         a = self._own(a, name)
         return self._launch(name, [a], self._alloc(a.shape, a.dtype))
 
-    def _binary(self, name: str, a: ArrayOrScalar, b: ArrayOrScalar) -> Tensor:
+    def _broadcast_shape(self, name: str, *tensors: Tensor) -> Tuple[int, ...]:
+        try:
+            return tuple(np.broadcast_shapes(*(t.shape for t in tensors)))
+        except ValueError:
+            shapes = " and ".join(str(t.shape) for t in tensors)
+            raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
+                                       f"{name}: shapes {shapes} do not broadcast") from None
+
+    def _binary(self, name: str, a: ArrayOrScalar, b: ArrayOrScalar,
+                out_dtype: Optional[DTypeLike] = None, exact: bool = False) -> Tensor:
         if not isinstance(a, Tensor) and not isinstance(b, Tensor):
             raise TypeError(f"{name}: at least one operand must be a Tensor")
-        ta = self._operand(a, b if isinstance(b, Tensor) else None, name)
-        tb = self._operand(b, ta, name)
+        ta = self._operand(a, b if isinstance(b, Tensor) else None, name, exact)
+        tb = self._operand(b, ta, name, exact)
         if ta.dtype != tb.dtype:
             raise TypeError(f"{name}: dtypes differ ({ta.dtype} and {tb.dtype}); convert one "
                             "with .astype()")
-        try:
-            shape = np.broadcast_shapes(ta.shape, tb.shape)
-        except ValueError:
-            raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
-                                       f"{name}: shapes {ta.shape} and {tb.shape} do not "
-                                       "broadcast") from None
+        shape = self._broadcast_shape(name, ta, tb)
         rank = len(shape)
-        out = self._alloc(shape, ta.dtype)
+        out = self._alloc(shape, ta.dtype if out_dtype is None else out_dtype)
         return self._launch(name, [self._pad(ta, rank), self._pad(tb, rank)], out)
 
     def add(self, a: ArrayOrScalar, b: ArrayOrScalar) -> Tensor:
@@ -630,6 +650,69 @@ class Client:
     def minimum(self, a: ArrayOrScalar, b: ArrayOrScalar) -> Tensor:
         """Elementwise minimum, broadcasting (3-buffer ``min``; NaN propagates)."""
         return self._binary("min", a, b)
+
+    # Note [Comparisons]: a comparison's operands have one dtype (the tensor's; a scalar or array
+    # operand is stored in it, and must be exactly representable when that dtype is an integer
+    # or bool, so that ``int_tensor < 0.5`` is refused rather than computed as ``< 0``); the
+    # result is a bool tensor. Floats compare as IEEE 754 and numpy do: NaN is unequal to
+    # everything, itself included, and unordered. Tensor has the operators <, <=, > and >=, but
+    # keeps == and != as identity (Tensor.eq / Tensor.ne compare elements): an elementwise
+    # __eq__ would make Tensor unhashable and turn ``t in some_list`` into a kernel launch
+    # whose truth value is meaningless.
+    def eq(self, a: ArrayOrScalar, b: ArrayOrScalar) -> Tensor:
+        """a == b elementwise, broadcasting, as a bool tensor (``eq``; every dtype; Note
+        [Comparisons])."""
+        return self._binary("eq", a, b, np.bool_, exact=True)
+
+    def ne(self, a: ArrayOrScalar, b: ArrayOrScalar) -> Tensor:
+        """a != b elementwise, broadcasting, as a bool tensor (``ne``; NaN != NaN is True)."""
+        return self._binary("ne", a, b, np.bool_, exact=True)
+
+    def lt(self, a: ArrayOrScalar, b: ArrayOrScalar) -> Tensor:
+        """a < b elementwise, broadcasting, as a bool tensor (``lt``)."""
+        return self._binary("lt", a, b, np.bool_, exact=True)
+
+    def le(self, a: ArrayOrScalar, b: ArrayOrScalar) -> Tensor:
+        """a <= b elementwise, broadcasting, as a bool tensor (``le``)."""
+        return self._binary("le", a, b, np.bool_, exact=True)
+
+    def gt(self, a: ArrayOrScalar, b: ArrayOrScalar) -> Tensor:
+        """a > b elementwise, broadcasting, as a bool tensor (``gt``)."""
+        return self._binary("gt", a, b, np.bool_, exact=True)
+
+    def ge(self, a: ArrayOrScalar, b: ArrayOrScalar) -> Tensor:
+        """a >= b elementwise, broadcasting, as a bool tensor (``ge``)."""
+        return self._binary("ge", a, b, np.bool_, exact=True)
+
+    def where(self, cond: ArrayOrScalar, x: ArrayOrScalar, y: ArrayOrScalar) -> Tensor:
+        """Elements of x where cond is true, of y elsewhere, all three broadcasting like numpy's
+        ``np.where(cond, x, y)`` (``where``; every dtype). cond is a bool tensor (compare to
+        make one: ``t > 0``) or bool array-like; x and y have one dtype, the result's, so at
+        least one of them is a Tensor and a scalar or array operand is stored in its dtype
+        (exactly, for integer and bool dtypes: Note [Comparisons]). The chosen element is
+        copied bit for bit (NaN payloads, -0)."""
+        if isinstance(cond, Tensor):
+            tc = self._own(cond, "where")
+            if tc.dtype != np.bool_:
+                raise TypeError(f"where: cond must be bool, got {tc.dtype}; compare it "
+                                "(e.g. cond != 0) or use .astype(bool)")
+        else:
+            raw = np.asarray(cond)
+            if raw.dtype != np.bool_:
+                raise TypeError(f"where: cond must be bool, got {raw.dtype}")
+            tc = self.create(raw)
+        if not isinstance(x, Tensor) and not isinstance(y, Tensor):
+            raise TypeError("where: x or y must be a Tensor (it gives the result's dtype)")
+        tx = self._operand(x, y if isinstance(y, Tensor) else None, "where", exact=True)
+        ty = self._operand(y, tx, "where", exact=True)
+        if tx.dtype != ty.dtype:
+            raise TypeError(f"where: dtypes of x and y differ ({tx.dtype} and {ty.dtype}); "
+                            "convert one with .astype()")
+        shape = self._broadcast_shape("where", tc, tx, ty)
+        rank = len(shape)
+        out = self._alloc(shape, tx.dtype)
+        return self._launch("where", [self._pad(t, rank) for t in (tc, tx, ty)], out,
+                            dtype=tx.dtype)
 
     def neg(self, a: Tensor) -> Tensor:
         """-a (``neg``; signed types and floats)."""
@@ -662,6 +745,21 @@ class Client:
     def tanh(self, a: Tensor) -> Tensor:
         """Hyperbolic tangent (``tanh``; float32/float64)."""
         return self._unary("tanh", a)
+
+    def gelu(self, a: Tensor, approximate: str = "none") -> Tensor:
+        """GELU like ``torch.nn.functional.gelu``: ``approximate="none"`` is x * Phi(x) (the
+        ``gelu`` kernel, erf form), ``"tanh"`` PyTorch's tanh approximation (``gelu_tanh``).
+        Floats only (float32, float64, float16, bfloat16; halves compute in float32); -inf
+        gives -0 (docs/kernel-abi.md)."""
+        if approximate == "none":
+            return self._unary("gelu", a)
+        if approximate == "tanh":
+            return self._unary("gelu_tanh", a)
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+
+    def silu(self, a: Tensor) -> Tensor:
+        """x * sigmoid(x) (``silu``, also called swish; floats only; -inf gives -0)."""
+        return self._unary("silu", a)
 
     def copy(self, a: Tensor) -> Tensor:
         """A dense copy of a (any view) (``copy``)."""

@@ -44,6 +44,10 @@ class Tensor:
     Arithmetic operators run builtin kernels through the owning client (``a + b``, ``a @ b``,
     ``-a``...); they are pipelined like every other command, so their errors surface at the next
     read or sync. ``np.asarray(t)`` reads it.
+
+    ``<``, ``<=``, ``>`` and ``>=`` compare elementwise into a bool tensor, but ``==`` and ``!=``
+    are identity, as for any Python object (so tensors stay hashable and ``t in a_list`` makes
+    no kernel call): compare elements with ``t.eq(x)`` / ``t.ne(x)`` or ``client.eq(a, b)``.
     """
 
     __array_priority__ = 1000  # So ndarray + Tensor defers to Tensor.__radd__.
@@ -310,6 +314,26 @@ class Tensor:
 
     def __rmatmul__(self, other: Any) -> "Tensor":
         return self._client.matmul(other, self)
+
+    def eq(self, other: Any) -> "Tensor":
+        """self == other elementwise, as a bool tensor (Client.eq; ``==`` itself is identity)."""
+        return self._client.eq(self, other)
+
+    def ne(self, other: Any) -> "Tensor":
+        """self != other elementwise, as a bool tensor (Client.ne; ``!=`` itself is identity)."""
+        return self._client.ne(self, other)
+
+    def __lt__(self, other: Any) -> "Tensor":
+        return self._client.lt(self, other)
+
+    def __le__(self, other: Any) -> "Tensor":
+        return self._client.le(self, other)
+
+    def __gt__(self, other: Any) -> "Tensor":
+        return self._client.gt(self, other)
+
+    def __ge__(self, other: Any) -> "Tensor":
+        return self._client.ge(self, other)
 
     def __neg__(self) -> "Tensor":
         return self._client.neg(self)

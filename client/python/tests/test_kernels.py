@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -61,6 +63,61 @@ UNARY = {
 }
 
 
+def erf(x):
+    """math.erf over a float64 array (numpy has no erf)."""
+    return np.vectorize(math.erf, otypes=[np.float64])(x)
+
+
+# PyTorch's formulas (torch.nn.functional.gelu and silu) in float64, with the limits at -inf.
+def gelu_ref(x):
+    with np.errstate(invalid="ignore"):
+        return np.where(x == -np.inf, -0.0, 0.5 * x * (1 + erf(x / np.sqrt(2))))
+
+
+def gelu_tanh_ref(x):
+    with np.errstate(invalid="ignore", over="ignore"):
+        u = np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)
+        return np.where(x == -np.inf, -0.0, 0.5 * x * (1 + np.tanh(u)))
+
+
+def silu_ref(x):
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.where(x == -np.inf, -0.0, x / (1 + np.exp(-x)))
+
+
+ACTIVATIONS = {"gelu": (lambda c, t: c.gelu(t), gelu_ref),
+               "gelu_tanh": (lambda c, t: c.gelu(t, approximate="tanh"), gelu_tanh_ref),
+               "silu": (lambda c, t: c.silu(t), silu_ref)}
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("name", list(ACTIVATIONS))
+def test_activations(client, name, dtype):
+    run, ref = ACTIVATIONS[name]
+    x = rand((5, 40), dtype, -8, 8)
+    x[0, :8] = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1, -1, 1e-3]).astype(dtype)
+    t = client.create(x)
+    got = client.read(run(client, t))
+    want = ref(up(x).astype(np.float64)).astype(dtype)
+    check(got, want, dtype)
+    v = float(got[0, 2])
+    assert v == 0 and math.copysign(1.0, v) < 0  # -inf gives -0.
+    # A transposed view reads through its strides.
+    check(client.read(run(client, t.T)), want.T, dtype)
+
+
+def test_activations_refuse_integers_and_unknown_approximations(client):
+    t = client.create(np.arange(4, dtype=np.int32))
+    with pytest.raises(cubed_client.InvalidArgumentError,
+                       match="'gelu' does not support dtype i32"):
+        client.read(client.gelu(t))
+    with pytest.raises(cubed_client.InvalidArgumentError,
+                       match="'silu' does not support dtype i32"):
+        client.read(client.silu(t))
+    with pytest.raises(ValueError, match="approximate must be 'none' or 'tanh'"):
+        client.gelu(client.create(np.zeros(2, np.float32)), approximate="erf")
+
+
 @pytest.mark.parametrize("name,dtype", [(n, d) for n, (ds, _, _) in UNARY.items() for d in ds])
 def test_unary(client, name, dtype):
     dtypes, ref, positive = UNARY[name]
@@ -98,6 +155,112 @@ def test_binary_broadcasting(client, name, dtype):
     got = client.read(getattr(client, name)(client.create(a), client.create(b)))
     with np.errstate(all="ignore"):
         check(got, ref(up(a), up(b)).astype(dtype), dtype)
+
+
+COMPARISONS = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
+               "gt": np.greater, "ge": np.greater_equal}
+
+
+@pytest.mark.parametrize("dtype", [*ALL, "bool"])
+@pytest.mark.parametrize("name", list(COMPARISONS))
+def test_comparisons_broadcast_to_bool(client, name, dtype):
+    ref = COMPARISONS[name]
+    if dtype == "bool":
+        a, b = RNG.integers(0, 2, (4, 1, 5)).astype(bool), RNG.integers(0, 2, (3, 1)).astype(bool)
+    else:  # Few distinct values, so that equal pairs are common.
+        a, b = rand((4, 1, 5), dtype, 0, 3), rand((3, 1), dtype, 0, 3)
+        if is_float(dtype):
+            a, b = np.round(up(a)).astype(dtype), np.round(up(b)).astype(dtype)
+    ta, tb = client.create(a), client.create(b)
+    got = client.read(getattr(client, name)(ta, tb))
+    assert got.dtype == np.bool_
+    np.testing.assert_array_equal(got, ref(up(a), up(b)))
+    # Strided views compare through their strides.
+    np.testing.assert_array_equal(client.read(getattr(client, name)(ta.swapaxes(0, 2), tb)),
+                                  ref(up(a).swapaxes(0, 2), up(b)))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_comparisons_of_nan_inf_and_signed_zero_follow_ieee(client, dtype):
+    v = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0]).astype(dtype)
+    ta, tb = client.create(v[:, None]), client.create(v[None, :])
+    for name, ref in COMPARISONS.items():
+        with np.errstate(invalid="ignore"):
+            want = ref(up(v)[:, None], up(v)[None, :])
+        np.testing.assert_array_equal(client.read(getattr(client, name)(ta, tb)), want, name)
+
+
+def test_comparison_operators_scalars_and_identity(client):
+    x = np.array([[1.5, -2.0, np.nan], [0.0, 3.0, 7.0]], np.float32)
+    t = client.create(x)
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(client.read(t < 1), x < 1)
+        np.testing.assert_array_equal(client.read(t <= 3.0), x <= 3.0)
+        np.testing.assert_array_equal(client.read(t > x[0]), x > x[0])
+        np.testing.assert_array_equal(client.read(t >= t.T.T), x >= x)
+        np.testing.assert_array_equal(client.read(2.5 > t), 2.5 > x)  # Reflected: t < 2.5.
+        np.testing.assert_array_equal(client.read(x[1] <= t), x[1] <= x)  # ndarray defers.
+        np.testing.assert_array_equal(client.read(t.eq(7)), x == 7)
+        np.testing.assert_array_equal(client.read(t.ne(t)), x != x)  # Only NaN.
+    # == and != stay identity: tensors hash, and membership tests make no kernel call.
+    assert t == t and t != t.T and t in [t] and t not in [t.T]
+    assert len({t, t, t.T}) == 2
+    # An integer tensor refuses a scalar it cannot hold exactly, instead of comparing with 0.
+    i = client.create(np.array([0, 1, 2], np.int32))
+    np.testing.assert_array_equal(client.read(i < 2.0), [True, True, False])
+    with pytest.raises(TypeError, match="0.5 is not exactly representable as int32"):
+        i < 0.5
+    with pytest.raises(TypeError, match="300 is not exactly representable as uint8"):
+        client.eq(client.create(np.zeros(2, np.uint8)), 300)
+    with pytest.raises(TypeError, match="dtypes differ"):
+        client.lt(i, client.create(np.zeros(3, np.float32)))
+
+
+@pytest.mark.parametrize("dtype", [*ALL, "bool"])
+def test_where_broadcasts_all_three(client, dtype):
+    cond = RNG.integers(0, 2, (4, 1, 5)).astype(bool)
+    if dtype == "bool":
+        x, y = RNG.integers(0, 2, (3, 1)).astype(bool), RNG.integers(0, 2, (5,)).astype(bool)
+    else:
+        x, y = rand((3, 1), dtype), rand((5,), dtype)
+    tc, tx, ty = client.create(cond), client.create(x), client.create(y)
+    got = client.read(client.where(tc, tx, ty))
+    assert got.dtype == np.dtype(dtype) and got.shape == (4, 3, 5)
+    np.testing.assert_array_equal(got.view(np.uint8), np.where(cond, x, y).view(np.uint8))
+    # Views: a transposed cond, a transposed x, y as a column.
+    x2 = rand((4, 5), dtype, 0, 2)
+    got = client.read(client.where(tc[:, 0, :].T, client.create(x2).T, ty[:, None]))
+    want = np.ascontiguousarray(np.where(cond[:, 0, :].T, x2.T, y[:, None]))
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+def test_where_masks_with_scalars_and_comparisons(client):
+    x = np.array([[1.5, -2.0, np.nan], [0.0, -0.0, 7.0]], np.float32)
+    t = client.create(x)
+    # Attention-style masking: -inf where the mask is false.
+    mask = np.array([True, False, True])
+    got = client.read(client.where(mask, t, -np.inf))
+    np.testing.assert_array_equal(got, np.where(mask, x, np.float32(-np.inf)))
+    with np.errstate(invalid="ignore"):
+        relu = client.read(client.where(t > 0, t, 0.0))
+        np.testing.assert_array_equal(relu, np.where(x > 0, x, 0).astype(np.float32))
+        # NaN payloads and -0 are copied as they are.
+        same = client.read(client.where(t.ne(t), t, t))
+    np.testing.assert_array_equal(same.view(np.uint32), x.view(np.uint32))
+    i = client.create(np.arange(6, dtype=np.int16).reshape(2, 3))
+    np.testing.assert_array_equal(client.read(client.where(i >= 3, 100, i)),
+                                  np.where(np.arange(6).reshape(2, 3) >= 3, 100, np.arange(6)
+                                           .reshape(2, 3)).astype(np.int16))
+    with pytest.raises(TypeError, match="cond must be bool, got float32"):
+        client.where(t, t, t)
+    with pytest.raises(TypeError, match="x or y must be a Tensor"):
+        client.where(t > 0, 1.0, 2.0)
+    with pytest.raises(TypeError, match="0.5 is not exactly representable as int16"):
+        client.where(i > 0, i, 0.5)
+    with pytest.raises(TypeError, match="dtypes of x and y differ"):
+        client.where(i > 0, i, t)
+    with pytest.raises(cubed_client.InvalidArgumentError, match="do not broadcast"):
+        client.where(np.ones(4, bool), t, t)
 
 
 def test_integer_arithmetic_wraps(client):
@@ -286,7 +449,8 @@ def test_info_lists_element_and_matmul_types(client):
 def test_builtin_kernels_all_covered(client):
     covered = {"neg", "abs", "relu", "exp", "log", "sqrt", "sigmoid", "tanh", "add", "sub", "mul",
                "div", "max", "min", "pow", "sum", "mean", "argmax", "matmul", "softmax", "cast",
-               "fill", "copy", "layer_norm", "rms_norm"}
+               "fill", "copy", "gelu", "gelu_tanh", "silu", "eq", "ne", "lt", "le", "gt",
+               "ge", "where", "layer_norm", "rms_norm"}
     assert set(client.info().builtin_kernels) <= covered
 
 

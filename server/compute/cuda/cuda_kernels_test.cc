@@ -57,6 +57,14 @@ std::vector<Operand> OperandsFor(CudaFamily family, const CudaBuiltinSignature& 
       Operand transposed{Layout({33, 65}, {1, 33}), 33 * 65, in};
       return {transposed, Dense({1, 65}, in), Dense({33, 65}, in)};
     }
+    case CudaFamily::kCompare: {
+      Operand transposed{Layout({33, 65}, {1, 33}), 33 * 65, in};
+      return {transposed, Dense({1, 65}, in), Dense({33, 65}, ElemType::kBool)};
+    }
+    case CudaFamily::kWhere: {
+      Operand transposed{Layout({33, 65}, {1, 33}), 33 * 65, in};
+      return {Dense({33, 1}, ElemType::kBool), transposed, Dense({1, 65}, in), Dense({33, 65}, in)};
+    }
     case CudaFamily::kReduce:
       return {Dense({33, 65}, in), Dense({33, 1}, sig.name == "argmax" ? ElemType::kI64 : in)};
     case CudaFamily::kMatmul:

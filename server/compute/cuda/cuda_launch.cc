@@ -7,17 +7,9 @@
 #include "absl/strings/str_join.h"
 #include "common/cuda/cuda_driver.h"
 #include "common/status_macros.h"
-#include "kernels/cuda/builtin_catalog.h"
 
 namespace cubed {
 namespace {
-
-uint32_t BufferElemSize(const kernels::BuiltinCall& call, uint32_t index, uint32_t num_buffers) {
-  if (index + 1 < num_buffers) return ElemSize(call.dtype);
-  if (call.name == "cast") return ElemSize(call.out_dtype);
-  if (call.name == "argmax") return ElemSize(ElemType::kI64);
-  return ElemSize(call.dtype);
-}
 
 uint64_t SpanBytes(const CudaTensorArg& t, uint32_t elem_size) {
   uint64_t span = 1;
@@ -86,9 +78,10 @@ absl::StatusOr<CUfunction> CudaModuleCache::Function(const kernels::CompiledCuda
 
 absl::Status CheckBuiltinAddresses(const kernels::BuiltinCall& call, const CudaBuiltinArgs& args) {
   const uint32_t n = args.num_buffers;
+  ASSIGN_OR_RETURN(const kernels::BuiltinBuffers buffers, kernels::BuiltinBufferTypes(call, n));
   uint64_t span[CUBED_CUDA_MAX_BUFFERS] = {};
   for (uint32_t i = 0; i < n; ++i) {
-    const uint32_t es = BufferElemSize(call, i, n);
+    const uint32_t es = ElemSize(buffers.types[i]);
     span[i] = SpanBytes(args.buffers[i], es);
     if (span[i] != 0 && args.buffers[i].ptr % es != 0) {
       return absl::InvalidArgumentError(
@@ -96,18 +89,13 @@ absl::Status CheckBuiltinAddresses(const kernels::BuiltinCall& call, const CudaB
                        "-byte elements; bind it at an offset that is a multiple of ", es));
     }
   }
-  ASSIGN_OR_RETURN(const kernels::CudaFamily family, kernels::FindCudaFamily(call.name, n));
-  using F = kernels::CudaFamily;
   const uint32_t out = n - 1;
-  const bool in_place = family == F::kCopy || family == F::kUnary || family == F::kBinary ||
-                        family == F::kSoftmax || family == F::kNorm ||
-                        (family == F::kCast && ElemSize(call.dtype) == ElemSize(call.out_dtype));
   const uint64_t o = args.buffers[out].ptr;
   for (uint32_t i = 0; i < out; ++i) {
     const uint64_t p = args.buffers[i].ptr;
     if (span[i] == 0 || span[out] == 0 || p >= o + span[out] || o >= p + span[i]) continue;
-    const bool identical = in_place && p == o && span[i] == span[out] &&
-                           BufferElemSize(call, i, n) == BufferElemSize(call, out, n) &&
+    const bool identical = buffers.in_place && p == o && span[i] == span[out] &&
+                           ElemSize(buffers.types[i]) == ElemSize(buffers.types[out]) &&
                            SameLayout(args.buffers[i], args.buffers[out]);
     if (!identical) {
       return absl::InvalidArgumentError(absl::StrCat(
