@@ -146,12 +146,14 @@ struct Tensor {
   uint64_t NumElements() const;
 };
 
-// A builtin kernel (docs/kernel-abi.md). `out_dtype` for cast; `axis` for reductions.
+// A builtin kernel (docs/kernel-abi.md). `out_dtype` for cast; `axis` for reductions and
+// gather; `index_dtype` (i32 or i64) for gather's indices.
 struct BuiltinKernel {
   std::string name;
   ElemType dtype = ElemType::kF32;
   ElemType out_dtype = ElemType::kF32;
   uint32_t axis = 0;
+  ElemType index_dtype = ElemType::kI64;
 };
 // A builtin kernel whose output type equals its input type, axis 0.
 inline BuiltinKernel Builtin(std::string name, ElemType dtype) {

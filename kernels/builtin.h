@@ -30,9 +30,10 @@ struct ScalarGroup {
 struct BuiltinCall {
   std::string name;
   ElemType dtype = ElemType::kF32;
-  ElemType out_dtype = ElemType::kF32;  // "cast" only.
-  uint32_t axis = 0;                    // Reductions only.
-  std::vector<uint32_t> metadata;       // CubeCL layout (common/kernel_metadata.h).
+  ElemType out_dtype = ElemType::kF32;    // "cast" only.
+  uint32_t axis = 0;                      // Reductions and gather.
+  ElemType index_dtype = ElemType::kI64;  // "gather" only: its indices, i32 or i64.
+  std::vector<uint32_t> metadata;         // CubeCL layout (common/kernel_metadata.h).
   std::vector<ScalarGroup> scalars;
 };
 

@@ -63,6 +63,24 @@ TEST(ToExecuteCommandTest, ConvertsBuiltinWithScalars) {
   EXPECT_EQ(c->kernel.builtin.out_dtype, ElemType::kF32);
 }
 
+// index_dtype defaults to i64 and passes through otherwise; the kernel's validation decides
+// which types it takes.
+TEST(ToExecuteCommandTest, ConvertsGatherIndexDtype) {
+  v1::ExecuteRequest req = AddRequest();
+  req.mutable_kernel()->mutable_builtin()->set_name("gather");
+  req.mutable_kernel()->mutable_builtin()->set_axis(1);
+  absl::StatusOr<ExecuteCommand> c = ToExecuteCommand(req, RequestLimits{});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->kernel.builtin.index_dtype, ElemType::kI64);
+  EXPECT_EQ(c->kernel.builtin.axis, 1u);
+  req.mutable_kernel()->mutable_builtin()->set_index_dtype(v1::ELEM_TYPE_I32);
+  c = ToExecuteCommand(req, RequestLimits{});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->kernel.builtin.index_dtype, ElemType::kI32);
+  req.mutable_kernel()->mutable_builtin()->set_index_dtype(static_cast<v1::ElemType>(99));
+  ExpectInvalid(ToExecuteCommand(req, RequestLimits{}).status(), "kernel.builtin.index_dtype");
+}
+
 TEST(ToExecuteCommandTest, RejectsMalformedRequests) {
   RequestLimits limits;
   {

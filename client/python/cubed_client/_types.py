@@ -87,19 +87,24 @@ class BuiltinKernel:
         name: kernel name, e.g. ``"add"``, ``"matmul"``, ``"sum"``.
         dtype: element type of the inputs.
         out_dtype: output element type for ``cast`` (ignored otherwise; argmax writes int64).
-        axis: the reduced axis for sum, max, min, mean and argmax.
+        axis: the reduced axis for sum, max, min, mean and argmax; the table's axis for gather.
+        index_dtype: element type of gather's indices, int32 or int64 (None: int64).
     """
 
     name: str
     dtype: DTypeLike
     out_dtype: Optional[DTypeLike] = None
     axis: int = 0
+    index_dtype: Optional[DTypeLike] = None
 
     def to_proto(self) -> types_pb2.Kernel:
         """The wire form (cubed.v1.Kernel)."""
         out = self.out_dtype if self.out_dtype is not None else self.dtype
-        return types_pb2.Kernel(builtin=types_pb2.BuiltinKernel(
-            name=self.name, dtype=elem_type(self.dtype), out_dtype=elem_type(out), axis=self.axis))
+        builtin = types_pb2.BuiltinKernel(name=self.name, dtype=elem_type(self.dtype),
+                                          out_dtype=elem_type(out), axis=self.axis)
+        if self.index_dtype is not None:
+            builtin.index_dtype = elem_type(self.index_dtype)
+        return types_pb2.Kernel(builtin=builtin)
 
 
 @dataclass(frozen=True)
