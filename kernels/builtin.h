@@ -49,9 +49,9 @@ struct BuiltinBuffers {
 };
 
 // The buffers of `call` bound to `num_buffers` buffers: each has the call's dtype, except the
-// output of cast (out_dtype), argmax (i64) and the comparisons (bool), and where's condition
-// (bool). NOT_FOUND for an unknown kernel, INVALID_ARGUMENT for a wrong buffer count (as
-// ValidateBuiltin); checks nothing else.
+// output of cast (out_dtype), argmax (i64) and the comparisons (bool), where's condition (bool)
+// and gather's indices (index_dtype). NOT_FOUND for an unknown kernel, INVALID_ARGUMENT for a wrong
+// buffer count (as ValidateBuiltin); checks nothing else.
 absl::StatusOr<BuiltinBuffers> BuiltinBufferTypes(const BuiltinCall& call, size_t num_buffers);
 
 // Names of every builtin kernel, sorted.

@@ -24,6 +24,7 @@ constexpr BufferNames kMatmul = {"a", "b", "out"};
 constexpr BufferNames kWhere = {"cond", "x", "y", "out"};
 constexpr BufferNames kNormWeight = {"in", "weight", "out"};
 constexpr BufferNames kNormAffine = {"in", "weight", "bias", "out"};
+constexpr BufferNames kGather = {"table", "indices", "out"};
 
 constexpr KernelDef Unary(absl::string_view name, DtypeMask dtypes) {
   return {name, 2,     kInOut, dtypes, ShapeRule::kSame, InType::kDtype, OutType::kDtype,
@@ -73,6 +74,8 @@ constexpr KernelDef kKernels[] = {
     Unary("exp", kFloatTypes),
     {"fill", 1, kOut, kAllTypes, ShapeRule::kAny, InType::kDtype, OutType::kDtype, 0, true, false,
      false},
+    {"gather", 3, kGather, kAllTypes, ShapeRule::kGather, InType::kIndexSecond, OutType::kDtype, 0,
+     false, false, false},
     Compare("ge"),
     Unary("gelu", kFloatTypes),
     Unary("gelu_tanh", kFloatTypes),
@@ -146,7 +149,9 @@ absl::StatusOr<const KernelDef*> FindKernel(absl::string_view name, size_t num_b
 
 ElemType BufferElemType(const KernelDef& def, const BuiltinCall& call, uint32_t index) {
   if (index + 1 < def.num_buffers) {
-    return def.in_type == InType::kBoolFirst && index == 0 ? ElemType::kBool : call.dtype;
+    if (def.in_type == InType::kBoolFirst && index == 0) return ElemType::kBool;
+    if (def.in_type == InType::kIndexSecond && index == 1) return call.index_dtype;
+    return call.dtype;
   }
   switch (def.out_type) {
     case OutType::kDtype:

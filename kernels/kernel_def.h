@@ -41,6 +41,8 @@ enum class ShapeRule : uint8_t {
   kReduce,     // out = in with shape[axis] == 1.
   kMatmul,     // [..., M, K] x [..., K, N] -> [..., M, N], batch dims broadcast.
   kNorm,       // layer_norm, rms_norm: out shape == in shape; weight, bias: [in's last dim].
+  kGather,     // table, indices (of the call's index_dtype) -> out = table.shape[:axis] +
+               // indices.shape + table.shape[axis + 1:].
 };
 
 // Element type of the output (the last buffer): the call's dtype, its out_dtype (cast), i64
@@ -48,8 +50,8 @@ enum class ShapeRule : uint8_t {
 enum class OutType : uint8_t { kDtype, kOutDtype, kI64, kBool };
 
 // Element type of the inputs: the call's dtype, or bool for the first input and the dtype for
-// the others (where's condition).
-enum class InType : uint8_t { kDtype, kBoolFirst };
+// the others (where's condition), or the call's index_dtype for the second (gather's indices).
+enum class InType : uint8_t { kDtype, kBoolFirst, kIndexSecond };
 
 // One row of the catalogue: a builtin kernel is its name and buffer count.
 struct KernelDef {

@@ -165,6 +165,47 @@ absl::Status CheckMatmul(const KernelDef& def, const TensorLayout& a, const Tens
   return CheckBroadcast(def, 1, b, c, r - 2);
 }
 
+// out = table.shape[:axis] + indices.shape + table.shape[axis + 1:], table rank >= 1.
+absl::Status CheckGather(const KernelDef& def, const BuiltinCall& call, const TensorLayout& table,
+                         const TensorLayout& indices, const TensorLayout& out) {
+  if (call.axis >= table.rank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ErrorPrefix(def), "axis ", call.axis, " is out of range for table of rank ", table.rank));
+  }
+  TensorLayout want;  // Only rank and shape.
+  want.rank = table.rank - 1 + indices.rank;
+  if (want.rank > kMaxRank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(ErrorPrefix(def), "table rank ", table.rank, " and indices rank ",
+                     indices.rank, " give out rank ", want.rank, ", more than ", kMaxRank));
+  }
+  for (uint32_t d = 0; d < want.rank; ++d) {
+    want.shape[d] = d < call.axis                  ? table.shape[d]
+                    : d < call.axis + indices.rank ? indices.shape[d - call.axis]
+                                                   : table.shape[d - indices.rank + 1];
+  }
+  bool same = out.rank == want.rank;
+  for (uint32_t d = 0; same && d < want.rank; ++d) same = out.shape[d] == want.shape[d];
+  if (same) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      ErrorPrefix(def), "out shape ", FormatDims(out, out.shape), " must be table.shape[:axis] + ",
+      "indices.shape + table.shape[axis + 1:] = ", FormatDims(want, want.shape), " (table ",
+      FormatDims(table, table.shape), ", indices ", FormatDims(indices, indices.shape), ", axis ",
+      call.axis, ")"));
+}
+
+// Gather's indices are i32 or i64 (the call's index_dtype).
+absl::Status CheckIndexDtype(const KernelDef& def, const BuiltinCall& call) {
+  if (call.index_dtype == ElemType::kI32 || call.index_dtype == ElemType::kI64) {
+    return absl::OkStatus();
+  }
+  const std::string name = ElemSize(call.index_dtype) == 0
+                               ? absl::StrCat("unknown type ", static_cast<int>(call.index_dtype))
+                               : std::string(ElemTypeName(call.index_dtype));
+  return absl::InvalidArgumentError(absl::StrCat(ErrorPrefix(def), "index_dtype ", name,
+                                                 " is not an index type (indices are i32 or i64)"));
+}
+
 // Elements of `type` that a buffer of `bytes` holds.
 uint64_t HeldElements(uint64_t bytes, ElemType type) { return bytes / ElemSize(type); }
 
@@ -241,8 +282,8 @@ absl::Status CheckMatmulWork(const KernelDef& def, const BuiltinCall& call,
 }
 
 // Bounds the work of the kernels that do more than a constant per output element (reductions
-// and matmul) by the memory the launch binds; the others are bounded by their output, which may
-// not overlap itself.
+// and matmul) by the memory the launch binds; the others (gather reads one index and one table
+// element per output element) are bounded by their output, which may not overlap itself.
 absl::Status CheckWork(const KernelDef& def, const BuiltinCall& call, const KernelMetadata& meta,
                        absl::Span<const uint64_t> buffer_bytes) {
   switch (def.shape_rule) {
@@ -254,6 +295,7 @@ absl::Status CheckWork(const KernelDef& def, const BuiltinCall& call, const Kern
     case ShapeRule::kSame:
     case ShapeRule::kBroadcast:
     case ShapeRule::kNorm:  // A few passes over each row: a constant per output element.
+    case ShapeRule::kGather:
       return absl::OkStatus();
   }
   return absl::OkStatus();
@@ -318,6 +360,8 @@ absl::Status CheckShapes(const KernelDef& def, const BuiltinCall& call,
     case ShapeRule::kMatmul:
       RETURN_IF_ERROR(CheckSameRank(def, meta));
       return CheckMatmul(def, t[0], t[1], t[2]);
+    case ShapeRule::kGather:
+      return CheckGather(def, call, t[0], t[1], t[2]);
   }
   return absl::InternalError(absl::StrCat(ErrorPrefix(def), "unknown shape rule"));
 }
@@ -387,6 +431,7 @@ absl::StatusOr<KernelMetadata> ValidateCall(const KernelDef& def, const BuiltinC
         absl::StrCat("kernel '", def.name, "' does not support dtype ", ElemTypeName(call.dtype),
                      " (supported: ", absl::StrJoin(names, ", "), ")"));
   }
+  if (def.shape_rule == ShapeRule::kGather) RETURN_IF_ERROR(CheckIndexDtype(def, call));
   RETURN_IF_ERROR(CheckScalars(def, call));
   absl::StatusOr<KernelMetadata> meta =
       DecodeKernelMetadata(call.metadata, def.num_buffers, def.num_buffers);

@@ -13,6 +13,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/fill_copy_cast.h"
+#include "kernels/cpu/gather.h"
 #include "kernels/cpu/host_buffers.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/norm.h"
@@ -49,6 +50,7 @@ constexpr CpuKernel kCpuKernels[] = {
     Compare("eq", CompareOp::kEq),
     Unary("exp", UnaryOp::kExp),
     {"fill", 1, RunFill, 0},
+    {"gather", 3, RunGather, 0},
     Compare("ge", CompareOp::kGe),
     Unary("gelu", UnaryOp::kGelu),
     Unary("gelu_tanh", UnaryOp::kGeluTanh),

@@ -49,6 +49,22 @@ bool SameShape(const TensorLayout& a, const TensorLayout& b) {
 
 uint64_t CeilDiv(uint64_t a, uint64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
+// Note [Gather strategy]: a warp per row (a block for long rows) when the dims after the axis are
+// dense in table and out, so that each row reads its index once and copies with 16-byte vectors;
+// otherwise a thread per output element, neighbouring threads on neighbouring out elements.
+constexpr uint64_t kGatherWarpRowMin = 32;
+constexpr uint64_t kGatherBlockRowMin = 2048;
+
+// Whether dims [from, rank) of `t` are dense row-major (size-1 dims have any stride).
+bool DenseFrom(const TensorLayout& t, uint32_t from) {
+  uint64_t want = 1;
+  for (uint32_t d = t.rank; d-- > from;) {
+    if (t.shape[d] != 1 && t.strides[d] != want) return false;
+    want *= t.shape[d];
+  }
+  return true;
+}
+
 }  // namespace
 
 absl::StatusOr<CudaBuiltinArgs> MakeCudaBuiltinArgs(const BuiltinCall& call,
@@ -127,6 +143,19 @@ absl::StatusOr<CudaBuiltinArgs> MakeCudaBuiltinArgs(const BuiltinCall& call,
       args.count = batches;
       break;
     }
+    case CudaFamily::kGather: {  // Note [Gather strategy].
+      const TensorLayout& table = meta.tensors[0];
+      args.axis = call.axis;
+      uint64_t inner = 1;
+      for (uint32_t d = call.axis + 1; d < table.rank; ++d) inner *= table.shape[d];
+      const bool rows = inner >= kGatherWarpRowMin && DenseFrom(table, call.axis + 1) &&
+                        DenseFrom(out, call.axis + meta.tensors[1].rank);
+      args.variant = !rows                         ? CUBED_CUDA_GROUP_THREAD
+                     : inner >= kGatherBlockRowMin ? CUBED_CUDA_GROUP_BLOCK
+                                                   : CUBED_CUDA_GROUP_WARP;
+      if (rows) args.count /= inner;
+      break;
+    }
   }
   return args;
 }
@@ -195,6 +224,11 @@ CudaLaunchDims BuiltinLaunchDims(const BuiltinCall& call, CudaBuiltinArgs* args,
       }
       break;
     }
+    case CudaFamily::kGather:
+      blocks = args->variant == CUBED_CUDA_GROUP_THREAD ? CeilDiv(args->count, kBlock)
+               : args->variant == CUBED_CUDA_GROUP_WARP ? CeilDiv(args->count, kBlock / 32)
+                                                        : args->count;
+      break;
     case CudaFamily::kMatmul: {
       const CudaTensorArg& c = args->buffers[2];
       if (c.rank >= 2 && c.rank <= CUBED_CUDA_MAX_RANK) {

@@ -14,10 +14,11 @@
 // all buffers by the linear element index (the vectorized fast path).
 #define CUBED_CUDA_DENSE 1u
 
-// `variant` of reductions, softmax and the norms: how many threads cooperate on one output (row).
+// `variant` of reductions, softmax, the norms and gather: how many threads cooperate on one output
+// (row; gather: one row of the dims after the axis, or with GROUP_THREAD one output element).
 #define CUBED_CUDA_GROUP_BLOCK 0u   // One block per output.
 #define CUBED_CUDA_GROUP_WARP 1u    // One warp per output.
-#define CUBED_CUDA_GROUP_THREAD 2u  // One thread per output (reductions only).
+#define CUBED_CUDA_GROUP_THREAD 2u  // One thread per output (reductions and gather).
 
 // Note [Split reduction]: when a reduction has too few outputs to fill the device, `splits`
 // blocks share each group of outputs, each folding one slice of the axis into a partial result
@@ -50,14 +51,16 @@ typedef struct CudaBuiltinArgs {
   CudaTensorArg buffers[CUBED_CUDA_MAX_BUFFERS];  // Inputs then the output, as bound.
   // Size of the iteration space: elements of the output (fill, copy, cast, unary, binary), outputs
   // (reductions), rows (softmax, norms: the output's elements / its last dim, 0 when that dim is
-  // 0), batches (matmul: product of the output's leading rank - 2 dims).
+  // 0), batches (matmul: product of the output's leading rank - 2 dims), gather: the output's
+  // elements (GROUP_THREAD) or rows (the output's elements / those of its dims after the axis).
   unsigned long long count;
   // fill: the value's bits, little-endian, zero-extended to 64 bits. Norms: eps, an f64's bits.
   unsigned long long scalar;
   unsigned int num_buffers;
-  unsigned int axis;     // Reductions: the reduced dim. Softmax, norms: rank - 1.
+  unsigned int axis;     // Reductions: the reduced dim. Softmax, norms: rank - 1. Gather: the
+                         // table's.
   unsigned int flags;    // CUBED_CUDA_DENSE.
-  unsigned int variant;  // CUBED_CUDA_GROUP_* for reductions, softmax, norms; 0 otherwise.
+  unsigned int variant;  // CUBED_CUDA_GROUP_* for reductions, softmax, norms, gather; else 0.
   // Reductions: blocks per group of outputs (Note [Split reduction]); 0 or 1 = no split.
   unsigned int splits;
   unsigned int reserved;

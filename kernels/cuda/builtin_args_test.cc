@@ -186,6 +186,75 @@ TEST(MakeCudaBuiltinArgsTest, ValidationErrorsPassThrough) {
   EXPECT_EQ(MakeCudaBuiltinArgs(unknown, bytes).status().code(), absl::StatusCode::kNotFound);
 }
 
+// Note [Gather strategy]: dense rows of 32 elements or more go to a warp (2048 or more: a
+// block) per row, counted in rows; anything else to a thread per output element.
+TEST(MakeCudaBuiltinArgsTest, GatherRowsOrElements) {
+  struct Expect {
+    std::vector<TensorLayout> tensors;
+    uint32_t axis;
+    uint32_t variant;
+    uint64_t count;
+    uint32_t grid;  // On 100 SMs.
+  };
+  const std::vector<Expect> cases = {
+      {{TensorLayout::Contiguous({1000, 64}), TensorLayout::Contiguous({2, 8}),
+        TensorLayout::Contiguous({2, 8, 64})},
+       0,
+       CUBED_CUDA_GROUP_WARP,
+       16,
+       2},
+      {{TensorLayout::Contiguous({10, 4096}), TensorLayout::Contiguous({3}),
+        TensorLayout::Contiguous({3, 4096})},
+       0,
+       CUBED_CUDA_GROUP_BLOCK,
+       3,
+       3},
+      {{TensorLayout::Contiguous({10, 16}), TensorLayout::Contiguous({3}),
+        TensorLayout::Contiguous({3, 16})},
+       0,
+       CUBED_CUDA_GROUP_THREAD,
+       48,
+       1},
+      {{TensorLayout::Contiguous({64, 10}), TensorLayout::Contiguous({700}),
+        TensorLayout::Contiguous({64, 700})},
+       1,
+       CUBED_CUDA_GROUP_THREAD,
+       44800,
+       175},
+      // Padded out rows stay dense within the row; a transposed table does not.
+      {{TensorLayout::Contiguous({10, 64}), TensorLayout::Contiguous({3}),
+        Strided({3, 64}, {100, 1})},
+       0,
+       CUBED_CUDA_GROUP_WARP,
+       3,
+       1},
+      {{Strided({10, 64}, {1, 10}), TensorLayout::Contiguous({3}),
+        TensorLayout::Contiguous({3, 64})},
+       0,
+       CUBED_CUDA_GROUP_THREAD,
+       192,
+       1},
+      {{TensorLayout::Contiguous({10, 64}), TensorLayout::Contiguous({0}),
+        TensorLayout::Contiguous({0, 64})},
+       0,
+       CUBED_CUDA_GROUP_WARP,
+       0,
+       1},
+  };
+  for (const Expect& e : cases) {
+    std::vector<uint64_t> bytes;
+    BuiltinCall call = Call("gather", ElemType::kF32, e.tensors, &bytes);
+    call.axis = e.axis;
+    call.index_dtype = ElemType::kI32;
+    auto args = MakeCudaBuiltinArgs(call, bytes);
+    ASSERT_TRUE(args.ok()) << args.status();
+    EXPECT_EQ(args->axis, e.axis);
+    EXPECT_EQ(args->variant, e.variant) << e.count;
+    EXPECT_EQ(args->count, e.count);
+    EXPECT_EQ(BuiltinLaunchDims(call, &*args, 100).grid[0], e.grid) << e.count;
+  }
+}
+
 TEST(BuiltinLaunchDimsTest, FillsTheDeviceButNotMore) {
   std::vector<uint64_t> bytes;
   const BuiltinCall big =

@@ -38,6 +38,7 @@ constexpr Row kRows[] = {
     {"eq", 3, CudaFamily::kCompare, "cubed::EqOp", kAll},
     {"exp", 2, CudaFamily::kUnary, "cubed::ExpOp", kFloat},
     {"fill", 1, CudaFamily::kFill, "", kAll},
+    {"gather", 3, CudaFamily::kGather, "", kAll},
     {"ge", 3, CudaFamily::kCompare, "cubed::GeOp", kAll},
     {"gelu", 2, CudaFamily::kUnary, "cubed::GeluOp", kFloat},
     {"gelu_tanh", 2, CudaFamily::kUnary, "cubed::GeluTanhOp", kFloat},
@@ -145,6 +146,8 @@ std::string ProgramName(CudaFamily family, ElemType dtype) {
       return absl::StrCat("matmul_", ElemTypeName(dtype));
     case CudaFamily::kNorm:
       return absl::StrCat("norm_", ElemTypeName(dtype));
+    case CudaFamily::kGather:
+      return "gather";  // Moves bits: 4 element sizes x 2 index types.
   }
   return "";
 }
@@ -168,11 +171,13 @@ absl::string_view SourceFile(CudaFamily family) {
       return "matmul.cuh";
     case CudaFamily::kNorm:
       return "norm.cuh";
+    case CudaFamily::kGather:
+      return "gather.cuh";
   }
   return "";
 }
 
-std::string Expression(const Row& row, ElemType dtype, ElemType out_dtype) {
+std::string Expression(const Row& row, ElemType dtype, ElemType out_dtype, ElemType index_dtype) {
   const absl::string_view t = CudaType(dtype);
   switch (row.family) {
     case CudaFamily::kFill:
@@ -197,6 +202,9 @@ std::string Expression(const Row& row, ElemType dtype, ElemType out_dtype) {
       return absl::StrCat("cubed::MatmulKernel<", t, ">");
     case CudaFamily::kNorm:  // The affine inputs bound: 0, weight (1), weight and bias (2).
       return absl::StrCat("cubed::NormKernel<", row.op, ", ", t, ", ", row.num_buffers - 2, ">");
+    case CudaFamily::kGather:
+      return absl::StrCat("cubed::GatherKernel<", BitsType(dtype), ", ", CudaType(index_dtype),
+                          ">");
   }
   return "";
 }
@@ -229,7 +237,8 @@ const Catalog& GetCatalog() {
       const std::string name = ProgramName(row.family, sig.dtype);
       auto [it, inserted] = c->program_index.emplace(name, c->programs.size());
       if (inserted) c->programs.push_back({name, std::string(SourceFile(row.family)), {}});
-      c->programs[it->second].expressions.push_back(Expression(row, sig.dtype, sig.out_dtype));
+      c->programs[it->second].expressions.push_back(
+          Expression(row, sig.dtype, sig.out_dtype, sig.index_dtype));
     }
     for (CudaBuiltinProgram& p : c->programs) {
       std::sort(p.expressions.begin(), p.expressions.end());
@@ -252,7 +261,8 @@ absl::StatusOr<CudaFamily> FindCudaFamily(absl::string_view name, size_t num_buf
 }
 
 absl::StatusOr<CudaBuiltinKernel> FindCudaBuiltin(absl::string_view name, size_t num_buffers,
-                                                  ElemType dtype, ElemType out_dtype) {
+                                                  ElemType dtype, ElemType out_dtype,
+                                                  ElemType index_dtype) {
   absl::StatusOr<const Row*> found = FindRow(name, num_buffers);
   if (!found.ok()) return found.status();
   const Row& row = **found;
@@ -268,9 +278,15 @@ absl::StatusOr<CudaBuiltinKernel> FindCudaBuiltin(absl::string_view name, size_t
     }
     if (row.family != CudaFamily::kCast) break;
   }
+  if (row.family == CudaFamily::kGather && index_dtype != ElemType::kI32 &&
+      index_dtype != ElemType::kI64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kernel '", name, "' does not support index_dtype ", ElemTypeName(index_dtype),
+                     " (supported: i32, i64)"));
+  }
   const Catalog& catalog = GetCatalog();
   return CudaBuiltinKernel{row.family, catalog.program_index.at(ProgramName(row.family, dtype)),
-                           Expression(row, dtype, out_dtype)};
+                           Expression(row, dtype, out_dtype, index_dtype)};
 }
 
 std::vector<CudaBuiltinSignature> CudaBuiltinSignatures() {
@@ -281,6 +297,9 @@ std::vector<CudaBuiltinSignature> CudaBuiltinSignatures() {
       if (row.family == CudaFamily::kCast) {
         for (ElemType to : kAllElemTypes)
           out.push_back({std::string(row.name), row.num_buffers, t, to});
+      } else if (row.family == CudaFamily::kGather) {
+        for (ElemType index : {ElemType::kI32, ElemType::kI64})
+          out.push_back({std::string(row.name), row.num_buffers, t, t, index});
       } else {
         out.push_back({std::string(row.name), row.num_buffers, t, t});
       }

@@ -28,7 +28,8 @@ enum class CudaFamily : uint8_t {
   kReduce,
   kSoftmax,
   kMatmul,
-  kNorm
+  kNorm,
+  kGather
 };
 
 // One NVRTC program of builtin kernels.
@@ -53,9 +54,11 @@ const std::vector<CudaBuiltinProgram>& CudaBuiltinPrograms();
 absl::StatusOr<CudaFamily> FindCudaFamily(absl::string_view name, size_t num_buffers);
 
 // The kernel for a call. NOT_FOUND / INVALID_ARGUMENT as FindCudaFamily; INVALID_ARGUMENT naming
-// the kernel and dtype when the kernel does not support it. `out_dtype` matters for cast only.
+// the kernel and dtype when the kernel does not support it. `out_dtype` matters for cast only,
+// `index_dtype` (i32 or i64) for gather only.
 absl::StatusOr<CudaBuiltinKernel> FindCudaBuiltin(absl::string_view name, size_t num_buffers,
-                                                  ElemType dtype, ElemType out_dtype);
+                                                  ElemType dtype, ElemType out_dtype,
+                                                  ElemType index_dtype = ElemType::kI64);
 
 // Every (name, buffers, dtype, out_dtype) the CUDA backend supports, for tests and warm-up.
 struct CudaBuiltinSignature {
@@ -63,6 +66,7 @@ struct CudaBuiltinSignature {
   size_t num_buffers;
   ElemType dtype;
   ElemType out_dtype;
+  ElemType index_dtype = ElemType::kI64;  // Gather's indices.
 };
 std::vector<CudaBuiltinSignature> CudaBuiltinSignatures();
 

@@ -45,12 +45,30 @@ TEST(BuiltinCatalogTest, ProgramsGroupUniqueExpressions) {
   }
   // Every signature maps to an expression of its program.
   for (const CudaBuiltinSignature& s : CudaBuiltinSignatures()) {
-    auto k = FindCudaBuiltin(s.name, s.num_buffers, s.dtype, s.out_dtype);
+    auto k = FindCudaBuiltin(s.name, s.num_buffers, s.dtype, s.out_dtype, s.index_dtype);
     ASSERT_TRUE(k.ok()) << k.status();
     const auto& exprs = CudaBuiltinPrograms()[k->program].expressions;
     EXPECT_NE(std::find(exprs.begin(), exprs.end(), k->expression), exprs.end()) << k->expression;
   }
   EXPECT_LE(expressions, CudaBuiltinSignatures().size());
+}
+
+// Gather compiles one kernel per element size and index type, and refuses other index types as
+// validation does.
+TEST(BuiltinCatalogTest, GatherTakesI32AndI64Indices) {
+  std::set<std::string> expressions;
+  for (ElemType t : kAllElemTypes) {
+    for (ElemType index : {ElemType::kI32, ElemType::kI64}) {
+      auto k = FindCudaBuiltin("gather", 3, t, t, index);
+      ASSERT_TRUE(k.ok()) << k.status();
+      expressions.insert(k->expression);
+    }
+  }
+  EXPECT_EQ(expressions.size(), 8u);
+  EXPECT_TRUE(expressions.count("cubed::GatherKernel<unsigned short, int>"));
+  auto bad = FindCudaBuiltin("gather", 3, ElemType::kF32, ElemType::kF32, ElemType::kU32);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "index_dtype u32")) << bad.status();
 }
 
 }  // namespace

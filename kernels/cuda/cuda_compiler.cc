@@ -135,7 +135,7 @@ class CudaKernelCompiler::Impl {
 
   absl::StatusOr<const CompiledCudaKernel*> Builtin(const BuiltinCall& call, size_t num_buffers) {
     absl::StatusOr<CudaBuiltinKernel> kernel =
-        FindCudaBuiltin(call.name, num_buffers, call.dtype, call.out_dtype);
+        FindCudaBuiltin(call.name, num_buffers, call.dtype, call.out_dtype, call.index_dtype);
     if (!kernel.ok()) return kernel.status();
     std::pair<size_t, std::string> id(kernel->program, kernel->expression);
     if (auto it = builtins_.find(id); it != builtins_.end()) {

@@ -209,9 +209,9 @@ struct Case {
 
 // Relative tolerance for a kernel's float results; 0 = bitwise (NaN matches any NaN).
 double Tolerance(const std::string& name, ElemType t) {
-  static const char* exact[] = {"fill", "copy", "cast", "neg", "abs", "relu", "add",
-                                "sub",  "mul",  "div",  "max", "min", "sqrt", "argmax",
-                                "eq",   "ne",   "lt",   "le",  "gt",  "ge",   "where"};
+  static const char* exact[] = {"fill", "copy", "cast", "neg", "abs",   "relu",   "add", "sub",
+                                "mul",  "div",  "max",  "min", "sqrt",  "argmax", "eq",  "ne",
+                                "lt",   "le",   "gt",   "ge",  "where", "gather"};
   for (const char* e : exact) {
     if (name == e) return 0;
   }
@@ -344,6 +344,7 @@ BuiltinCall MakeCall(const CudaBuiltinSignature& s) {
   call.name = s.name;
   call.dtype = s.dtype;
   call.out_dtype = s.out_dtype;
+  call.index_dtype = s.index_dtype;
   if (s.name == "fill") {
     ScalarGroup g;
     g.elem = s.dtype;
@@ -363,9 +364,10 @@ BuiltinCall MakeCall(const CudaBuiltinSignature& s) {
 
 std::vector<Case> CasesFor(const CudaBuiltinSignature& s, CudaFamily family) {
   const BuiltinCall call = MakeCall(s);
-  const std::string base =
-      absl::StrCat(s.name, "/", s.num_buffers, " ", ElemTypeName(s.dtype),
-                   s.name == "cast" ? absl::StrCat("->", ElemTypeName(s.out_dtype)) : "");
+  const std::string base = absl::StrCat(
+      s.name, "/", s.num_buffers, " ", ElemTypeName(s.dtype),
+      s.name == "cast" ? absl::StrCat("->", ElemTypeName(s.out_dtype)) : "",
+      s.name == "gather" ? absl::StrCat(" indices ", ElemTypeName(s.index_dtype)) : "");
   std::vector<Case> cases;
   auto add = [&](const char* what, std::vector<TensorLayout> t, uint32_t axis = 0,
                  uint64_t misalign = 0) -> Case& {
@@ -479,6 +481,17 @@ std::vector<Case> CasesFor(const CudaBuiltinSignature& s, CudaFamily family) {
       }
       break;
     }
+    case CudaFamily::kGather:  // Random indices: in range, from the end, out of range.
+      add("warp rows", {Dense({150, 300}), Dense({4, 5}), Dense({4, 5, 300})});
+      add("block rows", {Dense({120, 4096}), Dense({7}), Dense({7, 4096})});
+      add("misaligned rows", {Dense({150, 301}), Dense({9}), Dense({9, 301})}, 0, 1);
+      add("last axis", {Dense({30, 150}), Dense({200}), Dense({30, 200})}, 1);
+      add("middle axis", {Dense({3, 150, 5}), Dense({2, 3}), Dense({3, 2, 3, 5})}, 1);
+      add("strided", {Strided({150, 40}, {1, 150}), Strided({6}, {2}), Strided({6, 40}, {48, 1})});
+      add("padded rows", {Strided({150, 64}, {80, 1}), Dense({5}), Strided({5, 64}, {70, 1})});
+      add("scalar index", {Dense({150, 40}), Dense({}), Dense({40})});
+      add("no indices", {Dense({150, 40}), Dense({0}), Dense({0, 40})});
+      break;
     case CudaFamily::kMatmul:
       add("batched", {Dense({2, 1, 70, 33}), Dense({1, 3, 33, 130}), Dense({2, 3, 70, 130})});
       add("transposed", {Strided({65, 40}, {1, 65}), Strided({40, 66}, {1, 40}), Dense({65, 66})});

@@ -36,7 +36,7 @@ TEST_P(NvrtcBuiltinsTest, EveryBuiltinOfTheShardCompilesToCubinForSm90) {
   size_t signatures = 0;
   for (const CudaBuiltinSignature& sig : CudaBuiltinSignatures()) {
     absl::StatusOr<CudaBuiltinKernel> found =
-        FindCudaBuiltin(sig.name, sig.num_buffers, sig.dtype, sig.out_dtype);
+        FindCudaBuiltin(sig.name, sig.num_buffers, sig.dtype, sig.out_dtype, sig.index_dtype);
     ASSERT_TRUE(found.ok()) << sig.name << ": " << found.status();
     if (found->program % kShards != shard) continue;
     programs.insert(found->program);
@@ -45,9 +45,10 @@ TEST_P(NvrtcBuiltinsTest, EveryBuiltinOfTheShardCompilesToCubinForSm90) {
     call.name = sig.name;
     call.dtype = sig.dtype;
     call.out_dtype = sig.out_dtype;
+    call.index_dtype = sig.index_dtype;
     const std::string what =
         absl::StrCat(sig.name, "/", sig.num_buffers, " ", ElemTypeName(sig.dtype), "->",
-                     ElemTypeName(sig.out_dtype));
+                     ElemTypeName(sig.out_dtype), " indices ", ElemTypeName(sig.index_dtype));
     absl::StatusOr<const CompiledCudaKernel*> k = (*compiler)->Builtin(call, sig.num_buffers);
     ASSERT_TRUE(k.ok()) << what << ": " << k.status();
     EXPECT_TRUE((*k)->is_cubin) << what;
@@ -82,7 +83,7 @@ TEST(NvrtcBuiltinsCoverageTest, EveryBuiltinAndProgramHasASignature) {
   for (const CudaBuiltinSignature& sig : CudaBuiltinSignatures()) {
     names.insert(sig.name);
     absl::StatusOr<CudaBuiltinKernel> found =
-        FindCudaBuiltin(sig.name, sig.num_buffers, sig.dtype, sig.out_dtype);
+        FindCudaBuiltin(sig.name, sig.num_buffers, sig.dtype, sig.out_dtype, sig.index_dtype);
     ASSERT_TRUE(found.ok()) << sig.name << ": " << found.status();
     programs.insert(found->program);
   }

@@ -407,9 +407,9 @@ class ProgramWriter {
 };
 
 // The buffers a seed binds for a builtin kernel (docs/kernel-abi.md): three for the binary
-// kernels and matmul (max and min also reduce, with two), one for fill, two for the rest.
+// kernels, gather and matmul (max and min also reduce, with two), one for fill, two for the rest.
 int SeedBuffers(const std::string& kernel) {
-  for (const char* three : {"add", "div", "matmul", "max", "min", "mul", "pow", "sub"}) {
+  for (const char* three : {"add", "div", "gather", "matmul", "max", "min", "mul", "pow", "sub"}) {
     if (kernel == three) return 3;
   }
   return kernel == "fill" ? 1 : 2;

@@ -19,6 +19,7 @@ const std::set<std::string> kTestedKernels = {
     "eq",     "ne",        "lt",     "le",  "gt",  "ge",   "where",  // kernels_compare_test
     "sum",    "mean",      "argmax",                                 // kernels_reduce_test
     "matmul", "softmax",                                             // kernels_matmul_...
+    "gather",                                                        // kernels_gather_test
 };
 // Names too long for the table above.
 const std::set<std::string> kTestedLongNames = {"layer_norm", "rms_norm"};  // kernels_norm_test

@@ -449,7 +449,7 @@ def test_info_lists_element_and_matmul_types(client):
 def test_builtin_kernels_all_covered(client):
     covered = {"neg", "abs", "relu", "exp", "log", "sqrt", "sigmoid", "tanh", "add", "sub", "mul",
                "div", "max", "min", "pow", "sum", "mean", "argmax", "matmul", "softmax", "cast",
-               "fill", "copy", "gelu", "gelu_tanh", "silu", "eq", "ne", "lt", "le", "gt",
+               "fill", "copy", "gather", "gelu", "gelu_tanh", "silu", "eq", "ne", "lt", "le", "gt",
                "ge", "where", "layer_norm", "rms_norm"}
     assert set(client.info().builtin_kernels) <= covered
 

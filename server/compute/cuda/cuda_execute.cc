@@ -69,7 +69,7 @@ void CudaServer::DropStaleBuiltinFunctions() {
 absl::StatusOr<CUfunction> CudaServer::BuiltinFunction(const kernels::BuiltinCall& call,
                                                        size_t num_buffers) {
   DropStaleBuiltinFunctions();
-  BuiltinKey key{call.name, call.dtype, call.out_dtype, num_buffers};
+  BuiltinKey key{call.name, call.dtype, call.out_dtype, call.index_dtype, num_buffers};
   if (auto it = builtin_functions_.find(key); it != builtin_functions_.end()) {
     ++builtin_function_hits_;
     return it->second;

@@ -76,6 +76,8 @@ std::vector<Operand> OperandsFor(CudaFamily family, const CudaBuiltinSignature& 
       ops.push_back(Dense({33, 65}, in));
       return ops;
     }
+    case CudaFamily::kGather:  // Indices in [-50, 50]: from the end and out of range too.
+      return {Dense({40, 65}, in), Dense({3, 11}, sig.index_dtype), Dense({3, 11, 65}, in)};
   }
   return {};
 }
@@ -254,6 +256,7 @@ TEST_P(BuiltinKernelTest, MatchesTheCpuBackend) {
   call.name = sig.name;
   call.dtype = sig.dtype;
   call.out_dtype = sig.out_dtype;
+  call.index_dtype = sig.index_dtype;
   call.axis = *family == CudaFamily::kReduce ? 1 : 0;
   std::vector<uint64_t> lens;
   std::vector<TensorLayout> layouts;
@@ -309,6 +312,7 @@ std::string SignatureName(const ::testing::TestParamInfo<CudaBuiltinSignature>& 
   const CudaBuiltinSignature& s = info.param;
   std::string name = absl::StrCat(s.name, s.num_buffers, "_", ElemTypeName(s.dtype));
   if (s.name == "cast") absl::StrAppend(&name, "_to_", ElemTypeName(s.out_dtype));
+  if (s.name == "gather") absl::StrAppend(&name, "_by_", ElemTypeName(s.index_dtype));
   return name;
 }
 

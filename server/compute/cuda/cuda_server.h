@@ -208,14 +208,15 @@ class CudaServer final : public ComputeServer {
     std::string name;
     ElemType dtype;
     ElemType out_dtype;
+    ElemType index_dtype;  // Gather's kernel depends on it; the others' do not.
     size_t num_buffers;
     bool operator==(const BuiltinKey& o) const {
       return name == o.name && dtype == o.dtype && out_dtype == o.out_dtype &&
-             num_buffers == o.num_buffers;
+             index_dtype == o.index_dtype && num_buffers == o.num_buffers;
     }
     template <typename H>
     friend H AbslHashValue(H h, const BuiltinKey& k) {
-      return H::combine(std::move(h), k.name, k.dtype, k.out_dtype, k.num_buffers);
+      return H::combine(std::move(h), k.name, k.dtype, k.out_dtype, k.index_dtype, k.num_buffers);
     }
   };
   absl::flat_hash_map<BuiltinKey, CUfunction> builtin_functions_;
