@@ -493,11 +493,12 @@ class Client:
 
     def _launch(self, name: str, inputs: Sequence[Tensor], out: Tensor, *,
                 dtype: Optional[np.dtype] = None, axis: int = 0,
-                scalars: Sequence[Scalars] = ()) -> Tensor:
+                scalars: Sequence[Scalars] = (), index_dtype: Optional[np.dtype] = None
+                ) -> Tensor:
         dt = dtype if dtype is not None else (inputs[0].dtype if inputs else out.dtype)
         try:
-            self.execute(BuiltinKernel(name, dt, out.dtype, axis), None, [*inputs, out],
-                         scalars=scalars)
+            self.execute(BuiltinKernel(name, dt, out.dtype, axis, index_dtype), None,
+                         [*inputs, out], scalars=scalars)
         except BaseException:
             out.close()  # Unary: the launch failed; its output must not outlive the error.
             raise
@@ -882,6 +883,43 @@ class Client:
                 eps = 0.0
         params = [] if weight is None else [self._norm_param("rms_norm", "weight", weight, a)]
         return self._norm("rms_norm", a, params, eps)
+
+    @staticmethod
+    def _axis(ndim: int, axis: int, name: str) -> int:
+        if not -ndim <= int(axis) < ndim:
+            raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
+                                       f"{name}: axis {axis} is out of bounds for {ndim} "
+                                       "dimensions")
+        return int(axis) % ndim
+
+    def gather(self, table: Tensor, indices: ArrayOrScalar, axis: int = 0) -> Tensor:
+        """Elements of ``table`` picked along ``axis`` by ``indices`` (``gather``), like
+        numpy.take and torch.index_select: the result's shape is ``table.shape[:axis] +
+        indices.shape + table.shape[axis + 1:]``, so an embedding table [V, D] with token ids
+        [B, S] gives [B, S, D]. ``indices`` is an int32 or int64 Tensor, or an int array or
+        list (int32 stays int32, other integers become int64, uint64 values beyond int64 its
+        maximum). An index k in [-n, 0) counts from the end (n = table.shape[axis]); unlike
+        numpy, any other index outside [0, n) gives zeros instead of an error (checked on the
+        daemon; nothing is read outside the table)."""
+        table = self._own(table, "gather")
+        if table.ndim == 0:
+            raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
+                                       "gather: the table needs at least one dimension")
+        axis = self._axis(table.ndim, axis, "gather")
+        if isinstance(indices, Tensor):
+            idx = self._own(indices, "gather")
+        else:
+            a = np.asarray(indices)
+            if a.size == 0 and a.dtype.kind == "f":
+                a = a.astype(np.int64)  # np.asarray([]) is float64.
+            if a.dtype.kind not in "iu":
+                raise TypeError(f"gather: indices must be integers, got dtype {a.dtype}")
+            if a.dtype == np.uint64:  # Beyond int64 stays out of range rather than wrapping.
+                a = np.minimum(a, np.iinfo(np.int64).max)
+            idx = self.create(a if a.dtype == np.int32 else a.astype(np.int64))
+        shape = table.shape[:axis] + idx.shape + table.shape[axis + 1:]
+        return self._launch("gather", [table, idx], self._alloc(shape, table.dtype),
+                            dtype=table.dtype, axis=axis, index_dtype=idx.dtype)
 
     def _axes(self, a: Tensor, axis: Axis, name: str) -> Tuple[int, ...]:
         if axis is None:

@@ -463,3 +463,61 @@ def test_raw_execute_matches_wrapper(client):
                                                       ((2, 3), (3, 1))])
     assert words == [6, 3, 6, 6, 3, 6, 2, 2, 2, 15, 17, 19, 21, 23, 25, 2, 3, 1, 3, 2, 3,
                      3, 1, 3, 1, 3, 1]
+
+
+def take_ref(table, indices, axis):
+    """numpy.take, with indices in [-n, 0) from the end and any other outside [0, n) giving 0."""
+    axis %= table.ndim
+    n = table.shape[axis]
+    k = np.asarray(indices).astype(np.int64)
+    k = np.where(k < 0, k + n, k)
+    valid = (k >= 0) & (k < n)
+    shape = table.shape[:axis] + k.shape + table.shape[axis + 1:]
+    if n == 0:
+        return np.zeros(shape, table.dtype)
+    got = np.take(table, np.where(valid, k, 0), axis=axis)
+    mask = np.broadcast_to(valid.reshape((1,) * axis + k.shape + (1,) * (table.ndim - axis - 1)),
+                           shape)
+    got[~mask] = 0
+    return got
+
+
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+@pytest.mark.parametrize("dtype", [*ALL, "bool"])
+def test_gather(client, dtype, index_dtype):
+    table = rand((6, 5, 3), dtype, 0, 50)
+    t = client.create(table)
+    for axis in (0, 1, 2, -1):
+        n = table.shape[axis]
+        idx = RNG.integers(-n - 3, n + 3, size=(4, 2)).astype(index_dtype)
+        got = client.read(client.gather(t, client.create(idx), axis=axis))
+        check(got, take_ref(table, idx, axis), dtype)
+
+
+def test_gather_embedding_views_and_numpy_indices(client):
+    emb = rand((50, 16), "float32")
+    table = client.create(emb)
+    tokens = RNG.integers(0, 50, size=(2, 7))
+    check(client.read(client.gather(table, tokens)), emb[tokens], "float32")  # [B, S, D]
+    check(client.read(client.gather(table, [3, -1, 60, -51])),
+          take_ref(emb, [3, -1, 60, -51], 0), "float32")
+    check(client.read(client.gather(table, 4)), emb[4], "float32")  # A scalar index.
+    check(client.read(client.gather(table, [])), emb[:0], "float32")
+    huge = np.array([2 ** 64 - 1, 1], dtype=np.uint64)  # Out of range, not -1 after a wrap.
+    check(client.read(client.gather(table, huge)), take_ref(emb, [50, 1], 0), "float32")
+    idx32 = np.array([[1, 0], [15, -16]], dtype=np.int32)
+    view = table[1::3, ::2].T  # Strided [8, 17] view of the table.
+    check(client.read(client.gather(view, idx32, axis=1)),
+          take_ref(emb[1::3, ::2].T, idx32, 1), "float32")
+    steps = client.create(np.arange(12, dtype=np.int64))[::3]  # A stepped index view.
+    check(client.read(client.gather(table, steps)), emb[0:12:3], "float32")
+
+
+def test_gather_errors(client):
+    table = client.create(rand((4, 3), "float32"))
+    with pytest.raises(cubed_client.InvalidArgumentError, match="axis 2 is out of bounds"):
+        client.gather(table, [0], axis=2)
+    with pytest.raises(cubed_client.InvalidArgumentError, match="index_dtype f32 is not an index"):
+        client.read(client.gather(table, client.create(np.zeros(2, np.float32))))
+    with pytest.raises(TypeError, match="indices must be integers"):
+        client.gather(table, np.array([0.5]))
