@@ -1,6 +1,8 @@
-// gather against a host reference (numpy.take's semantics, out-of-range indices giving zeros).
+// gather against a host reference (numpy.take's semantics, out-of-range indices giving zeros),
+// and concatenation as the Python SDK does it: copy into views of the output, bound at offsets.
 
 #include "absl/strings/match.h"
+#include "common/kernel_metadata.h"
 #include "tests/integration/kernel_test_util.h"
 
 namespace cubed::integration {
@@ -134,6 +136,40 @@ TEST_F(GatherKernelTest, BadAxisIndexTypeAndShapeAreInvalidArgument) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
     EXPECT_TRUE(absl::StrContains(s.message(), b.needle)) << s;
   }
+}
+
+// The Python SDK's concat: one copy per input into its slice of the output, the slice bound at
+// its offset with the output's strides.
+TEST_F(GatherKernelTest, ConcatIsACopyIntoAViewOfTheOutput) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  std::mt19937_64 rng(42);
+  auto a = RandomTensor<float>(rng, {2, 3}, -1, 1);
+  auto b = RandomTensor<float>(rng, {2, 4}, -1, 1);
+  Tensor ta = Upload(*client, a), tb = Upload(*client, b);
+  Tensor out = Output(*client, {2, 7}, 4);  // Along axis 1: out[:, 0:3] = a, out[:, 3:7] = b.
+  uint64_t start = 0;
+  for (const auto& [t, cols] : {std::pair<Tensor, uint64_t>{ta, 3}, {tb, 4}}) {
+    const uint64_t offset = start * 4;
+    TensorLayout in = TensorLayout::Contiguous({2, cols});
+    TensorLayout view = in;
+    view.strides[0] = 7;
+    const uint64_t view_len = (out.NumElements() * 4 - offset) / 4;
+    auto meta = EncodeKernelMetadata({2 * cols, view_len}, {in, view});
+    ASSERT_TRUE(meta.ok()) << meta.status();
+    LaunchBindings bindings;
+    bindings.buffers = {Binding(t.handle), Binding(out.handle, offset, 0)};
+    bindings.metadata = *meta;
+    ASSERT_TRUE(
+        client->Execute(Builtin("copy", ElemType::kF32), CubeCount{1, 1, 1}, bindings).ok());
+    start += cols;
+  }
+  std::vector<float> want;
+  for (uint64_t r = 0; r < 2; ++r) {
+    for (uint64_t c = 0; c < 3; ++c) want.push_back(a.data[r * 3 + c]);
+    for (uint64_t c = 0; c < 4; ++c) want.push_back(b.data[r * 4 + c]);
+  }
+  ExpectNear(Download<float>(*client, out), want, 0, 0);
 }
 
 }  // namespace

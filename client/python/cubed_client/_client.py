@@ -921,6 +921,44 @@ class Client:
         return self._launch("gather", [table, idx], self._alloc(shape, table.dtype),
                             dtype=table.dtype, axis=axis, index_dtype=idx.dtype)
 
+    def concat(self, tensors: Sequence[ArrayOrScalar], axis: int = 0) -> Tensor:
+        """The tensors joined along ``axis``, like numpy.concatenate: the same dtype and rank,
+        every other dimension equal. Each input is written into its slice of the result by one
+        ``copy`` launch (a view of the output: any number of inputs, any of their layouts).
+        Arrays among ``tensors`` are stored first with the first Tensor's dtype."""
+        like = next((t for t in tensors if isinstance(t, Tensor)), None)
+        parts = [self._operand(t, like, "concat") for t in tensors]
+        if not parts:
+            raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
+                                       "concat: needs at least one tensor")
+        first = parts[0]
+        if first.ndim == 0:
+            raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
+                                       "concat: tensors[0] is 0-d; concat needs at least one "
+                                       "dimension")
+        axis = self._axis(first.ndim, axis, "concat")
+        for i, t in enumerate(parts[1:], 1):
+            if t.dtype != first.dtype:
+                raise TypeError(f"concat: tensors[{i}] has dtype {t.dtype}, tensors[0] "
+                                f"{first.dtype}; convert with .astype()")
+            same = t.ndim == first.ndim and all(
+                a == b for d, (a, b) in enumerate(zip(t.shape, first.shape)) if d != axis)
+            if not same:
+                raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
+                                           f"concat: tensors[{i}] has shape {t.shape}, tensors[0] "
+                                           f"{first.shape}; all dimensions but axis {axis} must "
+                                           "be equal")
+        shape = list(first.shape)
+        shape[axis] = sum(t.shape[axis] for t in parts)
+        out = self._alloc(shape, first.dtype)
+        start, lead = 0, (slice(None),) * axis
+        for t in parts:
+            n = t.shape[axis]
+            if n:
+                self._launch("copy", [t], out[lead + (slice(start, start + n),)])
+            start += n
+        return out
+
     def _axes(self, a: Tensor, axis: Axis, name: str) -> Tuple[int, ...]:
         if axis is None:
             return tuple(range(a.ndim))

@@ -521,3 +521,32 @@ def test_gather_errors(client):
         client.read(client.gather(table, client.create(np.zeros(2, np.float32))))
     with pytest.raises(TypeError, match="indices must be integers"):
         client.gather(table, np.array([0.5]))
+
+
+@pytest.mark.parametrize("dtype", [*ALL, "bool"])
+def test_concat(client, dtype):
+    a, b, c = rand((2, 3, 4), dtype, 0, 50), rand((2, 1, 4), dtype, 0, 50), rand((2, 5, 4), dtype,
+                                                                                0, 50)
+    ta, tb, tc = client.create(a), client.create(b), client.create(c)
+    check(client.read(client.concat([ta, tb, tc], axis=1)), np.concatenate([a, b, c], 1), dtype)
+    check(client.read(client.concat([ta, ta], axis=0)), np.concatenate([a, a], 0), dtype)
+    check(client.read(client.concat([ta, ta[:, :, :1]], axis=-1)),
+          np.concatenate([a, a[:, :, :1]], -1), dtype)
+
+
+def test_concat_views_arrays_and_edge_cases(client):
+    x = rand((6, 4), "float32")
+    t = client.create(x)
+    parts = [t.T, t[::2].T, client.create(x[:0]).T]  # Transposed and stepped views, an empty one.
+    check(client.read(client.concat(parts, axis=1)), np.concatenate([x.T, x[::2].T, x[:0].T], 1),
+          "float32")
+    check(client.read(client.concat([t, x[:1]])), np.concatenate([x, x[:1]]), "float32")
+    check(client.read(client.concat([t])), x, "float32")
+    with pytest.raises(TypeError, match="tensors\\[1\\] has dtype float64"):
+        client.concat([t, client.create(x.astype(np.float64))])
+    with pytest.raises(cubed_client.InvalidArgumentError, match="all dimensions but axis 0"):
+        client.concat([t, client.create(x[:, :3])])
+    with pytest.raises(cubed_client.InvalidArgumentError, match="at least one tensor"):
+        client.concat([])
+    with pytest.raises(cubed_client.InvalidArgumentError, match="axis 2 is out of bounds"):
+        client.concat([t, t], axis=2)
