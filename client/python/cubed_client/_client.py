@@ -39,6 +39,7 @@ _MACHINE_EPS = {np.dtype(np.float32): 2.0 ** -23, np.dtype(np.float64): 2.0 ** -
                 np.dtype(np.float16): 2.0 ** -10}
 if BFLOAT16 is not None:
     _MACHINE_EPS[BFLOAT16] = 2.0 ** -7
+_FLOAT_DTYPES = frozenset(_MACHINE_EPS)
 # Collected tensors whose releases are sent together (Client._live).
 RELEASE_BATCH = 32
 
@@ -831,6 +832,54 @@ class Client:
         moved = a.swapaxes(axis, -1)
         out = self._launch("softmax", [moved], self._alloc(moved.shape, a.dtype))
         return out.swapaxes(axis, -1)
+
+    def scaled_dot_product_attention(self, q: Tensor, k: Tensor, v: Tensor,
+                                     attn_mask: Optional[ArrayOrScalar] = None,
+                                     is_causal: bool = False,
+                                     scale: Optional[float] = None) -> Tensor:
+        """Attention as ``torch.nn.functional.scaled_dot_product_attention``:
+        softmax(q @ k^T * scale + mask) @ v over q [..., L, E], k [..., S, E], v [..., S, Ev]
+        (batch dims broadcast), ``scale`` 1/sqrt(E) unless given. ``is_causal`` lets query i see
+        keys 0..i (the mask's top-left-aligned lower triangle, as torch's); ``attn_mask`` is a
+        bool mask (True takes part) or a float mask added to the scores, broadcasting to
+        [..., L, S]. Float dtypes; halves compute each builtin in float32 and round once.
+        Composed of builtins: matmul, mul, add or where, softmax, matmul (no fused kernel yet),
+        so it costs what those cost."""
+        q = self._own(q, "scaled_dot_product_attention")
+        k = self._own(k, "scaled_dot_product_attention")
+        v = self._own(v, "scaled_dot_product_attention")
+        if min(q.ndim, k.ndim, v.ndim) < 2:
+            raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
+                                       "scaled_dot_product_attention: q, k and v need at least "
+                                       f"two dimensions, got shapes {q.shape}, {k.shape}, "
+                                       f"{v.shape}")
+        if not all(np.dtype(t.dtype) in _FLOAT_DTYPES for t in (q, k, v)):
+            raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
+                                       "scaled_dot_product_attention: q, k and v must be floats, "
+                                       f"got {q.dtype}, {k.dtype}, {v.dtype}")
+        if k.shape[-2] != v.shape[-2]:
+            raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
+                                       f"scaled_dot_product_attention: k {k.shape} and v "
+                                       f"{v.shape} have different sequence lengths")
+        if is_causal and attn_mask is not None:
+            raise ValueError("scaled_dot_product_attention: give attn_mask or is_causal, not "
+                             "both (as torch)")
+        if scale is None:
+            scale = 1 / math.sqrt(q.shape[-1])
+        scores = self.matmul(q, k.swapaxes(-1, -2)) * scale
+        if is_causal:
+            # Key j is hidden from query i where j > i: a bool mask from two index vectors (the
+            # only bytes sent: L + S int32s), applied by where.
+            rows = self.create(np.arange(q.shape[-2], dtype=np.int32)[:, None])
+            cols = self.create(np.arange(k.shape[-2], dtype=np.int32)[None, :])
+            scores = self.where(self.gt(cols, rows), -np.inf, scores)
+        elif attn_mask is not None:
+            mask = attn_mask if isinstance(attn_mask, Tensor) else np.asarray(attn_mask)
+            if mask.dtype == np.bool_:
+                scores = self.where(mask, scores, -np.inf)
+            else:
+                scores = scores + mask
+        return self.matmul(self.softmax(scores, axis=-1), v)
 
     def _norm_param(self, name: str, what: str, x: Optional[ArrayOrScalar], a: Tensor) -> Tensor:
         """weight or bias of a norm: a's dtype, 1-D of a's last dim."""

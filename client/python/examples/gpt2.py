@@ -8,7 +8,8 @@ the same model. Weights come from a fixed seed (nothing is downloaded).
 The model is GPT-2's: token and position embeddings, then per layer a pre-norm causal
 self-attention block and a pre-norm MLP (gelu, tanh form) with residual adds, a final layer norm
 and logits from the tied token embedding. Every step on the daemon is a builtin: gather
-(embeddings), layer_norm, matmul (batched over heads), mul/add, softmax, gelu.
+(embeddings), layer_norm, matmul, add, gelu, and the SDK's scaled_dot_product_attention (matmul
+batched over heads, mul, a causal where, softmax, matmul).
 """
 
 from __future__ import annotations
@@ -135,21 +136,11 @@ class CubedGPT2:
                  dtype: np.dtype = np.dtype(np.float32)) -> None:
         self.client, self.cfg, self.dtype = client, cfg, np.dtype(dtype)
         self.w = {k: client.create(v.astype(self.dtype)) for k, v in weights.items()}
-        self._masks: Dict[int, cubed_client.Tensor] = {}
-        self._scale = client.create(np.asarray(1 / math.sqrt(cfg.head_dim), dtype=self.dtype))
 
     def close(self) -> None:
-        for t in [*self.w.values(), *self._masks.values(), self._scale]:
+        for t in self.w.values():
             t.close()
         self.w.clear()
-        self._masks.clear()
-
-    def _mask(self, seq: int) -> cubed_client.Tensor:
-        """[seq, seq]: 0 on and below the diagonal, -inf above (added to the attention scores)."""
-        if seq not in self._masks:
-            mask = np.triu(np.full((seq, seq), -np.inf, dtype=np.float32), k=1)
-            self._masks[seq] = self.client.create(mask.astype(self.dtype))
-        return self._masks[seq]
 
     def forward(self, tokens: np.ndarray) -> cubed_client.Tensor:
         """Logits [batch, seq, vocab] in the model's dtype, on the daemon (read() fetches them).
@@ -161,15 +152,14 @@ class CubedGPT2:
         h, hd, d = cfg.n_head, cfg.head_dim, cfg.d_model
         toks = c.create(np.ascontiguousarray(tokens, dtype=np.int64))
         x = c.gather(w["wte"], toks, axis=0) + w["wpe"][:seq]
-        mask = self._mask(seq)
         for i in range(cfg.n_layer):
             p = f"h{i}."
             a = c.layer_norm(x, w[p + "ln_1.g"], w[p + "ln_1.b"], eps=LN_EPS)
             qkv = a @ w[p + "attn.w"] + w[p + "attn.b"]
             q, k, v = (qkv[..., j * d:(j + 1) * d].reshape(batch, seq, h, hd)
                        .transpose(0, 2, 1, 3) for j in range(3))
-            att = c.softmax((q @ k.transpose(0, 1, 3, 2)) * self._scale + mask, axis=-1)
-            y = (att @ v).transpose(0, 2, 1, 3).reshape(batch, seq, d)
+            y = c.scaled_dot_product_attention(q, k, v, is_causal=True)
+            y = y.transpose(0, 2, 1, 3).reshape(batch, seq, d)
             x = x + (y @ w[p + "proj.w"] + w[p + "proj.b"])
             m = c.layer_norm(x, w[p + "ln_2.g"], w[p + "ln_2.b"], eps=LN_EPS)
             m = c.gelu(m @ w[p + "fc.w"] + w[p + "fc.b"], approximate="tanh")

@@ -1,0 +1,87 @@
+"""client.scaled_dot_product_attention against a float64 numpy reference of torch's definition."""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import cubed_client
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+RNG = np.random.default_rng(20261202)
+
+
+def reference(q, k, v, mask=None, causal=False, scale=None):
+    q, k, v = (x.astype(np.float64) for x in (q, k, v))
+    scores = q @ np.swapaxes(k, -1, -2) * (1 / math.sqrt(q.shape[-1]) if scale is None else scale)
+    if causal:
+        scores = np.where(np.tril(np.ones(scores.shape[-2:], bool)), scores, -np.inf)
+    elif mask is not None:
+        scores = np.where(mask, scores, -np.inf) if mask.dtype == np.bool_ else scores + mask
+    e = np.exp(scores - scores.max(-1, keepdims=True))
+    return (e / e.sum(-1, keepdims=True)) @ v
+
+
+def qkv(shape_q, shape_k, ev, dtype):
+    q = RNG.standard_normal(shape_q).astype(dtype)
+    k = RNG.standard_normal(shape_k).astype(dtype)
+    v = RNG.standard_normal(shape_k[:-1] + (ev,)).astype(dtype)
+    return q, k, v
+
+
+@pytest.mark.parametrize("dtype, tol", [("float32", 1e-5), ("float64", 1e-12), (BF16, 3e-2),
+                                        ("float16", 3e-3)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_matches_the_reference(client, dtype, tol, causal):
+    q, k, v = qkv((2, 3, 7, 8), (2, 3, 7, 8), 5, dtype)
+    out = client.scaled_dot_product_attention(client.create(q), client.create(k),
+                                              client.create(v), is_causal=causal)
+    assert out.shape == (2, 3, 7, 5) and out.dtype == np.dtype(dtype)
+    np.testing.assert_allclose(out.read().astype(np.float64), reference(q, k, v, causal=causal),
+                               rtol=tol, atol=tol)
+
+
+def test_causal_with_more_keys_than_queries_is_top_left_aligned(client):
+    # As torch's is_causal: query i sees keys 0..i of the 9, whatever the key count.
+    q, k, v = qkv((4, 6), (9, 6), 3, "float32")
+    out = client.scaled_dot_product_attention(client.create(q), client.create(k),
+                                              client.create(v), is_causal=True)
+    np.testing.assert_allclose(out.read(), reference(q, k, v, causal=True), rtol=1e-5, atol=1e-6)
+    # Query 0 sees key 0 only.
+    np.testing.assert_allclose(out.read()[0], v[0], rtol=1e-6)
+
+
+def test_bool_and_float_masks_and_scale(client):
+    q, k, v = qkv((2, 5, 4), (2, 6, 4), 4, "float32")
+    keep = RNG.random((5, 6)) < 0.7
+    keep[:, 0] = True  # Every query sees a key.
+    add = RNG.standard_normal((2, 1, 6)).astype(np.float32)
+    tq, tk, tv = (client.create(x) for x in (q, k, v))
+    for mask in (keep, add):
+        out = client.scaled_dot_product_attention(tq, tk, tv, attn_mask=mask, scale=0.3)
+        np.testing.assert_allclose(out.read(), reference(q, k, v, mask=mask, scale=0.3),
+                                   rtol=1e-5, atol=1e-6)
+    out = client.scaled_dot_product_attention(tq, tk, tv, attn_mask=client.create(keep))
+    np.testing.assert_allclose(out.read(), reference(q, k, v, mask=keep), rtol=1e-5, atol=1e-6)
+
+
+def test_bad_shapes_and_arguments(client):
+    before = client.memory_usage()
+    q, k, v = (client.create(x) for x in qkv((3, 4), (5, 4), 2, "float32"))
+    with pytest.raises(cubed_client.InvalidArgumentError, match="sequence lengths"):
+        client.scaled_dot_product_attention(q, k, v[:4])
+    with pytest.raises(cubed_client.InvalidArgumentError, match="two dimensions"):
+        client.scaled_dot_product_attention(q[0], k, v)
+    with pytest.raises(cubed_client.InvalidArgumentError, match="inner dimensions"):
+        client.scaled_dot_product_attention(q[:, :3], k, v)
+    with pytest.raises(ValueError, match="not both"):
+        client.scaled_dot_product_attention(q, k, v, attn_mask=np.ones((3, 5), bool),
+                                            is_causal=True)
+    with pytest.raises(cubed_client.InvalidArgumentError):
+        i = client.create(np.ones((3, 4), np.int32))
+        client.scaled_dot_product_attention(i, i, i)
+    del q, k, v, i
+    assert client.memory_usage().bytes_in_use == before.bytes_in_use
