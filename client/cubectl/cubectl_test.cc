@@ -218,6 +218,43 @@ TEST_F(CubectlTest, CreateRunReadAcrossInvocations) {
   EXPECT_THAT(r.err, StartsWith("cubectl: NOT_FOUND: "));
 }
 
+TEST_F(CubectlTest, KernelsWithBoolAndIndexBuffersBindTheirTypes) {
+  const std::string session = OpenSession();
+  const std::string s = absl::StrCat("--session=", session, " ");
+  const std::string a = Create(session, "a.npy", NpyF32({-2, -1, 0, 1, 2, 3}, {2, 3}));
+  const std::string b = Create(session, "b.npy", NpyF32({.5, .5, .5, .5, .5, .5}, {2, 3}));
+  const std::string rows = Create(session, "rows.npy", NpyF32({1, 0}, {2}));
+  const auto output = [](const std::string& json) {
+    const std::string rest = json.substr(json.find("\"outputs\": [\"") + 13);
+    return rest.substr(0, rest.find('"'));
+  };
+  // a < b writes bool (one byte per element), then where takes it as its condition.
+  Result r = Cubectl(absl::StrCat("--json ", s, "run lt --dtype=f32 --in=", a, ":2x3 --in=", b,
+                                  ":2x3 --out=new:2x3"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string less = output(r.out);
+  r = Cubectl(absl::StrCat(s, "read ", less, " --dtype=bool"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("values  true true true false false false\n"));
+  r = Cubectl(absl::StrCat("--json ", s, "run where --dtype=f32 --in=", less, ":2x3 --in=", a,
+                           ":2x3 --in=", b, ":2x3 --out=new:2x3"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = Cubectl(absl::StrCat(s, "read ", output(r.out), " --dtype=f32"));
+  EXPECT_THAT(r.out, HasSubstr("values  -2 -1 0 0.5 0.5 0.5\n"));
+  // gather with i32 indices (a cast of rows): the rows of a in the order 1, 0.
+  r = Cubectl(absl::StrCat("--json ", s, "run cast --dtype=f32 --out-dtype=i32 --in=", rows,
+                           ":2 --out=new:2"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string idx = output(r.out);
+  r = Cubectl(absl::StrCat("--json ", s, "run gather --dtype=f32 --index-dtype=i32 --axis=0 --in=",
+                           a, ":2x3 --in=", idx, ":2 --out=new:2x3"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = Cubectl(absl::StrCat(s, "read ", output(r.out), " --dtype=f32"));
+  EXPECT_THAT(r.out, HasSubstr("values  1 2 3 -2 -1 0\n"));
+  r = Cubectl(absl::StrCat("--json session close ", session));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 TEST_F(CubectlTest, UnknownHandleIsNamed) {
   const std::string session = OpenSession();
   Result r = Cubectl(absl::StrCat("--session=", session, " read 987654321 --dtype=f32"));

@@ -32,7 +32,8 @@ commands:
                                 store a .npy or raw file; prints the handle (needs --session)
   read HANDLE [--shape=2x3 --dtype=f32] [-o FILE | --npy FILE]
                                 read a handle to a raw or .npy file, or print its values
-  run KERNEL --dtype=f32 [--axis=N] [--out-dtype=T] --in=H:SHAPE... --out=H:SHAPE|new:SHAPE...
+  run KERNEL --dtype=f32 [--axis=N] [--out-dtype=T] [--index-dtype=i32|i64] --in=H:SHAPE...
+      --out=H:SHAPE|new:SHAPE...
       [--scalar=V...]           run a builtin kernel on contiguous tensors
   profile KERNEL ...            like run, and print the device time it took
 
@@ -60,8 +61,10 @@ const std::vector<CommandSpec>& Commands() {
       {"session close", SessionCloseCommand, {}},
       {"create", CreateCommand, {"shape", "dtype"}},
       {"read", ReadCommand, {"shape", "dtype", "o", "npy"}},
-      {"run", RunCommand, {"dtype", "out-dtype", "axis", "in", "out", "scalar"}},
-      {"profile", ProfileCommand, {"dtype", "out-dtype", "axis", "in", "out", "scalar"}},
+      {"run", RunCommand, {"dtype", "out-dtype", "index-dtype", "axis", "in", "out", "scalar"}},
+      {"profile",
+       ProfileCommand,
+       {"dtype", "out-dtype", "index-dtype", "axis", "in", "out", "scalar"}},
   };
   return *commands;
 }

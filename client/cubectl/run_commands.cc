@@ -12,7 +12,8 @@ namespace {
 
 constexpr char kRunUsage[] =
     "usage: cubectl --session=ID run KERNEL --dtype=f32 [--axis=N] [--out-dtype=T] "
-    "--in=HANDLE:SHAPE... --out=HANDLE:SHAPE|new:SHAPE... [--scalar=V...]";
+    "[--index-dtype=i32|i64] --in=HANDLE:SHAPE... --out=HANDLE:SHAPE|new:SHAPE... "
+    "[--scalar=V...]";
 
 // A launch assembled from the command line. Outputs given as new:SHAPE are allocated here and
 // kept alive on the daemon (their ids are reported).
@@ -42,6 +43,27 @@ absl::StatusOr<Scalars> ParseScalars(ElemType dtype, const std::vector<std::stri
   return scalars;
 }
 
+bool IsComparison(absl::string_view name) {
+  return name == "eq" || name == "ne" || name == "lt" || name == "le" || name == "gt" ||
+         name == "ge";
+}
+
+// Element type of input `index` of `kernel`, as docs/kernel-abi.md gives it: where's condition
+// is bool, gather's indices have index_dtype, every other input has the kernel's dtype.
+ElemType InputElem(const BuiltinKernel& kernel, size_t index) {
+  if (kernel.name == "where" && index == 0) return ElemType::kBool;
+  if (kernel.name == "gather" && index == 1) return kernel.index_dtype;
+  return kernel.dtype;
+}
+
+// Element type of the outputs: argmax writes i64 and the comparisons bool whatever out_dtype
+// says; cast writes out_dtype; the others their dtype (out_dtype defaults to it).
+ElemType OutputElem(const BuiltinKernel& kernel) {
+  if (kernel.name == "argmax") return ElemType::kI64;
+  if (IsComparison(kernel.name)) return ElemType::kBool;
+  return kernel.out_dtype;
+}
+
 absl::StatusOr<Launch> PrepareLaunch(const Context& ctx, Client& client) {
   const auto& words = ctx.args.positional();
   if (words.size() != 2 || !ctx.args.Has("dtype")) return UsageError(kRunUsage);
@@ -52,14 +74,15 @@ absl::StatusOr<Launch> PrepareLaunch(const Context& ctx, Client& client) {
   if (auto text = ctx.args.Get("out-dtype")) {
     ASSIGN_OR_RETURN(launch.kernel.out_dtype, ParseDtypeFlag("--out-dtype", *text));
   }
+  if (auto text = ctx.args.Get("index-dtype")) {
+    ASSIGN_OR_RETURN(launch.kernel.index_dtype, ParseDtypeFlag("--index-dtype", *text));
+  }
   if (auto text = ctx.args.Get("axis")) {
     ASSIGN_OR_RETURN(uint64_t axis, ParseUint("--axis", *text));
     if (axis >= 8) return UsageError("--axis: must be below 8");
     launch.kernel.axis = static_cast<uint32_t>(axis);
   }
-  // docs/kernel-abi.md: argmax writes i64 whatever out_dtype says.
-  const ElemType out_elem =
-      launch.kernel.name == "argmax" ? ElemType::kI64 : launch.kernel.out_dtype;
+  const ElemType out_elem = OutputElem(launch.kernel);
 
   const std::vector<std::string> ins = ctx.args.GetAll("in");
   const std::vector<std::string> outs = ctx.args.GetAll("out");
@@ -81,8 +104,9 @@ absl::StatusOr<Launch> PrepareLaunch(const Context& ctx, Client& client) {
     launch.scalars.push_back(std::move(scalars));
   }
 
-  for (const auto& ref : in_refs) {
-    ASSIGN_OR_RETURN(Tensor t, AttachTensor(client, ref.id, ref.shape, launch.kernel.dtype));
+  for (size_t i = 0; i < in_refs.size(); ++i) {
+    ASSIGN_OR_RETURN(Tensor t, AttachTensor(client, in_refs[i].id, in_refs[i].shape,
+                                            InputElem(launch.kernel, i)));
     launch.inputs.push_back(std::move(t));
   }
   for (const auto& ref : out_refs) {
