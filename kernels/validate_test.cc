@@ -28,10 +28,10 @@ TEST(ValidateTest, NamesAreSortedUniqueAndComplete) {
         "ne",      "lt",   "le",     "gt",     "ge",      "where"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
   }
-  for (const char* n : {"layer_norm", "rms_norm"}) {
+  for (const char* n : {"layer_norm", "rms_norm", "gather"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
   }
-  EXPECT_EQ(names.size(), 35u);
+  EXPECT_EQ(names.size(), 36u);
 }
 
 TEST(ValidateTest, ValidCallPasses) {
