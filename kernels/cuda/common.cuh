@@ -375,6 +375,20 @@ __device__ __forceinline__ bool Aligned(const T* p, u64 bytes) {
   return reinterpret_cast<u64>(p) % bytes == 0;
 }
 
+// The coordinate of row-major index `linear` along a dimension of `extent` (its remainder), and
+// `linear` divided by it for the dimensions before; 32-bit division when both fit, which is
+// several times cheaper on the GPU than 64-bit.
+__device__ __forceinline__ u64 NextCoordinate(u64& linear, u64 extent) {
+  if (linear <= 0xffffffffull && extent <= 0xffffffffull) {
+    const u32 l32 = static_cast<u32>(linear), e32 = static_cast<u32>(extent);
+    linear = l32 / e32;
+    return l32 % e32;
+  }
+  const u64 c = linear % extent;
+  linear /= extent;
+  return c;
+}
+
 // Element offsets, in K tensors, of the row-major index `linear` over `shape` (dims [0, rank)
 // of tensor `shape_of`), skipping dim `skip` (pass CUBED_CUDA_MAX_RANK for none).
 template <int K>
@@ -387,15 +401,7 @@ __device__ __forceinline__ void Unravel(const CudaBuiltinArgs& a, const int (&te
   for (int d = CUBED_CUDA_MAX_RANK - 1; d >= 0; --d) {
     if (static_cast<u32>(d) < rank && static_cast<u32>(d) != skip) {
       const u64 extent = a.buffers[shape_of].shape[d];
-      u64 c;
-      if (linear <= 0xffffffffull && extent <= 0xffffffffull) {
-        const u32 l32 = static_cast<u32>(linear), e32 = static_cast<u32>(extent);
-        c = l32 % e32;
-        linear = l32 / e32;
-      } else {
-        c = linear % extent;
-        linear /= extent;
-      }
+      const u64 c = NextCoordinate(linear, extent);
 #pragma unroll
       for (int k = 0; k < K; ++k) off[k] += c * a.buffers[tensors[k]].strides[d];
     }

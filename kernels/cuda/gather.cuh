@@ -29,15 +29,7 @@ __device__ __forceinline__ GatherOffsets GatherUnravel(const CudaBuiltinArgs& a,
   for (int d = CUBED_CUDA_MAX_RANK - 1; d >= 0; --d) {
     if (static_cast<u32>(d) < dims) {
       const u64 extent = out.shape[d];
-      u64 c;
-      if (linear <= 0xffffffffull && extent <= 0xffffffffull) {
-        const u32 l32 = static_cast<u32>(linear), e32 = static_cast<u32>(extent);
-        c = l32 % e32;
-        linear = l32 / e32;
-      } else {
-        c = linear % extent;
-        linear /= extent;
-      }
+      const u64 c = NextCoordinate(linear, extent);
       o.out += c * out.strides[d];
       if (static_cast<u32>(d) < axis) {
         o.table += c * table.strides[d];
