@@ -53,20 +53,22 @@ constexpr KernelDef Reduce(absl::string_view name, DtypeMask dtypes, OutType out
 // layer_norm and rms_norm over the last axis, one row per buffer count: no affine parameters,
 // weight, weight and bias (layer_norm only). They alone take the eps scalar (the last column).
 constexpr KernelDef Norm(absl::string_view name, uint32_t num_buffers, BufferNames names) {
-  return {
-      name,  num_buffers, names, kFloatTypes, ShapeRule::kNorm, InType::kDtype, OutType::kDtype, 1,
-      false, true,        false, true};
+  return {name, num_buffers, names, kFloatTypes, ShapeRule::kNorm, InType::kDtype, OutType::kDtype,
+          1,    false,       true,  false,       FloatParam::kEps};
 }
 
 // Sorted by name. "max" and "min" appear twice: reductions with 2 buffers, elementwise with 3.
 // Columns: name, buffers, buffer names, dtypes, shape rule, input types, output type, min rank,
-// fill scalar, in place, non-empty axis, eps (the norms).
+// fill scalar, in place, non-empty axis, float parameter (the norms' eps, causal_softmax's scale).
 constexpr KernelDef kKernels[] = {
     Unary("abs", kSignedTypes),
     Binary("add", kNumericTypes),
     Reduce("argmax", kNumericTypes, OutType::kI64, kNonEmpty),
     {"cast", 2, kInOut, kAllTypes, ShapeRule::kSame, InType::kDtype, OutType::kOutDtype, 0, false,
      true, false},
+    // Softmax over the lower triangle of the last two dims, scaled: attention's probabilities.
+    {"causal_softmax", 2, kInOut, kFloatTypes, ShapeRule::kSame, InType::kDtype, OutType::kDtype, 2,
+     false, true, false, FloatParam::kScale},
     {"copy", 2, kInOut, kAllTypes, ShapeRule::kSame, InType::kDtype, OutType::kDtype, 0, false,
      true, false},
     Binary("div", kNumericTypes),

@@ -53,6 +53,14 @@ enum class OutType : uint8_t { kDtype, kOutDtype, kI64, kBool };
 // the others (where's condition), or the call's index_dtype for the second (gather's indices).
 enum class InType : uint8_t { kDtype, kBoolFirst, kIndexSecond };
 
+// The one float parameter a kernel takes as its only scalar group: exactly one f32 or f64 value,
+// whatever the dtype (the kernels convert it to the type they compute in; FloatScalar reads it).
+enum class FloatParam : uint8_t {
+  kNone,
+  kEps,    // Norms: finite and >= 0 (the row's variance + eps is never negative).
+  kScale,  // causal_softmax: the factor of its inputs, finite.
+};
+
 // One row of the catalogue: a builtin kernel is its name and buffer count.
 struct KernelDef {
   absl::string_view name;
@@ -67,8 +75,7 @@ struct KernelDef {
   bool in_place;             // The output may be an input's memory, with an identical layout.
   bool needs_nonempty_axis;  // Reductions of no identity (max, min, argmax): the axis may be
                              // empty only when the output is.
-  bool takes_eps = false;    // Norms: exactly one f32 or f64 scalar group holding one eps,
-                             // finite and >= 0 (the row's variance + eps is never negative).
+  FloatParam float_param = FloatParam::kNone;
 };
 
 // Every row of the catalogue, sorted by name, a name's rows by buffer count ("max" and "min" are

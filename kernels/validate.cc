@@ -17,37 +17,41 @@ std::string Describe(const TensorLayout& t) {
   return absl::StrCat("shape ", FormatDims(t, t.shape), ", strides ", FormatDims(t, t.strides));
 }
 
-// The norms' eps: one f32 or f64 value, whatever the dtype (the kernels convert it to the type
-// they compute in).
-absl::Status CheckEps(const KernelDef& def, const BuiltinCall& call) {
+// The one float parameter of the norms (eps) and causal_softmax (scale): one f32 or f64 value,
+// whatever the dtype (the kernels convert it to the type they compute in).
+absl::Status CheckFloatParam(const KernelDef& def, const BuiltinCall& call) {
+  const absl::string_view what = def.float_param == FloatParam::kEps ? "eps" : "scale";
   if (call.scalars.size() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(ErrorPrefix(def),
-                                                   "takes exactly one scalar group (eps, one f32 "
-                                                   "or f64 value), got ",
-                                                   call.scalars.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(ErrorPrefix(def), "takes exactly one scalar group (", what,
+                     ", one f32 or f64 value), got ", call.scalars.size()));
   }
   const ScalarGroup& g = call.scalars[0];
   if (g.elem != ElemType::kF32 && g.elem != ElemType::kF64) {
-    return absl::InvalidArgumentError(absl::StrCat(ErrorPrefix(def), "the eps scalar group is ",
-                                                   ElemTypeName(g.elem),
+    return absl::InvalidArgumentError(absl::StrCat(ErrorPrefix(def), "the ", what,
+                                                   " scalar group is ", ElemTypeName(g.elem),
                                                    "; it must be f32 or f64"));
   }
   if (g.bytes.size() != ElemSize(g.elem)) {
-    return absl::InvalidArgumentError(absl::StrCat(ErrorPrefix(def), "the eps scalar group holds ",
-                                                   g.bytes.size(), " bytes, expected exactly one ",
-                                                   ElemTypeName(g.elem), " value (",
-                                                   ElemSize(g.elem), " bytes)"));
-  }
-  const double eps = NormEps(call);
-  if (!(eps >= 0) || !std::isfinite(eps)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(ErrorPrefix(def), "eps is ", eps, "; it must be finite and >= 0"));
+        absl::StrCat(ErrorPrefix(def), "the ", what, " scalar group holds ", g.bytes.size(),
+                     " bytes, expected exactly one ", ElemTypeName(g.elem), " value (",
+                     ElemSize(g.elem), " bytes)"));
+  }
+  const double value = FloatScalar(call);
+  if (def.float_param == FloatParam::kEps && (!(value >= 0) || !std::isfinite(value))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(ErrorPrefix(def), "eps is ", value, "; it must be finite and >= 0"));
+  }
+  if (!std::isfinite(value)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(ErrorPrefix(def), "scale is ", value, "; it must be finite"));
   }
   return absl::OkStatus();
 }
 
 absl::Status CheckScalars(const KernelDef& def, const BuiltinCall& call) {
-  if (def.takes_eps) return CheckEps(def, call);
+  if (def.float_param != FloatParam::kNone) return CheckFloatParam(def, call);
   if (!def.takes_fill_scalar) {
     if (call.scalars.empty()) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat("kernel '", def.name, "' takes no scalars, got ",
@@ -378,7 +382,7 @@ std::string FormatDims(const TensorLayout& t, const std::array<uint64_t, kMaxRan
   return absl::StrCat("[", absl::StrJoin(dims.begin(), dims.begin() + t.rank, ", "), "]");
 }
 
-double NormEps(const BuiltinCall& call) {
+double FloatScalar(const BuiltinCall& call) {
   const ScalarGroup& g = call.scalars[0];
   if (g.elem == ElemType::kF32 && g.bytes.size() == 4) {
     float f;

@@ -23,9 +23,9 @@ namespace cubed::kernels {
 absl::StatusOr<KernelMetadata> ValidateCall(const KernelDef& def, const BuiltinCall& call,
                                             absl::Span<const uint64_t> buffer_bytes);
 
-// The eps of a layer_norm or rms_norm call whose scalars passed validation (one f32 or f64 value),
-// as f64.
-double NormEps(const BuiltinCall& call);
+// The float parameter (FloatParam: the norms' eps, causal_softmax's scale) of a call whose
+// scalars passed validation (one f32 or f64 value), as f64.
+double FloatScalar(const BuiltinCall& call);
 
 // True when two different indices of `t` may address the same element (a conservative test:
 // dims sorted by stride must each step past everything the smaller dims span).

@@ -28,10 +28,10 @@ TEST(ValidateTest, NamesAreSortedUniqueAndComplete) {
         "ne",      "lt",   "le",     "gt",     "ge",      "where"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
   }
-  for (const char* n : {"layer_norm", "rms_norm", "gather"}) {
+  for (const char* n : {"layer_norm", "rms_norm", "gather", "causal_softmax"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
   }
-  EXPECT_EQ(names.size(), 36u);
+  EXPECT_EQ(names.size(), 37u);
 }
 
 TEST(ValidateTest, ValidCallPasses) {
@@ -208,6 +208,44 @@ TEST(ValidateTest, NormsTakeOneBufferCountPerAffineVariant) {
   st = ValidateBuiltin(NormCall("rms_norm", ElemType::kF32, s), ContiguousBytes(s));
   EXPECT_EQ(st.message(),
             "kernel 'rms_norm' takes 2 buffers (in, out) or 3 buffers (in, weight, out), got 4");
+}
+
+TEST(ValidateTest, CausalSoftmaxTakesAFiniteScaleAndRankTwo) {
+  std::vector<std::vector<uint64_t>> s = {{2, 5, 7}, {2, 5, 7}};
+  BuiltinCall call = ContiguousCall("causal_softmax", ElemType::kBF16, s);
+  call.scalars.push_back(OneScalar(ElemType::kF32, 0.125));  // f32 or f64 for any dtype.
+  EXPECT_TRUE(ValidateBuiltin(call, ContiguousBytes(s, 2)).ok());
+  call.scalars = {OneScalar(ElemType::kF64, -3.0)};  // Any finite scale.
+  EXPECT_TRUE(ValidateBuiltin(call, ContiguousBytes(s, 2)).ok());
+  call.scalars.clear();
+  absl::Status st = ValidateBuiltin(call, ContiguousBytes(s, 2));
+  EXPECT_EQ(st.message(),
+            "kernel 'causal_softmax': takes exactly one scalar group (scale, one f32 or f64 "
+            "value), got 0");
+  call.scalars = {OneScalar(ElemType::kBF16, 0.5)};
+  st = ValidateBuiltin(call, ContiguousBytes(s, 2));
+  EXPECT_THAT(st.message(), HasSubstr("the scale scalar group is bf16; it must be f32 or f64"));
+  for (double bad : {std::nan(""), HUGE_VAL, -HUGE_VAL}) {
+    call.scalars = {OneScalar(ElemType::kF64, bad)};
+    st = ValidateBuiltin(call, ContiguousBytes(s, 2));
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(st.message(), HasSubstr("; it must be finite")) << bad;
+  }
+  s = {{7}, {7}};  // A vector has no queries.
+  call = ContiguousCall("causal_softmax", ElemType::kF32, s);
+  call.scalars.push_back(OneScalar(ElemType::kF64, 1.0));
+  st = ValidateBuiltin(call, ContiguousBytes(s));
+  EXPECT_THAT(st.message(), HasSubstr("in has rank 1, needs rank >= 2"));
+  s = {{2, 5, 7}, {2, 7, 5}};
+  call = ContiguousCall("causal_softmax", ElemType::kF32, s);
+  call.scalars.push_back(OneScalar(ElemType::kF64, 1.0));
+  st = ValidateBuiltin(call, ContiguousBytes(s));
+  EXPECT_THAT(st.message(), HasSubstr("differs from in shape"));
+  call = ContiguousCall("causal_softmax", ElemType::kI32, {{2, 2}, {2, 2}});
+  call.scalars.push_back(OneScalar(ElemType::kF64, 1.0));
+  st = ValidateBuiltin(call, ContiguousBytes({{2, 2}, {2, 2}}));
+  EXPECT_EQ(st.message(),
+            "kernel 'causal_softmax' does not support dtype i32 (supported: f32, f64, f16, bf16)");
 }
 
 TEST(ValidateTest, NormShapesDtypesAndEps) {

@@ -45,6 +45,7 @@ constexpr CpuKernel kCpuKernels[] = {
     Binary("add", BinaryOp::kAdd),
     Reduce("argmax", ReduceOp::kArgmax),
     {"cast", 2, RunCast, 0},
+    {"causal_softmax", 2, RunCausalSoftmax, 0},
     {"copy", 2, RunCopy, 0},
     Binary("div", BinaryOp::kDiv),
     Compare("eq", CompareOp::kEq),

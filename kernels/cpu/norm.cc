@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -62,6 +63,14 @@ std::array<A, K> Sums(uint64_t from, uint64_t to, Terms terms) {
   return total;
 }
 
+// Note [Overflowing variance]
+// When the squared deviations of finite elements overflow the compute type (bf16's 1e30 in f32),
+// the sum of squares is +inf and so may be the correction's square of the deviations' sum: inf -
+// inf would make the variance NaN. The variance is then taken as +inf (it exceeds the type, and
+// the correction can only lower it by at most the sum itself), so rstd is 0 and the outputs are
+// (x - mean) * 0 (then * weight + bias), finite where x and the mean are, as torch's Welford
+// statistics give; NaN or infinite elements still give NaN. Both backends do this (norm.cuh).
+
 // Moments of elements [from, to) of a row. layer_norm: two passes, the second corrected by the
 // deviations' sum (Chan, Golub and LeVeque's corrected two-pass algorithm), so that a constant
 // slice gets its value as mean and m2 = 0; m2 never goes negative (NaN stays NaN).
@@ -86,6 +95,7 @@ Moments<Acc<T>> StridedSliceMoments(const Row<T>& r, uint64_t from, uint64_t to)
   m.mean = mean0 + s[0] / n;
   m.m2 = s[1] - s[0] * s[0] / n;
   if (m.m2 < 0) m.m2 = 0;
+  if (s[1] == std::numeric_limits<A>::infinity()) m.m2 = s[1];  // Note [Overflowing variance].
   return m;
 }
 
@@ -193,7 +203,7 @@ void NormLoop(const KernelArgs& args) {
     proto.b = BufferAs<const T>(args, 2);
     proto.sb = args.meta.tensors[2].strides[0];
   }
-  const Acc<T> eps = Convert<Acc<T>>(NormEps(args.call));  // Huge eps: +inf in f32.
+  const Acc<T> eps = Convert<Acc<T>>(FloatScalar(args.call));  // Huge eps: +inf in f32.
   auto row_at = [&](const auto& off, uint64_t r, const auto& step) {
     Row<T> row = proto;
     row.x += off[0] + r * step[0];

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -120,6 +121,115 @@ TEST(SoftmaxTest, ManyRowsInParallel) {
     for (uint64_t i = 0; i < 17; ++i) total += out.Get<float>({r, i});
     ASSERT_NEAR(total, 1.0, 1e-5);
   }
+}
+
+// causal_softmax: a call with its scale.
+BuiltinCall CausalCall(ElemType dt, double scale, ElemType scale_type = ElemType::kF64) {
+  BuiltinCall call = MakeCall("causal_softmax", dt);
+  call.scalars.push_back(OneScalar(scale_type, scale));
+  return call;
+}
+
+// The f64 reference of causal_softmax at every index of `out` (Note [Causal rows]): query
+// idx[rank - 2] sees keys 0..query, each scaled.
+void ExpectCausal(const TestTensor& in, const TestTensor& out, const std::vector<uint64_t>& shape,
+                  double scale, ElemType dt) {
+  std::vector<uint64_t> rows = shape;
+  const uint64_t len = rows.back();
+  rows.back() = 1;
+  ForEachIndex(rows, [&](std::vector<uint64_t> idx) {
+    const uint64_t visible = std::min(len, idx[idx.size() - 2] + 1);
+    double m = -INFINITY, z = 0;
+    for (uint64_t i = 0; i < visible; ++i) {
+      idx.back() = i;
+      m = std::max(m, scale * in.GetDouble(idx));
+    }
+    for (uint64_t i = 0; i < visible; ++i) {
+      idx.back() = i;
+      z += std::exp(scale * in.GetDouble(idx) - m);
+    }
+    for (uint64_t i = 0; i < len; ++i) {
+      idx.back() = i;
+      const double want = i < visible ? std::exp(scale * in.GetDouble(idx) - m) / z : 0.0;
+      ASSERT_TRUE(Close(out.GetDouble(idx), want, dt))
+          << ElemTypeName(dt) << " at query " << idx[idx.size() - 2] << ", key " << i << ": "
+          << out.GetDouble(idx) << " vs " << want;
+      if (i >= visible) {
+        ASSERT_EQ(out.GetDouble(idx), 0.0);  // Exactly 0, not a tiny exp.
+      }
+    }
+  });
+}
+
+TEST(CausalSoftmaxTest, LowerTriangleMatchesReference) {
+  // [queries, keys]: square, fewer queries than keys, more queries than keys (rows past the last
+  // key see all of them), batched heads, size-1 dims.
+  const std::vector<std::vector<uint64_t>> shapes = {{5, 5}, {3, 9}, {9, 3}, {2, 3, 7, 7},
+                                                     {1, 1}, {4, 1}, {1, 6}, {2, 1, 33, 40}};
+  uint64_t seed = 5000;
+  for (ElemType dt : kFloatTypes) {
+    for (const auto& shape : shapes) {
+      for (const auto& [li, lo] :
+           std::vector<std::pair<Layout, Layout>>{{Layout::kContiguous, Layout::kContiguous},
+                                                  {Layout::kColumnMajor, Layout::kPadded},
+                                                  {Layout::kPadded, Layout::kStepped}}) {
+        for (const double scale : {0.125, 1.0, -2.0}) {
+          TestTensor in(dt, shape, li), out(dt, shape, lo);
+          in.FillRandom(seed++, -10, 10);
+          out.FillRandom(seed++, 50, 60);  // Masked outputs must be written, not left.
+          ASSERT_TRUE(RunKernel(CausalCall(dt, scale), {&in, &out}).ok());
+          ExpectCausal(in, out, shape, scale, dt);
+          ASSERT_TRUE(out.PaddingIntact());
+        }
+      }
+    }
+  }
+}
+
+// Note [Long softmax rows] with the causal rule: a row longer than two slices (one query: only
+// rows fewer than the threads take that path, so a few keys are visible and the rest is 0).
+TEST(CausalSoftmaxTest, LongRowsMatchReference) {
+  uint64_t seed = 6000;
+  for (ElemType dt : {ElemType::kF32, ElemType::kBF16}) {
+    const std::vector<uint64_t> shape = {1, 140000};
+    TestTensor in(dt, shape), out(dt, shape);
+    in.FillRandom(seed++, -10, 10);
+    out.FillRandom(seed++, 50, 60);
+    ASSERT_TRUE(RunKernel(CausalCall(dt, 0.5), {&in, &out}).ok());
+    ExpectCausal(in, out, shape, 0.5, dt);
+  }
+}
+
+TEST(CausalSoftmaxTest, ScaleMayBeF32AndRunsInPlace) {
+  const std::vector<uint64_t> shape = {2, 6, 6};
+  TestTensor in(ElemType::kF32, shape), out(ElemType::kF32, shape);
+  in.FillRandom(7, -3, 3);
+  ASSERT_TRUE(RunKernel(CausalCall(ElemType::kF32, 0.25, ElemType::kF32), {&in, &out}).ok());
+  ExpectCausal(in, out, shape, 0.25, ElemType::kF32);
+  TestTensor same(ElemType::kF32, shape);
+  same.FillRandom(7, -3, 3);
+  ASSERT_TRUE(RunKernel(CausalCall(ElemType::kF32, 0.25), {&same, &same}).ok());
+  ForEachIndex(shape, [&](const std::vector<uint64_t>& idx) {
+    ASSERT_EQ(same.GetDouble(idx), out.GetDouble(idx));
+  });
+}
+
+// -inf scores (a mask already applied) are visible elements like any other: a visible row of
+// -inf only gives NaN, as softmax; +inf gives NaN.
+TEST(CausalSoftmaxTest, SpecialValuesFollowSoftmax) {
+  TestTensor in(ElemType::kF32, {3, 3}), out(ElemType::kF32, {3, 3});
+  for (uint64_t i = 0; i < 3; ++i) {
+    for (uint64_t j = 0; j < 3; ++j) in.Set<float>({i, j}, 1.f);
+  }
+  in.Set<float>({0, 0}, -INFINITY);
+  in.Set<float>({1, 1}, -INFINITY);
+  in.Set<float>({2, 2}, NAN);
+  ASSERT_TRUE(RunKernel(CausalCall(ElemType::kF32, 1.0), {&in, &out}).ok());
+  EXPECT_TRUE(std::isnan(out.Get<float>({0, 0})));
+  EXPECT_EQ(out.Get<float>({0, 1}), 0.f);
+  EXPECT_EQ(out.Get<float>({1, 0}), 1.f);
+  EXPECT_EQ(out.Get<float>({1, 1}), 0.f);
+  EXPECT_TRUE(std::isnan(out.Get<float>({2, 0})));
 }
 
 }  // namespace

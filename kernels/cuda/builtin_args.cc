@@ -124,12 +124,12 @@ absl::StatusOr<CudaBuiltinArgs> MakeCudaBuiltinArgs(const BuiltinCall& call,
       }
       break;
     }
-    case CudaFamily::kNorm: {
-      const double eps = NormEps(call);
-      std::memcpy(&args.scalar, &eps, sizeof(eps));
-      [[fallthrough]];
-    }
-    case CudaFamily::kSoftmax: {  // Softmax and the norms: a row per group.
+    case CudaFamily::kNorm:
+    case CudaFamily::kSoftmax: {    // Softmax and the norms: a row per group.
+      if (!call.scalars.empty()) {  // The norms' eps, causal_softmax's scale (validated).
+        const double param = FloatScalar(call);
+        std::memcpy(&args.scalar, &param, sizeof(param));
+      }
       args.axis = out.rank - 1;
       const uint64_t len = out.shape[out.rank - 1];
       args.count = len == 0 ? 0 : args.count / len;

@@ -54,7 +54,8 @@ typedef struct CudaBuiltinArgs {
   // 0), batches (matmul: product of the output's leading rank - 2 dims), gather: the output's
   // elements (GROUP_THREAD) or rows (the output's elements / those of its dims after the axis).
   unsigned long long count;
-  // fill: the value's bits, little-endian, zero-extended to 64 bits. Norms: eps, an f64's bits.
+  // fill: the value's bits, little-endian, zero-extended to 64 bits. Norms: eps, an f64's bits;
+  // causal_softmax: its scale, an f64's bits.
   unsigned long long scalar;
   unsigned int num_buffers;
   unsigned int axis;     // Reductions: the reduced dim. Softmax, norms: rank - 1. Gather: the

@@ -114,6 +114,22 @@ TEST(MakeCudaBuiltinArgsTest, ReductionSoftmaxAndMatmulCounts) {
   EXPECT_EQ(s->count, 6u);  // Rows.
   EXPECT_EQ(s->axis, 2u);
   EXPECT_EQ(s->variant, CUBED_CUDA_GROUP_BLOCK);
+  EXPECT_EQ(s->scalar, 0u);
+
+  bytes.clear();
+  BuiltinCall causal =
+      Call("causal_softmax", ElemType::kBF16,
+           {TensorLayout::Contiguous({4, 9, 9}), TensorLayout::Contiguous({4, 9, 9})}, &bytes);
+  const float eighth = 0.125f;
+  causal.scalars.push_back({ElemType::kF32, std::vector<uint8_t>(4)});
+  std::memcpy(causal.scalars[0].bytes.data(), &eighth, 4);
+  auto c = MakeCudaBuiltinArgs(causal, bytes);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->count, 36u);  // Rows: every query of every head.
+  EXPECT_EQ(c->variant, CUBED_CUDA_GROUP_WARP);
+  double scale = 0;
+  std::memcpy(&scale, &c->scalar, sizeof(scale));
+  EXPECT_EQ(scale, 0.125);  // As an f64, whatever the scalar's type.
 
   bytes.clear();
   const BuiltinCall mm =

@@ -24,7 +24,8 @@ struct Row {
   absl::string_view name;
   size_t num_buffers;
   CudaFamily family;
-  absl::string_view op;  // Template argument naming the operation (unary, binary, reduce, norm).
+  absl::string_view op;  // Template argument naming the operation (unary, binary, reduce, norm)
+                         // or the rows' rule (softmax).
   Mask dtypes;
 };
 
@@ -33,6 +34,7 @@ constexpr Row kRows[] = {
     {"add", 3, CudaFamily::kBinary, "cubed::AddOp", kNumeric},
     {"argmax", 2, CudaFamily::kReduce, "cubed::ArgmaxR", kNumeric},
     {"cast", 2, CudaFamily::kCast, "", kAll},
+    {"causal_softmax", 2, CudaFamily::kSoftmax, "cubed::CausalKeys", kFloat},
     {"copy", 2, CudaFamily::kCopy, "", kAll},
     {"div", 3, CudaFamily::kBinary, "cubed::DivOp", kNumeric},
     {"eq", 3, CudaFamily::kCompare, "cubed::EqOp", kAll},
@@ -64,7 +66,7 @@ constexpr Row kRows[] = {
     {"rms_norm", 3, CudaFamily::kNorm, "cubed::RmsNormOp", kFloat},
     {"sigmoid", 2, CudaFamily::kUnary, "cubed::SigmoidOp", kFloat},
     {"silu", 2, CudaFamily::kUnary, "cubed::SiluOp", kFloat},
-    {"softmax", 2, CudaFamily::kSoftmax, "", kFloat},
+    {"softmax", 2, CudaFamily::kSoftmax, "cubed::AllKeys", kFloat},
     {"sqrt", 2, CudaFamily::kUnary, "cubed::SqrtOp", kFloat},
     {"sub", 3, CudaFamily::kBinary, "cubed::SubOp", kNumeric},
     {"sum", 2, CudaFamily::kReduce, "cubed::SumR", kNumeric},
@@ -197,7 +199,7 @@ std::string Expression(const Row& row, ElemType dtype, ElemType out_dtype, ElemT
     case CudaFamily::kReduce:
       return absl::StrCat("cubed::ReduceKernel<", row.op, ", ", t, ">");
     case CudaFamily::kSoftmax:
-      return absl::StrCat("cubed::SoftmaxKernel<", t, ">");
+      return absl::StrCat("cubed::SoftmaxKernel<", row.op, ", ", t, ">");
     case CudaFamily::kMatmul:
       return absl::StrCat("cubed::MatmulKernel<", t, ">");
     case CudaFamily::kNorm:  // The affine inputs bound: 0, weight (1), weight and bias (2).

@@ -78,7 +78,8 @@ __device__ __forceinline__ Moments<C> CorrectedMoments(C sum, u32 n, Dev dev) {
   dev(mean0, s1, s2);
   m.mean = mean0 + s1 / cn;
   m.m2 = s2 - s1 * s1 / cn;
-  if (m.m2 < C(0)) m.m2 = C(0);  // Rounding only; NaN stays NaN.
+  if (m.m2 < C(0)) m.m2 = C(0);            // Rounding only; NaN stays NaN.
+  if (s2 == Num<C>::Highest()) m.m2 = s2;  // Note [Overflowing variance] in kernels/cpu/norm.cc.
   return m;
 }
 

@@ -5,9 +5,40 @@
 // in f32 and round once on the store. A row that fits in its group's registers
 // (CUBED_CUDA_SOFTMAX_CACHE_BYTES a thread) is read once and written once and sums in its compute
 // type; a longer row is read three times (max, sum, store) and sums in f64 (f16/bf16: f32).
+// causal_softmax is the same kernel with the CausalKeys rule: query row q of the last two dims
+// sees keys 0..q, scaled (Note [Causal rows] in kernels/cpu/softmax.cc), and writes 0 past them.
 #include "common.cuh"
 
 namespace cubed {
+
+// Which elements of row r take part, and the factor they are multiplied by first.
+struct AllKeys {  // softmax: every element, as it is.
+  __device__ explicit AllKeys(const CudaBuiltinArgs&) {}
+  __device__ u64 Visible(u64, u64 len) const { return len; }
+  template <class C>
+  __device__ C Apply(C v) const {
+    return v;
+  }
+};
+struct CausalKeys {  // causal_softmax: keys 0..q of query q = r % queries, times the scale.
+  double scale;
+  u64 queries;
+  __device__ explicit CausalKeys(const CudaBuiltinArgs& a)
+      : scale(__longlong_as_double(static_cast<long long>(a.scalar))),
+        queries(a.buffers[1].rank >= 2
+                    ? a.buffers[1].shape[(a.buffers[1].rank - 2) % CUBED_CUDA_MAX_RANK]
+                    : 1) {
+    if (queries == 0) queries = 1;  // No rows then: the launch has no work.
+  }
+  __device__ u64 Visible(u64 r, u64 len) const {
+    const u64 q = r % queries + 1;
+    return q < len ? q : len;
+  }
+  template <class C>
+  __device__ C Apply(C v) const {
+    return v * static_cast<C>(scale);
+  }
+};
 
 template <class T>
 struct MaxCombine {
@@ -17,10 +48,11 @@ struct MaxCombine {
 
 // One row held in registers: thread `lane` of a group of `size` holds the 16-byte packs
 // lane, lane + size, ... (kPacks of them) of the row, element k of pack j at j * kV + k.
-template <class T>
+// Elements `vis` and later (vis <= len) take no part and are stored as 0.
+template <class Rule, class T>
 __device__ __forceinline__ void SoftmaxCachedRow(const Buf<const T>& x, u64 bx, u64 sx,
-                                                 const Buf<T>& y, u64 by, u64 sy, u64 len,
-                                                 const Group& g, u32 variant) {
+                                                 const Buf<T>& y, u64 by, u64 sy, u64 len, u64 vis,
+                                                 const Rule& rule, const Group& g, u32 variant) {
   typedef typename ComputeOf<T>::type C;
   constexpr u32 kV = 16 / sizeof(T);
   constexpr u32 kPacks = CUBED_CUDA_SOFTMAX_CACHE_BYTES / 16;
@@ -40,7 +72,9 @@ __device__ __forceinline__ void SoftmaxCachedRow(const Buf<const T>& x, u64 bx, 
       }
     }
 #pragma unroll
-    for (u32 k = 0; k < kV; ++k) m = Max(m, static_cast<C>(v[j].v[k]));
+    for (u32 k = 0; k < kV; ++k) {
+      if (first + k < vis) m = Max(m, rule.Apply(static_cast<C>(v[j].v[k])));
+    }
   }
   m = GroupAllReduce<MaxCombine<C>>(m, variant);
   C sum = C(0);
@@ -49,7 +83,7 @@ __device__ __forceinline__ void SoftmaxCachedRow(const Buf<const T>& x, u64 bx, 
     const u64 first = (j * static_cast<u64>(g.size) + g.lane) * kV;
 #pragma unroll
     for (u32 k = 0; k < kV; ++k) {
-      if (first + k < len) sum += Exp(static_cast<C>(v[j].v[k]) - m);
+      if (first + k < vis) sum += Exp(rule.Apply(static_cast<C>(v[j].v[k])) - m);
     }
   }
   sum = GroupAllReduce<SumCombine<C>>(sum, variant);
@@ -58,8 +92,11 @@ __device__ __forceinline__ void SoftmaxCachedRow(const Buf<const T>& x, u64 bx, 
   for (u32 j = 0; j < kPacks; ++j) {
     const u64 first = (j * static_cast<u64>(g.size) + g.lane) * kV;
 #pragma unroll
-    for (u32 k = 0; k < kV; ++k)
-      v[j].v[k] = static_cast<T>(Exp(static_cast<C>(v[j].v[k]) - m) * inv);
+    for (u32 k = 0; k < kV; ++k) {
+      v[j].v[k] = first + k < vis
+                      ? static_cast<T>(Exp(rule.Apply(static_cast<C>(v[j].v[k])) - m) * inv)
+                      : static_cast<T>(C(0));
+    }
     if (vy && first + kV <= len) {
       *reinterpret_cast<Pack<T, kV>*>(y.p + by + first) = v[j];
     } else {
@@ -71,7 +108,7 @@ __device__ __forceinline__ void SoftmaxCachedRow(const Buf<const T>& x, u64 bx, 
   }
 }
 
-template <class T>
+template <class Rule, class T>
 __global__ void __launch_bounds__(1024) SoftmaxKernel(const __grid_constant__ CudaBuiltinArgs a) {
   typedef typename ComputeOf<T>::type C;
   typedef typename Pick<Num<T>::kHalf, float, double>::type S;
@@ -83,6 +120,7 @@ __global__ void __launch_bounds__(1024) SoftmaxKernel(const __grid_constant__ Cu
   const u64 len = a.buffers[1].shape[last];
   const u64 sx = a.buffers[0].strides[last], sy = a.buffers[1].strides[last];
   const Group g = GroupOf(a.variant);
+  const Rule rule(a);
   const int tensors[2] = {0, 1};
   const bool cached =
       len <= static_cast<u64>(g.size) * (CUBED_CUDA_SOFTMAX_CACHE_BYTES / sizeof(T));
@@ -90,29 +128,29 @@ __global__ void __launch_bounds__(1024) SoftmaxKernel(const __grid_constant__ Cu
        r += static_cast<u64>(gridDim.x) * g.per_block) {
     u64 off[2];
     Unravel<2>(a, tensors, 1, rank, last, r, off);
+    const u64 vis = rule.Visible(r, len);
     if (cached) {
-      SoftmaxCachedRow(x, off[0], sx, y, off[1], sy, len, g, a.variant);
+      SoftmaxCachedRow(x, off[0], sx, y, off[1], sy, len, vis, rule, g, a.variant);
       continue;
     }
+    auto value = [&](u64 k) { return rule.Apply(static_cast<C>(Load(x, off[0] + k * sx))); };
     C m = Num<C>::Lowest();
     u64 k = g.lane;
-    for (; k + 3 * g.size < len; k += 4 * g.size) {  // Four loads in flight.
+    for (; k + 3 * g.size < vis; k += 4 * g.size) {  // Four loads in flight.
       C v[4];
 #pragma unroll
-      for (int u = 0; u < 4; ++u) v[u] = static_cast<C>(Load(x, off[0] + (k + u * g.size) * sx));
+      for (int u = 0; u < 4; ++u) v[u] = value(k + u * g.size);
       m = Max(Max(m, Max(v[0], v[1])), Max(v[2], v[3]));
     }
-    for (; k < len; k += g.size) m = Max(m, static_cast<C>(Load(x, off[0] + k * sx)));
+    for (; k < vis; k += g.size) m = Max(m, value(k));
     m = GroupAllReduce<MaxCombine<C>>(m, a.variant);
     S sum = S(0);
-    for (k = g.lane; k < len; k += g.size) {
-      sum += static_cast<S>(Exp(static_cast<C>(Load(x, off[0] + k * sx)) - m));
-    }
+    for (k = g.lane; k < vis; k += g.size) sum += static_cast<S>(Exp(value(k) - m));
     sum = GroupAllReduce<SumCombine<S>>(sum, a.variant);
     const C inv = Convert<C>(1.0 / static_cast<double>(sum));
     for (k = g.lane; k < len; k += g.size) {
-      const C e = Exp(static_cast<C>(Load(x, off[0] + k * sx)) - m);
-      Store(y, off[1] + k * sy, static_cast<T>(e * inv));
+      Store(y, off[1] + k * sy,
+            k < vis ? static_cast<T>(Exp(value(k) - m) * inv) : static_cast<T>(C(0)));
     }
   }
 }

@@ -22,7 +22,10 @@ const std::set<std::string> kTestedKernels = {
     "gather",                                                        // kernels_gather_test
 };
 // Names too long for the table above.
-const std::set<std::string> kTestedLongNames = {"layer_norm", "rms_norm"};  // kernels_norm_test
+const std::set<std::string> kTestedLongNames = {
+    "layer_norm", "rms_norm",  // kernels_norm_test
+    "causal_softmax",          // kernels_matmul_softmax_test
+};
 
 bool Tested(const std::string& name) {
   return kTestedKernels.count(name) > 0 || kTestedLongNames.count(name) > 0;

@@ -1,7 +1,9 @@
-// matmul (batched, broadcast batch dims) and softmax against host references.
+// matmul (batched, broadcast batch dims), softmax and causal_softmax against host references.
 
+#include <algorithm>
 #include <cmath>
 
+#include "gmock/gmock.h"
 #include "tests/integration/kernel_test_util.h"
 
 namespace cubed::integration {
@@ -138,6 +140,65 @@ TEST_F(MatmulSoftmaxTest, SoftmaxOverTheLastAxis) {
       }
     });
   }
+}
+
+// causal_softmax: query q (the second-to-last index) sees keys 0..q, scaled; the rest is 0.
+template <typename T>
+std::vector<T> CausalSoftmaxRef(const HostTensor<T>& in, double scale) {
+  const uint64_t keys = in.shape.back(), queries = in.shape[in.shape.size() - 2];
+  std::vector<T> out(in.data.size(), T(0));
+  for (uint64_t row = 0; row < in.data.size() / keys; ++row) {
+    const T* x = in.data.data() + row * keys;
+    const uint64_t visible = std::min(keys, row % queries + 1);
+    double m = scale * x[0];
+    for (uint64_t i = 1; i < visible; ++i) m = std::max<double>(m, scale * x[i]);
+    double sum = 0;
+    for (uint64_t i = 0; i < visible; ++i) sum += std::exp(scale * x[i] - m);
+    for (uint64_t i = 0; i < visible; ++i)
+      out[row * keys + i] = T(std::exp(scale * x[i] - m) / sum);
+  }
+  return out;
+}
+
+TEST_F(MatmulSoftmaxTest, CausalSoftmaxOverTheLowerTriangle) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  std::mt19937_64 rng(52);
+  const std::vector<std::vector<uint64_t>> shapes = {
+      {1, 1}, {4, 4}, {3, 8}, {8, 3}, {2, 5, 17, 17}};
+  for (ElemType t : {ElemType::kF32, ElemType::kF64}) {
+    WithType(t, [&](auto zero) {
+      using T = decltype(zero);
+      for (const auto& shape : shapes) {
+        SCOPED_TRACE(absl::StrCat("causal_softmax ", ElemTypeName(t), " ", ShapeString(shape)));
+        auto in = RandomTensor<T>(rng, shape, -50, 50);
+        Tensor x = Upload(*client, in);
+        Tensor y = Output(*client, shape, sizeof(T));
+        absl::Status s = client->Execute(Builtin("causal_softmax", t), {x}, {y},
+                                         {ScalarOf(ElemType::kF64, 0.125)});
+        ASSERT_TRUE(s.ok()) << s;
+        ExpectNear(Download<T>(*client, y), CausalSoftmaxRef(in, 0.125), 1e-5, 1e-6);
+      }
+    });
+  }
+}
+
+TEST_F(MatmulSoftmaxTest, CausalSoftmaxNeedsAFiniteScaleAndTwoDims) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  auto expect = [&](std::vector<uint64_t> shape, std::vector<Scalars> scalars,
+                    const std::string& what) {
+    Tensor x = Output(*client, shape, 4);
+    Tensor y = Output(*client, shape, 4);
+    const absl::Status s = Settled(
+        *client,
+        client->Execute(Builtin("causal_softmax", ElemType::kF32), {x}, {y}, std::move(scalars)));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr(what));
+  };
+  expect({4, 4}, {}, "takes exactly one scalar group (scale, one f32 or f64 value), got 0");
+  expect({4, 4}, {ScalarOf(ElemType::kF64, INFINITY)}, "scale is inf; it must be finite");
+  expect({4}, {ScalarOf(ElemType::kF64, 1)}, "needs rank >= 2");
 }
 
 TEST_F(MatmulSoftmaxTest, SoftmaxOfIntegersIsRefused) {
