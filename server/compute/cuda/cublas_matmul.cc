@@ -3,6 +3,7 @@
 #include <climits>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -85,26 +86,45 @@ std::optional<CublasGemmPlan> PlanCublasGemm(const CudaBuiltinArgs& args) {
     return std::nullopt;
   }
 
-  // The batch dims must flatten to one index: along the output's dims of size > 1, each
-  // operand's stride is the next one's times that dim's size (all 0 when it broadcasts).
+  // Note [Outer batch dims]
+  // cuBLAS takes one batch stride per operand, so the batch dims flatten into its batch index
+  // while, innermost first, each operand's stride along a dim is its stride along the previous
+  // ones times their sizes (0 throughout where it broadcasts). From the first dim that breaks
+  // this, the dims are an outer loop: one strided-batched call per outer index, at pointers
+  // advanced by that index's offsets (attention's heads of a [batch, seq, heads, head_dim] view
+  // transposed to [batch, heads, seq, head_dim]: heads flatten, batch is outer). At most
+  // kMaxCublasCallsPerMatmul calls; past that, the NVRTC kernel.
   uint64_t batches = 1;
   uint64_t batch_stride[3] = {0, 0, 0};
   bool first = true;
+  uint32_t outer_dims = 0;
+  uint64_t outer_size[CUBED_CUDA_MAX_RANK] = {};
+  uint64_t outer_stride[3][CUBED_CUDA_MAX_RANK] = {};
+  uint64_t calls = 1;
   for (uint32_t d = rank - 2; d-- > 0;) {  // Innermost batch dim first.
     const uint64_t size = t[2]->shape[d];
     if (size == 0) return std::nullopt;
     if (size == 1) continue;
-    for (int i = 0; i < 3; ++i) {
-      if (first) {
-        batch_stride[i] = t[i]->strides[d];
-      } else if (t[i]->strides[d] != batch_stride[i] * batches ||
-                 (batch_stride[i] != 0 && t[i]->strides[d] / batch_stride[i] != batches)) {
-        return std::nullopt;
-      }
+    bool flattens = outer_dims == 0;
+    for (int i = 0; i < 3 && flattens && !first; ++i) {
+      flattens = t[i]->strides[d] == batch_stride[i] * batches &&
+                 (batch_stride[i] == 0 || t[i]->strides[d] / batch_stride[i] == batches);
     }
-    first = false;
-    batches *= size;
-    if (!FitsInt(batches)) return std::nullopt;
+    if (flattens) {
+      for (int i = 0; i < 3; ++i) {
+        if (first) batch_stride[i] = t[i]->strides[d];
+      }
+      first = false;
+      batches *= size;
+      if (!FitsInt(batches)) return std::nullopt;
+      continue;
+    }
+    if (t[2]->strides[d] == 0) return std::nullopt;  // Outer indices writing one output.
+    calls *= size;
+    if (calls > kMaxCublasCallsPerMatmul) return std::nullopt;
+    outer_size[outer_dims] = size;
+    for (int i = 0; i < 3; ++i) outer_stride[i][outer_dims] = t[i]->strides[d];
+    ++outer_dims;
   }
   for (uint64_t s : batch_stride) {
     if (s > static_cast<uint64_t>(LLONG_MAX)) return std::nullopt;
@@ -116,11 +136,23 @@ std::optional<CublasGemmPlan> PlanCublasGemm(const CudaBuiltinArgs& args) {
   const Matrix b{k, n, t[1]->strides[r], t[1]->strides[col], t[1]->ptr, batch_stride[1]};
   const Matrix c{m, n, t[2]->strides[r], t[2]->strides[col], t[2]->ptr, batch_stride[2]};
   // Contiguous rows of C: C^T = B^T x A^T. Otherwise try C = A x B as it is.
-  if (std::optional<CublasGemmPlan> p =
-          PlanColumnMajor(b.Transposed(), a.Transposed(), c.Transposed(), batches)) {
-    return p;
+  bool swapped = true;
+  std::optional<CublasGemmPlan> p =
+      PlanColumnMajor(b.Transposed(), a.Transposed(), c.Transposed(), batches);
+  if (!p) {
+    swapped = false;
+    p = PlanColumnMajor(a, b, c, batches);
   }
-  return PlanColumnMajor(a, b, c, batches);
+  if (!p) return std::nullopt;
+  p->outer_dims = outer_dims;
+  p->calls = calls;
+  for (uint32_t j = 0; j < outer_dims; ++j) {
+    p->outer_size[j] = outer_size[j];
+    p->outer_stride[0][j] = outer_stride[swapped ? 1 : 0][j];
+    p->outer_stride[1][j] = outer_stride[swapped ? 0 : 1][j];
+    p->outer_stride[2][j] = outer_stride[2][j];
+  }
+  return p;
 }
 
 CublasMatmul::~CublasMatmul() {
@@ -155,48 +187,64 @@ absl::StatusOr<bool> CublasMatmul::Run(ElemType dtype, const CudaBuiltinArgs& ar
   if (api_ == nullptr || !Supports(dtype)) return false;
   const std::optional<CublasGemmPlan> p = PlanCublasGemm(args);
   if (!p || !EnsureHandle()) return false;
-  CublasStatus s;
-  const char* call;
+  const uint64_t es = ElemSize(dtype);
+  uint64_t index[CUBED_CUDA_MAX_RANK] = {};  // Of the outer dims, innermost first.
+  for (uint64_t call_index = 0; call_index < p->calls; ++call_index) {
+    CUdeviceptr ptr[3] = {p->a, p->b, p->c};
+    for (uint32_t j = 0; j < p->outer_dims; ++j) {
+      for (int i = 0; i < 3; ++i) ptr[i] += index[j] * p->outer_stride[i][j] * es;
+    }
+    const auto [s, call] = Gemm(dtype, *p, ptr);
+    // Argument checks refuse before anything is queued: the NVRTC kernel runs instead. Every call
+    // of a matmul has the same arguments but the pointers, so only the first can be refused.
+    if (call_index == 0 &&
+        (s == kCublasInvalidValue || s == kCublasNotSupported || s == kCublasArchMismatch)) {
+      if (!warned_) {
+        spdlog::warn(
+            "{} (m={} n={} k={} lda={} ldb={} ldc={} batches={}); this matmul and any "
+            "other cuBLAS refuses use cubed's own kernel",
+            std::string(CublasToStatus(s, call).message()), p->m, p->n, p->k, p->lda, p->ldb,
+            p->ldc, p->batch_count);
+        warned_ = true;
+      }
+      return false;
+    }
+    RETURN_IF_ERROR(CublasToStatus(s, call));
+    for (uint32_t j = 0; j < p->outer_dims && ++index[j] == p->outer_size[j]; ++j) index[j] = 0;
+  }
+  ++calls_;
+  return true;
+}
+
+std::pair<CublasStatus, const char*> CublasMatmul::Gemm(ElemType dtype, const CublasGemmPlan& p,
+                                                        const CUdeviceptr (&ptr)[3]) const {
   if (IsHalf(dtype)) {
     const float one = 1.0f, zero = 0.0f;
     const int type = dtype == ElemType::kF16 ? kCudaR16F : kCudaR16BF;
-    call = "cublasGemmStridedBatchedEx";
-    s = api_->GemmStridedBatchedEx(handle_, p->transa, p->transb, p->m, p->n, p->k, &one,
-                                   reinterpret_cast<const void*>(p->a), type, p->lda, p->stride_a,
-                                   reinterpret_cast<const void*>(p->b), type, p->ldb, p->stride_b,
-                                   &zero, reinterpret_cast<void*>(p->c), type, p->ldc, p->stride_c,
-                                   p->batch_count, kCublasCompute32F, kCublasGemmDefault);
-  } else if (dtype == ElemType::kF32) {
+    return {
+        api_->GemmStridedBatchedEx(handle_, p.transa, p.transb, p.m, p.n, p.k, &one,
+                                   reinterpret_cast<const void*>(ptr[0]), type, p.lda, p.stride_a,
+                                   reinterpret_cast<const void*>(ptr[1]), type, p.ldb, p.stride_b,
+                                   &zero, reinterpret_cast<void*>(ptr[2]), type, p.ldc, p.stride_c,
+                                   p.batch_count, kCublasCompute32F, kCublasGemmDefault),
+        "cublasGemmStridedBatchedEx"};
+  }
+  if (dtype == ElemType::kF32) {
     const float one = 1.0f, zero = 0.0f;
-    call = "cublasSgemmStridedBatched";
-    s = api_->SgemmStridedBatched(
-        handle_, p->transa, p->transb, p->m, p->n, p->k, &one, reinterpret_cast<const float*>(p->a),
-        p->lda, p->stride_a, reinterpret_cast<const float*>(p->b), p->ldb, p->stride_b, &zero,
-        reinterpret_cast<float*>(p->c), p->ldc, p->stride_c, p->batch_count);
-  } else {
-    const double one = 1.0, zero = 0.0;
-    call = "cublasDgemmStridedBatched";
-    s = api_->DgemmStridedBatched(handle_, p->transa, p->transb, p->m, p->n, p->k, &one,
-                                  reinterpret_cast<const double*>(p->a), p->lda, p->stride_a,
-                                  reinterpret_cast<const double*>(p->b), p->ldb, p->stride_b, &zero,
-                                  reinterpret_cast<double*>(p->c), p->ldc, p->stride_c,
-                                  p->batch_count);
+    return {api_->SgemmStridedBatched(handle_, p.transa, p.transb, p.m, p.n, p.k, &one,
+                                      reinterpret_cast<const float*>(ptr[0]), p.lda, p.stride_a,
+                                      reinterpret_cast<const float*>(ptr[1]), p.ldb, p.stride_b,
+                                      &zero, reinterpret_cast<float*>(ptr[2]), p.ldc, p.stride_c,
+                                      p.batch_count),
+            "cublasSgemmStridedBatched"};
   }
-  // Argument checks refuse before anything is queued: the NVRTC kernel runs instead.
-  if (s == kCublasInvalidValue || s == kCublasNotSupported || s == kCublasArchMismatch) {
-    if (!warned_) {
-      spdlog::warn(
-          "{} (m={} n={} k={} lda={} ldb={} ldc={} batches={}); this matmul and any "
-          "other cuBLAS refuses use cubed's own kernel",
-          std::string(CublasToStatus(s, call).message()), p->m, p->n, p->k, p->lda, p->ldb, p->ldc,
-          p->batch_count);
-      warned_ = true;
-    }
-    return false;
-  }
-  RETURN_IF_ERROR(CublasToStatus(s, call));
-  ++calls_;
-  return true;
+  const double one = 1.0, zero = 0.0;
+  return {api_->DgemmStridedBatched(handle_, p.transa, p.transb, p.m, p.n, p.k, &one,
+                                    reinterpret_cast<const double*>(ptr[0]), p.lda, p.stride_a,
+                                    reinterpret_cast<const double*>(ptr[1]), p.ldb, p.stride_b,
+                                    &zero, reinterpret_cast<double*>(ptr[2]), p.ldc, p.stride_c,
+                                    p.batch_count),
+          "cublasDgemmStridedBatched"};
 }
 
 }  // namespace cubed

@@ -3,9 +3,10 @@
 // Builtin matmul through cuBLAS (Note [cuBLAS matmul]): f32 and f64 run as one
 // cublas{S,D}gemmStridedBatched, f16 and bf16 as one cublasGemmStridedBatchedEx with f32
 // accumulation (CUBLAS_COMPUTE_32F: tensor cores) and output in the input type, on the server's
-// stream whenever every matrix has contiguous rows
-// or columns and the batch dims flatten to one stride per operand; anything else (other strides,
-// integer types, empty dims, sizes past cuBLAS's int range) stays with the NVRTC kernel.
+// stream whenever every matrix has contiguous rows or columns (batch dims that do not flatten to
+// one stride per operand become a loop of calls: Note [Outer batch dims] in cublas_matmul.cc);
+// anything else (other strides, integer types, empty dims, sizes past cuBLAS's int range, more
+// than kMaxCublasCallsPerMatmul calls) stays with the NVRTC kernel.
 //
 // Note [cuBLAS matmul]: row-major C[M,N] = A[M,K] x B[K,N] is, read column-major,
 // C^T[N,M] = B^T[N,K] x A^T[K,M], so when C has contiguous rows cuBLAS gets the operands swapped
@@ -17,6 +18,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "common/cuda/cublas_api.h"
@@ -25,7 +27,12 @@
 
 namespace cubed {
 
-// The arguments of one cublas{S,D}gemmStridedBatched call (column-major, cuBLAS's names).
+// Most cuBLAS calls one matmul becomes (Note [Outer batch dims]); more stay with the NVRTC kernel.
+inline constexpr uint64_t kMaxCublasCallsPerMatmul = 1024;
+
+// The arguments of the cublas{S,D}gemmStridedBatched calls of one matmul (column-major, cuBLAS's
+// names): one call, or one per index of the outer batch dims (Note [Outer batch dims]), each at
+// a, b, c advanced by that index's element offsets.
 struct CublasGemmPlan {
   int transa = kCublasOpN;
   int transb = kCublasOpN;
@@ -34,6 +41,12 @@ struct CublasGemmPlan {
   int lda = 0, ldb = 0, ldc = 0;
   long long stride_a = 0, stride_b = 0, stride_c = 0;  // Elements; 0 broadcasts the operand.
   int batch_count = 0;
+  // Outer batch dims, innermost first: their sizes and each of a, b, c's element strides along
+  // them (cuBLAS's a, b: after any swap). calls = the product of the sizes (1 with none).
+  uint32_t outer_dims = 0;
+  uint64_t outer_size[CUBED_CUDA_MAX_RANK] = {};
+  uint64_t outer_stride[3][CUBED_CUDA_MAX_RANK] = {};
+  uint64_t calls = 1;
 };
 
 // The cuBLAS call computing a validated matmul's `args` (MakeCudaBuiltinArgs, pointers set:
@@ -67,6 +80,11 @@ class CublasMatmul {
  private:
   // Creates the handle on the stream; on failure remembers it (api_ = null) and logs once.
   bool EnsureHandle();
+
+  // Queues one strided-batched call of `p` at the operand addresses `ptr` (a, b, c in cuBLAS's
+  // order); its status and the cuBLAS function's name.
+  std::pair<CublasStatus, const char*> Gemm(ElemType dtype, const CublasGemmPlan& p,
+                                            const CUdeviceptr (&ptr)[3]) const;
 
   const CublasApi* api_;
   CUstream stream_;

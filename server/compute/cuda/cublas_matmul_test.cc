@@ -105,6 +105,45 @@ TEST(PlanCublasGemmTest, BatchDimsFlattenToOneStride) {
   EXPECT_EQ(p->stride_c, 64 * 17);
 }
 
+// Note [Outer batch dims]: attention's q [batch 2, heads 3, seq 16, head_dim 8], a view of a
+// [2, 16, 3 * 3 * 8] qkv projection, times k^T: the heads flatten, the batch is a loop of calls.
+TEST(PlanCublasGemmTest, OuterBatchDimsBecomeALoopOfCalls) {
+  const uint64_t row = 72;  // The qkv row: 3 projections of 3 heads of 8.
+  const auto p = PlanCublasGemm(Args({2, 3, 16, 8}, {16 * row, 8, row, 1}, {2, 3, 8, 16},
+                                     {16 * row, 8, 1, row}, {2, 3, 16, 16}));
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->batch_count, 3);
+  EXPECT_EQ(p->calls, 2u);
+  ASSERT_EQ(p->outer_dims, 1u);
+  EXPECT_EQ(p->outer_size[0], 2u);
+  EXPECT_EQ(p->stride_a, 8);  // cuBLAS's a is our b (k^T): a head apart.
+  EXPECT_EQ(p->stride_b, 8);
+  EXPECT_EQ(p->stride_c, 256);
+  EXPECT_EQ(p->outer_stride[0][0], 16 * row);  // Swapped with the operands.
+  EXPECT_EQ(p->outer_stride[1][0], 16 * row);
+  EXPECT_EQ(p->outer_stride[2][0], 3 * 256u);
+  EXPECT_EQ(p->lda, static_cast<int>(row));
+  EXPECT_EQ(p->transa, kCublasOpT);  // k^T's columns are contiguous.
+
+  // a broadcasts the inner batch dim only: the outer one loops, four calls.
+  const auto q = PlanCublasGemm(Args({4, 1, 8, 8}, {}, {4, 3, 8, 8}, {}, {4, 3, 8, 8}));
+  ASSERT_TRUE(q.has_value());
+  EXPECT_EQ(q->batch_count, 3);
+  EXPECT_EQ(q->calls, 4u);
+  EXPECT_EQ(q->stride_b, 0);  // Our a, broadcast along the heads.
+  EXPECT_EQ(q->outer_stride[1][0], 64u);
+
+  // Batch dims padded apart: two dims outer after the first breaks, calls multiply.
+  const auto r = PlanCublasGemm(
+      Args({2, 5, 3, 4, 4}, {1000, 100, 16, 4, 1}, {2, 5, 3, 4, 4}, {}, {2, 5, 3, 4, 4}));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->batch_count, 3);
+  EXPECT_EQ(r->calls, 10u);
+  EXPECT_EQ(r->outer_dims, 2u);
+  EXPECT_EQ(r->outer_stride[1][0], 100u);
+  EXPECT_EQ(r->outer_stride[1][1], 1000u);
+}
+
 TEST(PlanCublasGemmTest, BroadcastBatchHasStrideZero) {
   const auto p = PlanCublasGemm(Args({1, 8, 8}, {}, {4, 8, 8}, {}, {4, 8, 8}));
   ASSERT_TRUE(p.has_value());
@@ -170,11 +209,9 @@ TEST(PlanCublasGemmTest, InexpressibleLayoutsAreDeclined) {
   EXPECT_FALSE(PlanCublasGemm(Args({3, 5}, {2, 1}, {5, 7}, {}, {3, 7})).has_value());
   // Output neither row- nor column-contiguous.
   EXPECT_FALSE(PlanCublasGemm(Args({3, 5}, {}, {5, 7}, {}, {3, 7}, {14, 2})).has_value());
-  // Batch dims that do not flatten: a broadcasts the inner one only.
-  EXPECT_FALSE(PlanCublasGemm(Args({4, 1, 8, 8}, {}, {4, 3, 8, 8}, {}, {4, 3, 8, 8})).has_value());
-  // Batch dims padded apart.
-  EXPECT_FALSE(PlanCublasGemm(Args({2, 3, 4, 4}, {100, 16, 4, 1}, {2, 3, 4, 4}, {}, {2, 3, 4, 4}))
-                   .has_value());
+  // More outer batch indices than kMaxCublasCallsPerMatmul (Note [Outer batch dims]).
+  EXPECT_FALSE(
+      PlanCublasGemm(Args({1025, 1, 2, 2}, {}, {1025, 3, 2, 2}, {}, {1025, 3, 2, 2})).has_value());
   // Every batch writing one output matrix.
   EXPECT_FALSE(
       PlanCublasGemm(Args({4, 8, 8}, {}, {4, 8, 8}, {}, {4, 8, 8}, {0, 8, 1})).has_value());
@@ -503,6 +540,11 @@ std::vector<MatmulCase> Cases() {
                          Pitched({2, 5, 120})));
     cases.push_back(Case("odd_strides_" + ty, t, Op({9, 6}, {12, 2}), Op({6, 5}), Op({9, 5}),
                          /*expressible=*/false));
+    // Note [Outer batch dims]: q and k^T of [2, 16, 3 * 3 * 8] qkv rows, split into 3 heads.
+    cases.push_back(Case("heads_" + ty, t, Op({2, 3, 16, 8}, {16 * 72, 8, 72, 1}),
+                         Op({2, 3, 8, 16}, {16 * 72, 8, 1, 72}), Op({2, 3, 16, 16})));
+    cases.push_back(Case("padded_batches_" + ty, t, Op({2, 3, 4, 4}, {100, 16, 4, 1}),
+                         Op({2, 3, 4, 4}), Op({2, 3, 4, 4})));
   }
   cases.push_back(Case("small_i32", ElemType::kI32, Op({3, 5}), Op({5, 7}), Op({3, 7})));
   return cases;
