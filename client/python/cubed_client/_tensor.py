@@ -157,8 +157,10 @@ class Tensor:
         return self.transpose(*axes)
 
     def reshape(self, *shape: int) -> "Tensor":
-        """A view with another shape of the same size; a contiguous tensor is not copied, any
-        other is first copied densely (the ``copy`` kernel). One dimension may be -1."""
+        """A view with another shape of the same size, as numpy's: no copy where the new shape
+        can step through the same elements (a contiguous tensor; splitting or merging dims whose
+        strides chain, as in a column slice split into heads); otherwise it is first copied
+        densely (the ``copy`` kernel). One dimension may be -1."""
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
         shape = tuple(int(s) for s in shape)
@@ -167,7 +169,10 @@ class Tensor:
             shape = tuple(self.size // known if s == -1 and known else s for s in shape)
         if math.prod(shape) != self.size:
             raise ValueError(f"cannot reshape a tensor of shape {self._shape} into {shape}")
-        source = self if self.is_contiguous else self._client.copy(self)
+        strides = _reshaped_strides(self._shape, self._strides, shape)
+        if strides is not None:
+            return self._view(shape, strides, self._offset)
+        source = self._client.copy(self)
         return source._view(shape, dense_strides(shape), source._offset)
 
     def broadcast_to(self, shape: Sequence[int]) -> "Tensor":
@@ -342,3 +347,35 @@ class Tensor:
         return self._client.abs(self)
 
 
+def _reshaped_strides(shape: Tuple[int, ...], strides: Tuple[int, ...],
+                      new_shape: Tuple[int, ...]) -> Optional[Tuple[int, ...]]:
+    """Strides that view the elements of (shape, strides) in row-major order as ``new_shape``
+    (same size), or None when no strides can (numpy's no-copy reshape rule): each group of old
+    dims merged into new ones must chain, stride[i] == shape[i + 1] * stride[i + 1]. Dims of
+    size 1 have no stride that matters; they get the stride after them."""
+    if math.prod(shape) == 0:
+        return dense_strides(new_shape)
+    old = [(n, st) for n, st in zip(shape, strides) if n != 1]
+    out = [0] * len(new_shape)
+    oi = ni = 0
+    while oi < len(old) and ni < len(new_shape):
+        oj, nj = oi + 1, ni + 1
+        op, np_ = old[oi][0], new_shape[ni]
+        while op != np_:  # The smallest groups of old and new dims of equal size.
+            if np_ < op:
+                np_ *= new_shape[nj]
+                nj += 1
+            else:
+                op *= old[oj][0]
+                oj += 1
+        for k in range(oi, oj - 1):
+            if old[k][1] != old[k + 1][0] * old[k + 1][1]:
+                return None
+        out[nj - 1] = old[oj - 1][1]
+        for k in range(nj - 1, ni, -1):
+            out[k - 1] = out[k] * new_shape[k]
+        oi, ni = oj, nj
+    last = out[ni - 1] if ni > 0 else 1
+    for k in range(ni, len(new_shape)):  # Trailing dims of size 1.
+        out[k] = last
+    return tuple(out)
