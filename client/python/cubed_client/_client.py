@@ -488,10 +488,22 @@ class Client(KernelMethods):
                 dtype: Optional[np.dtype] = None, axis: int = 0,
                 scalars: Sequence[Scalars] = (), index_dtype: Optional[np.dtype] = None
                 ) -> Tensor:
+        """Runs builtin ``name`` on tensors of this client (the wrappers' own execute, Note
+        [Launch fast path]); returns ``out``."""
         dt = dtype if dtype is not None else (inputs[0].dtype if inputs else out.dtype)
+        tensors = (*inputs, out)
         try:
-            self.execute(BuiltinKernel(name, dt, out.dtype, axis, index_dtype), None,
-                         [*inputs, out], scalars=scalars)
+            kernel = _builtin_proto(name, np.dtype(dt), out.dtype, axis,
+                                    None if index_dtype is None else np.dtype(index_dtype))
+            layouts = tuple((t._shape, t._strides, t._dtype.itemsize, t._offset,
+                             t._handle.nbytes) for t in tensors)
+            metadata, count = _launch_layout(layouts)
+            buffers = [types_pb2.Binding(handle=t._handle.id,
+                                         offset_start=t._offset * t._dtype.itemsize)
+                       for t in tensors]
+            self._live().execute(kernel, count, types_pb2.Bindings(
+                buffers=buffers, metadata=metadata, scalars=[s.to_proto() for s in scalars]),
+                types_pb2.EXECUTION_MODE_CHECKED)
         except BaseException:
             out.close()  # Unary: the launch failed; its output must not outlive the error.
             raise
@@ -558,3 +570,48 @@ class Client(KernelMethods):
                     dtypes=[dtype_of(e) for e in d.elem_types if e],
                     builtin_kernels=list(d.builtin_kernels), features=list(d.features), raw=d,
                     matmul_types=list(d.matmul_types))
+
+
+# Note [Launch fast path]
+# A builtin wrapper's launch is execute() without its generality: every binding is a tensor of
+# this client viewed at its offset, so the metadata block and cube count depend on the layouts
+# alone and the kernel message on the call's types alone. Both are cached (a chain of operations
+# repeats a few layouts), so a launch builds just its bindings. The caches are bounded: past
+# _CACHE_LIMIT entries one is cleared and refills.
+_CACHE_LIMIT = 4096
+_kernel_cache: dict = {}
+_layout_cache: dict = {}
+
+
+def _builtin_proto(name: str, dtype: np.dtype, out_dtype: np.dtype, axis: int,
+                   index_dtype: Optional[np.dtype]) -> types_pb2.Kernel:
+    key = (name, dtype, out_dtype, axis, index_dtype)
+    kernel = _kernel_cache.get(key)
+    if kernel is None:
+        if len(_kernel_cache) >= _CACHE_LIMIT:
+            _kernel_cache.clear()
+        kernel = BuiltinKernel(name, dtype, out_dtype, axis, index_dtype).to_proto()
+        _kernel_cache[key] = kernel
+    return kernel
+
+
+def _launch_layout(layouts: Tuple[Tuple[Any, ...], ...]) -> Tuple[List[int],
+                                                                   types_pb2.CubeCount]:
+    """The metadata words and cube count of tensors given as (shape, strides, itemsize, offset,
+    allocation bytes); InvalidArgumentError as execute raises it."""
+    cached = _layout_cache.get(layouts)
+    if cached is None:
+        lengths = [max((nbytes - offset * itemsize) // itemsize, 0)
+                   for _, _, itemsize, offset, nbytes in layouts]
+        try:
+            metadata = encode_metadata(lengths, [(shape, strides)
+                                                 for shape, strides, _, _, _ in layouts])
+        except ValueError as e:
+            raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from None
+        x, y, z = cube_count_for(math.prod(layouts[-1][0]))
+        count = types_pb2.CubeCount(static_count=types_pb2.CubeCount.Static(x=x, y=y, z=z))
+        if len(_layout_cache) >= _CACHE_LIMIT:
+            _layout_cache.clear()
+        cached = (metadata, count)
+        _layout_cache[layouts] = cached
+    return cached

@@ -63,6 +63,9 @@ class KernelMethods:
         return self._launch(name, [a], self._alloc(a.shape, a.dtype))
 
     def _broadcast_shape(self, name: str, *tensors: Tensor) -> Tuple[int, ...]:
+        first = tensors[0].shape
+        if all(t.shape == first for t in tensors):
+            return first
         try:
             return tuple(np.broadcast_shapes(*(t.shape for t in tensors)))
         except ValueError:
@@ -283,7 +286,7 @@ class KernelMethods:
 
     def softmax(self, a: Tensor, axis: int = -1) -> Tensor:
         """Softmax along ``axis`` (``softmax``, which works on the last axis: other axes go
-        through a transposed view; float32/float64)."""
+        through a transposed view; float dtypes, halves computing in float32)."""
         a = self._own(a, "softmax")
         if a.ndim == 0:
             raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
@@ -292,6 +295,21 @@ class KernelMethods:
         moved = a.swapaxes(axis, -1)
         out = self._launch("softmax", [moved], self._alloc(moved.shape, a.dtype))
         return out.swapaxes(axis, -1)
+
+    def causal_softmax(self, a: Tensor, scale: float = 1.0) -> Tensor:
+        """Attention's causal probabilities (``causal_softmax``): over the last two dims
+        [..., L queries, S keys], row q is the softmax of ``a[..., q, :q + 1] * scale`` and 0 at
+        keys past q (the lower triangle aligned at the top left, as torch's ``is_causal``). Float
+        dtypes, halves computing in float32; ``scale`` finite."""
+        a = self._own(a, "causal_softmax")
+        if a.ndim < 2:
+            raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
+                                       "causal_softmax: needs at least two dimensions (queries, "
+                                       f"keys), got shape {a.shape}")
+        if not math.isfinite(scale):
+            raise ValueError(f"causal_softmax: scale must be finite, got {scale}")
+        return self._launch("causal_softmax", [a], self._alloc(a.shape, a.dtype),
+                            scalars=[Scalars(np.float64, [float(scale)])])
 
     def scaled_dot_product_attention(self, q: Tensor, k: Tensor, v: Tensor,
                                      attn_mask: Optional[ArrayOrScalar] = None,
@@ -303,8 +321,9 @@ class KernelMethods:
         keys 0..i (the mask's top-left-aligned lower triangle, as torch's); ``attn_mask`` is a
         bool mask (True takes part) or a float mask added to the scores, broadcasting to
         [..., L, S]. Float dtypes; halves compute each builtin in float32 and round once.
-        Composed of builtins: matmul, mul, add or where, softmax, matmul (no fused kernel yet),
-        so it costs what those cost."""
+        Composed of builtins, so it costs what those cost: causal, matmul, causal_softmax (the
+        scale and the mask in one pass), matmul; otherwise matmul, mul, add or where, softmax,
+        matmul. No fused kernel yet."""
         q = self._own(q, "scaled_dot_product_attention")
         k = self._own(k, "scaled_dot_product_attention")
         v = self._own(v, "scaled_dot_product_attention")
@@ -326,14 +345,11 @@ class KernelMethods:
                              "both (as torch)")
         if scale is None:
             scale = 1 / math.sqrt(q.shape[-1])
-        scores = self.matmul(q, k.swapaxes(-1, -2)) * scale
+        scores = self.matmul(q, k.swapaxes(-1, -2))
         if is_causal:
-            # Key j is hidden from query i where j > i: a bool mask from two index vectors (the
-            # only bytes sent: L + S int32s), applied by where.
-            rows = self.create(np.arange(q.shape[-2], dtype=np.int32)[:, None])
-            cols = self.create(np.arange(k.shape[-2], dtype=np.int32)[None, :])
-            scores = self.where(self.gt(cols, rows), -np.inf, scores)
-        elif attn_mask is not None:
+            return self.matmul(self.causal_softmax(scores, scale), v)
+        scores = scores * scale
+        if attn_mask is not None:
             mask = attn_mask if isinstance(attn_mask, Tensor) else np.asarray(attn_mask)
             if mask.dtype == np.bool_:
                 scores = self.where(mask, scores, -np.inf)

@@ -30,6 +30,8 @@ BATCH_DELAY_S = 0.0002
 MAX_PER_REQUEST = 4096
 MAX_QUEUED_COMMANDS = 65536
 MAX_QUEUED_BYTES = 256 << 20
+# Empty commands that wait for the next command over the ring (Note [Held empties]).
+HELD_EMPTIES = 64
 
 
 def _resolved(value: object) -> Future:
@@ -172,6 +174,8 @@ class StreamTransport:
         # Over the ring each command is written by its sender (no queue, no writer thread).
         self._direct = getattr(self._call, "direct", False)
         self._write_lock = threading.Lock()  # Taken before _cv, never while holding it.
+        # Note [Held empties]: empty commands waiting for the next command (ring only).
+        self._held: List[session_pb2.Command] = []
         if self._call is None:
             stub = session_pb2_grpc.SessionStreamStub(channel)
             self._call = stub.Session(self._requests(), metadata=list(metadata))
@@ -264,15 +268,38 @@ class StreamTransport:
                     raise self._end_error  # type: ignore[misc]
                 if self._closing:
                     raise error_for(grpc.StatusCode.FAILED_PRECONDITION, "the client is closed")
-                command.seq = self._next_seq
-                self._next_seq += 1
+                commands, self._held = self._held, []
+                commands.append(command)
+                for c in commands:
+                    c.seq = self._next_seq
+                    self._next_seq += 1
                 future: Optional[Future] = None
                 if convert is not None:
                     future = Future()
                     self._pending[command.seq] = (future, convert)
             # A failed write means the ring ended: the reader fails what is pending.
-            self._call.write(session_pb2.SessionRequest(commands=[command]))
+            self._call.write(session_pb2.SessionRequest(commands=commands))
             return future
+
+    # Note [Held empties]
+    # Over the ring, an empty command (which answers nothing, and which the device needs only
+    # when a later command uses its handle) waits to go out with the next command, in the same
+    # ring message: a kernel wrapper's output then costs no message and no wake-up of its own.
+    # Order is kept (held commands go first, numbered first); at most HELD_EMPTIES wait, and
+    # every other command, a sync, a flush or a read included, takes them along. Another client
+    # of a joined session sees the handle once this client's next command went out (flush()).
+    def _hold(self, command: session_pb2.Command) -> None:
+        """Holds ``command`` (an empty) for the next write (Note [Held empties])."""
+        with self._write_lock:
+            with self._cv:
+                if self._ended:
+                    raise self._end_error  # type: ignore[misc]
+                if self._closing:
+                    raise error_for(grpc.StatusCode.FAILED_PRECONDITION, "the client is closed")
+            if len(self._held) < HELD_EMPTIES:
+                self._held.append(command)
+                return
+        self._send_direct(command, None)
 
     def _send(self, command: session_pb2.Command,
               convert: Optional[Callable[[session_pb2.Reply], object]] = None) -> Optional[Future]:
@@ -330,7 +357,11 @@ class StreamTransport:
 
     def empty(self, size: int) -> int:
         i = self._new_id()
-        self._send(session_pb2.Command(empty=session_pb2.Command.Empty(id=i, size=size)))
+        command = session_pb2.Command(empty=session_pb2.Command.Empty(id=i, size=size))
+        if self._direct:
+            self._hold(command)
+        else:
+            self._send(command)
         return i
 
     def execute(self, kernel: types_pb2.Kernel, count: types_pb2.CubeCount,

@@ -310,6 +310,26 @@ def test_softmax(client, dtype):
               (e / e.sum(axis=axis, keepdims=True)).astype(dtype), dtype)
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_causal_softmax(client, dtype):
+    for shape in ((2, 5, 5), (3, 7), (7, 3), (1, 1)):
+        x = rand(shape, dtype)
+        queries, keys = shape[-2:]
+        visible = np.arange(keys)[None, :] <= np.arange(queries)[:, None]
+        s = np.where(visible, up(x) * 0.25, -np.inf)
+        e = np.exp(s - s.max(axis=-1, keepdims=True))
+        got = client.read(client.causal_softmax(client.create(x), 0.25))
+        check(got, (e / e.sum(axis=-1, keepdims=True)).astype(dtype), dtype)
+        assert np.all(got[..., ~visible] == 0)
+    t = client.create(rand((4, 4), dtype))
+    check(client.read(client.causal_softmax(t.T)), client.read(client.causal_softmax(
+        client.create(client.read(t).T))), dtype)  # A transposed view, as its copy.
+    with pytest.raises(cubed_client.InvalidArgumentError, match="at least two dimensions"):
+        client.causal_softmax(client.create(rand((4,), dtype)))
+    with pytest.raises(ValueError, match="scale must be finite"):
+        client.causal_softmax(t, float("nan"))
+
+
 def norm_ref(x, weight, bias, eps, center):
     """torch's layer_norm (center) or rms_norm over the last axis, in float64."""
     x = x.astype(np.float64)
@@ -450,7 +470,7 @@ def test_builtin_kernels_all_covered(client):
     covered = {"neg", "abs", "relu", "exp", "log", "sqrt", "sigmoid", "tanh", "add", "sub", "mul",
                "div", "max", "min", "pow", "sum", "mean", "argmax", "matmul", "softmax", "cast",
                "fill", "copy", "gather", "gelu", "gelu_tanh", "silu", "eq", "ne", "lt", "le", "gt",
-               "ge", "where", "layer_norm", "rms_norm"}
+               "ge", "where", "layer_norm", "rms_norm", "causal_softmax"}
     assert set(client.info().builtin_kernels) <= covered
 
 

@@ -187,7 +187,9 @@ def test_mtls_certificate_no_principal_names(mtls_daemon: Daemon, pki: Path) -> 
 
 def _cuda_kernel() -> types_pb2.Kernel:
     return types_pb2.Kernel(cuda_source=types_pb2.CudaSourceKernel(
-        source='extern "C" __global__ void k(float* x) { x[0] = 1; }', entry_point="k",
+        # The ABI's parameters: each buffer's pointer, then the metadata's (docs/kernel-abi.md).
+        source='extern "C" __global__ void k(float* x, const unsigned* meta) { x[0] = 1; }',
+        entry_point="k",
         cube_dim=types_pb2.CubeDim(x=1, y=1, z=1)))
 
 
