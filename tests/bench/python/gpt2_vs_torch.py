@@ -7,7 +7,11 @@ on the daemon's stream), torch.cuda.Event pairs around the same forward. Medians
 --repeats after a warm-up. The ratio is PyTorch time / cubed time (above 1: cubed is faster).
 
   python3 gpt2_vs_torch.py CUBED_BINARY [--size=small] [--batch=8] [--seq=1024]
-                           [--dtype=bfloat16] [--repeats=5] [--backend=cuda]
+                           [--dtype=bfloat16] [--repeats=5] [--backend=cuda] [--breakdown]
+
+--breakdown also runs one forward with each launch timed alone (its own profile), and prints the
+launches by total device time, grouped by kernel, dtype and shapes, beside the forward's host
+time (how long queuing its commands takes, the device's floor when it is busy for less).
 
 Starts the daemon itself on a temporary Unix socket. Without torch (or without a GPU) it times
 cubed alone and says so: `--backend=cpu --size=tiny --batch=2 --seq=16` runs anywhere.
@@ -51,6 +55,51 @@ def torch_forward(torch, cfg, w, tokens):
     return x @ w["wte"].T
 
 
+def breakdown(c, model, tokens) -> None:
+    """One forward with every launch timed alone: device time by kernel and shapes, and the host
+    time of queuing a whole forward."""
+    import time
+    out = model.forward(tokens)  # Warm: every kernel compiled and loaded.
+    c.sync()
+    out.close()
+    start = time.perf_counter()
+    out = model.forward(tokens)
+    queued = time.perf_counter() - start
+    c.sync()
+    total = time.perf_counter() - start
+    out.close()
+    groups = {}
+    plain_launch = c._launch  # Every builtin wrapper's launch (cubed_client/_client.py).
+
+    def timed_launch(name, inputs, out, **kw):
+        c.start_profile()
+        plain_launch(name, inputs, out, **kw)
+        seconds = c.end_profile()
+        tensors = [*inputs, out]
+        shapes = " ".join("x".join(map(str, t.shape)) or "scalar" for t in tensors)
+        dense = all(t.is_contiguous for t in tensors)
+        key = (name, str(kw.get("dtype") or (inputs[0] if inputs else out).dtype),
+               shapes + ("" if dense else " (strided)"))
+        n, t = groups.get(key, (0, 0.0))
+        groups[key] = (n + 1, t + seconds)
+        return out
+
+    c._launch = timed_launch
+    try:
+        model.forward(tokens).close()
+    finally:
+        del c._launch
+    device = sum(t for _, t in groups.values())
+    launches = sum(n for n, _ in groups.values())
+    print(f"breakdown: {launches} launches, {device * 1e3:.2f} ms of device time timed alone; "
+          f"one forward queues in {queued * 1e3:.2f} ms of host time, {total * 1e3:.2f} ms to its "
+          "sync")
+    print("| kernel | dtype | shapes | launches | ms | share |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for (name, dt, shapes), (n, t) in sorted(groups.items(), key=lambda kv: -kv[1][1])[:25]:
+        print(f"| {name} | {dt} | {shapes} | {n} | {t * 1e3:.3f} | {t / device:.1%} |")
+
+
 def load_torch():
     try:
         import torch
@@ -68,6 +117,8 @@ def main() -> int:
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--dtype", default="bfloat16", choices=["float32", "float16", "bfloat16"])
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also time every launch of one forward alone (see the docstring)")
     args = ap.parse_args()
 
     cfg = gpt2.SIZES[args.size]
@@ -92,6 +143,8 @@ def main() -> int:
                 else:
                     cubed_s.append(seconds)
                 out.close()
+            if args.breakdown:
+                breakdown(c, model, tokens)
             model.close()
     finally:
         daemon.terminate()
