@@ -9,6 +9,11 @@ set -uo pipefail
 out=${OUT:-out}
 mkdir -p "$out"
 export CUBED_TEST_BACKEND=cuda
+# The IPC test's helper runs by its build path unless told where it travelled.
+if command -v cubed_cuda_ipc_reader >/dev/null; then
+  CUBED_CUDA_IPC_READER=$(command -v cubed_cuda_ipc_reader)
+  export CUBED_CUDA_IPC_READER
+fi
 suites=("$@")
 if ((${#suites[@]} == 0)); then
   suites=(cubed_cuda_tests cubed_cuda_daemon_tests cubed_cuda_kernels_tests cubed_compute_cpu_tests cubed_channel_tests
