@@ -131,10 +131,23 @@ std::optional<CublasGemmPlan> PlanCublasGemm(const CudaBuiltinArgs& args) {
   }
   if (batches > 1 && batch_stride[2] == 0) return std::nullopt;  // Batches writing one matrix.
 
+  // Note [Folded batches]
+  // A batch of activations times one broadcast weight ([batch, M, K] x [K, N], a linear layer)
+  // is one matrix of batch * M rows when a's and c's batches follow each other row after row:
+  // one large GEMM instead of a batch of smaller ones, as torch's linear runs it, and a far
+  // better choice of cuBLAS kernel (GPT-2's vocabulary projection ran 6x faster folded).
   const uint32_t r = rank - 2, col = rank - 1;
-  const Matrix a{m, k, t[0]->strides[r], t[0]->strides[col], t[0]->ptr, batch_stride[0]};
+  uint64_t rows = m;
+  if (outer_dims == 0 && batches > 1 && batch_stride[1] == 0 && m > 1 &&
+      batch_stride[0] == m * t[0]->strides[r] && batch_stride[2] == m * t[2]->strides[r] &&
+      t[0]->strides[r] != 0 && FitsInt(m * batches)) {
+    rows = m * batches;
+    batches = 1;
+    batch_stride[0] = batch_stride[2] = 0;
+  }
+  const Matrix a{rows, k, t[0]->strides[r], t[0]->strides[col], t[0]->ptr, batch_stride[0]};
   const Matrix b{k, n, t[1]->strides[r], t[1]->strides[col], t[1]->ptr, batch_stride[1]};
-  const Matrix c{m, n, t[2]->strides[r], t[2]->strides[col], t[2]->ptr, batch_stride[2]};
+  const Matrix c{rows, n, t[2]->strides[r], t[2]->strides[col], t[2]->ptr, batch_stride[2]};
   // Contiguous rows of C: C^T = B^T x A^T. Otherwise try C = A x B as it is.
   bool swapped = true;
   std::optional<CublasGemmPlan> p =

@@ -152,6 +152,27 @@ TEST(PlanCublasGemmTest, BroadcastBatchHasStrideZero) {
   EXPECT_EQ(p->stride_a, 64);
 }
 
+// Note [Folded batches]: activations [4, 8, 5] times a broadcast weight [5, 3] are one
+// [32, 5] x [5, 3] product; a weight that varies, or batches apart, keep the batch.
+TEST(PlanCublasGemmTest, BroadcastWeightFoldsTheBatchIntoRows) {
+  const auto p = PlanCublasGemm(Args({4, 8, 5}, {}, {1, 5, 3}, {}, {4, 8, 3}));
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->batch_count, 1);
+  EXPECT_EQ(p->n, 32);  // cuBLAS's n: our rows (C^T = B^T x A^T).
+  EXPECT_EQ(p->m, 3);
+  EXPECT_EQ(p->stride_a, 0);
+  EXPECT_EQ(p->stride_b, 0);
+  EXPECT_EQ(p->stride_c, 0);
+  const auto varying = PlanCublasGemm(Args({4, 8, 5}, {}, {4, 5, 3}, {}, {4, 8, 3}));
+  ASSERT_TRUE(varying.has_value());
+  EXPECT_EQ(varying->batch_count, 4);
+  const auto padded =
+      PlanCublasGemm(Args({4, 8, 5}, {48, 5, 1}, {1, 5, 3}, {}, {4, 8, 3}));  // a's batches apart.
+  ASSERT_TRUE(padded.has_value());
+  EXPECT_EQ(padded->batch_count, 4);
+  EXPECT_EQ(padded->stride_b, 48);
+}
+
 TEST(PlanCublasGemmTest, TransposedInputsPassAsOpT) {
   // a [3,5] and b [5,7] stored column-major.
   const auto p = PlanCublasGemm(Args({3, 5}, {1, 3}, {5, 7}, {1, 5}, {3, 7}));
@@ -545,6 +566,8 @@ std::vector<MatmulCase> Cases() {
                          Op({2, 3, 8, 16}, {16 * 72, 8, 1, 72}), Op({2, 3, 16, 16})));
     cases.push_back(Case("padded_batches_" + ty, t, Op({2, 3, 4, 4}, {100, 16, 4, 1}),
                          Op({2, 3, 4, 4}), Op({2, 3, 4, 4})));
+    cases.push_back(
+        Case("folded_batches_" + ty, t, Op({3, 40, 24}), Op({1, 24, 33}), Op({3, 40, 33})));
   }
   cases.push_back(Case("small_i32", ElemType::kI32, Op({3, 5}), Op({5, 7}), Op({3, 7})));
   return cases;
