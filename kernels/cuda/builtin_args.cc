@@ -49,6 +49,19 @@ bool SameShape(const TensorLayout& a, const TensorLayout& b) {
 
 uint64_t CeilDiv(uint64_t a, uint64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
+// CUBED_CUDA_SUFFIX: `in` (of out's rank, as validated broadcasting gives) is contiguous and
+// holds out's trailing dims after leading dims of size 1, so out's element i reads its element
+// i % NumElements(in).
+bool IsDenseSuffix(const TensorLayout& in, const TensorLayout& out) {
+  if (in.rank != out.rank || !in.IsContiguous()) return false;
+  uint32_t d = 0;
+  while (d < in.rank && in.shape[d] == 1) ++d;
+  for (; d < in.rank; ++d) {
+    if (in.shape[d] != out.shape[d]) return false;
+  }
+  return true;
+}
+
 // Note [Gather strategy]: a warp per row (a block for long rows) when the dims after the axis are
 // dense in table and out, so that each row reads its index once and copies with 16-byte vectors;
 // otherwise a thread per output element, neighbouring threads on neighbouring out elements.
@@ -110,7 +123,15 @@ absl::StatusOr<CudaBuiltinArgs> MakeCudaBuiltinArgs(const BuiltinCall& call,
       bool dense = true;
       for (const TensorLayout& t : meta.tensors)
         dense = dense && t.IsContiguous() && SameShape(t, out);
-      if (dense) args.flags |= CUBED_CUDA_DENSE;
+      if (dense) {
+        args.flags |= CUBED_CUDA_DENSE;
+      } else if ((family == CudaFamily::kBinary || family == CudaFamily::kCompare) &&
+                 out.IsContiguous()) {
+        bool suffix = true;
+        for (size_t i = 0; i + 1 < meta.tensors.size(); ++i)
+          suffix = suffix && IsDenseSuffix(meta.tensors[i], out);
+        if (suffix) args.flags |= CUBED_CUDA_SUFFIX;
+      }
       break;
     }
     case CudaFamily::kReduce: {

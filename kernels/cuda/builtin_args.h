@@ -13,6 +13,10 @@
 // Every buffer is contiguous (dense row-major) with the output's shape: elementwise kernels index
 // all buffers by the linear element index (the vectorized fast path).
 #define CUBED_CUDA_DENSE 1u
+// Binary and comparison launches whose output is dense and whose every input is a dense block
+// of the output's trailing dims (a bias [1, 1, N] of out [B, M, N]; a scalar; or the output's
+// shape): input element i % (the input's element count) for output element i.
+#define CUBED_CUDA_SUFFIX 2u
 
 // `variant` of reductions, softmax, the norms and gather: how many threads cooperate on one output
 // (row; gather: one row of the dims after the axis, or with GROUP_THREAD one output element).
@@ -60,7 +64,7 @@ typedef struct CudaBuiltinArgs {
   unsigned int num_buffers;
   unsigned int axis;     // Reductions: the reduced dim. Softmax, norms: rank - 1. Gather: the
                          // table's.
-  unsigned int flags;    // CUBED_CUDA_DENSE.
+  unsigned int flags;    // CUBED_CUDA_DENSE, CUBED_CUDA_SUFFIX.
   unsigned int variant;  // CUBED_CUDA_GROUP_* for reductions, softmax, norms, gather; else 0.
   // Reductions: blocks per group of outputs (Note [Split reduction]); 0 or 1 = no split.
   unsigned int splits;

@@ -116,6 +116,25 @@ TEST(MakeCudaBuiltinArgsTest, ReductionSoftmaxAndMatmulCounts) {
   EXPECT_EQ(s->variant, CUBED_CUDA_GROUP_BLOCK);
   EXPECT_EQ(s->scalar, 0u);
 
+  bytes.clear();  // A bias row broadcast over a dense output: CUBED_CUDA_SUFFIX.
+  const BuiltinCall bias =
+      Call("add", ElemType::kBF16,
+           {TensorLayout::Contiguous({4, 9, 12}), TensorLayout::Contiguous({1, 1, 12}),
+            TensorLayout::Contiguous({4, 9, 12})},
+           &bytes);
+  auto b = MakeCudaBuiltinArgs(bias, bytes);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->flags, CUBED_CUDA_SUFFIX);
+  bytes.clear();  // A column [4, 9, 1] is not a suffix block: the strided loop.
+  const BuiltinCall column =
+      Call("add", ElemType::kF32,
+           {TensorLayout::Contiguous({4, 9, 12}), TensorLayout::Contiguous({4, 9, 1}),
+            TensorLayout::Contiguous({4, 9, 12})},
+           &bytes);
+  auto c2 = MakeCudaBuiltinArgs(column, bytes);
+  ASSERT_TRUE(c2.ok()) << c2.status();
+  EXPECT_EQ(c2->flags, 0u);
+
   bytes.clear();
   BuiltinCall causal =
       Call("causal_softmax", ElemType::kBF16,

@@ -2,7 +2,9 @@
 // gelu gelu_tanh silu), binary with broadcasting (add sub mul div max min pow) and the comparisons
 // (eq ne lt le gt ge, bool out). One grid-stride loop over the output's elements; when every
 // buffer is dense with the output's shape (CUBED_CUDA_DENSE) all buffers share the linear index
-// and, when aligned, move 4 elements per load and store.
+// and, when aligned, move 4 elements per load and store; when the inputs are dense blocks of the
+// output's trailing dims (CUBED_CUDA_SUFFIX: a bias row, a scalar) each reads index i modulo its
+// size, also 4 at a time.
 #include "common.cuh"
 
 namespace cubed {
@@ -16,6 +18,58 @@ __device__ __forceinline__ auto Apply(const F& f, In x0, In x1) {
     return f(x0);
   } else {
     return f(x0, x1);
+  }
+}
+
+// i % n along a grid-stride loop (i = first, first + step, ...), without a division per step.
+struct Cyclic {
+  u64 k, inc, n;
+  __device__ Cyclic(u64 first, u64 step, u64 period)
+      : k(first % period), inc(step % period), n(period) {}
+  __device__ void Next() {
+    k += inc;
+    if (k >= n) k -= n;
+  }
+};
+
+// Elements of a buffer's tensor (the product of its shape).
+__device__ __forceinline__ u64 Elements(const CudaTensorArg& t) {
+  u64 n = 1;
+  for (u32 d = 0; d < t.rank && d < CUBED_CUDA_MAX_RANK; ++d) n *= t.shape[d];
+  return n;
+}
+
+// CUBED_CUDA_SUFFIX: out[i] = f(in0[i % n0], in1[i % n1]), every buffer dense (bounds checked by
+// the caller); 4 elements per load and store when every period is a multiple of 4 and aligned.
+template <int kIn, class In, class Out, class F>
+__device__ __forceinline__ void MapSuffix(const Buf<const In>& x0, u64 n0, const Buf<const In>& x1,
+                                          u64 n1, const Buf<Out>& y, u64 count, const F& f) {
+  constexpr int V = 4;
+  const u64 first = GlobalThread(), step = GridThreads();
+  u64 done = 0;
+  if (n0 % V == 0 && n1 % V == 0 && Aligned(y.p, sizeof(Out) * V) &&
+      Aligned(x0.p, sizeof(In) * V) && Aligned(x1.p, sizeof(In) * V)) {
+    const u64 packs = count / V;
+    const Pack<In, V>* p0 = reinterpret_cast<const Pack<In, V>*>(x0.p);
+    const Pack<In, V>* p1 = reinterpret_cast<const Pack<In, V>*>(x1.p);
+    Pack<Out, V>* q = reinterpret_cast<Pack<Out, V>*>(y.p);
+    Cyclic j0(first, step, n0 / V), j1(first, step, n1 / V);
+    for (u64 j = first; j < packs; j += step, j0.Next(), j1.Next()) {
+      const Pack<In, V> v0 = p0[j0.k];
+      Pack<In, V> v1;
+      if constexpr (kIn > 1) v1 = p1[j1.k];
+      Pack<Out, V> r;
+#pragma unroll
+      for (int k = 0; k < V; ++k) r.v[k] = Apply<kIn>(f, v0.v[k], v1.v[k]);
+      q[j] = r;
+    }
+    done = packs * V;
+  }
+  Cyclic i0(done + first, step, n0), i1(done + first, step, n1);
+  for (u64 i = done + first; i < count; i += step, i0.Next(), i1.Next()) {
+    In v1 = In(0);
+    if constexpr (kIn > 1) v1 = x1.p[i1.k];
+    y.p[i] = Apply<kIn>(f, x0.p[i0.k], v1);
   }
 }
 
@@ -56,6 +110,13 @@ __device__ __forceinline__ void Map(const CudaBuiltinArgs& a, const F& f) {
       y.p[i] = Apply<kIn>(f, v0, v1);
     }
     return;
+  }
+  if ((a.flags & CUBED_CUDA_SUFFIX) != 0 && kIn > 0) {
+    const u64 n0 = Elements(a.buffers[0]), n1 = Elements(a.buffers[kIn > 1 ? 1 : 0]);
+    if (count <= y.n && n0 > 0 && n0 <= x0.n && n1 > 0 && n1 <= x1.n) {
+      MapSuffix<kIn, In, Out>(x0, n0, x1, n1, y, count, f);
+      return;
+    }
   }
   const int tensors[3] = {0, kIn > 1 ? 1 : 0, kIn};
   const u32 rank = a.buffers[kIn].rank;
