@@ -63,7 +63,10 @@ __device__ __forceinline__ void SoftmaxCachedRow(const Buf<const T>& x, u64 bx, 
 #pragma unroll
   for (u32 j = 0; j < kPacks; ++j) {
     const u64 first = (j * static_cast<u64>(g.size) + g.lane) * kV;
-    if (vx && first + kV <= len) {
+    if (first >= vis) {  // Masked whole (causal_softmax): stored as 0, never read.
+#pragma unroll
+      for (u32 k = 0; k < kV; ++k) v[j].v[k] = static_cast<T>(C(0));
+    } else if (vx && first + kV <= len) {
       v[j] = *reinterpret_cast<const Pack<T, kV>*>(x.p + bx + first);
     } else {
 #pragma unroll
@@ -78,12 +81,14 @@ __device__ __forceinline__ void SoftmaxCachedRow(const Buf<const T>& x, u64 bx, 
   }
   m = GroupAllReduce<MaxCombine<C>>(m, variant);
   C sum = C(0);
+  C e[kPacks][kV];  // exp(x - m), computed once for the sum and the store.
 #pragma unroll
   for (u32 j = 0; j < kPacks; ++j) {
     const u64 first = (j * static_cast<u64>(g.size) + g.lane) * kV;
 #pragma unroll
     for (u32 k = 0; k < kV; ++k) {
-      if (first + k < vis) sum += Exp(rule.Apply(static_cast<C>(v[j].v[k])) - m);
+      e[j][k] = first + k < vis ? Exp(rule.Apply(static_cast<C>(v[j].v[k])) - m) : C(0);
+      sum += e[j][k];
     }
   }
   sum = GroupAllReduce<SumCombine<C>>(sum, variant);
@@ -93,9 +98,7 @@ __device__ __forceinline__ void SoftmaxCachedRow(const Buf<const T>& x, u64 bx, 
     const u64 first = (j * static_cast<u64>(g.size) + g.lane) * kV;
 #pragma unroll
     for (u32 k = 0; k < kV; ++k) {
-      v[j].v[k] = first + k < vis
-                      ? static_cast<T>(Exp(rule.Apply(static_cast<C>(v[j].v[k])) - m) * inv)
-                      : static_cast<T>(C(0));
+      v[j].v[k] = static_cast<T>(first + k < vis ? e[j][k] * inv : C(0));
     }
     if (vy && first + kV <= len) {
       *reinterpret_cast<Pack<T, kV>*>(y.p + by + first) = v[j];
