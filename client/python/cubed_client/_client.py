@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import math
 import os
 import weakref
@@ -183,6 +184,8 @@ class Client(KernelMethods):
         self._closed = False
         self._gc_releases: Deque[int] = collections.deque()
         self._self_ref = weakref.ref(self)
+        # What a collected tensor's handle calls with its id (Client._live sends the releases).
+        self._release_collected = functools.partial(_gc_release, self._self_ref)
         self._finalizer = weakref.finalize(self, _close_transport, transport, channel, timeout)
         # The staging region of create() and read() (None until first needed); its lock is held
         # from staging bytes until they were used.
@@ -275,7 +278,7 @@ class Client(KernelMethods):
             self._live().release([handle_id])
 
     def _handle(self, handle_id: int, nbytes: int) -> _Handle:
-        return _Handle(handle_id, nbytes, lambda i, r=self._self_ref: _gc_release(r, i))
+        return _Handle(handle_id, nbytes, self._release_collected)
 
     def _own(self, t: Tensor, what: str) -> Tensor:
         if not isinstance(t, Tensor):
@@ -286,13 +289,11 @@ class Client(KernelMethods):
 
     def _alloc(self, shape: Sequence[int], dtype: DTypeLike) -> Tensor:
         dt = wire_dtype(dtype)
-        shape = tuple(int(s) for s in shape)
-        if any(s < 0 for s in shape):
+        shape = tuple(map(int, shape))
+        if shape and min(shape) < 0:
             raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
                                        f"shape {shape} has a negative extent")
-        nbytes = dt.itemsize
-        for s in shape:
-            nbytes *= s
+        nbytes = dt.itemsize * math.prod(shape)
         if nbytes > _MAX_BYTES:
             raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
                                        f"shape {shape}: the product of the shape times the "
@@ -495,8 +496,8 @@ class Client(KernelMethods):
         try:
             kernel = _builtin_proto(name, np.dtype(dt), out.dtype, axis,
                                     None if index_dtype is None else np.dtype(index_dtype))
-            layouts = tuple((t._shape, t._strides, t._dtype.itemsize, t._offset,
-                             t._handle.nbytes) for t in tensors)
+            layouts = tuple([(t._shape, t._strides, t._dtype.itemsize, t._offset,
+                              t._handle.nbytes) for t in tensors])
             metadata, count = _launch_layout(layouts)
             buffers = [types_pb2.Binding(handle=t._handle.id,
                                          offset_start=t._offset * t._dtype.itemsize)

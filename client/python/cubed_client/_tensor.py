@@ -56,9 +56,9 @@ class Tensor:
                  strides: Sequence[int], dtype: np.dtype, offset: int = 0) -> None:
         self._client = client
         self._handle = handle
-        self._shape = tuple(int(s) for s in shape)
-        self._strides = tuple(int(s) for s in strides)
-        self._dtype = np.dtype(dtype)
+        self._shape = tuple(map(int, shape))
+        self._strides = tuple(map(int, strides))
+        self._dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
         self._offset = int(offset)
 
     # --- layout ---------------------------------------------------------------------------------

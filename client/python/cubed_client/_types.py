@@ -57,7 +57,7 @@ MAX_RANK = 8
 
 def wire_dtype(dtype: DTypeLike) -> np.dtype:
     """``dtype`` as stored on the daemon: numpy's dtype in little-endian byte order."""
-    dt = np.dtype(dtype)
+    dt = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
     return dt.newbyteorder("<") if dt.byteorder == ">" else dt
 
 
