@@ -58,16 +58,43 @@ def torch_forward(torch, cfg, w, tokens):
 def breakdown(c, model, tokens) -> None:
     """One forward with every launch timed alone: device time by kernel and shapes, and the host
     time of queuing a whole forward."""
+    import cProfile
+    import pstats
+    import threading
     import time
     out = model.forward(tokens)  # Warm: every kernel compiled and loaded.
     c.sync()
     out.close()
+    # Time the queuing thread spends waiting for room in the command ring (the daemon behind).
+    ring = getattr(getattr(c._transport, "_call", None), "_ring", None)
+    waited = [0.0, 0]
+    if ring is not None:
+        plain_wait = ring._wait
+
+        def timed_wait(*args, **kw):
+            if threading.current_thread() is not threading.main_thread():
+                return plain_wait(*args, **kw)  # The reply reader.
+            t0 = time.perf_counter()
+            try:
+                return plain_wait(*args, **kw)
+            finally:
+                waited[0] += time.perf_counter() - t0
+                waited[1] += 1
+
+        ring._wait = timed_wait
     start = time.perf_counter()
     out = model.forward(tokens)
     queued = time.perf_counter() - start
     c.sync()
     total = time.perf_counter() - start
     out.close()
+    if ring is not None:
+        del ring._wait
+    profiler = cProfile.Profile()
+    profiler.enable()
+    model.forward(tokens).close()
+    profiler.disable()
+    c.sync()
     groups = {}
     plain_launch = c._launch  # Every builtin wrapper's launch (cubed_client/_client.py).
 
@@ -94,6 +121,13 @@ def breakdown(c, model, tokens) -> None:
     print(f"breakdown: {launches} launches, {device * 1e3:.2f} ms of device time timed alone; "
           f"one forward queues in {queued * 1e3:.2f} ms of host time, {total * 1e3:.2f} ms to its "
           "sync")
+    print(f"of the host time, {waited[0] * 1e3:.2f} ms in {waited[1]} waits for ring room; the "
+          "queuing's own profile (cProfile, inflated by it):")
+    entries = pstats.Stats(profiler).stats  # (file, line, name): (cc, calls, own, cumulative, _)
+    for (path, line, fn), (_, calls, own, cum, _) in sorted(entries.items(),
+                                                            key=lambda kv: -kv[1][2])[:12]:
+        print(f"  {own * 1e3:7.2f} ms own, {cum * 1e3:7.2f} ms with callees, {calls:5d} calls: "
+              f"{os.path.basename(path)}:{line} {fn}")
     print("| kernel | dtype | shapes | launches | ms | share |")
     print("| --- | --- | --- | --- | --- | --- |")
     for (name, dt, shapes), (n, t) in sorted(groups.items(), key=lambda kv: -kv[1][1])[:25]:
