@@ -499,12 +499,13 @@ class Client(KernelMethods):
             layouts = tuple([(t._shape, t._strides, t._dtype.itemsize, t._offset,
                               t._handle.nbytes) for t in tensors])
             metadata, count = _launch_layout(layouts)
-            buffers = [types_pb2.Binding(handle=t._handle.id,
-                                         offset_start=t._offset * t._dtype.itemsize)
-                       for t in tensors]
-            self._live().execute(kernel, count, types_pb2.Bindings(
-                buffers=buffers, metadata=metadata, scalars=[s.to_proto() for s in scalars]),
-                types_pb2.EXECUTION_MODE_CHECKED)
+            bindings = {"buffers": [{"handle": t._handle.id,
+                                     "offset_start": t._offset * t._dtype.itemsize}
+                                    for t in tensors],
+                        "metadata": metadata}
+            if scalars:
+                bindings["scalars"] = [s.to_proto() for s in scalars]
+            self._live().execute(kernel, count, bindings, types_pb2.EXECUTION_MODE_CHECKED)
         except BaseException:
             out.close()  # Unary: the launch failed; its output must not outlive the error.
             raise

@@ -193,12 +193,22 @@ class Info:
 
 def dense_strides(shape: Sequence[int]) -> Tuple[int, ...]:
     """Row-major strides, in elements, of a dense tensor of ``shape``."""
-    strides = []
-    step = 1
-    for extent in reversed(shape):
-        strides.append(step)
-        step *= max(int(extent), 1)
-    return tuple(reversed(strides))
+    key = tuple(shape)
+    strides = _dense_strides_cache.get(key)
+    if strides is None:
+        out = []
+        step = 1
+        for extent in reversed(key):
+            out.append(step)
+            step *= max(int(extent), 1)
+        strides = tuple(reversed(out))
+        if len(_dense_strides_cache) >= 4096:  # A model repeats a few shapes; bounded anyway.
+            _dense_strides_cache.clear()
+        _dense_strides_cache[key] = strides
+    return strides
+
+
+_dense_strides_cache: Dict[Tuple[int, ...], Tuple[int, ...]] = {}
 
 
 def encode_metadata(buffer_len: Sequence[int],
