@@ -16,6 +16,7 @@ counted, then times --batch launches and divides. Medians [min..max] over --repe
 warm-up; the ratio is cubed / PyTorch throughput.
 
   python3 kernels_vs_torch.py CUBED_BINARY [--backend=cuda] [--repeats=7] [--batch=10]
+                              [--rows=NAME,...]
 
 Starts the daemon itself on a temporary Unix socket.
 """
@@ -90,6 +91,8 @@ def main() -> int:
     ap.add_argument("--backend", default="cuda")
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--batch", type=int, default=10)
+    ap.add_argument("--rows", default="", help="only rows whose name holds one of these "
+                    "comma-separated strings")
     args = ap.parse_args()
     import torch  # Only the baselines need it.
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -180,6 +183,21 @@ def main() -> int:
                 rows.append((f"add, 64M {k}", "GB/s", 6.0 * n / 1e9,
                              lambda ca=ca, cb=cb: c.add(ca, cb),
                              lambda ta=ta, tb=tb: torch.add(ta, tb)))
+            # GPT-2's logits: [8192, 768] x [768, 50257] bf16, rows of 100,514 bytes (Note
+            # [Pitched matmul outputs]): padded rows (the SDK's choice) and dense ones.
+            lx = rng.standard_normal((8192, 768), dtype=np.float32)
+            lw = rng.standard_normal((50257, 768), dtype=np.float32)
+            bf = ml_dtypes.bfloat16
+            clx, clw = c.create(lx.astype(bf)), c.create(lw.astype(bf)).transpose()
+            tlx = torch.from_numpy(lx).cuda().to(torch.bfloat16)
+            tlw = torch.from_numpy(lw).cuda().to(torch.bfloat16).T
+            logits_flop = 2.0 * 8192 * 768 * 50257 / 1e12
+            rows.append(("matmul bf16 8192x768 @ 768x50257 (GPT-2 logits), padded rows",
+                         "TFLOP/s", logits_flop, lambda: c.matmul(clx, clw),
+                         lambda: torch.matmul(tlx, tlw)))
+            rows.append(("the same, dense rows", "TFLOP/s", logits_flop,
+                         lambda: c._launch("matmul", [clx, clw], c._alloc((8192, 50257), bf)),
+                         lambda: torch.matmul(tlx, tlw)))
             cbf, tbf = hx["bf16"]
             rows.append(("cast 64M f32 -> bf16", "GB/s", 6.0 * n / 1e9,
                          lambda: c.cast(cx, ml_dtypes.bfloat16), lambda: tx.to(torch.bfloat16)))
@@ -187,6 +205,8 @@ def main() -> int:
                          lambda: c.cast(cbf, np.float32), lambda: tbf.to(torch.float32)))
             table = []
             for name, unit, work, ours, theirs in rows:
+                if args.rows and not any(r in name for r in args.rows.split(",")):
+                    continue
                 a = [work / t for t in time_cubed(c, cubed_filler, ours, args.batch, args.repeats)]
                 b = [work / t for t in time_torch(torch, torch_filler, theirs, args.batch,
                                                   args.repeats)]
