@@ -9,6 +9,12 @@ set -uo pipefail
 out=${OUT:-out}
 mkdir -p "$out"
 export CUBED_TEST_BACKEND=cuda
+# The daemon-level suites start cubed by its build path unless told where it travelled (run 27
+# lost them all to that).
+if command -v cubed >/dev/null; then
+  CUBED_BINARY=$(command -v cubed)
+  export CUBED_BINARY
+fi
 # The IPC test's helper runs by its build path unless told where it travelled.
 if command -v cubed_cuda_ipc_reader >/dev/null; then
   CUBED_CUDA_IPC_READER=$(command -v cubed_cuda_ipc_reader)

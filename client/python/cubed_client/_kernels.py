@@ -25,15 +25,6 @@ if BFLOAT16 is not None:
     _MACHINE_EPS[BFLOAT16] = 2.0 ** -7
 _FLOAT_DTYPES = frozenset(_MACHINE_EPS)
 
-# Note [Pitched matmul outputs]
-# cuBLAS's tensor-core kernels want every row of C 16-byte aligned; GPT-2's logits, [8192, 50257]
-# in bf16, have 100,514-byte rows, and that product ran at 94 TFLOP/s (GPU run 26; the rest of
-# the model's products, aligned, at 300-700). A large matmul output whose rows are not a multiple of _ROW_ALIGN bytes is therefore a view
-# of rows padded to it (a strided tensor, as any other view: reads and kernels take its strides;
-# the padding is never read). Small outputs stay dense.
-_ROW_ALIGN = 16
-_PITCH_MIN_ELEMENTS = 1 << 20
-
 
 class KernelMethods:
     """The builtin kernels of a Client (see Client for threading and when errors surface)."""
@@ -66,18 +57,6 @@ class KernelMethods:
         if extra <= 0:
             return t
         return t._view((1,) * extra + t.shape, (0,) * extra + t.strides, t.offset)
-
-    def _alloc_pitched(self, shape: Tuple[int, ...], dtype: np.dtype) -> Tensor:
-        """A matmul output (Note [Pitched matmul outputs]): dense, except that a large one whose
-        rows are not a multiple of 16 bytes gets rows padded to one, viewed at its shape."""
-        dt = np.dtype(dtype)
-        n = shape[-1]
-        rows = math.prod(shape[:-1])
-        if (n * dt.itemsize) % _ROW_ALIGN == 0 or rows < 2 or rows * n < _PITCH_MIN_ELEMENTS:
-            return self._alloc(shape, dt)
-        pitch = -(-n * dt.itemsize // _ROW_ALIGN) * _ROW_ALIGN // dt.itemsize
-        padded = self._alloc(shape[:-1] + (pitch,), dt)
-        return padded._view(shape, padded.strides, 0)
 
     def _unary(self, name: str, a: Tensor) -> Tensor:
         a = self._own(a, name)
@@ -297,7 +276,7 @@ class KernelMethods:
                                        f"matmul: batch dimensions of {ta.shape} and {tb.shape} "
                                        "do not broadcast") from None
         shape = tuple(batch) + (ta.shape[-2], tb.shape[-1])
-        out = self._alloc_pitched(shape, ta.dtype)
+        out = self._alloc(shape, ta.dtype)
         self._launch("matmul", [self._pad(ta, len(shape)), self._pad(tb, len(shape))], out)
         if squeeze_a:
             out = out[..., 0, :]

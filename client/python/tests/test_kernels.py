@@ -300,21 +300,6 @@ def test_matmul(client, dtype):
         check(client.read(client.matmul(tb.T, ta[0].T)), (b.T @ a[0].T).astype(dtype), dtype)
 
 
-def test_large_matmul_with_unaligned_rows_has_padded_rows(client):
-    # Note [Pitched matmul outputs]: 1031 float32s are 4124 bytes a row; the output is a view of
-    # rows of 1032, and everything reads it as the dense result.
-    a, b = rand((2, 512, 3), "float32", -2, 2), rand((3, 1031), "float32", -2, 2)
-    out = client.create(a) @ client.create(b)
-    assert out.shape == (2, 512, 1031) and out.strides == (512 * 1032, 1032, 1)
-    want = a @ b
-    check(client.read(out), want, "float32")
-    check(client.read(out + 1), want + 1, "float32")
-    check(client.read(client.softmax(out)[1, 7]), np.exp(want[1, 7] - want[1, 7].max()) /
-          np.exp(want[1, 7] - want[1, 7].max()).sum(), "float32")
-    small = client.create(a[0, :4]) @ client.create(b)  # Small: dense.
-    assert small.strides == (1031, 1)
-
-
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_softmax(client, dtype):
     x = rand((3, 4, 6), dtype)
