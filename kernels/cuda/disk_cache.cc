@@ -16,6 +16,12 @@ namespace {
 constexpr absl::string_view kMagic = "CUBEDNV1";
 constexpr size_t kDigestBytes = 32;
 constexpr uint64_t kMaxField = uint64_t{1} << 32;  // Larger than any image NVRTC produces.
+// Note [Cache files are untrusted]
+// The cache directory may be shared and anything may appear at a record's path: a FIFO (whose
+// open would block the compiler thread until a writer came), a device, a directory, a huge
+// file. Read opens without blocking, reads only a regular file of at most the cache's
+// max_record_bytes (1 GiB by default), and treats everything else as a miss; Write never stores
+// a record Read would refuse.
 
 void PutU64(std::string* out, uint64_t v) {
   for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
@@ -120,7 +126,8 @@ std::optional<NvrtcOutput> DecodeCacheRecord(absl::string_view key, absl::string
   return out;
 }
 
-DiskCache::DiskCache(std::string dir) : dir_(std::move(dir)) {
+DiskCache::DiskCache(std::string dir, uint64_t max_record_bytes)
+    : dir_(std::move(dir)), max_record_bytes_(max_record_bytes) {
   while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
 }
 
@@ -130,17 +137,25 @@ std::string DiskCache::PathFor(absl::string_view key) const {
 
 std::optional<NvrtcOutput> DiskCache::Read(absl::string_view key) const {
   const std::string path = PathFor(key);
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Note [Cache files are untrusted].
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) return std::nullopt;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 0 ||
+      static_cast<uint64_t>(st.st_size) > max_record_bytes_) {
+    close(fd);
+    return std::nullopt;
+  }
   std::string bytes;
   char buf[1 << 16];
   ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0) {
+  while ((n = read(fd, buf, sizeof(buf))) != 0) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 || bytes.size() + static_cast<size_t>(n) > max_record_bytes_) break;  // Grew.
     bytes.append(buf, static_cast<size_t>(n));
-    if (bytes.size() > 2 * kMaxField) break;
   }
   close(fd);
-  if (n < 0) return std::nullopt;
+  if (n != 0) return std::nullopt;
   return DecodeCacheRecord(key, bytes);
 }
 
@@ -149,6 +164,11 @@ absl::Status DiskCache::Write(absl::string_view key, const NvrtcOutput& output) 
   const std::string path = PathFor(key);
   const std::string temp = absl::StrCat(path, ".tmp.", getpid(), ".", temp_counter_++);
   const std::string bytes = EncodeCacheRecord(key, output);
+  if (bytes.size() > max_record_bytes_) {
+    return absl::InvalidArgumentError(absl::StrCat("kernel cache record of ", bytes.size(),
+                                                   " bytes for ", path, " exceeds the ",
+                                                   max_record_bytes_, "-byte limit"));
+  }
   const int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoError("cannot create", temp);
   size_t written = 0;

@@ -2,7 +2,8 @@
 
 // The on-disk cache of compiled kernels: one file per cache key (<dir>/<key>.nvrtc) holding an
 // NvrtcOutput, written atomically (a temporary file renamed into place) and checksummed, so that
-// concurrent daemons never see a partial file and a corrupt or truncated one is simply a miss.
+// concurrent daemons never see a partial file and a corrupt or truncated one is simply a miss
+// (so is anything else at the path: Note [Cache files are untrusted] in disk_cache.cc).
 
 #include <optional>
 #include <string>
@@ -24,13 +25,18 @@ std::optional<NvrtcOutput> DecodeCacheRecord(absl::string_view key, absl::string
 // share the directory.
 class DiskCache {
  public:
-  // `dir` is created (with parents) on the first Write.
-  explicit DiskCache(std::string dir);
+  // Records larger than this are neither read nor written (Note [Cache files are untrusted]).
+  static constexpr uint64_t kDefaultMaxRecordBytes = uint64_t{1} << 30;
 
-  // The record for `key`, or nullopt when it is absent or unreadable.
+  // `dir` is created (with parents) on the first Write.
+  explicit DiskCache(std::string dir, uint64_t max_record_bytes = kDefaultMaxRecordBytes);
+
+  // The record for `key`, or nullopt when it is absent, unreadable, damaged, too large or not a
+  // regular file. Never blocks on what is at the path.
   std::optional<NvrtcOutput> Read(absl::string_view key) const;
-  // Stores the record atomically. INTERNAL naming the path and errno text on I/O failure (the
-  // caller may ignore it: the cache is an optimization).
+  // Stores the record atomically. INTERNAL naming the path and errno text on I/O failure,
+  // INVALID_ARGUMENT for a record over the size limit (the caller may ignore either: the cache is
+  // an optimization).
   absl::Status Write(absl::string_view key, const NvrtcOutput& output);
 
   // Path of the record for `key`.
@@ -38,6 +44,7 @@ class DiskCache {
 
  private:
   std::string dir_;
+  uint64_t max_record_bytes_;
   uint64_t temp_counter_ = 0;
 };
 

@@ -1,9 +1,14 @@
 #include "kernels/cuda/disk_cache.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <string>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace cubed::kernels {
@@ -57,6 +62,44 @@ TEST(DiskCacheTest, WritesAndReadsFiles) {
   ASSERT_TRUE(back.has_value());
   ExpectSame(*back, Sample());
   EXPECT_EQ(cache.PathFor("abc"), dir + "/nested/dir/abc.nvrtc");
+}
+
+// Note [Cache files are untrusted]: what appears at a record's path is a miss, without blocking,
+// and the next Write replaces it.
+TEST(DiskCacheTest, AFifoADirectoryOrAHugeFileAtTheRecordPathIsAMiss) {
+  std::string dir = testing::TempDir() + "/disk_cache_XXXXXX";
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  DiskCache cache(dir, /*max_record_bytes=*/4096);
+  ASSERT_EQ(mkfifo(cache.PathFor("fifo").c_str(), 0644), 0);
+  EXPECT_FALSE(cache.Read("fifo").has_value());  // Returns: the open does not wait for a writer.
+  ASSERT_TRUE(cache.Write("fifo", Sample()).ok());
+  ASSERT_TRUE(cache.Read("fifo").has_value());
+
+  ASSERT_EQ(mkdir(cache.PathFor("dir").c_str(), 0755), 0);
+  EXPECT_FALSE(cache.Read("dir").has_value());
+
+  const std::string huge = cache.PathFor("huge");
+  const int fd = open(huge.c_str(), O_WRONLY | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 4097), 0);
+  close(fd);
+  EXPECT_FALSE(cache.Read("huge").has_value());
+  ASSERT_TRUE(cache.Write("huge", Sample()).ok());
+  std::optional<NvrtcOutput> back = cache.Read("huge");
+  ASSERT_TRUE(back.has_value());
+  ExpectSame(*back, Sample());
+}
+
+TEST(DiskCacheTest, ARecordPastTheLimitIsNotWritten) {
+  std::string dir = testing::TempDir() + "/disk_cache_XXXXXX";
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  DiskCache cache(dir, /*max_record_bytes=*/4096);
+  NvrtcOutput big = Sample();
+  big.image.assign(4096, 'x');
+  const absl::Status s = cache.Write("big", big);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("exceeds the 4096-byte limit"));
+  EXPECT_FALSE(std::filesystem::exists(cache.PathFor("big")));
 }
 
 }  // namespace
