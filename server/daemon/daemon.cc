@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -152,10 +153,14 @@ absl::Status WriteReadyFile(const std::string& path, const DaemonConfig& config,
       out << "tcp=" << host << ":" << tcp_port << "\n";
     }
     if (!metrics_address.empty()) out << "metrics=" << metrics_address << "\n";
-    if (!out)
+    out.close();  // Flushes: a full disk or a file-size limit fails here.
+    if (!out) {
+      std::remove(tmp.c_str());
       return absl::FailedPreconditionError(absl::StrCat("--ready_file: cannot write ", tmp));
+    }
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
     return absl::FailedPreconditionError(absl::StrCat("--ready_file: cannot rename to ", path));
   }
   return absl::OkStatus();

@@ -1,5 +1,6 @@
 // cubed: the compute daemon. Parses flags, builds the daemon, serves until SIGTERM or SIGINT.
 
+#include <csignal>
 #include <cstdio>
 #include <optional>
 
@@ -11,6 +12,9 @@
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
+  // A write past RLIMIT_FSIZE (the kernel cache, the ready file, a log) fails with EFBIG and is
+  // handled as an I/O error; the signal's default would kill the daemon and every session.
+  signal(SIGXFSZ, SIG_IGN);
   absl::SetProgramUsageMessage(
       "an out-of-process compute server (CubeCL's ComputeServer over gRPC).\n"
       "  cubed [--listen=PATH|unix:PATH] [--tcp=HOST:PORT] [--backend=auto|cpu|cuda] "

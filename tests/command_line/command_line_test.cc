@@ -118,6 +118,20 @@ INSTANTIATE_TEST_SUITE_P(Forms, ListenFormTest, ::testing::Values("unix:", "unix
                                                      : std::string("UnixSlashSlashPath");
                          });
 
+// A file-size limit (RLIMIT_FSIZE) makes writes past it fail: the daemon reports the ready file
+// it could not write and exits 1, where SIGXFSZ's default would have killed it (exit 153).
+TEST(CommandLineTest, AFileSizeLimitFailsAWriteInsteadOfKillingTheDaemon) {
+  TempDir cwd;
+  const std::string ready = cwd.path() + "/ready";
+  auto run = testing::RunCubedToExit(
+      {"--backend=cpu", "--listen=" + cwd.path() + "/cubed.sock", "--ready_file=" + ready},
+      cwd.path(), absl::Seconds(10), /*file_size_limit=*/8);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->exit_code, 1) << run->err;  // Not 128 + SIGXFSZ.
+  EXPECT_FALSE(std::filesystem::exists(ready));
+  EXPECT_FALSE(std::filesystem::exists(ready + ".tmp"));  // Nothing half-written left behind.
+}
+
 TEST(CommandLineTest, ListenRefusesOtherSchemesNamingTheFlagTheValueAndTheForms) {
   for (const std::string value :
        {"tcp:127.0.0.1:0", "dns:///localhost:5000", "unix-abstract:cubed",

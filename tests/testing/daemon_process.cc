@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -127,8 +128,8 @@ std::string DaemonProcess::LogTail(size_t max_bytes) const {
 }
 
 absl::StatusOr<ExitedProcess> RunCubedToExit(const std::vector<std::string>& args,
-                                             const std::string& working_dir,
-                                             absl::Duration timeout) {
+                                             const std::string& working_dir, absl::Duration timeout,
+                                             std::optional<uint64_t> file_size_limit) {
   char tmpl[] = "/tmp/cubed-run-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) return absl::InternalError("mkdtemp failed");
   const std::string dir = tmpl;
@@ -142,6 +143,10 @@ absl::StatusOr<ExitedProcess> RunCubedToExit(const std::vector<std::string>& arg
     if (freopen(out_path.c_str(), "w", stdout) == nullptr) _exit(126);
     if (freopen(err_path.c_str(), "w", stderr) == nullptr) _exit(126);
     if (!working_dir.empty() && chdir(working_dir.c_str()) != 0) _exit(126);
+    if (file_size_limit.has_value()) {
+      const rlimit limit{*file_size_limit, *file_size_limit};
+      if (setrlimit(RLIMIT_FSIZE, &limit) != 0) _exit(126);
+    }
     std::vector<char*> argv;
     for (auto& a : argv_strings) argv.push_back(a.data());
     argv.push_back(nullptr);

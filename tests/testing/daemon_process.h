@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,9 +69,11 @@ struct ExitedProcess {
 // Runs the cubed binary with `args` (argv[1..]) in `working_dir` (empty: this process's) and
 // waits for it to exit. DEADLINE_EXCEEDED, with its output, when it still runs after `timeout`
 // (it is killed then): a daemon that should have refused its flags and started instead.
-absl::StatusOr<ExitedProcess> RunCubedToExit(const std::vector<std::string>& args,
-                                             const std::string& working_dir,
-                                             absl::Duration timeout = absl::Seconds(10));
+// `file_size_limit`: the child's RLIMIT_FSIZE in bytes (its stdout and stderr files included).
+absl::StatusOr<ExitedProcess> RunCubedToExit(
+    const std::vector<std::string>& args, const std::string& working_dir,
+    absl::Duration timeout = absl::Seconds(10),
+    std::optional<uint64_t> file_size_limit = std::nullopt);
 
 // Path of the cubed binary under test: $CUBED_BINARY, else the one CMake built.
 std::string CubedBinaryPath();
