@@ -1,7 +1,6 @@
 #include "server/service/seqpacket_listener.h"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -21,6 +20,7 @@ absl::StatusOr<std::unique_ptr<SeqpacketListener>> SeqpacketListener::Listen(
   absl::StatusOr<int> fd = ListenUnixSocket(path, group, SOCK_SEQPACKET, what);
   if (!fd.ok()) return fd.status();
   l->fd_ = *fd;
+  l->acceptor_ = std::make_unique<Acceptor>(l->fd_, what);  // Note [Descriptor exhaustion].
   if (pipe2(l->wake_, O_CLOEXEC) != 0) {
     return absl::UnavailableError(absl::StrCat(what, ": pipe: ", std::strerror(errno)));
   }
@@ -41,14 +41,8 @@ void SeqpacketListener::Wake() {
 
 std::optional<SeqpacketPeer> SeqpacketListener::Accept(size_t open, size_t max_open,
                                                        const Authenticator& auth) {
-  const int fd = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-  if (fd < 0) {
-    if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
-      spdlog::warn("{}: accept: {}", what_, std::strerror(errno));
-      if (errno == EMFILE || errno == ENFILE) poll(nullptr, 0, 100);  // Let fds free up.
-    }
-    return std::nullopt;
-  }
+  const int fd = acceptor_->Accept();
+  if (fd < 0) return std::nullopt;
   if (open >= max_open) {
     spdlog::warn("{}: {} connections open, the most allowed; refused one", what_, open);
     close(fd);

@@ -39,13 +39,14 @@ class SeqpacketListener {
   void Wake();
 
   // Accepts the next connection and identifies its peer through `auth`; nullopt when there was
-  // none, or it was dropped (logged): past `max_open` connections (`open` now), or credentials
-  // that cannot be read.
+  // none, or it was dropped (logged): past `max_open` connections (`open` now), credentials that
+  // cannot be read, or no descriptor left (shed: Note [Descriptor exhaustion] in unix_socket.cc).
   std::optional<SeqpacketPeer> Accept(size_t open, size_t max_open, const Authenticator& auth);
 
  private:
   SeqpacketListener() = default;
   int fd_ = -1;
+  std::unique_ptr<Acceptor> acceptor_;  // Of fd_; used by Accept's caller only.
   int wake_[2] = {-1, -1};
   const char* what_ = "";
 };

@@ -51,6 +51,7 @@ void UnixListener::Stop() {
 }
 
 void UnixListener::AcceptLoop(grpc::Server* server) {
+  Acceptor acceptor(listen_fd_, "unix listener");  // Note [Descriptor exhaustion].
   for (;;) {
     pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_[0], POLLIN, 0}};
     if (poll(fds, 2, -1) < 0) {
@@ -59,14 +60,8 @@ void UnixListener::AcceptLoop(grpc::Server* server) {
       return;
     }
     if (fds[1].revents != 0) return;
-    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) {
-      if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
-        spdlog::warn("unix listener: accept: {}", std::strerror(errno));
-        if (errno == EMFILE || errno == ENFILE) poll(nullptr, 0, 100);  // Let fds free up.
-      }
-      continue;
-    }
+    const int fd = acceptor.Accept();
+    if (fd < 0) continue;
     absl::StatusOr<PeerCredentials> cred = PeerCredentialsOf(fd);
     if (!cred.ok()) {
       spdlog::warn("unix listener: {}; connection dropped", std::string(cred.status().message()));

@@ -14,6 +14,8 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "spdlog/spdlog.h"
 
 namespace cubed {
 namespace {
@@ -73,6 +75,49 @@ absl::StatusOr<PeerCredentials> PeerCredentialsOf(int fd) {
     return absl::UnavailableError(absl::StrCat("SO_PEERCRED: ", std::strerror(errno)));
   }
   return PeerCredentials{cred.pid, cred.uid, cred.gid};
+}
+
+// Note [Descriptor exhaustion]
+// accept() fails with EMFILE (or ENFILE) when the process (or the system) has no descriptor left,
+// and the connection stays in the backlog: a listener that retries spins or sleeps while the
+// client waits forever. The Acceptor holds one descriptor in reserve; when accept fails so, it
+// gives the reserve back, accepts the connection with it, closes it at once (the client sees its
+// connection end: refused, not hung), and takes the reserve again. New connections are refused
+// while the descriptors are used up and the open ones keep being served; a warning is logged at
+// most once a second.
+Acceptor::Acceptor(int listen_fd, const char* what)
+    : listen_fd_(listen_fd), what_(what), spare_(open("/dev/null", O_RDONLY | O_CLOEXEC)) {}
+
+Acceptor::~Acceptor() {
+  if (spare_ >= 0) close(spare_);
+}
+
+int Acceptor::Accept() {
+  const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  if (fd >= 0) return fd;
+  if (errno != EMFILE && errno != ENFILE) {
+    if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
+      spdlog::warn("{}: accept: {}", what_, std::strerror(errno));
+    }
+    return -1;
+  }
+  const int error = errno;
+  if (spare_ >= 0) {
+    close(spare_);
+    const int shed = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (shed >= 0) {
+      close(shed);
+      ++shed_;
+    }
+    spare_ = open("/dev/null", O_RDONLY | O_CLOEXEC);  // -1 if another thread took the slot.
+  }
+  const int64_t now = absl::GetCurrentTimeNanos();
+  if (now - last_warning_ns_ >= 1'000'000'000) {
+    last_warning_ns_ = now;
+    spdlog::warn("{}: out of file descriptors ({}): refusing new connections ({} so far)", what_,
+                 std::strerror(error), shed_);
+  }
+  return -1;
 }
 
 }  // namespace cubed

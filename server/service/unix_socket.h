@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -28,5 +29,32 @@ absl::StatusOr<int> ListenUnixSocket(const std::string& path, const std::string&
 
 // The credentials the kernel recorded at connect (SO_PEERCRED: not forgeable by the client).
 absl::StatusOr<PeerCredentials> PeerCredentialsOf(int fd);
+
+// Accepts connections on one listening socket and sheds them while the process is out of file
+// descriptors (Note [Descriptor exhaustion] in unix_socket.cc). Owned by the listener's accept
+// thread; not thread-safe.
+class Acceptor {
+ public:
+  // `what` names the socket in logs ("unix listener"); it must outlive the Acceptor.
+  Acceptor(int listen_fd, const char* what);
+  ~Acceptor();
+  Acceptor(const Acceptor&) = delete;
+  Acceptor& operator=(const Acceptor&) = delete;
+
+  // The next connection (non-blocking, close-on-exec; the caller owns it), or -1 when there is
+  // none now (EAGAIN), it went away, or it was shed for want of a descriptor (closed at once,
+  // so the client sees its connection end instead of waiting in the backlog).
+  int Accept();
+
+  // Connections shed so far. For tests and logs.
+  uint64_t shed() const { return shed_; }
+
+ private:
+  int listen_fd_;
+  const char* what_;
+  int spare_ = -1;  // A descriptor held in reserve: /dev/null.
+  uint64_t shed_ = 0;
+  int64_t last_warning_ns_ = 0;
+};
 
 }  // namespace cubed

@@ -26,6 +26,7 @@ class DaemonProcess {
     std::string binary;       // The cubed binary; empty: CubedBinaryPath().
     std::string backend;      // --backend= value; empty: TestBackend().
     std::string working_dir;  // The daemon's current directory; empty: this process's.
+    std::optional<uint64_t> open_files_limit;  // The daemon's RLIMIT_NOFILE, when set.
   };
 
   // Starts the daemon and waits for its ready file. The error carries the daemon's log.
