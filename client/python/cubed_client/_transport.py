@@ -260,14 +260,19 @@ class StreamTransport:
 
     # --- sending -------------------------------------------------------------------------------
 
+    def _check_open(self) -> None:
+        """Raises why no command can be sent: the stream's end, or the client closing. With _cv
+        held."""
+        if self._ended:
+            raise self._end_error  # type: ignore[misc]
+        if self._closing:
+            raise error_for(grpc.StatusCode.FAILED_PRECONDITION, "the client is closed")
+
     def _send_direct(self, command: session_pb2.Command,
                      convert: Optional[Callable[[session_pb2.Reply], object]]) -> Optional[Future]:
         with self._write_lock:
             with self._cv:
-                if self._ended:
-                    raise self._end_error  # type: ignore[misc]
-                if self._closing:
-                    raise error_for(grpc.StatusCode.FAILED_PRECONDITION, "the client is closed")
+                self._check_open()
                 commands, self._held = self._held, []
                 commands.append(command)
                 for c in commands:
@@ -292,10 +297,7 @@ class StreamTransport:
         """Holds ``command`` (an empty) for the next write (Note [Held empties])."""
         with self._write_lock:
             with self._cv:
-                if self._ended:
-                    raise self._end_error  # type: ignore[misc]
-                if self._closing:
-                    raise error_for(grpc.StatusCode.FAILED_PRECONDITION, "the client is closed")
+                self._check_open()
             if len(self._held) < HELD_EMPTIES:
                 self._held.append(command)
                 return
@@ -307,10 +309,7 @@ class StreamTransport:
             return self._send_direct(command, convert)
         size = command.ByteSize()
         with self._cv:
-            if self._ended:
-                raise self._end_error  # type: ignore[misc]
-            if self._closing:
-                raise error_for(grpc.StatusCode.FAILED_PRECONDITION, "the client is closed")
+            self._check_open()
             while (self._queue and not self._ended and
                    (len(self._queue) >= MAX_QUEUED_COMMANDS or
                     self._queued_bytes + size > MAX_QUEUED_BYTES)):
