@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -76,6 +77,52 @@ TEST(LifecycleTest, KilledClientProcessLeavesNoMemoryOnceItsLeaseEnds) {
   EXPECT_EQ(now.bytes_in_use, before->bytes_in_use)
       << "the killed client's 16 MiB are still in use 10 s after a 1 s lease";
   EXPECT_EQ(now.number_allocs, before->number_allocs);
+}
+
+// The restart drill (issue 15): a daemon killed with SIGKILL leaves its sockets behind; a new one
+// on the same path replaces them and serves, a client of the dead one gets an error (never a hang
+// or an answer from a session it does not have), and a new client works.
+TEST(LifecycleTest, ADaemonKilledAndRestartedOnTheSameSocketServesNewClients) {
+  char dir[] = "/tmp/cubed-restart-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string socket = std::string(dir) + "/cubed.sock";
+  auto first = StartOrFail({"--listen=" + socket});
+  ASSERT_NE(first, nullptr);
+  auto old_client = ConnectTo("unix:" + socket, absl::Minutes(1));
+  ASSERT_NE(old_client, nullptr);
+  const std::vector<uint8_t> bytes = {1, 2, 3, 4};
+  auto h = old_client->Create(bytes);
+  ASSERT_TRUE(h.ok()) << h.status();
+  ASSERT_TRUE(old_client->Read({*h}).get().ok());
+
+  auto killed = first->Stop(SIGKILL);
+  ASSERT_TRUE(killed.ok()) << killed.status();
+  EXPECT_EQ(*killed, 128 + SIGKILL);
+  auto second = StartOrFail({"--listen=" + socket});  // Over the dead daemon's socket files.
+  ASSERT_NE(second, nullptr);
+
+  const absl::Time start = absl::Now();
+  auto gone = old_client->Read({*h}).get();
+  EXPECT_FALSE(gone.ok());
+  // The stream's end (ring or gRPC) is UNAVAILABLE; a unary call reaches the new daemon, which
+  // does not know the session: NOT_FOUND naming it.
+  EXPECT_TRUE(gone.status().code() == absl::StatusCode::kUnavailable ||
+              gone.status().code() == absl::StatusCode::kNotFound)
+      << gone.status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(15)) << "the old client waited for its answer";
+
+  auto fresh = ConnectTo("unix:" + socket, absl::Minutes(1));
+  ASSERT_NE(fresh, nullptr);
+  auto again = fresh->Create(bytes);
+  ASSERT_TRUE(again.ok()) << again.status();
+  auto read = fresh->Read({*again}).get();
+  ASSERT_TRUE(read.ok()) << read.status() << "\n" << second->LogTail();
+  EXPECT_EQ((*read)[0], std::string(bytes.begin(), bytes.end()));
+  old_client.reset();
+  fresh.reset();
+  second.reset();
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
 
 TEST(LifecycleTest, IdleSessionExpiresAfterItsLease) {
