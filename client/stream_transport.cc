@@ -229,6 +229,15 @@ void StreamTransport::ReaderLoop() {
   if (status.ok()) status = absl::FailedPreconditionError("the session stream is closed");
   {
     absl::MutexLock lock(&mu_);
+    // Note [Session lost]: the daemon ended the stream without being asked (it stopped, was
+    // killed or restarted): the session and its handles are gone, and the error says so, naming
+    // the session, beside what the wire reported.
+    if (status.code() == absl::StatusCode::kUnavailable && !closing_) {
+      status = absl::UnavailableError(absl::StrCat(
+          "session ", opened_.session(), " lost: ", status.message(),
+          " (the daemon ended the stream: it stopped or restarted, and the session's handles are "
+          "gone; connect again)"));
+    }
     ended_ = true;
     end_status_ = status;
   }

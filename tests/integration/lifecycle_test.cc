@@ -109,6 +109,9 @@ TEST(LifecycleTest, ADaemonKilledAndRestartedOnTheSameSocketServesNewClients) {
   EXPECT_TRUE(gone.status().code() == absl::StatusCode::kUnavailable ||
               gone.status().code() == absl::StatusCode::kNotFound)
       << gone.status();
+  if (gone.status().code() == absl::StatusCode::kUnavailable) {  // Note [Session lost].
+    EXPECT_TRUE(absl::StrContains(gone.status().message(), " lost: ")) << gone.status();
+  }
   EXPECT_LT(absl::Now() - start, absl::Seconds(15)) << "the old client waited for its answer";
 
   auto fresh = ConnectTo("unix:" + socket, absl::Minutes(1));

@@ -247,6 +247,13 @@ class StreamTransport:
         if error is None:
             error = error_for(grpc.StatusCode.FAILED_PRECONDITION, "the session stream is closed")
         with self._cv:
+            # Note [Session lost] (client/stream_transport.cc): an end the client did not ask for.
+            session = getattr(self, "session", 0)  # Set once `opened` arrived.
+            if error.code == grpc.StatusCode.UNAVAILABLE and not self._closing and session:
+                error = error_for(grpc.StatusCode.UNAVAILABLE,
+                                  f"session {session} lost: {error.message} (the daemon "
+                                  "ended the stream: it stopped or restarted, and the session's "
+                                  "tensors are gone; connect again)")
             self._ended = True
             self._end_error = error
             pending, self._pending = self._pending, {}

@@ -63,3 +63,26 @@ def test_the_ring_is_required_only_when_asked(request: pytest.FixtureRequest) ->
             cubed_client.connect(d.address, carrier="ring")
     finally:
         assert d.close() == 0
+
+
+@pytest.mark.parametrize("carrier", ["ring", "grpc"])
+def test_a_killed_daemon_is_a_lost_session(request: pytest.FixtureRequest, carrier: str) -> None:
+    # Note [Session lost]: the stream's end that the client did not ask for says so, naming the
+    # session; the next call fails at once instead of waiting.
+    d = Daemon(request.config.getoption("--cubed"))
+    try:
+        c = cubed_client.connect(d.address, carrier=carrier, timeout=30)
+        t = c.create(np.arange(4, dtype=np.float32))
+        np.testing.assert_array_equal(c.read(t), np.arange(4, dtype=np.float32))
+        d.proc.kill()
+        d.proc.wait()
+        start = time.monotonic()
+        with pytest.raises(cubed_client.UnavailableError) as e:
+            for _ in range(100):  # Until the reader has seen the end.
+                c.read(t)
+                time.sleep(0.05)
+        assert time.monotonic() - start < 15
+        assert f"session {c.session} lost" in e.value.message
+        c.close()
+    finally:
+        d.close()
