@@ -111,8 +111,8 @@ std::optional<CublasGemmPlan> PlanCublasGemm(const CudaBuiltinArgs& args) {
                  (batch_stride[i] == 0 || t[i]->strides[d] / batch_stride[i] == batches);
     }
     if (flattens) {
-      for (int i = 0; i < 3; ++i) {
-        if (first) batch_stride[i] = t[i]->strides[d];
+      if (first) {
+        for (int i = 0; i < 3; ++i) batch_stride[i] = t[i]->strides[d];
       }
       first = false;
       batches *= size;
