@@ -22,7 +22,8 @@ import numpy as np
 
 from ._errors import (CubedError, InvalidArgumentError, UnimplementedError, error_for,
                       error_from_rpc)
-from ._proto import compute_pb2, compute_pb2_grpc, types_pb2
+from . import _wire
+from ._proto import compute_pb2, compute_pb2_grpc, session_pb2, types_pb2
 from ._address import default_address, region_socket_path, ring_socket_path, target_of
 from ._kernels import KernelMethods
 from ._region import Staging
@@ -491,21 +492,21 @@ class Client(KernelMethods):
                 ) -> Tensor:
         """Runs builtin ``name`` on tensors of this client (the wrappers' own execute, Note
         [Launch fast path]); returns ``out``."""
-        dt = dtype if dtype is not None else (inputs[0].dtype if inputs else out.dtype)
+        dt = dtype if dtype is not None else (inputs[0]._dtype if inputs else out._dtype)
         tensors = (*inputs, out)
         try:
-            kernel = _builtin_proto(name, np.dtype(dt), out.dtype, axis,
-                                    None if index_dtype is None else np.dtype(index_dtype))
-            layouts = tuple([(t._shape, t._strides, t._dtype.itemsize, t._offset,
-                              t._handle.nbytes) for t in tensors])
-            metadata, count = _launch_layout(layouts)
-            bindings = {"buffers": [{"handle": t._handle.id,
-                                     "offset_start": t._offset * t._dtype.itemsize}
-                                    for t in tensors],
-                        "metadata": metadata}
+            key = (name, dt, out._dtype, axis, index_dtype,
+                   tuple([(t._shape, t._strides, t._dtype.itemsize, t._offset, t._handle.nbytes)
+                          for t in tensors]))
+            parts = _launch_cache.get(key)
+            if parts is None:
+                parts = _launch_parts(key)
+            head, tail = parts
             if scalars:
-                bindings["scalars"] = [s.to_proto() for s in scalars]
-            self._live().execute(kernel, count, bindings, types_pb2.EXECUTION_MODE_CHECKED)
+                tail += types_pb2.Bindings(scalars=[s.to_proto() for s in scalars]
+                                           ).SerializeToString()
+            self._live().execute_wire(_wire.execute(head, [t._wire_binding() for t in tensors],
+                                                    tail, _CHECKED))
         except BaseException:
             out.close()  # Unary: the launch failed; its output must not outlive the error.
             raise
@@ -577,43 +578,41 @@ class Client(KernelMethods):
 # Note [Launch fast path]
 # A builtin wrapper's launch is execute() without its generality: every binding is a tensor of
 # this client viewed at its offset, so the metadata block and cube count depend on the layouts
-# alone and the kernel message on the call's types alone. Both are cached (a chain of operations
-# repeats a few layouts), so a launch builds just its bindings. The caches are bounded: past
-# _CACHE_LIMIT entries one is cleared and refills.
+# alone and the kernel message on the call's types alone. Both are serialized once per launch
+# key (kernel, types, layouts; a chain of operations repeats a few) and cached as wire bytes, so
+# a launch writes just its bindings around them (Note [Hand-encoded commands], _wire.py; each
+# tensor's binding is encoded once, Tensor._wire_binding). The cache is bounded: past
+# _CACHE_LIMIT entries it is cleared and refills.
 _CACHE_LIMIT = 4096
-_kernel_cache: dict = {}
-_layout_cache: dict = {}
+_launch_cache: dict = {}
+_CHECKED = _wire.mode(types_pb2.EXECUTION_MODE_CHECKED)
 
 
-def _builtin_proto(name: str, dtype: np.dtype, out_dtype: np.dtype, axis: int,
-                   index_dtype: Optional[np.dtype]) -> types_pb2.Kernel:
-    key = (name, dtype, out_dtype, axis, index_dtype)
-    kernel = _kernel_cache.get(key)
-    if kernel is None:
-        if len(_kernel_cache) >= _CACHE_LIMIT:
-            _kernel_cache.clear()
-        kernel = BuiltinKernel(name, dtype, out_dtype, axis, index_dtype).to_proto()
-        _kernel_cache[key] = kernel
-    return kernel
+def _launch_parts(key: Tuple[Any, ...]) -> Tuple[bytes, bytes]:
+    """The cached wire parts of a launch key (name, dtype, out dtype, axis, index dtype,
+    layouts as (shape, strides, itemsize, offset, allocation bytes) per tensor): the Execute's
+    kernel and count fields, and the Bindings' metadata field. InvalidArgumentError as execute
+    raises it."""
+    name, dt, out_dtype, axis, index_dtype, layouts = key
+    kernel = BuiltinKernel(name, np.dtype(dt), np.dtype(out_dtype), axis,
+                           None if index_dtype is None else np.dtype(index_dtype)).to_proto()
+    lengths = [max((nbytes - offset * itemsize) // itemsize, 0)
+               for _, _, itemsize, offset, nbytes in layouts]
+    try:
+        metadata = encode_metadata(lengths, [(shape, strides)
+                                             for shape, strides, _, _, _ in layouts])
+    except ValueError as e:
+        raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from None
+    x, y, z = cube_count_for(math.prod(layouts[-1][0]))
+    count = types_pb2.CubeCount(static_count=types_pb2.CubeCount.Static(x=x, y=y, z=z))
+    head = _execute_head(kernel, count)
+    tail = types_pb2.Bindings(metadata=metadata).SerializeToString()
+    if len(_launch_cache) >= _CACHE_LIMIT:
+        _launch_cache.clear()
+    _launch_cache[key] = (head, tail)
+    return head, tail
 
 
-def _launch_layout(layouts: Tuple[Tuple[Any, ...], ...]) -> Tuple[List[int],
-                                                                   types_pb2.CubeCount]:
-    """The metadata words and cube count of tensors given as (shape, strides, itemsize, offset,
-    allocation bytes); InvalidArgumentError as execute raises it."""
-    cached = _layout_cache.get(layouts)
-    if cached is None:
-        lengths = [max((nbytes - offset * itemsize) // itemsize, 0)
-                   for _, _, itemsize, offset, nbytes in layouts]
-        try:
-            metadata = encode_metadata(lengths, [(shape, strides)
-                                                 for shape, strides, _, _, _ in layouts])
-        except ValueError as e:
-            raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from None
-        x, y, z = cube_count_for(math.prod(layouts[-1][0]))
-        count = types_pb2.CubeCount(static_count=types_pb2.CubeCount.Static(x=x, y=y, z=z))
-        if len(_layout_cache) >= _CACHE_LIMIT:
-            _layout_cache.clear()
-        cached = (metadata, count)
-        _layout_cache[layouts] = cached
-    return cached
+def _execute_head(kernel: types_pb2.Kernel, count: types_pb2.CubeCount) -> bytes:
+    """The serialized kernel and count fields of a Command.Execute."""
+    return session_pb2.Command.Execute(kernel=kernel, count=count).SerializeToString()

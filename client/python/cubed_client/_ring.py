@@ -268,6 +268,14 @@ class RingCall:
         except RingClosed:
             return False
 
+    def write_bytes(self, request: bytes) -> bool:
+        """Sends a serialized SessionRequest, waiting for room; False once the ring ended."""
+        try:
+            self._ring.write(REQUEST, request)
+            return True
+        except RingClosed:
+            return False
+
     def done_writing(self) -> None:
         """The half-close: no more requests."""
         try:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Tuple, Unio
 
 import numpy as np
 
+from . import _wire
 from ._types import dense_strides
 
 if TYPE_CHECKING:
@@ -21,20 +22,29 @@ Index = Union[int, slice, type(Ellipsis), None, Tuple[Any, ...]]
 
 class _Handle:
     """One daemon allocation owned by this process: its id and size in bytes. Released (once)
-    when this object is collected or closed."""
+    when this object is collected or closed: ``release(id)`` runs from __del__ (a weakref
+    finalizer costs a registry entry per tensor), on whatever thread dropped the last
+    reference, so it must only record the id."""
 
-    __slots__ = ("id", "nbytes", "_finalizer", "__weakref__")
+    __slots__ = ("id", "nbytes", "_release", "__weakref__")
 
     def __init__(self, id: int, nbytes: int, release: Optional[Callable[[int], None]]) -> None:
         self.id = id
         self.nbytes = nbytes
-        self._finalizer = weakref.finalize(self, release, id) if release else None
+        self._release = release
 
     def close(self) -> bool:
         """Detaches the GC release; True when this call took it over (release now)."""
-        if self._finalizer is None:
-            return False
-        return self._finalizer.detach() is not None
+        release, self._release = self._release, None
+        return release is not None
+
+    def __del__(self) -> None:
+        release, self._release = self._release, None
+        if release is not None:
+            try:
+                release(self.id)
+            except Exception:  # noqa: BLE001 - interpreter shutdown: nothing left to release to.
+                pass
 
 
 class Tensor:
@@ -51,6 +61,7 @@ class Tensor:
     """
 
     __array_priority__ = 1000  # So ndarray + Tensor defers to Tensor.__radd__.
+    _wire: Optional[bytes] = None  # The encoded binding, once a launch used it.
 
     def __init__(self, client: "Client", handle: _Handle, shape: Sequence[int],
                  strides: Sequence[int], dtype: np.dtype, offset: int = 0) -> None:
@@ -60,6 +71,13 @@ class Tensor:
         self._strides = tuple(map(int, strides))
         self._dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
         self._offset = int(offset)
+
+    def _wire_binding(self) -> bytes:
+        """This view's Bindings.buffers entry on the wire (Note [Hand-encoded commands])."""
+        w = self._wire
+        if w is None:
+            w = self._wire = _wire.binding(self._handle.id, self._offset * self._dtype.itemsize)
+        return w
 
     # --- layout ---------------------------------------------------------------------------------
 

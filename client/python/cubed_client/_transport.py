@@ -21,6 +21,7 @@ import grpc
 
 from ._errors import CubedError, error_for, error_from_number, error_from_rpc
 from ._proto import compute_pb2, compute_pb2_grpc, session_pb2, session_pb2_grpc, types_pb2
+from . import _wire
 from ._ring import open_ring_call
 
 Metadata = Sequence[Tuple[str, str]]
@@ -30,8 +31,8 @@ BATCH_DELAY_S = 0.0002
 MAX_PER_REQUEST = 4096
 MAX_QUEUED_COMMANDS = 65536
 MAX_QUEUED_BYTES = 256 << 20
-# Empty commands that wait for the next command over the ring (Note [Held empties]).
-HELD_EMPTIES = 64
+# Empties and releases that wait for the next command over the ring (Note [Held commands]).
+HELD_COMMANDS = 64
 
 
 def _resolved(value: object) -> Future:
@@ -96,6 +97,11 @@ class UnaryTransport:
                 bindings: Union[types_pb2.Bindings, Dict[str, Any]], mode: int) -> None:
         self._call("Execute", compute_pb2.ExecuteRequest(session=self.session, kernel=kernel,
                                                          count=count, bindings=bindings, mode=mode))
+
+    def execute_wire(self, command: bytes) -> None:
+        """execute() of an encoded Command (Note [Hand-encoded commands])."""
+        e = session_pb2.Command.FromString(command).execute
+        self.execute(e.kernel, e.count, e.bindings, e.mode)
 
     def release(self, ids: List[int]) -> None:
         self._call("Release", compute_pb2.ReleaseRequest(session=self.session, handles=ids))
@@ -174,8 +180,8 @@ class StreamTransport:
         # Over the ring each command is written by its sender (no queue, no writer thread).
         self._direct = getattr(self._call, "direct", False)
         self._write_lock = threading.Lock()  # Taken before _cv, never while holding it.
-        # Note [Held empties]: empty commands waiting for the next command (ring only).
-        self._held: List[session_pb2.Command] = []
+        # Note [Held commands]: empties and releases waiting for the next command (ring only).
+        self._held: List[bytes] = []
         if self._call is None:
             stub = session_pb2_grpc.SessionStreamStub(channel)
             self._call = stub.Session(self._requests(), metadata=list(metadata))
@@ -275,37 +281,44 @@ class StreamTransport:
         if self._closing:
             raise error_for(grpc.StatusCode.FAILED_PRECONDITION, "the client is closed")
 
-    def _send_direct(self, command: session_pb2.Command,
+    def _send_direct(self, command: Union[session_pb2.Command, bytes],
                      convert: Optional[Callable[[session_pb2.Reply], object]]) -> Optional[Future]:
+        """Writes ``command`` (a message, or its wire bytes without seq: Note [Hand-encoded
+        commands]) after the held ones, in one ring message."""
         with self._write_lock:
-            with self._cv:
-                self._check_open()
-                commands, self._held = self._held, []
-                commands.append(command)
-                for c in commands:
-                    c.seq = self._next_seq
-                    self._next_seq += 1
-                future: Optional[Future] = None
-                if convert is not None:
-                    future = Future()
-                    self._pending[command.seq] = (future, convert)
+            if self._ended or self._closing:
+                with self._cv:
+                    self._check_open()
+            commands, self._held = self._held, []
+            commands.append(command if isinstance(command, bytes) else command.SerializeToString())
+            first = self._next_seq
+            self._next_seq += len(commands)
+            future: Optional[Future] = None
+            if convert is not None:
+                future = Future()
+                with self._cv:  # The reader fails what is pending when the stream ends.
+                    self._check_open()
+                    self._pending[self._next_seq - 1] = (future, convert)
             # A failed write means the ring ended: the reader fails what is pending.
-            self._call.write(session_pb2.SessionRequest(commands=commands))
+            self._call.write_bytes(_wire.session_request(commands, first))
             return future
 
-    # Note [Held empties]
-    # Over the ring, an empty command (which answers nothing, and which the device needs only
-    # when a later command uses its handle) waits to go out with the next command, in the same
-    # ring message: a kernel wrapper's output then costs no message and no wake-up of its own.
-    # Order is kept (held commands go first, numbered first); at most HELD_EMPTIES wait, and
-    # every other command, a sync, a flush or a read included, takes them along. Another client
-    # of a joined session sees the handle once this client's next command went out (flush()).
-    def _hold(self, command: session_pb2.Command) -> None:
-        """Holds ``command`` (an empty) for the next write (Note [Held empties])."""
+    # Note [Held commands]
+    # Over the ring, an empty or a release (which answer nothing, and which the device needs only
+    # when a later command uses the handle, or to reuse the memory) waits to go out with the next
+    # command, in the same ring message: a kernel wrapper's output then costs no message and no
+    # wake-up of its own, nor does closing a tensor. Order is kept (held commands go first,
+    # numbered first); at most HELD_COMMANDS wait, and every other command, a sync, a flush, a
+    # read or a memory usage included, takes them along. Another client of a joined session sees
+    # the handle once this client's next command went out (flush()).
+    def _hold(self, command: bytes) -> None:
+        """Holds ``command`` (an empty's or a release's wire bytes) for the next write (Note
+        [Held commands])."""
         with self._write_lock:
-            with self._cv:
-                self._check_open()
-            if len(self._held) < HELD_EMPTIES:
+            if self._ended or self._closing:
+                with self._cv:
+                    self._check_open()
+            if len(self._held) < HELD_COMMANDS:
                 self._held.append(command)
                 return
         self._send_direct(command, None)
@@ -363,11 +376,10 @@ class StreamTransport:
 
     def empty(self, size: int) -> int:
         i = self._new_id()
-        command = session_pb2.Command(empty={"id": i, "size": size})
         if self._direct:
-            self._hold(command)
+            self._hold(_wire.empty(i, size))
         else:
-            self._send(command)
+            self._send(session_pb2.Command(empty={"id": i, "size": size}))
         return i
 
     def execute(self, kernel: types_pb2.Kernel, count: types_pb2.CubeCount,
@@ -376,10 +388,21 @@ class StreamTransport:
         self._send(session_pb2.Command(execute={"kernel": kernel, "count": count,
                                                 "bindings": bindings, "mode": mode}))
 
+    def execute_wire(self, command: bytes) -> None:
+        """execute() of a Command already encoded (Note [Hand-encoded commands]), without seq."""
+        if self._direct:
+            self._send_direct(command, None)
+        else:
+            self._send(session_pb2.Command.FromString(command))
+
     def release(self, ids: List[int]) -> None:
         for start in range(0, len(ids), 65536):
-            self._send(session_pb2.Command(
-                release=session_pb2.Command.Release(ids=ids[start:start + 65536])))
+            command = session_pb2.Command(
+                release=session_pb2.Command.Release(ids=ids[start:start + 65536]))
+            if self._direct:
+                self._hold(command.SerializeToString())
+            else:
+                self._send(command)
 
     def read(self, bindings: List[types_pb2.Binding]) -> Future:
         return self._send(session_pb2.Command(read=session_pb2.Command.Read(bindings=bindings)),

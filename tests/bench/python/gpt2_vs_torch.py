@@ -21,6 +21,7 @@ import argparse
 import os
 import statistics
 import sys
+import time
 
 import numpy as np
 
@@ -61,7 +62,6 @@ def breakdown(c, model, tokens) -> None:
     import cProfile
     import pstats
     import threading
-    import time
     out = model.forward(tokens)  # Warm: every kernel compiled and loaded.
     c.sync()
     out.close()
@@ -151,6 +151,8 @@ def main() -> int:
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--dtype", default="bfloat16", choices=["float32", "float16", "bfloat16"])
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--daemon_flag", action="append", default=[],
+                    help="a flag for the daemon (repeatable), e.g. --daemon_flag=--ring_spin_us=200")
     ap.add_argument("--breakdown", action="store_true",
                     help="also time every launch of one forward alone (see the docstring)")
     args = ap.parse_args()
@@ -163,19 +165,22 @@ def main() -> int:
                                          cfg.d_model * cfg.vocab)  # Matmuls, attention aside.
 
     torch = load_torch()
-    daemon, sock = start_daemon(args.cubed, args.backend)
+    daemon, sock = start_daemon(args.cubed, args.backend, args.daemon_flag)
     try:
         with cubed_client.connect(f"unix:{sock}") as c:
             model = gpt2.CubedGPT2(c, cfg, weights, dtype)
-            cubed_s, logits = [], None
+            cubed_s, host_s, logits = [], [], None
             for r in range(args.repeats + 1):
                 c.start_profile()
+                t0 = time.perf_counter()
                 out = model.forward(tokens)
+                queued = time.perf_counter() - t0
                 seconds = c.end_profile()
                 if r == 0:
                     logits = out.read().astype(np.float32)
                 else:
                     cubed_s.append(seconds)
+                    host_s.append(queued)
                 out.close()
             if args.breakdown:
                 breakdown(c, model, tokens)
@@ -187,7 +192,8 @@ def main() -> int:
     print(f"{args.size} ({cfg.n_layer} layers, d {cfg.d_model}, vocab {cfg.vocab}), batch "
           f"{args.batch}, seq {args.seq}, {args.dtype}")
     print(f"cubed   forward {summary([s * 1e3 for s in cubed_s])} ms  "
-          f"({flops / med / 1e12:.1f} TFLOP/s of matmul)")
+          f"({flops / med / 1e12:.1f} TFLOP/s of matmul); its host queuing "
+          f"{summary([s * 1e3 for s in host_s])} ms")
     if torch is None:
         print("torch with CUDA not available: no baseline this run")
         return 0

@@ -39,11 +39,11 @@ def summary(xs):
     return f"{statistics.median(xs):.4g} [{min(xs):.4g}..{max(xs):.4g}]"
 
 
-def start_daemon(binary, backend):
+def start_daemon(binary, backend, flags=()):
     d = tempfile.mkdtemp(prefix="cubed-kbench-")
     sock, ready = os.path.join(d, "cubed.sock"), os.path.join(d, "ready")
     daemon = subprocess.Popen([binary, f"--listen={sock}", f"--ready_file={ready}",
-                               f"--backend={backend}"], stderr=subprocess.DEVNULL)
+                               f"--backend={backend}", *flags], stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while not (os.path.exists(ready) and open(ready).read().endswith("\n")):
         if daemon.poll() is not None or time.monotonic() > deadline:
