@@ -1,23 +1,25 @@
 """The protobuf wire bytes of the stream's hottest commands, built without message objects.
 
-Note [Hand-encoded commands]
-A builtin launch over the command ring used to build a Command message (kernel, cube count,
-bindings, mode), wrap it in a SessionRequest and serialize both: in CPython that is most of a
-launch's cost, though almost all of it repeats from launch to launch. Protobuf's wire format is
-a concatenation of fields (tag, length, bytes), in any order, so the repeating parts are
-serialized once by the protobuf library (the kernel, the cube count, the metadata block: cached
-per layout in _client.py) and only what changes is written here: the bindings' handles and
-offsets, the command's seq, the lengths around them. Only three encodings are hand-written
-(varint, a length-delimited field, a Binding); tests/test_wire.py parses every form back with
-the library and compares it with the message the library builds itself.
-
-Field numbers are those of proto/cubed/v1/session.proto and types.proto; the constants below
-name them.
+Note [Hand-encoded commands] below says why.
 """
 
 from __future__ import annotations
 
 from typing import Iterable, List
+
+# Note [Hand-encoded commands]
+# A builtin launch over the command ring used to build a Command message (kernel, cube count,
+# bindings, mode), wrap it in a SessionRequest and serialize both: in CPython that is most of a
+# launch's cost, though almost all of it repeats from launch to launch. Protobuf's wire format is
+# a concatenation of fields (tag, length, bytes), in any order, so the repeating parts are
+# serialized once by the protobuf library (the kernel, the cube count, the metadata block: cached
+# per layout in _client.py) and only what changes is written here: the bindings' handles and
+# offsets, the command's seq, the lengths around them. Only three encodings are hand-written
+# (varint, a length-delimited field, a Binding); tests/test_wire.py parses every form back with
+# the library and compares it with the message the library builds itself.
+#
+# Field numbers are those of proto/cubed/v1/session.proto and types.proto; the constants below
+# name them.
 
 # Tags: (field number << 3) | wire type (0 varint, 2 length-delimited).
 _SEQ = b"\x08"                      # Command.seq = 1
