@@ -89,7 +89,10 @@ std::vector<double> NormRef(bool center, const std::vector<double>& x, uint64_t 
 double Tol(ElemType t) {
   switch (t) {
     case ElemType::kF32:
-      return 1e-5;
+      // CUDA computes f32 rows in f32 (the CPU in f64): in a short row of near-equal values the
+      // division by a small deviation magnifies the rounding (2e-5 seen on the H200, 2-element
+      // rows), as the conformance test allows (kernels/cuda/cuda_gpu_test.cc).
+      return 5e-4;
     case ElemType::kF64:
       return 1e-12;
     case ElemType::kF16:
@@ -160,14 +163,15 @@ TEST_F(NormTest, TransposedInputAndF32Eps) {
   std::mt19937_64 rng(61);
   for (ElemType t : kFloats) {
     SCOPED_TRACE(ElemTypeName(t));
-    // A [40, 30] tensor viewed as its transpose: 30 rows of 40 elements, stride 30.
+    // A [40, 30] tensor viewed as its transpose: 30 rows of 40 elements, a row's step its column.
     const std::vector<double> x = RandomValues(rng, t, 40 * 30, -4, 4);
     const std::vector<double> w = RandomValues(rng, t, 40, 0.5, 2);
     const std::vector<double> b = RandomValues(rng, t, 40, -1, 1);
     Tensor stored = UploadValues(*client, t, x, {40, 30});
     Tensor view = stored;
     view.shape = {30, 40};
-    view.strides = {1, 30};
+    // The stored strides: CUDA pitches rows (f64's 240-byte rows become 256 bytes apart).
+    view.strides = {stored.strides[1], stored.strides[0]};
     Tensor y = Output(*client, {30, 40}, ElemSize(t));
     ASSERT_TRUE(
         client
