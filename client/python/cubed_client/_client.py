@@ -289,8 +289,9 @@ class Client(KernelMethods):
         return t
 
     def _alloc(self, shape: Sequence[int], dtype: DTypeLike) -> Tensor:
-        dt = wire_dtype(dtype)
-        shape = tuple(map(int, shape))
+        dt = dtype if isinstance(dtype, np.dtype) and dtype.byteorder != ">" else wire_dtype(dtype)
+        if type(shape) is not tuple or not all(type(n) is int for n in shape):
+            shape = tuple(map(int, shape))
         if shape and min(shape) < 0:
             raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
                                        f"shape {shape} has a negative extent")
@@ -299,9 +300,10 @@ class Client(KernelMethods):
             raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
                                        f"shape {shape}: the product of the shape times the "
                                        "element size overflows 63 bits")
-        size = max(nbytes, 1)
+        size = nbytes or 1
         handle_id = self._live().empty(size)
-        return Tensor(self, self._handle(handle_id, size), shape, dense_strides(shape), dt)
+        return Tensor._make(self, _Handle(handle_id, size, self._release_collected),
+                            shape, dense_strides(shape), dt, 0)
 
     # --- trait: create / empty / read -----------------------------------------------------------
 

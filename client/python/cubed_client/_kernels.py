@@ -26,6 +26,10 @@ if BFLOAT16 is not None:
 _FLOAT_DTYPES = frozenset(_MACHINE_EPS)
 
 
+# The broadcast shape of each tuple of operand shapes seen (KernelMethods._broadcast_shape).
+_broadcast_cache: dict = {}
+
+
 class KernelMethods:
     """The builtin kernels of a Client (see Client for threading and when errors surface)."""
 
@@ -63,15 +67,20 @@ class KernelMethods:
         return self._launch(name, [a], self._alloc(a.shape, a.dtype))
 
     def _broadcast_shape(self, name: str, *tensors: Tensor) -> Tuple[int, ...]:
-        first = tensors[0].shape
-        if all(t.shape == first for t in tensors):
-            return first
+        shapes = tuple([t._shape for t in tensors])
+        shape = _broadcast_cache.get(shapes)
+        if shape is not None:
+            return shape
         try:
-            return tuple(np.broadcast_shapes(*(t.shape for t in tensors)))
+            shape = tuple(map(int, np.broadcast_shapes(*shapes)))
         except ValueError:
-            shapes = " and ".join(str(t.shape) for t in tensors)
+            listed = " and ".join(str(t.shape) for t in tensors)
             raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
-                                       f"{name}: shapes {shapes} do not broadcast") from None
+                                       f"{name}: shapes {listed} do not broadcast") from None
+        if len(_broadcast_cache) >= 4096:  # A model repeats a few shapes; bounded anyway.
+            _broadcast_cache.clear()
+        _broadcast_cache[shapes] = shape
+        return shape
 
     def _binary(self, name: str, a: ArrayOrScalar, b: ArrayOrScalar,
                 out_dtype: Optional[DTypeLike] = None, exact: bool = False) -> Tensor:
@@ -269,13 +278,19 @@ class KernelMethods:
             raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
                                        f"matmul: shapes {ta.shape} and {tb.shape}: inner "
                                        f"dimensions {ta.shape[-1]} and {tb.shape[-2]} differ")
-        try:
-            batch = np.broadcast_shapes(ta.shape[:-2], tb.shape[:-2])
-        except ValueError:
-            raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
-                                       f"matmul: batch dimensions of {ta.shape} and {tb.shape} "
-                                       "do not broadcast") from None
-        shape = tuple(batch) + (ta.shape[-2], tb.shape[-1])
+        key = (ta._shape[:-2], tb._shape[:-2])
+        batch = _broadcast_cache.get(key)
+        if batch is None:
+            try:
+                batch = tuple(map(int, np.broadcast_shapes(*key)))
+            except ValueError:
+                raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
+                                           f"matmul: batch dimensions of {ta.shape} and "
+                                           f"{tb.shape} do not broadcast") from None
+            if len(_broadcast_cache) >= 4096:
+                _broadcast_cache.clear()
+            _broadcast_cache[key] = batch
+        shape = batch + (ta._shape[-2], tb._shape[-1])
         out = self._alloc(shape, ta.dtype)
         self._launch("matmul", [self._pad(ta, len(shape)), self._pad(tb, len(shape))], out)
         if squeeze_a:

@@ -150,9 +150,26 @@ class Ring:
         """Appends one message of ``kind``, waiting for room; RingClosed when the ring ended."""
         if self._cancelled:
             raise RingClosed(None)
-        data = memoryview(payload)
-        pos, n_total, first = 0, len(data), True
         cap, base, view, words = self._cap, self._commands, self._view, self._words
+        n_total = len(payload)
+        chunk = 16 + ((n_total - 1) & ~7) if n_total else 8  # Header + payload padded to 8.
+        tail = self._tail
+        head = words[_COMMAND_HEAD]
+        used = tail - head
+        if 0 <= used <= cap - chunk and not head & 7:  # The common case: one chunk fits.
+            at = tail & (cap - 1)
+            _HEADER.pack_into(self._mmap, base + at, n_total, kind)
+            at = (tail + 8) & (cap - 1)
+            part = min(n_total, cap - at)
+            view[base + at:base + at + part] = payload[:part] if part < n_total else payload
+            if part < n_total:
+                view[base:base + n_total - part] = payload[part:]
+            self._tail = tail + chunk
+            words[_COMMAND_TAIL] = self._tail
+            self._ring_daemon()
+            return
+        data = memoryview(payload)
+        pos, first = 0, True
         while True:
             head = words[_COMMAND_HEAD]
             used = self._tail - head

@@ -72,6 +72,20 @@ class Tensor:
         self._dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
         self._offset = int(offset)
 
+    @classmethod
+    def _make(cls, client: "Client", handle: _Handle, shape: Tuple[int, ...],
+              strides: Tuple[int, ...], dtype: np.dtype, offset: int) -> "Tensor":
+        """__init__ without its conversions: ``shape`` and ``strides`` are tuples of ints,
+        ``dtype`` a numpy dtype, ``offset`` an int (the SDK's own layouts)."""
+        t = cls.__new__(cls)
+        t._client = client
+        t._handle = handle
+        t._shape = shape
+        t._strides = strides
+        t._dtype = dtype
+        t._offset = offset
+        return t
+
     def _wire_binding(self) -> bytes:
         """This view's Bindings.buffers entry on the wire (Note [Hand-encoded commands])."""
         w = self._wire
@@ -147,7 +161,8 @@ class Tensor:
         return self._shape[0]
 
     def _view(self, shape: Sequence[int], strides: Sequence[int], offset: int) -> "Tensor":
-        return Tensor(self._client, self._handle, shape, strides, self._dtype, offset)
+        return Tensor._make(self._client, self._handle, tuple(map(int, shape)),
+                            tuple(map(int, strides)), self._dtype, int(offset))
 
     # --- views ----------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ later command.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from concurrent.futures import Future
@@ -201,7 +202,8 @@ class StreamTransport:
                             f"SessionStream: no `opened` within {timeout} s") from None
         self.session = opened.session
         self.lease_ms = opened.lease_ms
-        self._next_id = opened.first_client_id
+        # Client ids from the daemon's first one up (next() is atomic under the GIL).
+        self._ids = itertools.count(opened.first_client_id)
 
     # --- threads -------------------------------------------------------------------------------
 
@@ -291,7 +293,7 @@ class StreamTransport:
                     self._check_open()
             commands, self._held = self._held, []
             commands.append(command if isinstance(command, bytes) else command.SerializeToString())
-            first = self._next_seq
+            request = _wire.session_request(commands, self._next_seq)
             self._next_seq += len(commands)
             future: Optional[Future] = None
             if convert is not None:
@@ -300,7 +302,7 @@ class StreamTransport:
                     self._check_open()
                     self._pending[self._next_seq - 1] = (future, convert)
             # A failed write means the ring ended: the reader fails what is pending.
-            self._call.write_bytes(_wire.session_request(commands, first))
+            self._call.write_bytes(request)
             return future
 
     # Note [Held commands]
@@ -354,10 +356,7 @@ class StreamTransport:
             return future
 
     def _new_id(self) -> int:
-        with self._cv:
-            i = self._next_id
-            self._next_id += 1
-            return i
+        return next(self._ids)
 
     @staticmethod
     def _check(reply: session_pb2.Reply) -> None:

@@ -85,12 +85,17 @@ def empty(handle: int, size: int) -> bytes:
     return field(_EMPTY, _ID + varint(handle) + _SIZE + varint(size))
 
 
+_COMMAND_HEADS = [bytes((_COMMANDS, n)) for n in range(128)]
+
+
 def session_request(commands: List[bytes], first_seq: int) -> bytes:
     """A SessionRequest of ``commands`` (Commands without seq) numbered from ``first_seq``."""
     parts = []
     seq = first_seq
     for c in commands:
         numbered = c + _SEQ + varint(seq)  # Fields may come in any order.
-        parts.append(field(_COMMANDS, numbered))
+        n = len(numbered)
+        parts.append(_COMMAND_HEADS[n] if n < 128 else bytes((_COMMANDS,)) + varint(n))
+        parts.append(numbered)
         seq += 1
     return b"".join(parts)
