@@ -262,6 +262,12 @@ class KernelMethods:
     def matmul(self, a: ArrayOrScalar, b: ArrayOrScalar) -> Tensor:
         """Matrix product with numpy's rules (``matmul``): [..., M, K] @ [..., K, N], batch dims
         broadcast, a 1-D operand is a row (a) or column (b) vector that is dropped again."""
+        return self._matmul(a, b)
+
+    def _matmul(self, a: ArrayOrScalar, b: ArrayOrScalar, heads_inner: bool = False) -> Tensor:
+        """matmul(); ``heads_inner``: an output of rank 3 or more is laid out as [..., M, H, N]
+        and returned as its [..., H, M, N] view (attention's output: transposing it back to
+        [..., M, H, N] and merging the heads is then free, as in torch's SDPA)."""
         ta = self._operand(a, b if isinstance(b, Tensor) else None, "matmul")
         tb = self._operand(b, ta, "matmul")
         if ta.ndim == 0 or tb.ndim == 0:
@@ -291,7 +297,11 @@ class KernelMethods:
                 _broadcast_cache.clear()
             _broadcast_cache[key] = batch
         shape = batch + (ta._shape[-2], tb._shape[-1])
-        out = self._alloc(shape, ta.dtype)
+        if heads_inner and len(shape) >= 3 and not (squeeze_a or squeeze_b):
+            out = self._alloc(shape[:-3] + (shape[-2], shape[-3], shape[-1]),
+                              ta.dtype).swapaxes(-3, -2)
+        else:
+            out = self._alloc(shape, ta.dtype)
         self._launch("matmul", [self._pad(ta, len(shape)), self._pad(tb, len(shape))], out)
         if squeeze_a:
             out = out[..., 0, :]
@@ -338,7 +348,9 @@ class KernelMethods:
         [..., L, S]. Float dtypes; halves compute each builtin in float32 and round once.
         Composed of builtins, so it costs what those cost: causal, matmul, causal_softmax (the
         scale and the mask in one pass), matmul; otherwise matmul, mul, add or where, softmax,
-        matmul. No fused kernel yet."""
+        matmul. No fused kernel yet. The result's memory is laid out as [..., L, H, Ev] (H the
+        dim before L), so that ``.swapaxes(-3, -2).reshape(..., L, H * Ev)``, merging the heads,
+        is a view and not a copy."""
         q = self._own(q, "scaled_dot_product_attention")
         k = self._own(k, "scaled_dot_product_attention")
         v = self._own(v, "scaled_dot_product_attention")
@@ -362,7 +374,7 @@ class KernelMethods:
             scale = 1 / math.sqrt(q.shape[-1])
         scores = self.matmul(q, k.swapaxes(-1, -2))
         if is_causal:
-            return self.matmul(self.causal_softmax(scores, scale), v)
+            return self._matmul(self.causal_softmax(scores, scale), v, heads_inner=True)
         scores = scores * scale
         if attn_mask is not None:
             mask = attn_mask if isinstance(attn_mask, Tensor) else np.asarray(attn_mask)
@@ -370,7 +382,7 @@ class KernelMethods:
                 scores = self.where(mask, scores, -np.inf)
             else:
                 scores = scores + mask
-        return self.matmul(self.softmax(scores, axis=-1), v)
+        return self._matmul(self.softmax(scores, axis=-1), v, heads_inner=True)
 
     def _norm_param(self, name: str, what: str, x: Optional[ArrayOrScalar], a: Tensor) -> Tensor:
         """weight or bias of a norm: a's dtype, 1-D of a's last dim."""

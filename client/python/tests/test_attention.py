@@ -85,3 +85,24 @@ def test_bad_shapes_and_arguments(client):
         client.scaled_dot_product_attention(i, i, i)
     del q, k, v, i
     assert client.memory_usage().bytes_in_use == before.bytes_in_use
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_merging_the_output_heads_is_a_view(client, causal):
+    # [batch, heads, seq, head_dim] out, laid out [batch, seq, heads, head_dim]: as a model
+    # merges the heads (transpose, reshape) it gets a view of the same memory, no copy kernel.
+    q, k, v = qkv((2, 3, 5, 4), (2, 3, 5, 4), 4, "float32")
+    out = client.scaled_dot_product_attention(client.create(q), client.create(k),
+                                              client.create(v), is_causal=causal)
+    assert out.shape == (2, 3, 5, 4) and not out.is_contiguous
+    merged = out.swapaxes(1, 2).reshape(2, 5, 12)
+    assert merged.id == out.id and merged.is_contiguous
+    want = reference(q, k, v, causal=causal)
+    np.testing.assert_allclose(out.read(), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(merged.read(), want.transpose(0, 2, 1, 3).reshape(2, 5, 12),
+                               rtol=1e-5, atol=1e-6)
+    # Three dims (one head dim): the same layout rule.
+    q3, k3, v3 = qkv((3, 5, 4), (3, 6, 4), 2, "float32")
+    out3 = client.scaled_dot_product_attention(client.create(q3), client.create(k3),
+                                               client.create(v3))
+    np.testing.assert_allclose(out3.read(), reference(q3, k3, v3), rtol=1e-5, atol=1e-6)
