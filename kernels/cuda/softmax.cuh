@@ -31,7 +31,10 @@ struct CausalKeys {  // causal_softmax: keys 0..q of query q = r % queries, time
     if (queries == 0) queries = 1;  // No rows then: the launch has no work.
   }
   __device__ u64 Visible(u64 r, u64 len) const {
-    const u64 q = r % queries + 1;
+    const u64 q = (r <= 0xffffffffull && queries <= 0xffffffffull
+                       ? static_cast<u32>(r) % static_cast<u32>(queries)  // 32-bit: far cheaper.
+                       : r % queries) +
+                  1;
     return q < len ? q : len;
   }
   template <class C>
@@ -74,9 +77,14 @@ __device__ __forceinline__ void SoftmaxCachedRow(const Buf<const T>& x, u64 bx, 
         v[j].v[k] = first + k < len ? Load(x, bx + (first + k) * sx) : Num<T>::Lowest();
       }
     }
+    if (first + kV <= vis) {  // The whole pack takes part: no test per element.
 #pragma unroll
-    for (u32 k = 0; k < kV; ++k) {
-      if (first + k < vis) m = Max(m, rule.Apply(static_cast<C>(v[j].v[k])));
+      for (u32 k = 0; k < kV; ++k) m = Max(m, rule.Apply(static_cast<C>(v[j].v[k])));
+    } else {
+#pragma unroll
+      for (u32 k = 0; k < kV; ++k) {
+        if (first + k < vis) m = Max(m, rule.Apply(static_cast<C>(v[j].v[k])));
+      }
     }
   }
   m = GroupAllReduce<MaxCombine<C>>(m, variant);
@@ -85,9 +93,22 @@ __device__ __forceinline__ void SoftmaxCachedRow(const Buf<const T>& x, u64 bx, 
 #pragma unroll
   for (u32 j = 0; j < kPacks; ++j) {
     const u64 first = (j * static_cast<u64>(g.size) + g.lane) * kV;
+    if (first >= vis) {  // Masked whole: no exp.
+#pragma unroll
+      for (u32 k = 0; k < kV; ++k) e[j][k] = C(0);
+      continue;
+    }
+    const bool whole = first + kV <= vis;
 #pragma unroll
     for (u32 k = 0; k < kV; ++k) {
-      e[j][k] = first + k < vis ? Exp(rule.Apply(static_cast<C>(v[j].v[k])) - m) : C(0);
+      const C d = rule.Apply(static_cast<C>(v[j].v[k])) - m;
+      C x;
+      if constexpr (Num<T>::kHalf) {
+        x = HalfExp(d);
+      } else {
+        x = Exp(d);
+      }
+      e[j][k] = whole || first + k < vis ? x : C(0);
       sum += e[j][k];
     }
   }
@@ -96,9 +117,10 @@ __device__ __forceinline__ void SoftmaxCachedRow(const Buf<const T>& x, u64 bx, 
 #pragma unroll
   for (u32 j = 0; j < kPacks; ++j) {
     const u64 first = (j * static_cast<u64>(g.size) + g.lane) * kV;
+    const bool whole = first + kV <= vis;
 #pragma unroll
-    for (u32 k = 0; k < kV; ++k) {
-      v[j].v[k] = static_cast<T>(first + k < vis ? e[j][k] * inv : C(0));
+    for (u32 k = 0; k < kV; ++k) {  // Masked: 0, also when inv is not finite (a row of -inf).
+      v[j].v[k] = static_cast<T>(whole || first + k < vis ? e[j][k] * inv : C(0));
     }
     if (vy && first + kV <= len) {
       *reinterpret_cast<Pack<T, kV>*>(y.p + by + first) = v[j];

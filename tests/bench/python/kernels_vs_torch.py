@@ -195,6 +195,24 @@ def main() -> int:
             rows.append(("matmul bf16 8192x768 @ 768x50257 (GPT-2 logits)", "TFLOP/s",
                          2.0 * 8192 * 768 * 50257 / 1e12, lambda: c.matmul(clx, clw),
                          lambda: torch.matmul(tlx, tlw)))
+            # GPT-2 small's attention: batch 8, 12 heads, 1024 positions, head_dim 64, bf16.
+            # cubed: matmul, causal_softmax, matmul; torch: flash attention (one kernel).
+            qkv = [rng.standard_normal((8, 12, 1024, 64), dtype=np.float32) for _ in range(3)]
+            cq, ck, cv = (c.create(t.astype(ml_dtypes.bfloat16)) for t in qkv)
+            tq, tk, tv = (torch.from_numpy(t).cuda().to(torch.bfloat16) for t in qkv)
+            rows.append(("causal attention bf16 8x12x1024x64 (SDPA)", "TFLOP/s",
+                         4.0 * 8 * 12 * 1024 * 1024 * 64 / 2 / 1e12,
+                         lambda: c.scaled_dot_product_attention(cq, ck, cv, is_causal=True),
+                         lambda: F.scaled_dot_product_attention(tq, tk, tv, is_causal=True)))
+            cscore = c.create(rng.standard_normal((8, 12, 1024, 1024),
+                                                  dtype=np.float32).astype(ml_dtypes.bfloat16))
+            tscore = torch.from_numpy(cscore.read().astype(np.float32)).cuda().to(torch.bfloat16)
+            # Bytes of the input's visible half and the whole output; torch's softmax of the whole
+            # rows (no causal softmax kernel of its own) reads twice as much.
+            rows.append(("causal_softmax bf16 8x12x1024x1024 (vs softmax)", "GB/s",
+                         1.5 * 2 * 8 * 12 * 1024 * 1024 / 1e9,
+                         lambda: c.causal_softmax(cscore, 0.125),
+                         lambda: torch.softmax(tscore, -1)))
             cbf, tbf = hx["bf16"]
             rows.append(("cast 64M f32 -> bf16", "GB/s", 6.0 * n / 1e9,
                          lambda: c.cast(cx, ml_dtypes.bfloat16), lambda: tx.to(torch.bfloat16)))
