@@ -290,7 +290,7 @@ class Client(KernelMethods):
 
     def _alloc(self, shape: Sequence[int], dtype: DTypeLike) -> Tensor:
         dt = dtype if isinstance(dtype, np.dtype) and dtype.byteorder != ">" else wire_dtype(dtype)
-        if type(shape) is not tuple or not all(type(n) is int for n in shape):
+        if type(shape) is not tuple:  # The SDK's own shapes are tuples of ints already.
             shape = tuple(map(int, shape))
         if shape and min(shape) < 0:
             raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
@@ -345,7 +345,8 @@ class Client(KernelMethods):
 
     def empty(self, shape: Union[int, Sequence[int]], dtype: DTypeLike = np.float32) -> Tensor:
         """Reserves an uninitialized dense tensor (trait: empty)."""
-        return self._alloc((shape,) if isinstance(shape, int) else shape, dtype)
+        return self._alloc((int(shape),) if isinstance(shape, (int, np.integer))
+                           else tuple(map(int, shape)), dtype)
 
     def empty_bytes(self, size: int) -> Tensor:
         """Reserves ``size`` uninitialized bytes, as a uint8 vector (trait: empty, exactly)."""

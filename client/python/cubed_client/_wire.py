@@ -38,10 +38,19 @@ _SMALL = [bytes([n]) for n in range(128)]
 _PAIRS = [bytes(((g & 0x7F) | 0x80, (g >> 7) | 0x80)) for g in range(1 << 14)]
 
 
+_CLIENT_IDS = 1 << 63
+_CLIENT_ID_TOP = b"\x80\x80\x80\x80\x80\x01"  # Bits 28..62 zero, bit 63 set.
+
+
 def varint(n: int) -> bytes:
     """The base-128 varint of 0 <= n < 2^64 (protobuf's uint64)."""
     if n < 128:
         return _SMALL[n]
+    if n < 16384:
+        return bytes(((n & 0x7F) | 0x80, n >> 7))
+    k = n - _CLIENT_IDS
+    if 0 <= k < 1 << 28:  # A client id (2^63 and up, docs/api.md): the top six bytes fixed.
+        return _PAIRS[k & 0x3FFF] + _PAIRS[k >> 14] + _CLIENT_ID_TOP
     parts = []
     while n >= 16384:
         parts.append(_PAIRS[n & 0x3FFF])

@@ -16,10 +16,12 @@ from conftest import Daemon
 
 import cubed_client
 
-# Around every length and value boundary of a varint: 7, 14, 28, 56 and 63 bits.
+# Around every length and value boundary of a varint (7, 14, 28, 56 and 63 bits) and of the
+# client ids' fast path (2^63 up to 2^63 + 2^28).
 EDGES = sorted({0, 1, 127, 128, 255, 16383, 16384, 16385, (1 << 21) - 1, 1 << 21, (1 << 28) - 1,
                 1 << 28, (1 << 56) - 1, 1 << 56, (1 << 63) - 1, 1 << 63, (1 << 63) + 1,
-                (1 << 63) + 16384, (1 << 64) - 1})
+                (1 << 63) + 16383, (1 << 63) + 16384, (1 << 63) + (1 << 28) - 1,
+                (1 << 63) + (1 << 28), (1 << 64) - 1})
 
 
 def values(n: int = 2000):
