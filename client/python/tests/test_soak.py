@@ -1,0 +1,118 @@
+"""The soak (issue 15): many client processes (soak_worker.py) over every carrier against one real
+daemon, mixing creates, reads checked against a model, kernels, views, releases, syncs, usage
+queries and profiles, while some of them are killed with SIGKILL and replaced. At the end every
+byte and allocation is back (the killed clients' sessions too) and the daemon's RSS grew by a
+bounded amount; read latency under load is printed.
+
+Bounded: CUBED_SOAK_SECONDS (default 20) with CUBED_SOAK_CLIENTS (default 6) processes. By hand,
+as issue 15 asks: CUBED_SOAK_SECONDS=600 CUBED_SOAK_CLIENTS=16.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import cubed_client
+
+from conftest import Daemon
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SECONDS = float(os.environ.get("CUBED_SOAK_SECONDS", "20"))
+CLIENTS = int(os.environ.get("CUBED_SOAK_CLIENTS", "6"))
+# RSS may grow while pools and caches warm up (measured from a quarter of the run on) by this
+# much of the daemon's RSS then, plus a fixed slack for the allocator's arenas.
+RSS_GROWTH = 0.25
+RSS_SLACK_KB = 16 << 10
+
+
+def rss_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+def test_soak(request: pytest.FixtureRequest) -> None:
+    d = Daemon(request.config.getoption("--cubed"), "--memory_limit=256MiB")
+    rng = random.Random(int(os.environ.get("CUBED_SOAK_SEED", "20261202")))
+    carriers = ["ring", "grpc", "unary"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    workers = []  # (process, carrier, killed)
+    started = kills = 0
+
+    def spawn(seconds: float) -> None:
+        nonlocal started
+        carrier = carriers[started % len(carriers)]
+        started += 1
+        p = subprocess.Popen([sys.executable, os.path.join(HERE, "soak_worker.py"), d.address,
+                              carrier, str(rng.randrange(1 << 30)), str(seconds)],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        workers.append([p, carrier, False])
+
+    try:
+        start = time.monotonic()
+        end = start + SECONDS
+        for _ in range(CLIENTS):
+            spawn(SECONDS)
+        rss_warm = None
+        while time.monotonic() < end - 1:
+            time.sleep(rng.uniform(0.3, 1.5))
+            if rss_warm is None and time.monotonic() - start > SECONDS / 4:
+                rss_warm = rss_kb(d.proc.pid)
+            running = [w for w in workers if w[0].poll() is None and not w[2]]
+            if running and time.monotonic() < end - 3:
+                victim = rng.choice(running)
+                victim[0].send_signal(signal.SIGKILL)
+                victim[2] = True
+                kills += 1
+                spawn(max(1.0, end - time.monotonic()))
+        results, failures = [], []
+        for p, carrier, killed in workers:
+            out, _ = p.communicate(timeout=120)
+            if killed:
+                continue
+            if p.returncode != 0:
+                failures.append(f"{carrier} worker exited {p.returncode}: {out.strip()[-2000:]}")
+            else:
+                results.append((carrier, json.loads(out.strip().splitlines()[-1])))
+        assert not failures, "\n".join(failures)
+        assert d.proc.poll() is None, f"the daemon died:\n{d.log()}"
+
+        # Every session is gone (the killed unary clients' at their 2 s lease), and with them
+        # every allocation.
+        deadline = time.monotonic() + 30
+        with cubed_client.connect(d.address, transport="unary") as c:
+            while True:
+                usage = c.memory_usage()
+                if usage.number_allocs == 0 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+        assert usage.number_allocs == 0 and usage.bytes_in_use == 0, usage
+        rss_end = rss_kb(d.proc.pid)
+        reads = sum(r["reads"] for _, r in results)
+        ops = sum(sum(r["counts"].values()) for _, r in results)
+        print(f"\nsoak: {SECONDS:.0f} s, {CLIENTS} clients at a time, {started} started, {kills} "
+              f"killed, {ops} operations, {reads} reads checked, 0 wrong; RSS {rss_warm} -> "
+              f"{rss_end} kB after warm-up")
+        for carrier, r in results:
+            print(f"  {carrier}: p50 read {r['p50_us']:.0f} us, p99 {r['p99_us']:.0f} us, "
+                  f"{r['counts']}")
+        assert rss_warm is not None
+        assert rss_end <= rss_warm * (1 + RSS_GROWTH) + RSS_SLACK_KB, (
+            f"daemon RSS grew from {rss_warm} to {rss_end} kB")
+    finally:
+        for p, _, _ in workers:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        code = d.close()
+        assert code == 0, f"cubed exited with {code} after SIGTERM"
