@@ -84,17 +84,22 @@ class KernelMethods:
 
     def _binary(self, name: str, a: ArrayOrScalar, b: ArrayOrScalar,
                 out_dtype: Optional[DTypeLike] = None, exact: bool = False) -> Tensor:
-        if not isinstance(a, Tensor) and not isinstance(b, Tensor):
+        # This client's own tensors (the common case) skip _operand's checks.
+        if type(a) is Tensor and a._client is self:
+            ta = a
+        elif not isinstance(a, Tensor) and not isinstance(b, Tensor):
             raise TypeError(f"{name}: at least one operand must be a Tensor")
-        ta = self._operand(a, b if isinstance(b, Tensor) else None, name, exact)
-        tb = self._operand(b, ta, name, exact)
-        if ta.dtype != tb.dtype:
+        else:
+            ta = self._operand(a, b if isinstance(b, Tensor) else None, name, exact)
+        tb = b if type(b) is Tensor and b._client is self else self._operand(b, ta, name, exact)
+        if ta._dtype != tb._dtype:
             raise TypeError(f"{name}: dtypes differ ({ta.dtype} and {tb.dtype}); convert one "
                             "with .astype()")
         shape = self._broadcast_shape(name, ta, tb)
         rank = len(shape)
-        out = self._alloc(shape, ta.dtype if out_dtype is None else out_dtype)
-        return self._launch(name, [self._pad(ta, rank), self._pad(tb, rank)], out)
+        out = self._alloc(shape, ta._dtype if out_dtype is None else out_dtype)
+        return self._launch(name, [ta if len(ta._shape) == rank else self._pad(ta, rank),
+                                   tb if len(tb._shape) == rank else self._pad(tb, rank)], out)
 
     def add(self, a: ArrayOrScalar, b: ArrayOrScalar) -> Tensor:
         """a + b, broadcasting like numpy (the ``add`` kernel; integers wrap)."""
