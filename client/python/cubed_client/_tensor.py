@@ -65,12 +65,13 @@ class Tensor:
 
     def __init__(self, client: "Client", handle: _Handle, shape: Sequence[int],
                  strides: Sequence[int], dtype: np.dtype, offset: int = 0) -> None:
-        self._client = client
-        self._handle = handle
-        self._shape = tuple(map(int, shape))
-        self._strides = tuple(map(int, strides))
-        self._dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
-        self._offset = int(offset)
+        self._set(client, handle, tuple(map(int, shape)), tuple(map(int, strides)),
+                  dtype if isinstance(dtype, np.dtype) else np.dtype(dtype), int(offset))
+
+    def _set(self, client: "Client", handle: _Handle, shape: Tuple[int, ...],
+             strides: Tuple[int, ...], dtype: np.dtype, offset: int) -> None:
+        self._client, self._handle, self._shape = client, handle, shape
+        self._strides, self._dtype, self._offset = strides, dtype, offset
 
     @classmethod
     def _make(cls, client: "Client", handle: _Handle, shape: Tuple[int, ...],
@@ -78,12 +79,7 @@ class Tensor:
         """__init__ without its conversions: ``shape`` and ``strides`` are tuples of ints,
         ``dtype`` a numpy dtype, ``offset`` an int (the SDK's own layouts)."""
         t = cls.__new__(cls)
-        t._client = client
-        t._handle = handle
-        t._shape = shape
-        t._strides = strides
-        t._dtype = dtype
-        t._offset = offset
+        t._set(client, handle, shape, strides, dtype, offset)
         return t
 
     def _wire_binding(self) -> bytes:

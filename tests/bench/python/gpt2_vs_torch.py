@@ -152,7 +152,7 @@ def main() -> int:
     ap.add_argument("--dtype", default="bfloat16", choices=["float32", "float16", "bfloat16"])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--daemon_flag", action="append", default=[],
-                    help="a flag for the daemon (repeatable), e.g. --daemon_flag=--ring_spin_us=200")
+                    help="a flag for the daemon (repeatable): --daemon_flag=--ring_spin_us=200")
     ap.add_argument("--breakdown", action="store_true",
                     help="also time every launch of one forward alone (see the docstring)")
     args = ap.parse_args()
