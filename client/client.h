@@ -147,13 +147,15 @@ struct Tensor {
 };
 
 // A builtin kernel (docs/kernel-abi.md). `out_dtype` for cast; `axis` for reductions and
-// gather; `index_dtype` (i32 or i64) for gather's indices.
+// gather; `index_dtype` (i32 or i64) for gather's indices; `allow_tf32` for an f32 matmul that
+// may run on TF32 tensor cores (BuiltinKernel.allow_tf32 of types.proto).
 struct BuiltinKernel {
   std::string name;
   ElemType dtype = ElemType::kF32;
   ElemType out_dtype = ElemType::kF32;
   uint32_t axis = 0;
   ElemType index_dtype = ElemType::kI64;
+  bool allow_tf32 = false;
 };
 // A builtin kernel whose output type equals its input type, axis 0.
 inline BuiltinKernel Builtin(std::string name, ElemType dtype) {

@@ -58,6 +58,7 @@ void ToProto(const BuiltinKernel& kernel, v1::BuiltinKernel* out) {
   out->set_out_dtype(ToWire(kernel.out_dtype));
   out->set_axis(kernel.axis);
   out->set_index_dtype(ToWire(kernel.index_dtype));
+  out->set_allow_tf32(kernel.allow_tf32);
 }
 
 MemoryUsage FromProto(const v1::MemoryUsage& usage) {

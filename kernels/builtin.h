@@ -33,6 +33,7 @@ struct BuiltinCall {
   ElemType out_dtype = ElemType::kF32;    // "cast" only.
   uint32_t axis = 0;                      // Reductions and gather.
   ElemType index_dtype = ElemType::kI64;  // "gather" only: its indices, i32 or i64.
+  bool allow_tf32 = false;                // "matmul" of f32 only: TF32 tensor cores allowed.
   std::vector<uint32_t> metadata;         // CubeCL layout (common/kernel_metadata.h).
   std::vector<ScalarGroup> scalars;
 };

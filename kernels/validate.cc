@@ -436,6 +436,11 @@ absl::StatusOr<KernelMetadata> ValidateCall(const KernelDef& def, const BuiltinC
                      " (supported: ", absl::StrJoin(names, ", "), ")"));
   }
   if (def.shape_rule == ShapeRule::kGather) RETURN_IF_ERROR(CheckIndexDtype(def, call));
+  if (call.allow_tf32 && (def.shape_rule != ShapeRule::kMatmul || call.dtype != ElemType::kF32)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(ErrorPrefix(def), "allow_tf32 applies to matmul of f32 only, not to ",
+                     def.name, " of ", ElemTypeName(call.dtype)));
+  }
   RETURN_IF_ERROR(CheckScalars(def, call));
   absl::StatusOr<KernelMetadata> meta =
       DecodeKernelMetadata(call.metadata, def.num_buffers, def.num_buffers);

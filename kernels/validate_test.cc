@@ -114,6 +114,24 @@ TEST(ValidateTest, MatmulShapeErrors) {
   EXPECT_THAT(st.message(), AllOf(HasSubstr("b shape [3, 3, 5]"), HasSubstr("dim 0 is 3")));
 }
 
+TEST(ValidateTest, AllowTf32IsForMatmulOfF32Only) {
+  const std::vector<std::vector<uint64_t>> mm = {{2, 3}, {3, 5}, {2, 5}};
+  BuiltinCall call = ContiguousCall("matmul", ElemType::kF32, mm);
+  call.allow_tf32 = true;
+  EXPECT_TRUE(ValidateBuiltin(call, ContiguousBytes(mm)).ok());
+  call = ContiguousCall("matmul", ElemType::kBF16, mm);
+  call.allow_tf32 = true;
+  absl::Status st = ValidateBuiltin(call, ContiguousBytes(mm, 2));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), AllOf(HasSubstr("allow_tf32"), HasSubstr("matmul of bf16")));
+  const std::vector<std::vector<uint64_t>> add = {{4}, {4}, {4}};
+  call = ContiguousCall("add", ElemType::kF32, add);
+  call.allow_tf32 = true;
+  st = ValidateBuiltin(call, ContiguousBytes(add));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), AllOf(HasSubstr("kernel 'add'"), HasSubstr("allow_tf32")));
+}
+
 TEST(ValidateTest, ReductionAxisAndShape) {
   std::vector<std::vector<uint64_t>> s = {{2, 3}, {2, 1}};
   BuiltinCall call = ContiguousCall("sum", ElemType::kF32, s);

@@ -29,6 +29,8 @@ inline constexpr int kCudaR16F = 2;            // CUDA_R_16F (library_types.h).
 inline constexpr int kCudaR16BF = 14;          // CUDA_R_16BF.
 inline constexpr int kCudaR32F = 0;            // CUDA_R_32F.
 inline constexpr int kCublasCompute32F = 68;   // CUBLAS_COMPUTE_32F: f32 accumulation.
+// CUBLAS_COMPUTE_32F_FAST_TF32: f32 inputs rounded to TF32 for the tensor cores, f32 accumulation.
+inline constexpr int kCublasCompute32FFastTf32 = 77;
 inline constexpr int kCublasGemmDefault = -1;  // CUBLAS_GEMM_DEFAULT (tensor cores when they fit).
 
 // One pointer per cuBLAS function, all non-null once loaded.

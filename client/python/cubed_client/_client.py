@@ -183,6 +183,11 @@ class Client(KernelMethods):
         self._device = device
         self._target = target
         self._closed = False
+        self.allow_tf32 = False
+        """Whether float32 matmuls may run on TF32 tensor cores (PyTorch's
+        ``torch.backends.cuda.matmul.allow_tf32``; matmul(allow_tf32=...) overrides it per call).
+        A permission: where ``info().matmul_types`` lists no ``"tf32*tf32+f32"`` (the CPU
+        backend) the product stays exact."""
         self._gc_releases: Deque[int] = collections.deque()
         self._self_ref = weakref.ref(self)
         # What a collected tensor's handle calls with its id (Client._live sends the releases).
@@ -491,14 +496,14 @@ class Client(KernelMethods):
 
     def _launch(self, name: str, inputs: Sequence[Tensor], out: Tensor, *,
                 dtype: Optional[np.dtype] = None, axis: int = 0,
-                scalars: Sequence[Scalars] = (), index_dtype: Optional[np.dtype] = None
-                ) -> Tensor:
+                scalars: Sequence[Scalars] = (), index_dtype: Optional[np.dtype] = None,
+                allow_tf32: bool = False) -> Tensor:
         """Runs builtin ``name`` on tensors of this client (the wrappers' own execute, Note
         [Launch fast path]); returns ``out``."""
         dt = dtype if dtype is not None else (inputs[0]._dtype if inputs else out._dtype)
         tensors = (*inputs, out)
         try:
-            key = (name, dt, out._dtype, axis, index_dtype,
+            key = (name, dt, out._dtype, axis, index_dtype, allow_tf32,
                    tuple([(t._shape, t._strides, t._dtype.itemsize, t._offset, t._handle.nbytes)
                           for t in tensors]))
             parts = _launch_cache.get(key)
@@ -593,12 +598,13 @@ _CHECKED = _wire.mode(types_pb2.EXECUTION_MODE_CHECKED)
 
 def _launch_parts(key: Tuple[Any, ...]) -> Tuple[bytes, bytes]:
     """The cached wire parts of a launch key (name, dtype, out dtype, axis, index dtype,
-    layouts as (shape, strides, itemsize, offset, allocation bytes) per tensor): the Execute's
-    kernel and count fields, and the Bindings' metadata field. InvalidArgumentError as execute
-    raises it."""
-    name, dt, out_dtype, axis, index_dtype, layouts = key
+    allow_tf32, layouts as (shape, strides, itemsize, offset, allocation bytes) per tensor): the
+    Execute's kernel and count fields, and the Bindings' metadata field. InvalidArgumentError as
+    execute raises it."""
+    name, dt, out_dtype, axis, index_dtype, allow_tf32, layouts = key
     kernel = BuiltinKernel(name, np.dtype(dt), np.dtype(out_dtype), axis,
-                           None if index_dtype is None else np.dtype(index_dtype)).to_proto()
+                           None if index_dtype is None else np.dtype(index_dtype),
+                           allow_tf32).to_proto()
     lengths = [max((nbytes - offset * itemsize) // itemsize, 0)
                for _, _, itemsize, offset, nbytes in layouts]
     try:

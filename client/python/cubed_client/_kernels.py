@@ -264,12 +264,17 @@ class KernelMethods:
         """full(shape, 1, dtype)."""
         return self.full(shape, 1, dtype)
 
-    def matmul(self, a: ArrayOrScalar, b: ArrayOrScalar) -> Tensor:
+    def matmul(self, a: ArrayOrScalar, b: ArrayOrScalar,
+               allow_tf32: Optional[bool] = None) -> Tensor:
         """Matrix product with numpy's rules (``matmul``): [..., M, K] @ [..., K, N], batch dims
-        broadcast, a 1-D operand is a row (a) or column (b) vector that is dropped again."""
-        return self._matmul(a, b)
+        broadcast, a 1-D operand is a row (a) or column (b) vector that is dropped again.
+        ``allow_tf32`` (None: the client's ``allow_tf32``): a float32 product may run on TF32
+        tensor cores, inputs rounded to 11 significant bits (``Info.matmul_types`` lists
+        ``"tf32*tf32+f32"`` where it does; elsewhere the product stays exact)."""
+        return self._matmul(a, b, allow_tf32=allow_tf32)
 
-    def _matmul(self, a: ArrayOrScalar, b: ArrayOrScalar, heads_inner: bool = False) -> Tensor:
+    def _matmul(self, a: ArrayOrScalar, b: ArrayOrScalar, heads_inner: bool = False,
+                allow_tf32: Optional[bool] = None) -> Tensor:
         """matmul(); ``heads_inner``: an output of rank 3 or more is laid out as [..., M, H, N]
         and returned as its [..., H, M, N] view (attention's output: transposing it back to
         [..., M, H, N] and merging the heads is then free, as in torch's SDPA)."""
@@ -307,7 +312,9 @@ class KernelMethods:
                               ta.dtype).swapaxes(-3, -2)
         else:
             out = self._alloc(shape, ta.dtype)
-        self._launch("matmul", [self._pad(ta, len(shape)), self._pad(tb, len(shape))], out)
+        tf32 = self.allow_tf32 if allow_tf32 is None else allow_tf32  # type: ignore[attr-defined]
+        self._launch("matmul", [self._pad(ta, len(shape)), self._pad(tb, len(shape))], out,
+                     allow_tf32=bool(tf32) and ta._dtype == np.float32)
         if squeeze_a:
             out = out[..., 0, :]
         if squeeze_b:

@@ -89,6 +89,7 @@ class BuiltinKernel:
         out_dtype: output element type for ``cast`` (ignored otherwise; argmax writes int64).
         axis: the reduced axis for sum, max, min, mean and argmax; the table's axis for gather.
         index_dtype: element type of gather's indices, int32 or int64 (None: int64).
+        allow_tf32: matmul of float32 only: it may run on TF32 tensor cores (Client.allow_tf32).
     """
 
     name: str
@@ -96,6 +97,7 @@ class BuiltinKernel:
     out_dtype: Optional[DTypeLike] = None
     axis: int = 0
     index_dtype: Optional[DTypeLike] = None
+    allow_tf32: bool = False
 
     def to_proto(self) -> types_pb2.Kernel:
         """The wire form (cubed.v1.Kernel)."""
@@ -104,6 +106,7 @@ class BuiltinKernel:
                                           out_dtype=elem_type(out), axis=self.axis)
         if self.index_dtype is not None:
             builtin.index_dtype = elem_type(self.index_dtype)
+        builtin.allow_tf32 = self.allow_tf32
         return types_pb2.Kernel(builtin=builtin)
 
 

@@ -466,6 +466,40 @@ def test_info_lists_element_and_matmul_types(client):
     assert "f32*f32+f32" in info.matmul_types
 
 
+def test_tf32_is_a_permission_for_float32_matmul(client):
+    # 1 + 2^-12 needs 13 significant bits: TF32 keeps 11, so a product that ran on TF32 sums
+    # ones; in f32 every partial sum k (1 + 2^-12) is exact.
+    a = np.full((64, 64), 1 + 2.0 ** -12, np.float32)
+    b = np.ones((64, 64), np.float32)
+    ta, tb = client.create(a), client.create(b)
+    exact = np.float32(64 + 2.0 ** -6)
+    np.testing.assert_array_equal(client.matmul(ta, tb).read(), np.full((64, 64), exact))
+    allowed = client.matmul(ta, tb, allow_tf32=True).read()
+    if "tf32*tf32+f32" in client.info().matmul_types:
+        np.testing.assert_array_equal(allowed, np.full((64, 64), np.float32(64)))
+    else:  # The CPU backend: the permission is not used.
+        np.testing.assert_array_equal(allowed, np.full((64, 64), exact))
+    # The client-wide switch, as torch's; other dtypes ignore it.
+    client.allow_tf32 = True
+    try:
+        np.testing.assert_array_equal((ta @ tb).read(), allowed)
+        h = client.create(a.astype(np.float16))
+        np.testing.assert_array_equal((h @ h).read(), (a.astype(np.float16).astype(np.float32) @
+                                                       a.astype(np.float16).astype(np.float32)
+                                                       ).astype(np.float16))
+    finally:
+        client.allow_tf32 = False
+
+
+def test_allow_tf32_on_the_wire_is_refused_outside_float32_matmul(client):
+    t = client.create(np.ones(4, np.float32))
+    out = client.empty((4,), np.float32)
+    kernel = cubed_client.BuiltinKernel("add", np.float32, allow_tf32=True)
+    with pytest.raises(cubed_client.InvalidArgumentError, match="allow_tf32"):
+        client.execute(kernel, bindings=[t, t, out])
+        client.sync()
+
+
 def test_builtin_kernels_all_covered(client):
     covered = {"neg", "abs", "relu", "exp", "log", "sqrt", "sigmoid", "tanh", "add", "sub", "mul",
                "div", "max", "min", "pow", "sum", "mean", "argmax", "matmul", "softmax", "cast",

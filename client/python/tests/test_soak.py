@@ -2,7 +2,8 @@
 daemon, mixing creates, reads checked against a model, kernels, views, releases, syncs, usage
 queries and profiles, while some of them are killed with SIGKILL and replaced. At the end every
 byte and allocation is back (the killed clients' sessions too) and the daemon's RSS grew by a
-bounded amount; read latency under load is printed.
+bounded amount (not checked under AddressSanitizer, whose quarantine keeps freed memory); read
+latency under load is printed.
 
 Bounded: CUBED_SOAK_SECONDS (default 20) with CUBED_SOAK_CLIENTS (default 6) processes. By hand,
 as issue 15 asks: CUBED_SOAK_SECONDS=600 CUBED_SOAK_CLIENTS=16.
@@ -39,6 +40,13 @@ def rss_kb(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     raise RuntimeError("no VmRSS")
+
+
+def sanitized(pid: int) -> bool:
+    """Whether the daemon runs with AddressSanitizer, whose quarantine of freed memory (256 MiB by
+    default) grows RSS by design."""
+    with open(f"/proc/{pid}/maps") as f:
+        return any("libasan" in line or "clang_rt.asan" in line for line in f)
 
 
 def test_soak(request: pytest.FixtureRequest) -> None:
@@ -107,8 +115,9 @@ def test_soak(request: pytest.FixtureRequest) -> None:
             print(f"  {carrier}: p50 read {r['p50_us']:.0f} us, p99 {r['p99_us']:.0f} us, "
                   f"{r['counts']}")
         assert rss_warm is not None
-        assert rss_end <= rss_warm * (1 + RSS_GROWTH) + RSS_SLACK_KB, (
-            f"daemon RSS grew from {rss_warm} to {rss_end} kB")
+        if not sanitized(d.proc.pid):
+            assert rss_end <= rss_warm * (1 + RSS_GROWTH) + RSS_SLACK_KB, (
+                f"daemon RSS grew from {rss_warm} to {rss_end} kB")
     finally:
         for p, _, _ in workers:
             if p.poll() is None:

@@ -196,7 +196,8 @@ bool CublasMatmul::Supports(ElemType dtype) {
   return dtype == ElemType::kF32 || dtype == ElemType::kF64 || IsHalf(dtype);
 }
 
-absl::StatusOr<bool> CublasMatmul::Run(ElemType dtype, const CudaBuiltinArgs& args) {
+absl::StatusOr<bool> CublasMatmul::Run(ElemType dtype, bool allow_tf32,
+                                       const CudaBuiltinArgs& args) {
   if (api_ == nullptr || !Supports(dtype)) return false;
   const std::optional<CublasGemmPlan> p = PlanCublasGemm(args);
   if (!p || !EnsureHandle()) return false;
@@ -207,7 +208,7 @@ absl::StatusOr<bool> CublasMatmul::Run(ElemType dtype, const CudaBuiltinArgs& ar
     for (uint32_t j = 0; j < p->outer_dims; ++j) {
       for (int i = 0; i < 3; ++i) ptr[i] += index[j] * p->outer_stride[i][j] * es;
     }
-    const auto [s, call] = Gemm(dtype, *p, ptr);
+    const auto [s, call] = Gemm(dtype, allow_tf32, *p, ptr);
     // Argument checks refuse before anything is queued: the NVRTC kernel runs instead. Every call
     // of a matmul has the same arguments but the pointers, so only the first can be refused.
     if (call_index == 0 &&
@@ -229,17 +230,20 @@ absl::StatusOr<bool> CublasMatmul::Run(ElemType dtype, const CudaBuiltinArgs& ar
   return true;
 }
 
-std::pair<CublasStatus, const char*> CublasMatmul::Gemm(ElemType dtype, const CublasGemmPlan& p,
+std::pair<CublasStatus, const char*> CublasMatmul::Gemm(ElemType dtype, bool allow_tf32,
+                                                        const CublasGemmPlan& p,
                                                         const CUdeviceptr (&ptr)[3]) const {
-  if (IsHalf(dtype)) {
+  const bool tf32 = allow_tf32 && dtype == ElemType::kF32;
+  if (IsHalf(dtype) || tf32) {
     const float one = 1.0f, zero = 0.0f;
-    const int type = dtype == ElemType::kF16 ? kCudaR16F : kCudaR16BF;
+    const int type = tf32 ? kCudaR32F : dtype == ElemType::kF16 ? kCudaR16F : kCudaR16BF;
+    const int compute = tf32 ? kCublasCompute32FFastTf32 : kCublasCompute32F;
     return {
         api_->GemmStridedBatchedEx(handle_, p.transa, p.transb, p.m, p.n, p.k, &one,
                                    reinterpret_cast<const void*>(ptr[0]), type, p.lda, p.stride_a,
                                    reinterpret_cast<const void*>(ptr[1]), type, p.ldb, p.stride_b,
                                    &zero, reinterpret_cast<void*>(ptr[2]), type, p.ldc, p.stride_c,
-                                   p.batch_count, kCublasCompute32F, kCublasGemmDefault),
+                                   p.batch_count, compute, kCublasGemmDefault),
         "cublasGemmStridedBatchedEx"};
   }
   if (dtype == ElemType::kF32) {

@@ -12,7 +12,9 @@
 // C^T[N,M] = B^T[N,K] x A^T[K,M], so when C has contiguous rows cuBLAS gets the operands swapped
 // (m = N, n = M); when C has contiguous columns it gets them as they are. An operand with
 // contiguous rows in the view cuBLAS needs passes as CUBLAS_OP_N, one with contiguous columns as
-// CUBLAS_OP_T. Math mode is CUBLAS_DEFAULT_MATH (no TF32): f32 stays f32 throughout.
+// CUBLAS_OP_T. Math mode is CUBLAS_DEFAULT_MATH (no TF32): f32 stays f32 throughout, unless the
+// call allows TF32 (BuiltinKernel.allow_tf32): then it is one cublasGemmStridedBatchedEx of f32
+// operands with CUBLAS_COMPUTE_32F_FAST_TF32 (tensor cores, f32 accumulation).
 
 #include <cuda.h>
 
@@ -71,8 +73,9 @@ class CublasMatmul {
   // Queues the matmul on the stream through cuBLAS and returns true, or returns false with
   // nothing queued when the caller must run its own kernel: cuBLAS unavailable, a type or layout
   // it cannot express, or a handle that could not be set up (remembered: logged once, never
-  // retried). INTERNAL naming the cuBLAS call when a call that may have queued work fails.
-  absl::StatusOr<bool> Run(ElemType dtype, const CudaBuiltinArgs& args);
+  // retried). `allow_tf32` (f32 only) lets f32 run on TF32 tensor cores. INTERNAL naming the
+  // cuBLAS call when a call that may have queued work fails.
+  absl::StatusOr<bool> Run(ElemType dtype, bool allow_tf32, const CudaBuiltinArgs& args);
 
   // Matmuls queued through cuBLAS so far. For tests.
   uint64_t calls() const { return calls_; }
@@ -83,7 +86,8 @@ class CublasMatmul {
 
   // Queues one strided-batched call of `p` at the operand addresses `ptr` (a, b, c in cuBLAS's
   // order); its status and the cuBLAS function's name.
-  std::pair<CublasStatus, const char*> Gemm(ElemType dtype, const CublasGemmPlan& p,
+  std::pair<CublasStatus, const char*> Gemm(ElemType dtype, bool allow_tf32,
+                                            const CublasGemmPlan& p,
                                             const CUdeviceptr (&ptr)[3]) const;
 
   const CublasApi* api_;

@@ -246,7 +246,7 @@ TEST(PlanCublasGemmTest, InexpressibleLayoutsAreDeclined) {
 
 TEST(CublasMatmulTest, WithoutCublasEveryMatmulIsDeclined) {
   CublasMatmul none(nullptr, nullptr);
-  absl::StatusOr<bool> ran = none.Run(ElemType::kF32, Args({3, 5}, {}, {5, 7}, {}, {3, 7}));
+  absl::StatusOr<bool> ran = none.Run(ElemType::kF32, false, Args({3, 5}, {}, {5, 7}, {}, {3, 7}));
   ASSERT_TRUE(ran.ok()) << ran.status();
   EXPECT_FALSE(*ran);
   EXPECT_EQ(none.calls(), 0u);
@@ -301,6 +301,7 @@ struct MatmulCase {
   ElemType type;
   Operand a, b, c;
   bool cublas_expressible = true;
+  bool tf32 = false;  // f32 with BuiltinKernel.allow_tf32: TF32 tensor cores through cuBLAS.
 };
 
 void PrintTo(const MatmulCase& c, std::ostream* os) { *os << c.name; }
@@ -418,6 +419,7 @@ absl::StatusOr<std::vector<double>> RunMatmul(ComputeServer& server, const Matmu
   if (status.ok()) {
     launch.kernel.builtin.name = "matmul";
     launch.kernel.builtin.dtype = mc.type;
+    launch.kernel.builtin.allow_tf32 = mc.tf32;
     absl::StatusOr<std::vector<uint32_t>> metadata = EncodeKernelMetadata(lens, layouts);
     status = metadata.status();
     if (status.ok()) launch.kernel.builtin.metadata = *std::move(metadata);
@@ -481,7 +483,11 @@ class CublasMatmulGpuTest : public ::testing::TestWithParam<MatmulCase> {
                                                  : std::numeric_limits<double>::epsilon();
     // f16 and bf16 accumulate in f32 on both and round once: an ulp of the half type apart.
     const double half_ulp = mc.type == ElemType::kF16 ? 2e-3 : 1.6e-2;
-    const double tol = IsFloat(mc.type) ? 4.0 * static_cast<double>(k) * eps : 0.0;
+    // TF32 rounds each input to 11 significant bits: a product of two is off by at most 2^-10
+    // of its size (each |input| <= 1), so a sum of K of them by K 2^-10.
+    const double tol = mc.tf32             ? static_cast<double>(k) * std::ldexp(1.0, -10)
+                       : IsFloat(mc.type) ? 4.0 * static_cast<double>(k) * eps
+                                           : 0.0;
     int reported = 0;
     for (size_t i = 0; i < got->size() && reported < 5; ++i) {
       const double t = IsHalf(mc.type) ? half_ulp * std::max(1.0, std::abs((*want)[i])) + tol : tol;
@@ -570,6 +576,17 @@ std::vector<MatmulCase> Cases() {
         Case("folded_batches_" + ty, t, Op({3, 40, 24}), Op({1, 24, 33}), Op({3, 40, 33})));
   }
   cases.push_back(Case("small_i32", ElemType::kI32, Op({3, 5}), Op({5, 7}), Op({3, 7})));
+  // f32 allowed to run on TF32 (cublasGemmStridedBatchedEx, CUBLAS_COMPUTE_32F_FAST_TF32).
+  for (MatmulCase c : {Case("tf32_small", ElemType::kF32, Op({3, 5}), Op({5, 7}), Op({3, 7})),
+                       Case("tf32_batched", ElemType::kF32, Op({2, 64, 33}), Op({2, 33, 17}),
+                            Op({2, 64, 17})),
+                       Case("tf32_transposed", ElemType::kF32, Op({33, 20}, {1, 33}),
+                            Op({20, 40}, {1, 20}), Op({33, 40})),
+                       Case("tf32_heads", ElemType::kF32, Op({2, 3, 16, 8}, {16 * 72, 8, 72, 1}),
+                            Op({2, 3, 8, 16}, {16 * 72, 8, 1, 72}), Op({2, 3, 16, 16}))}) {
+    c.tf32 = true;
+    cases.push_back(std::move(c));
+  }
   return cases;
 }
 

@@ -96,7 +96,7 @@ absl::Status CudaServer::ExecuteBuiltin(const Launch& launch) {
     RETURN_IF_ERROR(ReadCubeCount(launch.count.binding, xyz));
   }
   if (call.name == "matmul") {
-    ASSIGN_OR_RETURN(const bool ran, cublas_->Run(call.dtype, args));
+    ASSIGN_OR_RETURN(const bool ran, cublas_->Run(call.dtype, call.allow_tf32, args));
     if (ran) return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(CUfunction function, BuiltinFunction(call, sizes.size()));

@@ -119,6 +119,8 @@ absl::Status CudaServer::Init() {
   // f16 and bf16 matmuls run on tensor cores through cuBLAS (f32 accumulation) when it loaded,
   // else on cubed's own kernel with the same accumulation.
   d.matmul_types = kernels::BuiltinMatmulTypes();
+  // An f32 matmul that allows TF32 runs on its tensor cores (sm_80 and later) through cuBLAS.
+  if (cublas != nullptr && major >= 8) d.matmul_types.push_back("tf32*tf32+f32");
   for (const kernels::CudaBuiltinSignature& s : kernels::CudaBuiltinSignatures()) {
     d.builtin_kernels.push_back(s.name);
   }

@@ -6,6 +6,8 @@
   * layer_norm (weight, bias) and rms_norm (weight) over rows, 4096 x 4096 f32 and bf16
                                           GB/s of input + output
   * matmul f32 4096^3 (no TF32)           TFLOP/s
+  * matmul f32 4096^3 with TF32 allowed   TFLOP/s
+  * causal attention (SDPA) and causal_softmax of GPT-2 small's shapes, bf16
   * matmul bf16 and f16, 4096^3 and 8192^3 (f32 accumulation, tensor cores)   TFLOP/s
   * add, 64M f16 and bf16; cast f32 -> bf16 and bf16 -> f32, 64M   GB/s of inputs + output
 
@@ -152,6 +154,13 @@ def main() -> int:
                         want = torch.matmul(ta, tb).float().cpu().numpy()
                         rel = float(np.abs(got - want).max() / np.abs(want).max())
                         print(f"matmul {k} {size}^3: max |cubed - torch| / max |torch| = {rel:.3g}")
+            def tf32_matmul(x, y):
+                torch.backends.cuda.matmul.allow_tf32 = True
+                try:
+                    return torch.matmul(x, y)
+                finally:
+                    torch.backends.cuda.matmul.allow_tf32 = False
+
             cubed_filler = lambda: c.matmul(cma, cmb)
             torch_filler = lambda: torch.matmul(tma, tmb)
             rows = [
@@ -173,6 +182,9 @@ def main() -> int:
             rows += [
                 ("matmul f32 4096^3 (no TF32)", "TFLOP/s", 2.0 * 4096 ** 3 / 1e12,
                  lambda: c.matmul(cma, cmb), lambda: torch.matmul(tma, tmb)),
+                ("matmul f32 4096^3 (TF32 allowed on both sides)", "TFLOP/s",
+                 2.0 * 4096 ** 3 / 1e12, lambda: c.matmul(cma, cmb, allow_tf32=True),
+                 lambda: tf32_matmul(tma, tmb)),
             ]
             for (k, size), (ca, cb, ta, tb) in mm.items():
                 rows.append((f"matmul {k} {size}^3", "TFLOP/s", 2.0 * size ** 3 / 1e12,
