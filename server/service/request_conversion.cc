@@ -117,7 +117,7 @@ absl::Status ToKernelCall(const v1::Kernel& kernel, const RequestLimits& limits,
                          ElemTypeFromWire(b.out_dtype(), "kernel.builtin.out_dtype"));
       }
       call.builtin.axis = b.axis();
-      call.builtin.allow_tf32 = b.allow_tf32();  // Validation checks where it applies.
+      call.builtin.allow_tf32 = b.allow_tf32();            // Validation checks where it applies.
       if (b.index_dtype() != v1::ELEM_TYPE_UNSPECIFIED) {  // Validation checks i32 or i64.
         ASSIGN_OR_RETURN(call.builtin.index_dtype,
                          ElemTypeFromWire(b.index_dtype(), "kernel.builtin.index_dtype"));

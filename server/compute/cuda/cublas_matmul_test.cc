@@ -485,9 +485,9 @@ class CublasMatmulGpuTest : public ::testing::TestWithParam<MatmulCase> {
     const double half_ulp = mc.type == ElemType::kF16 ? 2e-3 : 1.6e-2;
     // TF32 rounds each input to 11 significant bits: a product of two is off by at most 2^-10
     // of its size (each |input| <= 1), so a sum of K of them by K 2^-10.
-    const double tol = mc.tf32             ? static_cast<double>(k) * std::ldexp(1.0, -10)
+    const double tol = mc.tf32            ? static_cast<double>(k) * std::ldexp(1.0, -10)
                        : IsFloat(mc.type) ? 4.0 * static_cast<double>(k) * eps
-                                           : 0.0;
+                                          : 0.0;
     int reported = 0;
     for (size_t i = 0; i < got->size() && reported < 5; ++i) {
       const double t = IsHalf(mc.type) ? half_ulp * std::max(1.0, std::abs((*want)[i])) + tol : tol;
@@ -577,13 +577,13 @@ std::vector<MatmulCase> Cases() {
   }
   cases.push_back(Case("small_i32", ElemType::kI32, Op({3, 5}), Op({5, 7}), Op({3, 7})));
   // f32 allowed to run on TF32 (cublasGemmStridedBatchedEx, CUBLAS_COMPUTE_32F_FAST_TF32).
-  for (MatmulCase c : {Case("tf32_small", ElemType::kF32, Op({3, 5}), Op({5, 7}), Op({3, 7})),
-                       Case("tf32_batched", ElemType::kF32, Op({2, 64, 33}), Op({2, 33, 17}),
-                            Op({2, 64, 17})),
-                       Case("tf32_transposed", ElemType::kF32, Op({33, 20}, {1, 33}),
-                            Op({20, 40}, {1, 20}), Op({33, 40})),
-                       Case("tf32_heads", ElemType::kF32, Op({2, 3, 16, 8}, {16 * 72, 8, 72, 1}),
-                            Op({2, 3, 8, 16}, {16 * 72, 8, 1, 72}), Op({2, 3, 16, 16}))}) {
+  for (MatmulCase c :
+       {Case("tf32_small", ElemType::kF32, Op({3, 5}), Op({5, 7}), Op({3, 7})),
+        Case("tf32_batched", ElemType::kF32, Op({2, 64, 33}), Op({2, 33, 17}), Op({2, 64, 17})),
+        Case("tf32_transposed", ElemType::kF32, Op({33, 20}, {1, 33}), Op({20, 40}, {1, 20}),
+             Op({33, 40})),
+        Case("tf32_heads", ElemType::kF32, Op({2, 3, 16, 8}, {16 * 72, 8, 72, 1}),
+             Op({2, 3, 8, 16}, {16 * 72, 8, 1, 72}), Op({2, 3, 16, 16}))}) {
     c.tf32 = true;
     cases.push_back(std::move(c));
   }
