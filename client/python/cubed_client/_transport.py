@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import grpc
 
 from ._errors import CubedError, error_for, error_from_number, error_from_rpc
-from ._proto import compute_pb2, compute_pb2_grpc, session_pb2, session_pb2_grpc, types_pb2
+from ._proto import compute_pb2, compute_pb2_grpc, session_pb2, types_pb2
 from . import _wire
 from ._ring import open_ring_call
 
@@ -34,6 +34,11 @@ MAX_QUEUED_COMMANDS = 65536
 MAX_QUEUED_BYTES = 256 << 20
 # Empties and releases that wait for the next command over the ring (Note [Held commands]).
 HELD_COMMANDS = 64
+
+
+def _as_bytes(request: bytes) -> bytes:
+    """The session stream's request serializer: the requests are serialized already."""
+    return request
 
 
 def _resolved(value: object) -> Future:
@@ -161,7 +166,8 @@ class StreamTransport:
         ``require_ring``)."""
         self._timeout = timeout
         self._cv = threading.Condition()
-        self._queue: List[session_pb2.Command] = []
+        # gRPC carrier: numbered commands on the wire (_wire.numbered), waiting for the writer.
+        self._queue: List[bytes] = []
         self._queued_bytes = 0
         self._first_queued = 0.0
         self._push_now = False
@@ -184,8 +190,11 @@ class StreamTransport:
         # Note [Held commands]: empties and releases waiting for the next command (ring only).
         self._held: List[bytes] = []
         if self._call is None:
-            stub = session_pb2_grpc.SessionStreamStub(channel)
-            self._call = stub.Session(self._requests(), metadata=list(metadata))
+            # The requests go out as the bytes _requests() joins (Note [Hand-encoded commands]).
+            session = channel.stream_stream(
+                "/cubed.v1.SessionStream/Session", request_serializer=_as_bytes,
+                response_deserializer=session_pb2.SessionResponse.FromString)
+            self._call = session(self._requests(), metadata=list(metadata))
         self._reader = threading.Thread(target=self._read_loop, name="cubed-stream-reader",
                                         daemon=True)
         self._reader.start()
@@ -207,8 +216,8 @@ class StreamTransport:
 
     # --- threads -------------------------------------------------------------------------------
 
-    def _requests(self):  # noqa: ANN202 - a generator of SessionRequest, consumed by gRPC
-        yield self._open
+    def _requests(self):  # noqa: ANN202 - serialized SessionRequests, consumed by gRPC
+        yield self._open.SerializeToString()
         while True:
             with self._cv:
                 while not self._queue and not self._closing and not self._ended:
@@ -222,13 +231,13 @@ class StreamTransport:
                         self._cv.wait(due - now)
                 batch = self._queue[:MAX_PER_REQUEST]
                 del self._queue[:MAX_PER_REQUEST]
-                self._queued_bytes -= sum(c.ByteSize() for c in batch)
+                self._queued_bytes -= sum(len(c) for c in batch)
                 if self._queue:
                     self._first_queued = time.monotonic()
                 else:
                     self._push_now = False
                 self._cv.notify_all()
-            yield session_pb2.SessionRequest(commands=batch)
+            yield b"".join(batch)
 
     def _read_loop(self) -> None:
         error: Optional[CubedError] = None
@@ -325,11 +334,14 @@ class StreamTransport:
                 return
         self._send_direct(command, None)
 
-    def _send(self, command: session_pb2.Command,
+    def _send(self, command: Union[session_pb2.Command, bytes],
               convert: Optional[Callable[[session_pb2.Reply], object]] = None) -> Optional[Future]:
+        """Sends ``command`` (a message, or its wire bytes without seq) in order; the Future of
+        its reply when ``convert`` is given."""
         if self._direct:
             return self._send_direct(command, convert)
-        size = command.ByteSize()
+        wire = command if isinstance(command, bytes) else command.SerializeToString()
+        size = len(wire)
         with self._cv:
             self._check_open()
             while (self._queue and not self._ended and
@@ -340,17 +352,17 @@ class StreamTransport:
                 self._cv.wait()
             if self._ended:
                 raise self._end_error  # type: ignore[misc]
-            command.seq = self._next_seq
+            seq = self._next_seq
             self._next_seq += 1
-            size = command.ByteSize()
+            entry = _wire.numbered(wire, seq)
             if not self._queue:
                 self._first_queued = time.monotonic()
-            self._queue.append(command)
-            self._queued_bytes += size
+            self._queue.append(entry)
+            self._queued_bytes += len(entry)
             future: Optional[Future] = None
             if convert is not None:
                 future = Future()
-                self._pending[command.seq] = (future, convert)
+                self._pending[seq] = (future, convert)
                 self._push_now = True
             self._cv.notify_all()
             return future
@@ -389,10 +401,7 @@ class StreamTransport:
 
     def execute_wire(self, command: bytes) -> None:
         """execute() of a Command already encoded (Note [Hand-encoded commands]), without seq."""
-        if self._direct:
-            self._send_direct(command, None)
-        else:
-            self._send(session_pb2.Command.FromString(command))
+        self._send(command)
 
     def release(self, ids: List[int]) -> None:
         for start in range(0, len(ids), 65536):

@@ -18,6 +18,9 @@ from typing import Iterable, List
 # (varint, a length-delimited field, a Binding); tests/test_wire.py parses every form back with
 # the library and compares it with the message the library builds itself.
 #
+# The gRPC carrier sends the same bytes: its queue holds numbered commands (numbered()) and each
+# request is their concatenation, given to gRPC already serialized.
+#
 # Field numbers are those of proto/cubed/v1/session.proto and types.proto; the constants below
 # name them.
 
@@ -97,14 +100,22 @@ def empty(handle: int, size: int) -> bytes:
 _COMMAND_HEADS = [bytes((_COMMANDS, n)) for n in range(128)]
 
 
+def numbered(command: bytes, seq: int) -> bytes:
+    """SessionRequest.commands entry: ``command`` (a Command without seq) given ``seq``. Entries
+    concatenate into a SessionRequest."""
+    body = command + _SEQ + varint(seq)  # Fields may come in any order.
+    n = len(body)
+    return (_COMMAND_HEADS[n] if n < 128 else bytes((_COMMANDS,)) + varint(n)) + body
+
+
 def session_request(commands: List[bytes], first_seq: int) -> bytes:
     """A SessionRequest of ``commands`` (Commands without seq) numbered from ``first_seq``."""
     parts = []
     seq = first_seq
     for c in commands:
-        numbered = c + _SEQ + varint(seq)  # Fields may come in any order.
-        n = len(numbered)
+        body = c + _SEQ + varint(seq)
+        n = len(body)
         parts.append(_COMMAND_HEADS[n] if n < 128 else bytes((_COMMANDS,)) + varint(n))
-        parts.append(numbered)
+        parts.append(body)
         seq += 1
     return b"".join(parts)

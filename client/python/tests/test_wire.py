@@ -79,6 +79,9 @@ def test_a_session_request_numbers_its_commands() -> None:
         assert list(request.commands[1].release.ids) == [(1 << 63) + 5]
         assert request.commands[2].empty.id == 1 << 63
     assert _wire.session_request([], 1) == b""
+    # numbered() entries concatenate into the same request.
+    joined = b"".join(_wire.numbered(c, 40 + i) for i, c in enumerate(commands))
+    assert joined == _wire.session_request(commands, 40)
 
 
 @pytest.mark.parametrize("carrier", ["ring", "stream", "unary"])
