@@ -7,6 +7,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -59,8 +60,10 @@ TEST(DescriptorLimitTest, NewConnectionsAreRefusedAndOpenSessionsKeepWorking) {
   // (grpc_core::Channel::~Channel releasing a shared_ptr) trips UBSan's vptr check in the
   // sanitizer build, which then ends the daemon. Root cause not established (gRPC's own error
   // path when it cannot get descriptors for a new connection is the suspect); the plain build
-  // runs this drill.
-  GTEST_SKIP() << "UBSan vptr report inside gRPC at the descriptor limit (see the comment)";
+  // runs this drill. CUBED_RUN_KNOWN_FINDINGS=1 runs it here too, to reproduce the report.
+  if (std::getenv("CUBED_RUN_KNOWN_FINDINGS") == nullptr) {
+    GTEST_SKIP() << "UBSan vptr report inside gRPC at the descriptor limit (see the comment)";
+  }
 #endif
   testing::DaemonProcess::Options options;
   options.open_files_limit = 96;

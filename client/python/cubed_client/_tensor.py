@@ -281,8 +281,10 @@ class Tensor:
         return a if dtype is None else a.astype(dtype)
 
     def close(self) -> None:
-        """Releases the daemon memory now (for this tensor and every view of it). Later use of
-        any of them fails with NotFoundError. Idempotent."""
+        """Releases the daemon memory (for this tensor and every view of it): at once over unary
+        calls and the gRPC stream; over the command ring with this client's next command (or
+        its flush(), Note [Held commands]). Later use of any of them fails with NotFoundError.
+        Idempotent."""
         if self._handle.close():
             self._client._release_now(self._handle.id)
 

@@ -320,8 +320,9 @@ class StreamTransport:
     # command, in the same ring message: a kernel wrapper's output then costs no message and no
     # wake-up of its own, nor does closing a tensor. Order is kept (held commands go first,
     # numbered first); at most HELD_COMMANDS wait, and every other command, a sync, a flush, a
-    # read or a memory usage included, takes them along. Another client of a joined session sees
-    # the handle once this client's next command went out (flush()).
+    # read or a memory usage included, takes them along. So another client (of a joined session,
+    # or another process asking for the device's memory usage) sees a new handle, or a closed
+    # tensor's memory back, once this client's next command went out: flush() sends them now.
     def _hold(self, command: bytes) -> None:
         """Holds ``command`` (an empty's or a release's wire bytes) for the next write (Note
         [Held commands])."""
