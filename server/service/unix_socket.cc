@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -85,6 +86,14 @@ absl::StatusOr<PeerCredentials> PeerCredentialsOf(int fd) {
 // connection end: refused, not hung), and takes the reserve again. New connections are refused
 // while the descriptors are used up and the open ones keep being served; a warning is logged at
 // most once a second.
+//
+// Connections may not take the last kDescriptorHeadroom descriptors either: what the daemon
+// opens for itself (gRPC's wake-up descriptors and the endpoint it builds around each
+// connection, ring eventfds, region and cache files) must not be the call that fails, because
+// gRPC's paths for that failure are not safe (at the limit, its teardown of a half-set-up server
+// channel released a freed shared_ptr: the sanitizer build's vptr report, issue 15). accept()
+// returns the lowest free descriptor, so one numbered within the headroom of RLIMIT_NOFILE means
+// fewer than that many are left: it is shed like a connection accept could not take.
 Acceptor::Acceptor(int listen_fd, const char* what)
     : listen_fd_(listen_fd), what_(what), spare_(open("/dev/null", O_RDONLY | O_CLOEXEC)) {}
 
@@ -94,14 +103,24 @@ Acceptor::~Acceptor() {
 
 int Acceptor::Accept() {
   const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-  if (fd >= 0) return fd;
-  if (errno != EMFILE && errno != ENFILE) {
-    if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
-      spdlog::warn("{}: accept: {}", what_, std::strerror(errno));
+  int error = errno;
+  if (fd >= 0) {
+    rlimit limit{};
+    if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY ||
+        static_cast<rlim_t>(fd) + kDescriptorHeadroom < limit.rlim_cur) {
+      return fd;
+    }
+    close(fd);  // Within the headroom: shed (the reserve is not needed to accept it).
+    ++shed_;
+    Warn("too few file descriptors left");
+    return -1;
+  }
+  if (error != EMFILE && error != ENFILE) {
+    if (error != EAGAIN && error != EINTR && error != ECONNABORTED) {
+      spdlog::warn("{}: accept: {}", what_, std::strerror(error));
     }
     return -1;
   }
-  const int error = errno;
   if (spare_ >= 0) {
     close(spare_);
     const int shed = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
@@ -111,13 +130,16 @@ int Acceptor::Accept() {
     }
     spare_ = open("/dev/null", O_RDONLY | O_CLOEXEC);  // -1 if another thread took the slot.
   }
-  const int64_t now = absl::GetCurrentTimeNanos();
-  if (now - last_warning_ns_ >= 1'000'000'000) {
-    last_warning_ns_ = now;
-    spdlog::warn("{}: out of file descriptors ({}): refusing new connections ({} so far)", what_,
-                 std::strerror(error), shed_);
-  }
+  Warn(std::strerror(error));
   return -1;
+}
+
+void Acceptor::Warn(const char* why) {
+  const int64_t now = absl::GetCurrentTimeNanos();
+  if (now - last_warning_ns_ < 1'000'000'000) return;
+  last_warning_ns_ = now;
+  spdlog::warn("{}: out of file descriptors ({}): refusing new connections ({} so far)", what_, why,
+               shed_);
 }
 
 }  // namespace cubed

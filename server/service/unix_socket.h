@@ -49,7 +49,14 @@ class Acceptor {
   // Connections shed so far. For tests and logs.
   uint64_t shed() const { return shed_; }
 
+  // Descriptors below RLIMIT_NOFILE that connections may not take (Note [Descriptor
+  // exhaustion]).
+  static constexpr int kDescriptorHeadroom = 32;
+
  private:
+  // Logs that connections are refused, and `why`, at most once a second.
+  void Warn(const char* why);
+
   int listen_fd_;
   const char* what_;
   int spare_ = -1;  // A descriptor held in reserve: /dev/null.

@@ -7,7 +7,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -55,16 +54,6 @@ absl::Status CreateAndRead(Client& client, const std::string& bytes) {
 }
 
 TEST(DescriptorLimitTest, NewConnectionsAreRefusedAndOpenSessionsKeepWorking) {
-#if defined(__SANITIZE_ADDRESS__)
-  // A known finding, not yet fixed: at the descriptor limit, gRPC's teardown of a server channel
-  // (grpc_core::Channel::~Channel releasing a shared_ptr) trips UBSan's vptr check in the
-  // sanitizer build, which then ends the daemon. Root cause not established (gRPC's own error
-  // path when it cannot get descriptors for a new connection is the suspect); the plain build
-  // runs this drill. CUBED_RUN_KNOWN_FINDINGS=1 runs it here too, to reproduce the report.
-  if (std::getenv("CUBED_RUN_KNOWN_FINDINGS") == nullptr) {
-    GTEST_SKIP() << "UBSan vptr report inside gRPC at the descriptor limit (see the comment)";
-  }
-#endif
   testing::DaemonProcess::Options options;
   options.open_files_limit = 96;
   auto daemon = testing::DaemonProcess::Start(options);
