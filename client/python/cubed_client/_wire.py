@@ -110,12 +110,4 @@ def numbered(command: bytes, seq: int) -> bytes:
 
 def session_request(commands: List[bytes], first_seq: int) -> bytes:
     """A SessionRequest of ``commands`` (Commands without seq) numbered from ``first_seq``."""
-    parts = []
-    seq = first_seq
-    for c in commands:
-        body = c + _SEQ + varint(seq)
-        n = len(body)
-        parts.append(_COMMAND_HEADS[n] if n < 128 else bytes((_COMMANDS,)) + varint(n))
-        parts.append(body)
-        seq += 1
-    return b"".join(parts)
+    return b"".join([numbered(c, first_seq + i) for i, c in enumerate(commands)])
