@@ -503,9 +503,9 @@ class Client(KernelMethods):
         dt = dtype if dtype is not None else (inputs[0]._dtype if inputs else out._dtype)
         tensors = (*inputs, out)
         try:
+            views = [t._wire or t._launch_view() for t in tensors]
             key = (name, dt, out._dtype, axis, index_dtype, allow_tf32,
-                   tuple([(t._shape, t._strides, t._dtype.itemsize, t._offset, t._handle.nbytes)
-                          for t in tensors]))
+                   tuple([v[0] for v in views]))
             parts = _launch_cache.get(key)
             if parts is None:
                 parts = _launch_parts(key)
@@ -513,8 +513,7 @@ class Client(KernelMethods):
             if scalars:
                 tail += types_pb2.Bindings(scalars=[s.to_proto() for s in scalars]
                                            ).SerializeToString()
-            self._live().execute_wire(_wire.execute(head, [t._wire_binding() for t in tensors],
-                                                    tail, _CHECKED))
+            self._live().execute_wire(_wire.execute(head, [v[1] for v in views], tail, _CHECKED))
         except BaseException:
             out.close()  # Unary: the launch failed; its output must not outlive the error.
             raise
@@ -589,7 +588,7 @@ class Client(KernelMethods):
 # alone and the kernel message on the call's types alone. Both are serialized once per launch
 # key (kernel, types, layouts; a chain of operations repeats a few) and cached as wire bytes, so
 # a launch writes just its bindings around them (Note [Hand-encoded commands], _wire.py; each
-# tensor's binding is encoded once, Tensor._wire_binding). The cache is bounded: past
+# tensor's layout and binding are computed once, Tensor._launch_view). The cache is bounded: past
 # _CACHE_LIMIT entries it is cleared and refills.
 _CACHE_LIMIT = 4096
 _launch_cache: dict = {}

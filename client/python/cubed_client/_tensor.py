@@ -61,7 +61,8 @@ class Tensor:
     """
 
     __array_priority__ = 1000  # So ndarray + Tensor defers to Tensor.__radd__.
-    _wire: Optional[bytes] = None  # The encoded binding, once a launch used it.
+    # (layout, encoded binding) once a launch used this view (_launch_view).
+    _wire: Optional[Tuple[Tuple[Any, ...], bytes]] = None
 
     def __init__(self, client: "Client", handle: _Handle, shape: Sequence[int],
                  strides: Sequence[int], dtype: np.dtype, offset: int = 0) -> None:
@@ -82,11 +83,16 @@ class Tensor:
         t._set(client, handle, shape, strides, dtype, offset)
         return t
 
-    def _wire_binding(self) -> bytes:
-        """This view's Bindings.buffers entry on the wire (Note [Hand-encoded commands])."""
+    def _launch_view(self) -> Tuple[Tuple[Any, ...], bytes]:
+        """This view's part of a launch: its layout in the launch key (shape, strides, itemsize,
+        offset, allocation bytes) and its Bindings.buffers entry on the wire (Note [Hand-encoded
+        commands]). Computed once: a tensor's layout never changes."""
         w = self._wire
         if w is None:
-            w = self._wire = _wire.binding(self._handle.id, self._offset * self._dtype.itemsize)
+            itemsize = self._dtype.itemsize
+            w = self._wire = ((self._shape, self._strides, itemsize, self._offset,
+                               self._handle.nbytes),
+                              _wire.binding(self._handle.id, self._offset * itemsize))
         return w
 
     # --- layout ---------------------------------------------------------------------------------
