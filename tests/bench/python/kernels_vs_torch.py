@@ -8,6 +8,8 @@
   * matmul f32 4096^3 (no TF32)           TFLOP/s
   * matmul f32 4096^3 with TF32 allowed   TFLOP/s
   * causal attention (SDPA) and causal_softmax of GPT-2 small's shapes, bf16
+  * sum, mean, max, min, argmax along either axis of 4096 x 16384 f32   GB/s of input
+  * batched matmul f16 and bf16, 32 x 1024 x 1024 x 64   TFLOP/s
   * matmul bf16 and f16, 4096^3 and 8192^3 (f32 accumulation, tensor cores)   TFLOP/s
   * add, 64M f16 and bf16; cast f32 -> bf16 and bf16 -> f32, 64M   GB/s of inputs + output
 
@@ -225,6 +227,29 @@ def main() -> int:
                          1.5 * 2 * 8 * 12 * 1024 * 1024 / 1e9,
                          lambda: c.causal_softmax(cscore, 0.125),
                          lambda: torch.softmax(tscore, -1)))
+            # Issue 14's reductions along either axis of a 4096 x 16384 f32 matrix (GB/s of input):
+            # x64 viewed as that matrix, so no new 256 MiB buffer.
+            cm2, tm2 = cx.reshape(4096, 16384), tx.view(4096, 16384)
+            for axis in (0, 1):
+                for op in ("sum", "mean", "max", "min", "argmax"):
+                    ours = getattr(c, op)
+                    theirs = {"sum": torch.sum, "mean": torch.mean, "max": torch.amax,
+                              "min": torch.amin, "argmax": torch.argmax}[op]
+                    rows.append((f"{op} of 4096 x 16384 f32 along axis {axis}", "GB/s",
+                                 4.0 * n / 1e9,
+                                 lambda ours=ours, axis=axis: ours(cm2, axis=axis),
+                                 lambda theirs=theirs, axis=axis: theirs(tm2, dim=axis)))
+            # Batched half matmul, issue 14's example shape: 32 x [1024, 1024] @ [1024, 64].
+            bq = rng.standard_normal((32, 1024, 1024), dtype=np.float32)
+            bk = rng.standard_normal((32, 1024, 64), dtype=np.float32)
+            for k, (npt, tt) in half.items():
+                cbq, cbk = c.create(bq.astype(npt)), c.create(bk.astype(npt))
+                tbq = torch.from_numpy(bq).cuda().to(tt)
+                tbk = torch.from_numpy(bk).cuda().to(tt)
+                rows.append((f"batched matmul {k} 32 x 1024 x 1024 x 64", "TFLOP/s",
+                             2.0 * 32 * 1024 * 1024 * 64 / 1e12,
+                             lambda cbq=cbq, cbk=cbk: c.matmul(cbq, cbk),
+                             lambda tbq=tbq, tbk=tbk: torch.matmul(tbq, tbk)))
             cbf, tbf = hx["bf16"]
             rows.append(("cast 64M f32 -> bf16", "GB/s", 6.0 * n / 1e9,
                          lambda: c.cast(cx, ml_dtypes.bfloat16), lambda: tx.to(torch.bfloat16)))
