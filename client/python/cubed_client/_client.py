@@ -511,8 +511,7 @@ class Client(KernelMethods):
                 parts = _launch_parts(key)
             head, tail = parts
             if scalars:
-                tail += types_pb2.Bindings(scalars=[s.to_proto() for s in scalars]
-                                           ).SerializeToString()
+                tail += _scalar_field(scalars)
             self._live().execute_wire(_wire.execute(head, [v[1] for v in views], tail, _CHECKED))
         except BaseException:
             out.close()  # Unary: the launch failed; its output must not outlive the error.
@@ -619,6 +618,24 @@ def _launch_parts(key: Tuple[Any, ...]) -> Tuple[bytes, bytes]:
         _launch_cache.clear()
     _launch_cache[key] = (head, tail)
     return head, tail
+
+
+_scalar_cache: dict = {}
+
+
+def _scalar_field(scalars: Sequence[Scalars]) -> bytes:
+    """The serialized scalars field of Bindings for ``scalars``, cached by their types and values
+    (a model repeats its eps and scales; bounded like the launch cache). Floats key by their
+    exact value (float.hex: -0.0 is not 0.0 there)."""
+    key = tuple([(s.dtype, tuple([float(v).hex() if isinstance(v, (float, np.floating)) else v
+                                  for v in s.values])) for s in scalars])
+    field = _scalar_cache.get(key)
+    if field is None:
+        field = types_pb2.Bindings(scalars=[s.to_proto() for s in scalars]).SerializeToString()
+        if len(_scalar_cache) >= _CACHE_LIMIT:
+            _scalar_cache.clear()
+        _scalar_cache[key] = field
+    return field
 
 
 def _execute_head(kernel: types_pb2.Kernel, count: types_pb2.CubeCount) -> bytes:

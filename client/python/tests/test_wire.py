@@ -84,6 +84,12 @@ def test_a_session_request_numbers_its_commands() -> None:
     assert joined == _wire.session_request(commands, 40)
 
 
+@pytest.fixture
+def client_any(daemon: Daemon):
+    with cubed_client.connect(daemon.address) as c:
+        yield c
+
+
 @pytest.mark.parametrize("carrier", ["ring", "stream", "unary"])
 def test_encoded_launches_run_on_the_daemon(daemon: Daemon, carrier: str) -> None:
     """The encoded path on each carrier (the ring writes the bytes, the gRPC stream and unary
@@ -102,3 +108,22 @@ def test_encoded_launches_run_on_the_daemon(daemon: Daemon, carrier: str) -> Non
         np.testing.assert_array_equal(f.numpy(), np.full((7, 3), 2.25, np.float32))
         for _ in range(3):  # The same launch key again, with new outputs.
             np.testing.assert_array_equal((t @ t.T[:, :4]).numpy(), x @ x.T[:, :4])
+
+
+def test_cached_scalars_keep_the_sign_of_zero_and_the_type(client_any) -> None:
+    """Launch scalars are cached by value (_client._scalar_field): 0.0 and -0.0, 1 and 1.0 and
+    True each give the bytes of their own launch."""
+    c = client_any
+    for first, second in ((0.0, -0.0), (-0.0, 0.0)):
+        a = c.full((3,), first, np.float32).read()
+        b = c.full((3,), second, np.float32).read()
+        assert list(np.signbit(a)) == [np.signbit(first)] * 3
+        assert list(np.signbit(b)) == [np.signbit(second)] * 3
+    assert c.full((2,), 1, np.int32).read().tolist() == [1, 1]
+    assert c.full((2,), 1.0, np.float64).read().tolist() == [1.0, 1.0]
+    assert c.full((2,), True, np.bool_).read().tolist() == [True, True]
+    x = c.create(np.arange(8, dtype=np.float32).reshape(2, 4))
+    for eps in (1e-5, 1e-3):  # The same launch key, another scalar.
+        want = (np.arange(8, dtype=np.float64).reshape(2, 4) - [[1.5], [5.5]]) / np.sqrt(1.25 + eps)
+        np.testing.assert_allclose(c.layer_norm(x, eps=eps).read(), want, rtol=1e-5)
+
