@@ -259,6 +259,7 @@ uint32_t Program::Kernel(v1::Kernel* k) {
       b->set_dtype(static_cast<v1::ElemType>(in_.Byte(Role::kChoice) % 7));
       b->set_out_dtype(static_cast<v1::ElemType>(in_.Byte(Role::kChoice) % 7));
       b->set_axis(in_.Num32());
+      b->set_allow_tf32((kind & 0x80) != 0);
       absl::StatusOr<ElemType> dtype = ElemTypeFromWire(b->dtype(), "dtype");
       return dtype.ok() ? ElemSize(*dtype) : 4;
     }

@@ -66,8 +66,8 @@
 //   download  num chunk_bytes, byte c: bit 7: cancel after (c % 128) pieces
 //   execute   kernel, count, list of binding (the buffers), metadata, scalars, byte mode (% 4)
 //   kernel    byte k: k % 4: 0 builtin: byte name (% names + 1: the last is unknown), byte dtype
-//             (% 7), byte out_dtype (% 7), num axis; 1 cuda_source, 2 ptx: num x, y, z cube_dim,
-//             num shared_memory_bytes; 3 none
+//             (% 7), byte out_dtype (% 7), num axis, allow_tf32 = bit 7 of k; 1 cuda_source,
+//             2 ptx: num x, y, z cube_dim, num shared_memory_bytes; 3 none
 //   count     byte c: bit 0: dynamic: binding; else static: num x, y, z
 //   metadata  byte m: m % 4: 0 none; 1 every buffer a tensor of the shape it was created with
 //             (1-D for plain buffers), encoded; 2 as 1, then byte index, num word replaces one
