@@ -29,8 +29,8 @@ from ._kernels import KernelMethods
 from ._region import Staging
 from ._tensor import Tensor, _Handle
 from ._transport import StreamTransport, UnaryTransport
-from ._types import (BuiltinKernel, DTypeLike, Info, MemoryUsage, Scalars, cube_count_for,
-                     dense_strides, dtype_of, encode_metadata, wire_dtype)
+from ._types import (BuiltinKernel, DTypeLike, Info, MemoryUsage, Scalars, cache_put,
+                     cube_count_for, dense_strides, dtype_of, encode_metadata, wire_dtype)
 
 PathOrBytes = Union[str, os.PathLike, bytes]
 _MAX_BYTES = (1 << 63) - 1
@@ -307,8 +307,8 @@ class Client(KernelMethods):
                                        "element size overflows 63 bits")
         size = nbytes or 1
         handle_id = self._live().empty(size)
-        return Tensor._make(self, _Handle(handle_id, size, self._release_collected),
-                            shape, dense_strides(shape), dt, 0)
+        return Tensor._make(self, self._handle(handle_id, size), shape, dense_strides(shape), dt,
+                            0)
 
     # --- trait: create / empty / read -----------------------------------------------------------
 
@@ -587,9 +587,8 @@ class Client(KernelMethods):
 # alone and the kernel message on the call's types alone. Both are serialized once per launch
 # key (kernel, types, layouts; a chain of operations repeats a few) and cached as wire bytes, so
 # a launch writes just its bindings around them (Note [Hand-encoded commands], _wire.py; each
-# tensor's layout and binding are computed once, Tensor._launch_view). The cache is bounded: past
-# _CACHE_LIMIT entries it is cleared and refills.
-_CACHE_LIMIT = 4096
+# tensor's layout and binding are computed once, Tensor._launch_view). The cache is bounded
+# (cache_put).
 _launch_cache: dict = {}
 _CHECKED = _wire.mode(types_pb2.EXECUTION_MODE_CHECKED)
 
@@ -612,12 +611,9 @@ def _launch_parts(key: Tuple[Any, ...]) -> Tuple[bytes, bytes]:
         raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from None
     x, y, z = cube_count_for(math.prod(layouts[-1][0]))
     count = types_pb2.CubeCount(static_count=types_pb2.CubeCount.Static(x=x, y=y, z=z))
-    head = _execute_head(kernel, count)
-    tail = types_pb2.Bindings(metadata=metadata).SerializeToString()
-    if len(_launch_cache) >= _CACHE_LIMIT:
-        _launch_cache.clear()
-    _launch_cache[key] = (head, tail)
-    return head, tail
+    return cache_put(_launch_cache, key,
+                     (_execute_head(kernel, count),
+                      types_pb2.Bindings(metadata=metadata).SerializeToString()))
 
 
 _scalar_cache: dict = {}
@@ -631,10 +627,8 @@ def _scalar_field(scalars: Sequence[Scalars]) -> bytes:
                                   for v in s.values])) for s in scalars])
     field = _scalar_cache.get(key)
     if field is None:
-        field = types_pb2.Bindings(scalars=[s.to_proto() for s in scalars]).SerializeToString()
-        if len(_scalar_cache) >= _CACHE_LIMIT:
-            _scalar_cache.clear()
-        _scalar_cache[key] = field
+        field = cache_put(_scalar_cache, key, types_pb2.Bindings(
+            scalars=[s.to_proto() for s in scalars]).SerializeToString())
     return field
 
 

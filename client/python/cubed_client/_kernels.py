@@ -13,7 +13,7 @@ import numpy as np
 
 from ._errors import InvalidArgumentError
 from ._tensor import Tensor
-from ._types import BFLOAT16, DTypeLike, Scalars, dense_strides
+from ._types import BFLOAT16, DTypeLike, Scalars, cache_put, dense_strides
 
 ArrayOrScalar = Union[Tensor, np.ndarray, int, float, Sequence[Any]]
 Axis = Union[None, int, Sequence[int]]
@@ -26,8 +26,19 @@ if BFLOAT16 is not None:
 _FLOAT_DTYPES = frozenset(_MACHINE_EPS)
 
 
-# The broadcast shape of each tuple of operand shapes seen (KernelMethods._broadcast_shape).
+# The broadcast shape of each tuple of operand shapes seen (None: they do not broadcast).
 _broadcast_cache: dict = {}
+
+
+def _broadcast(shapes: Tuple[Tuple[int, ...], ...]) -> Optional[Tuple[int, ...]]:
+    """numpy's broadcast of ``shapes``, or None when they do not broadcast; memoized."""
+    if shapes in _broadcast_cache:
+        return _broadcast_cache[shapes]
+    try:
+        shape: Optional[Tuple[int, ...]] = tuple(map(int, np.broadcast_shapes(*shapes)))
+    except ValueError:
+        shape = None
+    return cache_put(_broadcast_cache, shapes, shape)
 
 
 class KernelMethods:
@@ -67,19 +78,11 @@ class KernelMethods:
         return self._launch(name, [a], self._alloc(a.shape, a.dtype))
 
     def _broadcast_shape(self, name: str, *tensors: Tensor) -> Tuple[int, ...]:
-        shapes = tuple([t._shape for t in tensors])
-        shape = _broadcast_cache.get(shapes)
-        if shape is not None:
-            return shape
-        try:
-            shape = tuple(map(int, np.broadcast_shapes(*shapes)))
-        except ValueError:
+        shape = _broadcast(tuple([t._shape for t in tensors]))
+        if shape is None:
             listed = " and ".join(str(t.shape) for t in tensors)
             raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
-                                       f"{name}: shapes {listed} do not broadcast") from None
-        if len(_broadcast_cache) >= 4096:  # A model repeats a few shapes; bounded anyway.
-            _broadcast_cache.clear()
-        _broadcast_cache[shapes] = shape
+                                       f"{name}: shapes {listed} do not broadcast")
         return shape
 
     def _binary(self, name: str, a: ArrayOrScalar, b: ArrayOrScalar,
@@ -294,18 +297,11 @@ class KernelMethods:
             raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
                                        f"matmul: shapes {ta.shape} and {tb.shape}: inner "
                                        f"dimensions {ta.shape[-1]} and {tb.shape[-2]} differ")
-        key = (ta._shape[:-2], tb._shape[:-2])
-        batch = _broadcast_cache.get(key)
+        batch = _broadcast((ta._shape[:-2], tb._shape[:-2]))
         if batch is None:
-            try:
-                batch = tuple(map(int, np.broadcast_shapes(*key)))
-            except ValueError:
-                raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
-                                           f"matmul: batch dimensions of {ta.shape} and "
-                                           f"{tb.shape} do not broadcast") from None
-            if len(_broadcast_cache) >= 4096:
-                _broadcast_cache.clear()
-            _broadcast_cache[key] = batch
+            raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
+                                       f"matmul: batch dimensions of {ta.shape} and {tb.shape} "
+                                       "do not broadcast")
         shape = batch + (ta._shape[-2], tb._shape[-1])
         if heads_inner and len(shape) >= 3 and not (squeeze_a or squeeze_b):
             out = self._alloc(shape[:-3] + (shape[-2], shape[-3], shape[-1]),

@@ -292,14 +292,19 @@ class StreamTransport:
         if self._closing:
             raise error_for(grpc.StatusCode.FAILED_PRECONDITION, "the client is closed")
 
+    def _check_writable(self) -> None:
+        """_check_open for the ring's writers, taking _cv only when the stream ended or closes
+        (the flags are plain reads otherwise)."""
+        if self._ended or self._closing:
+            with self._cv:
+                self._check_open()
+
     def _send_direct(self, command: Union[session_pb2.Command, bytes],
                      convert: Optional[Callable[[session_pb2.Reply], object]]) -> Optional[Future]:
         """Writes ``command`` (a message, or its wire bytes without seq: Note [Hand-encoded
         commands]) after the held ones, in one ring message."""
         with self._write_lock:
-            if self._ended or self._closing:
-                with self._cv:
-                    self._check_open()
+            self._check_writable()
             commands, self._held = self._held, []
             commands.append(command if isinstance(command, bytes) else command.SerializeToString())
             request = _wire.session_request(commands, self._next_seq)
@@ -327,9 +332,7 @@ class StreamTransport:
         """Holds ``command`` (an empty's or a release's wire bytes) for the next write (Note
         [Held commands])."""
         with self._write_lock:
-            if self._ended or self._closing:
-                with self._cv:
-                    self._check_open()
+            self._check_writable()
             if len(self._held) < HELD_COMMANDS:
                 self._held.append(command)
                 return

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -194,6 +194,20 @@ class Info:
     matmul_types: List[str] = field(default_factory=list)
 
 
+# Entries one of the SDK's memo caches holds before it is cleared and refills (a model repeats a
+# few shapes and layouts; any program stays bounded).
+CACHE_LIMIT = 4096
+
+
+def cache_put(cache: Dict[Any, Any], key: Any, value: Any) -> Any:
+    """Stores ``value`` under ``key`` in one of the SDK's memo caches (cleared first once it
+    holds CACHE_LIMIT entries) and returns it."""
+    if len(cache) >= CACHE_LIMIT:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
 def dense_strides(shape: Sequence[int]) -> Tuple[int, ...]:
     """Row-major strides, in elements, of a dense tensor of ``shape``."""
     key = tuple(shape)
@@ -204,10 +218,7 @@ def dense_strides(shape: Sequence[int]) -> Tuple[int, ...]:
         for extent in reversed(key):
             out.append(step)
             step *= max(int(extent), 1)
-        strides = tuple(reversed(out))
-        if len(_dense_strides_cache) >= 4096:  # A model repeats a few shapes; bounded anyway.
-            _dense_strides_cache.clear()
-        _dense_strides_cache[key] = strides
+        strides = cache_put(_dense_strides_cache, key, tuple(reversed(out)))
     return strides
 
 

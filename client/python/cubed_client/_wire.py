@@ -97,15 +97,10 @@ def empty(handle: int, size: int) -> bytes:
     return field(_EMPTY, _ID + varint(handle) + _SIZE + varint(size))
 
 
-_COMMAND_HEADS = [bytes((_COMMANDS, n)) for n in range(128)]
-
-
 def numbered(command: bytes, seq: int) -> bytes:
     """SessionRequest.commands entry: ``command`` (a Command without seq) given ``seq``. Entries
     concatenate into a SessionRequest."""
-    body = command + _SEQ + varint(seq)  # Fields may come in any order.
-    n = len(body)
-    return (_COMMAND_HEADS[n] if n < 128 else bytes((_COMMANDS,)) + varint(n)) + body
+    return field(_COMMANDS, command + _SEQ + varint(seq))  # Fields may come in any order.
 
 
 def session_request(commands: List[bytes], first_seq: int) -> bytes:
