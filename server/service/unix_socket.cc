@@ -103,7 +103,7 @@ Acceptor::~Acceptor() {
 
 int Acceptor::Accept() {
   const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-  int error = errno;
+  const int error = errno;
   if (fd >= 0) {
     rlimit limit{};
     if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY ||
