@@ -25,6 +25,7 @@ constexpr BufferNames kWhere = {"cond", "x", "y", "out"};
 constexpr BufferNames kNormWeight = {"in", "weight", "out"};
 constexpr BufferNames kNormAffine = {"in", "weight", "bias", "out"};
 constexpr BufferNames kGather = {"table", "indices", "out"};
+constexpr BufferNames kAttention = {"q", "k", "v", "out"};
 
 constexpr KernelDef Unary(absl::string_view name, DtypeMask dtypes) {
   return {name, 2,     kInOut, dtypes, ShapeRule::kSame, InType::kDtype, OutType::kDtype,
@@ -59,13 +60,17 @@ constexpr KernelDef Norm(absl::string_view name, uint32_t num_buffers, BufferNam
 
 // Sorted by name. "max" and "min" appear twice: reductions with 2 buffers, elementwise with 3.
 // Columns: name, buffers, buffer names, dtypes, shape rule, input types, output type, min rank,
-// fill scalar, in place, non-empty axis, float parameter (the norms' eps, causal_softmax's scale).
+// fill scalar, in place, non-empty axis, float parameter (the norms' eps, the causal kernels'
+// scale).
 constexpr KernelDef kKernels[] = {
     Unary("abs", kSignedTypes),
     Binary("add", kNumericTypes),
     Reduce("argmax", kNumericTypes, OutType::kI64, kNonEmpty),
     {"cast", 2, kInOut, kAllTypes, ShapeRule::kSame, InType::kDtype, OutType::kOutDtype, 0, false,
      true, false},
+    // softmax(scale * q k^T) v over the keys each query sees (k <= q): attention in one launch.
+    {"causal_attention", 4, kAttention, kFloatTypes, ShapeRule::kAttention, InType::kDtype,
+     OutType::kDtype, 2, false, false, false, FloatParam::kScale},
     // Softmax over the lower triangle of the last two dims, scaled: attention's probabilities.
     {"causal_softmax", 2, kInOut, kFloatTypes, ShapeRule::kSame, InType::kDtype, OutType::kDtype, 2,
      false, true, false, FloatParam::kScale},

@@ -43,6 +43,8 @@ enum class ShapeRule : uint8_t {
   kNorm,       // layer_norm, rms_norm: out shape == in shape; weight, bias: [in's last dim].
   kGather,     // table, indices (of the call's index_dtype) -> out = table.shape[:axis] +
                // indices.shape + table.shape[axis + 1:].
+  kAttention,  // q [..., L, E], k [..., S, E], v [..., S, Ev] -> out [..., L, Ev], batch dims
+               // broadcast.
 };
 
 // Element type of the output (the last buffer): the call's dtype, its out_dtype (cast), i64
@@ -58,7 +60,7 @@ enum class InType : uint8_t { kDtype, kBoolFirst, kIndexSecond };
 enum class FloatParam : uint8_t {
   kNone,
   kEps,    // Norms: finite and >= 0 (the row's variance + eps is never negative).
-  kScale,  // causal_softmax: the factor of its inputs, finite.
+  kScale,  // causal_softmax, causal_attention: the factor of the scores, finite.
 };
 
 // One row of the catalogue: a builtin kernel is its name and buffer count.

@@ -17,7 +17,7 @@ std::string Describe(const TensorLayout& t) {
   return absl::StrCat("shape ", FormatDims(t, t.shape), ", strides ", FormatDims(t, t.strides));
 }
 
-// The one float parameter of the norms (eps) and causal_softmax (scale): one f32 or f64 value,
+// The one float parameter of the norms (eps) and the causal kernels (scale): one f32 or f64 value,
 // whatever the dtype (the kernels convert it to the type they compute in).
 absl::Status CheckFloatParam(const KernelDef& def, const BuiltinCall& call) {
   const absl::string_view what = def.float_param == FloatParam::kEps ? "eps" : "scale";
@@ -169,6 +169,38 @@ absl::Status CheckMatmul(const KernelDef& def, const TensorLayout& a, const Tens
   return CheckBroadcast(def, 1, b, c, r - 2);
 }
 
+// q [..., L, E], k [..., S, E], v [..., S, Ev] -> out [..., L, Ev] (ranks already equal), the
+// batch dims of q, k and v broadcast to out's.
+absl::Status CheckAttention(const KernelDef& def, const KernelMetadata& meta) {
+  const TensorLayout& q = meta.tensors[0];
+  const TensorLayout& k = meta.tensors[1];
+  const TensorLayout& v = meta.tensors[2];
+  const TensorLayout& out = meta.tensors[3];
+  const uint32_t r = out.rank;
+  const uint64_t l = q.shape[r - 2], e = q.shape[r - 1], s = k.shape[r - 2], ev = v.shape[r - 1];
+  if (k.shape[r - 1] != e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(ErrorPrefix(def), "q shape ", FormatDims(q, q.shape), " and k shape ",
+                     FormatDims(k, k.shape),
+                     " differ in their last dim (E): queries and keys must have the "
+                     "same length"));
+  }
+  if (v.shape[r - 2] != s) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ErrorPrefix(def), "k shape ", FormatDims(k, k.shape), " and v shape ",
+        FormatDims(v, v.shape), " differ in dim ", r - 2, " (S): every key needs one value"));
+  }
+  if (out.shape[r - 2] != l || out.shape[r - 1] != ev) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(ErrorPrefix(def), "out shape ", FormatDims(out, out.shape),
+                     " must end in [L, Ev] = [", l, ", ", ev, "] for q shape ",
+                     FormatDims(q, q.shape), " and v shape ", FormatDims(v, v.shape)));
+  }
+  for (uint32_t i = 0; i < 3; ++i)
+    RETURN_IF_ERROR(CheckBroadcast(def, i, meta.tensors[i], out, r - 2));
+  return absl::OkStatus();
+}
+
 // out = table.shape[:axis] + indices.shape + table.shape[axis + 1:], table rank >= 1.
 absl::Status CheckGather(const KernelDef& def, const BuiltinCall& call, const TensorLayout& table,
                          const TensorLayout& indices, const TensorLayout& out) {
@@ -285,9 +317,48 @@ absl::Status CheckMatmulWork(const KernelDef& def, const BuiltinCall& call,
   return absl::OkStatus();
 }
 
-// Bounds the work of the kernels that do more than a constant per output element (reductions
-// and matmul) by the memory the launch binds; the others (gather reads one index and one table
-// element per output element) are bounded by their output, which may not overlap itself.
+// Work bound of causal_attention (docs/kernel-abi.md, "Work bound"): each output row costs
+// S * (E + Ev) multiply-adds, so every batch dim of out > 1 comes from an input with that extent
+// and a nonzero stride, and k and v claim no more elements (stride-0 batch dims counted once) than
+// their buffers hold: the work is bounded by out's rows times the memory k and v bind.
+absl::Status CheckAttentionWork(const KernelDef& def, const BuiltinCall& call,
+                                const KernelMetadata& meta,
+                                absl::Span<const uint64_t> buffer_bytes) {
+  const TensorLayout& out = meta.tensors[3];
+  if (out.NumElements() == 0) return absl::OkStatus();
+  for (uint32_t d = 0; d + 2 < out.rank; ++d) {
+    if (out.shape[d] <= 1) continue;
+    bool from_input = false;
+    for (uint32_t i = 0; i < 3; ++i) {
+      const TensorLayout& t = meta.tensors[i];
+      from_input = from_input || (t.shape[d] == out.shape[d] && t.strides[d] != 0);
+    }
+    if (from_input) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        ErrorPrefix(def), "out batch dim ", d, " is ", out.shape[d],
+        ", but none of q, k and v has that extent there with a nonzero stride (a stride-0 dim "
+        "broadcasts like a dim of 1): out's batch dims must be the broadcast of the inputs' "
+        "(docs/kernel-abi.md, \"Work bound\")"));
+  }
+  for (uint32_t i = 1; i < 3; ++i) {
+    const TensorLayout& t = meta.tensors[i];
+    const uint64_t claimed = UnbroadcastElements(t);
+    const uint64_t held = HeldElements(buffer_bytes[i], call.dtype);
+    if (claimed <= held) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        ErrorPrefix(def), BufferLabel(def, i), " (", Describe(t), ") claims ", claimed,
+        " elements (stride-0 batch dims counted once), but its buffer holds ", held, " ",
+        ElemTypeName(call.dtype), " elements; every query reads all of ", def.buffer_names[i],
+        ", so it may not repeat its data through stride 0 or overlapping strides "
+        "(docs/kernel-abi.md, \"Work bound\")"));
+  }
+  return absl::OkStatus();
+}
+
+// Bounds the work of the kernels that do more than a constant per output element (reductions,
+// matmul and attention) by the memory the launch binds; the others (gather reads one index and
+// one table element per output element) are bounded by their output, which may not overlap
+// itself.
 absl::Status CheckWork(const KernelDef& def, const BuiltinCall& call, const KernelMetadata& meta,
                        absl::Span<const uint64_t> buffer_bytes) {
   switch (def.shape_rule) {
@@ -295,6 +366,8 @@ absl::Status CheckWork(const KernelDef& def, const BuiltinCall& call, const Kern
       return CheckReduceWork(def, call, meta, buffer_bytes);
     case ShapeRule::kMatmul:
       return CheckMatmulWork(def, call, meta, buffer_bytes);
+    case ShapeRule::kAttention:
+      return CheckAttentionWork(def, call, meta, buffer_bytes);
     case ShapeRule::kAny:
     case ShapeRule::kSame:
     case ShapeRule::kBroadcast:
@@ -366,6 +439,9 @@ absl::Status CheckShapes(const KernelDef& def, const BuiltinCall& call,
       return CheckMatmul(def, t[0], t[1], t[2]);
     case ShapeRule::kGather:
       return CheckGather(def, call, t[0], t[1], t[2]);
+    case ShapeRule::kAttention:
+      RETURN_IF_ERROR(CheckSameRank(def, meta));
+      return CheckAttention(def, meta);
   }
   return absl::InternalError(absl::StrCat(ErrorPrefix(def), "unknown shape rule"));
 }

@@ -28,10 +28,10 @@ TEST(ValidateTest, NamesAreSortedUniqueAndComplete) {
         "ne",      "lt",   "le",     "gt",     "ge",      "where"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
   }
-  for (const char* n : {"layer_norm", "rms_norm", "gather", "causal_softmax"}) {
+  for (const char* n : {"layer_norm", "rms_norm", "gather", "causal_softmax", "causal_attention"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
   }
-  EXPECT_EQ(names.size(), 37u);
+  EXPECT_EQ(names.size(), 38u);
 }
 
 TEST(ValidateTest, ValidCallPasses) {
@@ -264,6 +264,49 @@ TEST(ValidateTest, CausalSoftmaxTakesAFiniteScaleAndRankTwo) {
   st = ValidateBuiltin(call, ContiguousBytes({{2, 2}, {2, 2}}));
   EXPECT_EQ(st.message(),
             "kernel 'causal_softmax' does not support dtype i32 (supported: f32, f64, f16, bf16)");
+}
+
+TEST(ValidateTest, CausalAttentionShapes) {
+  std::vector<std::vector<uint64_t>> s = {{2, 3, 5, 8}, {1, 3, 7, 8}, {1, 3, 7, 4}, {2, 3, 5, 4}};
+  auto call = [&](ElemType dt) {
+    BuiltinCall c = ContiguousCall("causal_attention", dt, s);
+    c.scalars.push_back(OneScalar(ElemType::kF32, 0.125));
+    return c;
+  };
+  EXPECT_TRUE(ValidateBuiltin(call(ElemType::kBF16), ContiguousBytes(s, 2)).ok());
+  EXPECT_TRUE(ValidateBuiltin(call(ElemType::kF64), ContiguousBytes(s, 8)).ok());
+  BuiltinCall c = call(ElemType::kF32);
+  c.scalars.clear();
+  EXPECT_THAT(ValidateBuiltin(c, ContiguousBytes(s)).message(),
+              HasSubstr("takes exactly one scalar group (scale"));
+  EXPECT_EQ(ValidateBuiltin(call(ElemType::kI32), ContiguousBytes(s)).message(),
+            "kernel 'causal_attention' does not support dtype i32 (supported: f32, f64, f16, "
+            "bf16)");
+  const std::vector<std::vector<uint64_t>> good = s;
+  s[1] = {1, 3, 7, 9};
+  EXPECT_EQ(ValidateBuiltin(call(ElemType::kF32), ContiguousBytes(s)).message(),
+            "kernel 'causal_attention': q shape [2, 3, 5, 8] and k shape [1, 3, 7, 9] differ in "
+            "their last dim (E): queries and keys must have the same length");
+  s = good;
+  s[2] = {1, 3, 6, 4};
+  EXPECT_EQ(ValidateBuiltin(call(ElemType::kF32), ContiguousBytes(s)).message(),
+            "kernel 'causal_attention': k shape [1, 3, 7, 8] and v shape [1, 3, 6, 4] differ in "
+            "dim 2 (S): every key needs one value");
+  s = good;
+  s[3] = {2, 3, 5, 8};
+  EXPECT_EQ(ValidateBuiltin(call(ElemType::kF32), ContiguousBytes(s)).message(),
+            "kernel 'causal_attention': out shape [2, 3, 5, 8] must end in [L, Ev] = [5, 4] for "
+            "q shape [2, 3, 5, 8] and v shape [1, 3, 7, 4]");
+  s = good;
+  s[1] = {2, 2, 7, 8};
+  EXPECT_THAT(ValidateBuiltin(call(ElemType::kF32), ContiguousBytes(s)).message(),
+              HasSubstr("k shape [2, 2, 7, 8] does not broadcast to out shape [2, 3, 5, 4]"));
+  s = {{5, 8}, {7, 8}, {7, 4}, {5, 4, 1}};
+  EXPECT_THAT(ValidateBuiltin(call(ElemType::kF32), ContiguousBytes(s)).message(),
+              HasSubstr("ranks must be equal"));
+  s = {{8}, {8}, {8}, {8}};
+  EXPECT_THAT(ValidateBuiltin(call(ElemType::kF32), ContiguousBytes(s)).message(),
+              HasSubstr("q has rank 1, needs rank >= 2"));
 }
 
 TEST(ValidateTest, NormShapesDtypesAndEps) {

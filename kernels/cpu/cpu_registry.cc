@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/builtin.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/binary.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/elementwise.h"
@@ -45,6 +46,7 @@ constexpr CpuKernel kCpuKernels[] = {
     Binary("add", BinaryOp::kAdd),
     Reduce("argmax", ReduceOp::kArgmax),
     {"cast", 2, RunCast, 0},
+    {"causal_attention", 4, RunCausalAttention, 0},
     {"causal_softmax", 2, RunCausalSoftmax, 0},
     {"copy", 2, RunCopy, 0},
     Binary("div", BinaryOp::kDiv),

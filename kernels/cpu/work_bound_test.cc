@@ -213,5 +213,38 @@ TEST(WorkBoundTest, ElementwiseBroadcastsAndWindowsStillRun) {
   EXPECT_EQ(d[1], std::vector<float>(6, 0.5f));
 }
 
+TEST(WorkBoundTest, AttentionMayNotRepeatKeysOrValues) {
+  // One key and value, repeated 10^7 times through stride 0: every query would read them all.
+  const uint64_t s_len = 10000000;
+  for (uint32_t repeated : {1u, 2u}) {
+    std::vector<std::vector<float>> b = {{1}, {1}, {1}, {0}};
+    std::vector<TensorLayout> layouts = {
+        TensorLayout::Contiguous({1, 1}), TensorLayout::Contiguous({s_len, 1}),
+        TensorLayout::Contiguous({s_len, 1}), TensorLayout::Contiguous({1, 1})};
+    b[repeated == 1 ? 2 : 1].resize(s_len, 1.0f);  // The other one is real.
+    layouts[repeated] = Strided({s_len, 1}, {0, 0});
+    BuiltinCall call = MakeCall("causal_attention", ElemType::kF32);
+    call.scalars.push_back(OneScalar(ElemType::kF64, 1.0));
+    const Timed t = RunF32(call, layouts, b);
+    EXPECT_LT(t.took, kQuick);
+    EXPECT_EQ(t.status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(
+        t.status.message(),
+        AllOf(HasSubstr(repeated == 1 ? "buffer 1 (k)" : "buffer 2 (v)"),
+              HasSubstr("claims 10000000"), HasSubstr("holds 1 f32"), HasSubstr("Work bound")));
+    EXPECT_EQ(b[3][0], 0.0f);
+  }
+  // Heads sharing one key and value (stride-0 batch dims, as in multi-query attention) run.
+  std::vector<std::vector<float>> b = {{1, 2, 3}, {1}, {5}, {0, 0, 0}};
+  BuiltinCall call = MakeCall("causal_attention", ElemType::kF32);
+  call.scalars.push_back(OneScalar(ElemType::kF64, 1.0));
+  const Timed t = RunF32(call,
+                         {TensorLayout::Contiguous({3, 1, 1}), Strided({3, 1, 1}, {0, 1, 1}),
+                          Strided({3, 1, 1}, {0, 1, 1}), TensorLayout::Contiguous({3, 1, 1})},
+                         b);
+  ASSERT_TRUE(t.status.ok()) << t.status;
+  EXPECT_EQ(b[3], (std::vector<float>{5, 5, 5}));
+}
+
 }  // namespace
 }  // namespace cubed::kernels::testing

@@ -78,6 +78,27 @@ bool DenseFrom(const TensorLayout& t, uint32_t from) {
   return true;
 }
 
+// The MMA path of causal_attention (Note [Attention paths] in attention.cuh): half types, E = Ev
+// = 64, and q, k and v with unit column strides and every other stride a multiple of 8 elements,
+// so that each row starts 16 bytes after an aligned base (the kernel checks the bases).
+constexpr uint64_t kAttentionMmaDim = 64;
+bool AttentionOnTensorCores(const BuiltinCall& call, const KernelMetadata& meta) {
+  if (call.dtype != ElemType::kF16 && call.dtype != ElemType::kBF16) return false;
+  const uint32_t r = meta.tensors[3].rank;
+  if (meta.tensors[0].shape[r - 1] != kAttentionMmaDim ||
+      meta.tensors[3].shape[r - 1] != kAttentionMmaDim) {
+    return false;
+  }
+  for (uint32_t i = 0; i < 3; ++i) {
+    const TensorLayout& t = meta.tensors[i];
+    if (t.strides[r - 1] != 1) return false;
+    for (uint32_t d = 0; d + 1 < r; ++d) {
+      if (t.shape[d] != 1 && t.strides[d] % 8 != 0) return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 absl::StatusOr<CudaBuiltinArgs> MakeCudaBuiltinArgs(const BuiltinCall& call,
@@ -158,10 +179,17 @@ absl::StatusOr<CudaBuiltinArgs> MakeCudaBuiltinArgs(const BuiltinCall& call,
                                                                           : CUBED_CUDA_GROUP_BLOCK;
       break;
     }
-    case CudaFamily::kMatmul: {
+    case CudaFamily::kMatmul:
+    case CudaFamily::kAttention: {
       uint64_t batches = 1;
       for (uint32_t d = 0; d + 2 < out.rank; ++d) batches *= out.shape[d];
       args.count = batches;
+      if (family == CudaFamily::kAttention) {
+        const double scale = FloatScalar(call);
+        std::memcpy(&args.scalar, &scale, sizeof(scale));
+        args.variant = AttentionOnTensorCores(call, meta) ? CUBED_CUDA_ATTENTION_MMA
+                                                          : CUBED_CUDA_ATTENTION_GENERIC;
+      }
       break;
     }
     case CudaFamily::kGather: {  // Note [Gather strategy].
@@ -250,6 +278,16 @@ CudaLaunchDims BuiltinLaunchDims(const BuiltinCall& call, CudaBuiltinArgs* args,
                : args->variant == CUBED_CUDA_GROUP_WARP ? CeilDiv(args->count, kBlock / 32)
                                                         : args->count;
       break;
+    case CudaFamily::kAttention: {  // A block per 128 queries, or a warp per query.
+      const CudaTensorArg& out = args->buffers[3];
+      if (out.rank >= 2 && out.rank <= CUBED_CUDA_MAX_RANK && out.shape[out.rank - 1] != 0) {
+        const uint64_t queries = out.shape[out.rank - 2];  // count * queries < 2^32 elements.
+        blocks = args->variant == CUBED_CUDA_ATTENTION_MMA
+                     ? args->count * CeilDiv(queries, CUBED_CUDA_ATTENTION_MMA_ROWS)
+                     : CeilDiv(args->count * queries, kBlock / 32);
+      }
+      break;
+    }
     case CudaFamily::kMatmul: {
       const CudaTensorArg& c = args->buffers[2];
       if (c.rank >= 2 && c.rank <= CUBED_CUDA_MAX_RANK) {

@@ -24,6 +24,13 @@
 #define CUBED_CUDA_GROUP_WARP 1u    // One warp per output.
 #define CUBED_CUDA_GROUP_THREAD 2u  // One thread per output (reductions and gather).
 
+// `variant` of causal_attention (Note [Attention paths] in attention.cuh): a warp per query row
+// on the CUDA cores, or flash attention on the tensor cores (f16 and bf16, E = Ev = 64, unit
+// column strides, every other stride of q, k and v a multiple of 8 elements; blockDim.x 256).
+#define CUBED_CUDA_ATTENTION_GENERIC 0u
+#define CUBED_CUDA_ATTENTION_MMA 1u
+#define CUBED_CUDA_ATTENTION_MMA_ROWS 128u  // Queries per block of the MMA path.
+
 // Note [Split reduction]: when a reduction has too few outputs to fill the device, `splits`
 // blocks share each group of outputs, each folding one slice of the axis into a partial result
 // in the workspace; the block that finishes a group last (a counter per group) combines the
@@ -55,17 +62,19 @@ typedef struct CudaBuiltinArgs {
   CudaTensorArg buffers[CUBED_CUDA_MAX_BUFFERS];  // Inputs then the output, as bound.
   // Size of the iteration space: elements of the output (fill, copy, cast, unary, binary), outputs
   // (reductions), rows (softmax, norms: the output's elements / its last dim, 0 when that dim is
-  // 0), batches (matmul: product of the output's leading rank - 2 dims), gather: the output's
-  // elements (GROUP_THREAD) or rows (the output's elements / those of its dims after the axis).
+  // 0), batches (matmul, causal_attention: product of the output's leading rank - 2 dims),
+  // gather: the output's elements (GROUP_THREAD) or rows (the output's elements / those of its
+  // dims after the axis).
   unsigned long long count;
   // fill: the value's bits, little-endian, zero-extended to 64 bits. Norms: eps, an f64's bits;
-  // causal_softmax: its scale, an f64's bits.
+  // causal_softmax, causal_attention: its scale, an f64's bits.
   unsigned long long scalar;
   unsigned int num_buffers;
   unsigned int axis;     // Reductions: the reduced dim. Softmax, norms: rank - 1. Gather: the
                          // table's.
   unsigned int flags;    // CUBED_CUDA_DENSE, CUBED_CUDA_SUFFIX.
-  unsigned int variant;  // CUBED_CUDA_GROUP_* for reductions, softmax, norms, gather; else 0.
+  unsigned int variant;  // CUBED_CUDA_GROUP_* for reductions, softmax, norms, gather;
+                         // CUBED_CUDA_ATTENTION_* for causal_attention; else 0.
   // Reductions: blocks per group of outputs (Note [Split reduction]); 0 or 1 = no split.
   unsigned int splits;
   unsigned int reserved;

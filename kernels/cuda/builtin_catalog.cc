@@ -34,6 +34,7 @@ constexpr Row kRows[] = {
     {"add", 3, CudaFamily::kBinary, "cubed::AddOp", kNumeric},
     {"argmax", 2, CudaFamily::kReduce, "cubed::ArgmaxR", kNumeric},
     {"cast", 2, CudaFamily::kCast, "", kAll},
+    {"causal_attention", 4, CudaFamily::kAttention, "", kFloat},
     {"causal_softmax", 2, CudaFamily::kSoftmax, "cubed::CausalKeys", kFloat},
     {"copy", 2, CudaFamily::kCopy, "", kAll},
     {"div", 3, CudaFamily::kBinary, "cubed::DivOp", kNumeric},
@@ -150,6 +151,8 @@ std::string ProgramName(CudaFamily family, ElemType dtype) {
       return absl::StrCat("norm_", ElemTypeName(dtype));
     case CudaFamily::kGather:
       return "gather";  // Moves bits: 4 element sizes x 2 index types.
+    case CudaFamily::kAttention:
+      return absl::StrCat("attention_", ElemTypeName(dtype));
   }
   return "";
 }
@@ -175,6 +178,8 @@ absl::string_view SourceFile(CudaFamily family) {
       return "norm.cuh";
     case CudaFamily::kGather:
       return "gather.cuh";
+    case CudaFamily::kAttention:
+      return "attention.cuh";
   }
   return "";
 }
@@ -207,6 +212,8 @@ std::string Expression(const Row& row, ElemType dtype, ElemType out_dtype, ElemT
     case CudaFamily::kGather:
       return absl::StrCat("cubed::GatherKernel<", BitsType(dtype), ", ", CudaType(index_dtype),
                           ">");
+    case CudaFamily::kAttention:
+      return absl::StrCat("cubed::AttentionKernel<", t, ">");
   }
   return "";
 }

@@ -29,7 +29,8 @@ enum class CudaFamily : uint8_t {
   kSoftmax,
   kMatmul,
   kNorm,
-  kGather
+  kGather,
+  kAttention,  // q, k, v -> out (causal_attention).
 };
 
 // One NVRTC program of builtin kernels.

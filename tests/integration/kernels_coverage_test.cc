@@ -23,8 +23,8 @@ const std::set<std::string> kTestedKernels = {
 };
 // Names too long for the table above.
 const std::set<std::string> kTestedLongNames = {
-    "layer_norm", "rms_norm",  // kernels_norm_test
-    "causal_softmax",          // kernels_matmul_softmax_test
+    "layer_norm", "rms_norm",              // kernels_norm_test
+    "causal_softmax", "causal_attention",  // kernels_matmul_softmax_test
 };
 
 bool Tested(const std::string& name) {

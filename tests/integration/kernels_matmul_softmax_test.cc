@@ -1,4 +1,5 @@
-// matmul (batched, broadcast batch dims), softmax and causal_softmax against host references.
+// matmul (batched, broadcast batch dims), softmax, causal_softmax and causal_attention against
+// host references.
 
 #include <algorithm>
 #include <cmath>
@@ -199,6 +200,92 @@ TEST_F(MatmulSoftmaxTest, CausalSoftmaxNeedsAFiniteScaleAndTwoDims) {
   expect({4, 4}, {}, "takes exactly one scalar group (scale, one f32 or f64 value), got 0");
   expect({4, 4}, {ScalarOf(ElemType::kF64, INFINITY)}, "scale is inf; it must be finite");
   expect({4}, {ScalarOf(ElemType::kF64, 1)}, "needs rank >= 2");
+}
+
+// causal_attention: out row i = softmax over keys s <= i of scale * q_i . k_s, times v; batch
+// dims of k and v may broadcast.
+template <typename T>
+std::vector<T> CausalAttentionRef(const HostTensor<T>& q, const HostTensor<T>& k,
+                                  const HostTensor<T>& v, const std::vector<uint64_t>& out_shape,
+                                  double scale) {
+  const size_t r = out_shape.size();
+  const uint64_t len_q = out_shape[r - 2], ev = out_shape[r - 1], e = q.shape[r - 1];
+  const uint64_t len_k = k.shape[r - 2];
+  std::vector<uint64_t> batch_out(out_shape.begin(), out_shape.end() - 2);
+  std::vector<T> out(NumElements(out_shape));
+  for (uint64_t bi = 0; bi < NumElements(batch_out); ++bi) {
+    const auto idx = Unflatten(bi, batch_out);
+    auto base = [&](const HostTensor<T>& t) {
+      return t.data.data() +
+             BroadcastOffset(idx, std::vector<uint64_t>(t.shape.begin(), t.shape.end() - 2)) *
+                 t.shape[r - 2] * t.shape[r - 1];
+    };
+    const T *pq = base(q), *pk = base(k), *pv = base(v);
+    for (uint64_t i = 0; i < len_q; ++i) {
+      const uint64_t visible = std::min(len_k, i + 1);
+      std::vector<double> score(visible);
+      double m = -INFINITY, sum = 0;
+      for (uint64_t s = 0; s < visible; ++s) {
+        double dot = 0;
+        for (uint64_t j = 0; j < e; ++j) dot += double(pq[i * e + j]) * double(pk[s * e + j]);
+        score[s] = scale * dot;
+        m = std::max(m, score[s]);
+      }
+      for (uint64_t s = 0; s < visible; ++s) sum += std::exp(score[s] - m);
+      for (uint64_t c = 0; c < ev; ++c) {
+        double acc = 0;
+        for (uint64_t s = 0; s < visible; ++s)
+          acc += std::exp(score[s] - m) * double(pv[s * ev + c]);
+        out[(bi * len_q + i) * ev + c] = T(visible > 0 ? acc / sum : 0);
+      }
+    }
+  }
+  return out;
+}
+
+TEST_F(MatmulSoftmaxTest, CausalAttentionMatchesTheReference) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  std::mt19937_64 rng(53);
+  struct Case {
+    std::vector<uint64_t> q, k, v, out;
+  };
+  const std::vector<Case> cases = {
+      {{1, 1}, {1, 1}, {1, 1}, {1, 1}},
+      {{5, 8}, {9, 8}, {9, 3}, {5, 3}},
+      {{9, 4}, {3, 4}, {3, 6}, {9, 6}},
+      {{2, 3, 70, 64}, {1, 3, 70, 64}, {1, 3, 70, 64}, {2, 3, 70, 64}},  // Shared keys.
+  };
+  for (ElemType t : {ElemType::kF32, ElemType::kF64}) {
+    WithType(t, [&](auto zero) {
+      using T = decltype(zero);
+      for (const Case& c : cases) {
+        SCOPED_TRACE(absl::StrCat("causal_attention ", ElemTypeName(t), " ", ShapeString(c.q)));
+        auto q = RandomTensor<T>(rng, c.q, -2, 2);
+        auto k = RandomTensor<T>(rng, c.k, -2, 2);
+        auto v = RandomTensor<T>(rng, c.v, -2, 2);
+        Tensor tq = Upload(*client, q), tk = Upload(*client, k), tv = Upload(*client, v);
+        Tensor out = Output(*client, c.out, sizeof(T));
+        absl::Status s = client->Execute(Builtin("causal_attention", t), {tq, tk, tv}, {out},
+                                         {ScalarOf(ElemType::kF64, 0.125)});
+        ASSERT_TRUE(s.ok()) << s;
+        ExpectNear(Download<T>(*client, out), CausalAttentionRef(q, k, v, c.out, 0.125), 1e-5,
+                   1e-6);
+      }
+    });
+  }
+}
+
+TEST_F(MatmulSoftmaxTest, CausalAttentionRefusesShapesThatDoNotChain) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  Tensor q = Output(*client, {4, 8}, 4), k = Output(*client, {5, 8}, 4);
+  Tensor v = Output(*client, {6, 3}, 4), out = Output(*client, {4, 3}, 4);
+  const absl::Status s =
+      Settled(*client, client->Execute(Builtin("causal_attention", ElemType::kF32), {q, k, v},
+                                       {out}, {ScalarOf(ElemType::kF64, 1)}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("every key needs one value"));
 }
 
 TEST_F(MatmulSoftmaxTest, SoftmaxOfIntegersIsRefused) {

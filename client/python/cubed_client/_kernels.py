@@ -24,6 +24,7 @@ _MACHINE_EPS = {np.dtype(np.float32): 2.0 ** -23, np.dtype(np.float64): 2.0 ** -
 if BFLOAT16 is not None:
     _MACHINE_EPS[BFLOAT16] = 2.0 ** -7
 _FLOAT_DTYPES = frozenset(_MACHINE_EPS)
+_HALF_DTYPES = frozenset(t for t in _MACHINE_EPS if t.itemsize == 2)
 
 
 # The broadcast shape of each tuple of operand shapes seen (None: they do not broadcast).
@@ -344,6 +345,48 @@ class KernelMethods:
         return self._launch("causal_softmax", [a], self._alloc(a.shape, a.dtype),
                             scalars=[Scalars(np.float64, [float(scale)])])
 
+    def causal_attention(self, q: Tensor, k: Tensor, v: Tensor,
+                         scale: Optional[float] = None) -> Tensor:
+        """Causal attention in one launch (``causal_attention``): softmax over keys s <= i of
+        ``scale * q[..., i, :] . k[..., s, :]``, times v, for q [..., L, E], k [..., S, E],
+        v [..., S, Ev] of one float dtype (batch dims broadcast; ``scale`` 1/sqrt(E) unless
+        given, finite). The [L, S] scores never reach memory: on CUDA, f16 and bf16 with
+        E = Ev = 64 run flash attention on the tensor cores. The result is laid out as
+        ``scaled_dot_product_attention``'s."""
+        name = "causal_attention"
+        q, k, v = (self._own(t, name) for t in (q, k, v))
+        if min(q.ndim, k.ndim, v.ndim) < 2:
+            raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
+                                       f"{name}: q, k and v need at least two dimensions, got "
+                                       f"shapes {q.shape}, {k.shape}, {v.shape}")
+        if not q.dtype == k.dtype == v.dtype:
+            raise TypeError(f"{name}: dtypes differ ({q.dtype}, {k.dtype}, {v.dtype})")
+        if np.dtype(q.dtype) not in _FLOAT_DTYPES:
+            raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
+                                       f"{name}: q, k and v must be floats, got {q.dtype}")
+        if k.shape[-1] != q.shape[-1] or k.shape[-2] != v.shape[-2]:
+            raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
+                                       f"{name}: shapes q {q.shape}, k {k.shape}, v {v.shape} "
+                                       "do not chain (q and k share E, k and v share S)")
+        batch = _broadcast((q._shape[:-2], k._shape[:-2], v._shape[:-2]))
+        if batch is None:
+            raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
+                                       f"{name}: batch dimensions of {q.shape}, {k.shape} and "
+                                       f"{v.shape} do not broadcast")
+        if scale is None:
+            scale = 1 / math.sqrt(q.shape[-1]) if q.shape[-1] > 0 else 1.0
+        if not math.isfinite(scale):
+            raise ValueError(f"{name}: scale must be finite, got {scale}")
+        shape = batch + (q._shape[-2], v._shape[-1])
+        if len(shape) >= 3:  # [..., L, H, Ev] in memory, seen as [..., H, L, Ev].
+            out = self._alloc(shape[:-3] + (shape[-2], shape[-3], shape[-1]),
+                              q.dtype).swapaxes(-3, -2)
+        else:
+            out = self._alloc(shape, q.dtype)
+        rank = len(shape)
+        return self._launch(name, [self._pad(t, rank) for t in (q, k, v)], out,
+                            scalars=[Scalars(np.float64, [float(scale)])])
+
     def scaled_dot_product_attention(self, q: Tensor, k: Tensor, v: Tensor,
                                      attn_mask: Optional[ArrayOrScalar] = None,
                                      is_causal: bool = False,
@@ -354,11 +397,13 @@ class KernelMethods:
         keys 0..i (the mask's top-left-aligned lower triangle, as torch's); ``attn_mask`` is a
         bool mask (True takes part) or a float mask added to the scores, broadcasting to
         [..., L, S]. Float dtypes; halves compute each builtin in float32 and round once.
-        Composed of builtins, so it costs what those cost: causal, matmul, causal_softmax (the
-        scale and the mask in one pass), matmul; otherwise matmul, mul, add or where, softmax,
-        matmul. No fused kernel yet. The result's memory is laid out as [..., L, H, Ev] (H the
-        dim before L), so that ``.swapaxes(-3, -2).reshape(..., L, H * Ev)``, merging the heads,
-        is a view and not a copy."""
+        Causal attention in f16 or bf16 is ``causal_attention``, one fused launch; otherwise
+        composed of builtins, so it costs what those cost: causal, matmul, causal_softmax (the
+        scale and the mask in one pass), matmul (f32 and f64: cuBLAS products beat a fused
+        kernel on the CUDA cores); else matmul, mul, add or where, softmax, matmul. The result's
+        memory is laid out as [..., L, H, Ev] (H the dim before L), so that
+        ``.swapaxes(-3, -2).reshape(..., L, H * Ev)``, merging the heads, is a view and not a
+        copy."""
         q = self._own(q, "scaled_dot_product_attention")
         k = self._own(k, "scaled_dot_product_attention")
         v = self._own(v, "scaled_dot_product_attention")
@@ -380,6 +425,9 @@ class KernelMethods:
                              "both (as torch)")
         if scale is None:
             scale = 1 / math.sqrt(q.shape[-1])
+        if (is_causal and q.dtype == k.dtype == v.dtype
+                and np.dtype(q.dtype) in _HALF_DTYPES):
+            return self.causal_attention(q, k, v, scale)
         scores = self.matmul(q, k.swapaxes(-1, -2))
         if is_causal:
             return self._matmul(self.causal_softmax(scores, scale), v, heads_inner=True)

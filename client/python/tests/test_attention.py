@@ -106,3 +106,68 @@ def test_merging_the_output_heads_is_a_view(client, causal):
     out3 = client.scaled_dot_product_attention(client.create(q3), client.create(k3),
                                                client.create(v3))
     np.testing.assert_allclose(out3.read(), reference(q3, k3, v3), rtol=1e-5, atol=1e-6)
+
+
+# causal_attention: the fused kernel (on CUDA, E = Ev = 64 in f16 and bf16 takes the tensor
+# cores; sizes off its 128-query and 64-key tiles).
+@pytest.mark.parametrize("dtype, tol", [("float32", 1e-5), ("float64", 1e-12), (BF16, 3e-2),
+                                        ("float16", 3e-3)])
+@pytest.mark.parametrize("shapes", [((2, 3, 130, 64), (2, 3, 130, 64), 64),
+                                    ((1, 2, 70, 64), (1, 2, 200, 64), 64),
+                                    ((2, 150, 64), (2, 40, 64), 64),
+                                    ((3, 9, 24), (3, 11, 24), 40)])
+def test_causal_attention_matches_the_reference(client, dtype, tol, shapes):
+    q, k, v = qkv(shapes[0], shapes[1], shapes[2], dtype)
+    out = client.causal_attention(client.create(q), client.create(k), client.create(v))
+    assert out.shape == q.shape[:-1] + (shapes[2],) and out.dtype == np.dtype(dtype)
+    np.testing.assert_allclose(out.read().astype(np.float64), reference(q, k, v, causal=True),
+                               rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype, tol", [(BF16, 3e-2), ("float16", 3e-3), ("float32", 1e-5)])
+def test_causal_attention_of_head_views_with_shared_keys(client, dtype, tol):
+    # q, k and v as a model makes them: views of one [b, s, 3, h, 64] projection, heads moved
+    # before the sequence; then k and v shared by every batch (stride 0).
+    b, s, h = 2, 100, 3
+    qkv_all = RNG.standard_normal((b, s, 3, h, 64)).astype(dtype)
+    t = client.create(qkv_all)
+    q, k, v = (t[:, :, i].swapaxes(1, 2) for i in range(3))
+    out = client.causal_attention(q, k, v, scale=0.2)
+    want = reference(*(np.swapaxes(qkv_all[:, :, i], 1, 2) for i in range(3)), causal=True,
+                     scale=0.2)
+    np.testing.assert_allclose(out.read().astype(np.float64), want, rtol=tol, atol=tol)
+    k1, v1 = k[:1], v[:1]
+    out = client.causal_attention(q, k1, v1, scale=0.2)
+    want = reference(np.swapaxes(qkv_all[:, :, 0], 1, 2), np.swapaxes(qkv_all[:1, :, 1], 1, 2),
+                     np.swapaxes(qkv_all[:1, :, 2], 1, 2), causal=True, scale=0.2)
+    np.testing.assert_allclose(out.read().astype(np.float64), want, rtol=tol, atol=tol)
+
+
+def test_sdpa_is_causal_in_half_types_is_the_fused_kernel(client):
+    q, k, v = qkv((2, 2, 70, 64), (2, 2, 70, 64), 64, BF16)
+    tq, tk, tv = (client.create(x) for x in (q, k, v))
+    fused = client.scaled_dot_product_attention(tq, tk, tv, is_causal=True)
+    assert not fused.is_contiguous  # [b, L, H, Ev] memory: merging the heads is a view.
+    np.testing.assert_array_equal(fused.read(), client.causal_attention(tq, tk, tv).read())
+    np.testing.assert_allclose(fused.read().astype(np.float64), reference(q, k, v, causal=True),
+                               rtol=3e-2, atol=3e-2)
+
+
+def test_causal_attention_bad_arguments_leave_nothing(client):
+    q, k, v = (client.create(x) for x in qkv((3, 4), (5, 4), 2, "float32"))
+    before = client.memory_usage().bytes_in_use
+    with pytest.raises(cubed_client.InvalidArgumentError, match="do not chain"):
+        client.causal_attention(q, k, v[:4])
+    with pytest.raises(cubed_client.InvalidArgumentError, match="do not chain"):
+        client.causal_attention(q[:, :3], k, v)
+    with pytest.raises(cubed_client.InvalidArgumentError, match="two dimensions"):
+        client.causal_attention(q[0], k, v)
+    with pytest.raises(TypeError, match="dtypes differ"):
+        client.causal_attention(q, k, v.astype(np.float64))
+    with pytest.raises(ValueError, match="finite"):
+        client.causal_attention(q, k, v, scale=math.inf)
+    i = client.create(np.ones((3, 4), np.int32))
+    with pytest.raises(cubed_client.InvalidArgumentError, match="must be floats"):
+        client.causal_attention(i, i, i)
+    del i
+    assert client.memory_usage().bytes_in_use == before

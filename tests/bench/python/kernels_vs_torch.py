@@ -7,7 +7,7 @@
                                           GB/s of input + output
   * matmul f32 4096^3 (no TF32)           TFLOP/s
   * matmul f32 4096^3 with TF32 allowed   TFLOP/s
-  * causal attention (SDPA) and causal_softmax of GPT-2 small's shapes, bf16
+  * causal attention (SDPA: causal_attention) bf16 and f16, causal_softmax bf16, GPT-2 shapes
   * sum, mean, max, min, argmax along either axis of 4096 x 16384 f32   GB/s of input
   * batched matmul f16 and bf16, 32 x 1024 x 1024 x 64   TFLOP/s
   * matmul bf16 and f16, 4096^3 and 8192^3 (f32 accumulation, tensor cores)   TFLOP/s
@@ -210,14 +210,18 @@ def main() -> int:
                          2.0 * 8192 * 768 * 50257 / 1e12, lambda: c.matmul(clx, clw),
                          lambda: torch.matmul(tlx, tlw)))
             # GPT-2 small's attention: batch 8, 12 heads, 1024 positions, head_dim 64, bf16.
-            # cubed: matmul, causal_softmax, matmul; torch: flash attention (one kernel).
+            # cubed: causal_attention (flash attention on the tensor cores); torch: flash attention.
             qkv = [rng.standard_normal((8, 12, 1024, 64), dtype=np.float32) for _ in range(3)]
-            cq, ck, cv = (c.create(t.astype(ml_dtypes.bfloat16)) for t in qkv)
-            tq, tk, tv = (torch.from_numpy(t).cuda().to(torch.bfloat16) for t in qkv)
-            rows.append(("causal attention bf16 8x12x1024x64 (SDPA)", "TFLOP/s",
-                         4.0 * 8 * 12 * 1024 * 1024 * 64 / 2 / 1e12,
-                         lambda: c.scaled_dot_product_attention(cq, ck, cv, is_causal=True),
-                         lambda: F.scaled_dot_product_attention(tq, tk, tv, is_causal=True)))
+            for name, cdt, tdt in (("bf16", ml_dtypes.bfloat16, torch.bfloat16),
+                                   ("f16", np.float16, torch.float16)):
+                cq, ck, cv = (c.create(t.astype(cdt)) for t in qkv)
+                tq, tk, tv = (torch.from_numpy(t).cuda().to(tdt) for t in qkv)
+                rows.append((f"causal attention {name} 8x12x1024x64 (SDPA)", "TFLOP/s",
+                             4.0 * 8 * 12 * 1024 * 1024 * 64 / 2 / 1e12,
+                             lambda cq=cq, ck=ck, cv=cv:
+                                 c.scaled_dot_product_attention(cq, ck, cv, is_causal=True),
+                             lambda tq=tq, tk=tk, tv=tv:
+                                 F.scaled_dot_product_attention(tq, tk, tv, is_causal=True)))
             cscore = c.create(rng.standard_normal((8, 12, 1024, 1024),
                                                   dtype=np.float32).astype(ml_dtypes.bfloat16))
             tscore = torch.from_numpy(cscore.read().astype(np.float32)).cuda().to(torch.bfloat16)
