@@ -20,11 +20,16 @@ static_assert(CUBED_CUDA_MAX_RANK == kMaxRank, "rank limits differ");
 // Note [Reduction strategy]
 // One thread per output when the reduced axis is not the contiguous one and there are outputs
 // enough for a block: neighbouring threads then read neighbouring elements. Otherwise a warp per
-// output for short axes, a block per output for long ones. When the groups of outputs cannot
-// fill the device, Note [Split reduction] (builtin_args.h) splits each output's axis over blocks:
-// enough for two waves of resident blocks, each thread still folding kMinSliceFold elements.
+// output for short axes or many outputs, a block per output for few long ones. When the groups of
+// outputs cannot fill the device, Note [Split reduction] (builtin_args.h) splits each output's axis
+// over blocks: enough for two waves of resident blocks, each thread still folding kMinSliceFold
+// elements.
 constexpr uint64_t kThreadPerOutputMin = 256;
 constexpr uint64_t kWarpReduceMaxLen = 2048;
+// Outputs enough to fill a device with a warp each (2048: 16 warps on each of 128 SMs), so a
+// long axis is streamed by one warp per output without block-wide barriers (GPU run 36: rows of
+// 16384 f32, a block each 1757 GB/s, a warp each 3494).
+constexpr uint64_t kWarpReduceManyOutputs = 2048;
 constexpr uint64_t kMinSliceFold = 16;
 constexpr uint64_t kMaxSplitPartials = (uint64_t{8} << 20) / CUBED_CUDA_SPLIT_PARTIAL_BYTES;
 constexpr uint32_t kBlock = 256;
@@ -162,7 +167,9 @@ absl::StatusOr<CudaBuiltinArgs> MakeCudaBuiltinArgs(const BuiltinCall& call,
       if (in.strides[call.axis] != 1 && len > 1 && args.count >= kThreadPerOutputMin) {
         args.variant = CUBED_CUDA_GROUP_THREAD;
       } else {
-        args.variant = len <= kWarpReduceMaxLen ? CUBED_CUDA_GROUP_WARP : CUBED_CUDA_GROUP_BLOCK;
+        args.variant = len <= kWarpReduceMaxLen || args.count >= kWarpReduceManyOutputs
+                           ? CUBED_CUDA_GROUP_WARP
+                           : CUBED_CUDA_GROUP_BLOCK;
       }
       break;
     }

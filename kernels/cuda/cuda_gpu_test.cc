@@ -6,6 +6,7 @@
 
 #include <cuda.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/cuda/cuda_context.h"
 #include "common/cuda/cuda_driver.h"
 #include "common/half.h"
@@ -420,8 +422,17 @@ std::vector<Case> CasesFor(const CudaBuiltinSignature& s, CudaFamily family) {
       break;
     case CudaFamily::kReduce:
       add("warp", {Dense({37, 300}), Dense({37, 1})}, 1);
+      add("warp per long row", {Dense({2100, 3000}), Dense({2100, 1})}, 1).split = true;
       add("block", {Dense({3, 5000}), Dense({3, 1})}, 1);
       add("thread", {Dense({50, 20000}), Dense({1, 20000})}, 0).split = true;
+      // Threads per column, split: misaligned, odd widths, pitched rows, many rows.
+      add("thread columns", {Dense({40, 1024}), Dense({1, 1024})}, 0).split = true;
+      add("thread columns misaligned", {Dense({40, 1024}), Dense({1, 1024})}, 0, 1).split = true;
+      add("thread columns middle", {Dense({6, 50, 256}), Dense({6, 1, 256})}, 1).split = true;
+      add("thread columns odd", {Dense({40, 1026}), Dense({1, 1026})}, 0).split = true;
+      add("thread columns pitched", {Strided({40, 512}, {514, 1}), Dense({1, 512})}, 0).split =
+          true;
+      add("thread columns 4096", {Dense({4096, 4096}), Dense({1, 4096})}, 0).split = true;
       add("middle", {Dense({4, 9, 5}), Dense({4, 1, 5})}, 1);
       add("transposed", {Strided({300, 37}, {1, 300}), Dense({1, 37})}, 0);
       if (s.name == "sum" || s.name == "mean") {  // max, min, argmax refuse an empty axis.
@@ -557,9 +568,12 @@ TEST(CudaGpuTest, EveryBuiltinMatchesTheCpu) {
   Gpu* gpu = TheGpu(&skip);
   if (gpu == nullptr) GTEST_SKIP() << skip;
   int cases = 0;
-  const char* only = std::getenv("CUBED_KERNEL_FILTER");  // e.g. "causal_attention".
+  // CUBED_KERNEL_FILTER=sum,argmax: only those kernels (comma-separated names).
+  const char* only = std::getenv("CUBED_KERNEL_FILTER");
+  const std::vector<std::string> names =
+      only == nullptr ? std::vector<std::string>{} : absl::StrSplit(only, ',');
   for (const CudaBuiltinSignature& s : CudaBuiltinSignatures()) {
-    if (only != nullptr && s.name.find(only) == std::string::npos) continue;
+    if (!names.empty() && std::find(names.begin(), names.end(), s.name) == names.end()) continue;
     const CudaFamily family = *FindCudaFamily(s.name, s.num_buffers);
     for (const Case& c : CasesFor(s, family)) {
       RunCase(*gpu, c);

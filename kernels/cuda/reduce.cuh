@@ -89,7 +89,9 @@ struct ArgmaxR {
 
 // This thread's share of elements [begin, end) of one output's axis, element k at
 // x[base + k * stride], folded into `acc`: lanes take interleaved 16-byte vectors when the axis
-// is contiguous, else interleaved elements, four loads in flight.
+// is contiguous, else interleaved elements, kInFlight loads in flight (a warp streaming a long
+// row, or a thread a long column, needs that many to cover the memory's latency: GPU run 36).
+constexpr int kInFlight = 8;
 template <class Red, class T>
 __device__ __forceinline__ typename Red::Acc FoldSlice(typename Red::Acc acc, const Buf<const T>& x,
                                                        u64 base, u64 stride, u64 begin, u64 end,
@@ -104,12 +106,12 @@ __device__ __forceinline__ typename Red::Acc FoldSlice(typename Red::Acc acc, co
     const u64 packs = (end - first) / kV;
     const Pack<T, kV>* v = reinterpret_cast<const Pack<T, kV>*>(p + first);
     u64 j = g.lane;
-    for (; j + 3 * g.size < packs; j += 4 * g.size) {
-      Pack<T, kV> q[4];
+    for (; j + (kInFlight - 1) * g.size < packs; j += kInFlight * g.size) {
+      Pack<T, kV> q[kInFlight];
 #pragma unroll
-      for (int u = 0; u < 4; ++u) q[u] = v[j + u * g.size];
+      for (int u = 0; u < kInFlight; ++u) q[u] = v[j + u * g.size];
 #pragma unroll
-      for (int u = 0; u < 4; ++u) {
+      for (int u = 0; u < kInFlight; ++u) {
 #pragma unroll
         for (u32 e = 0; e < kV; ++e)
           acc = Red::Step(acc, q[u].v[e], first + (j + u * g.size) * kV + e);
@@ -124,12 +126,12 @@ __device__ __forceinline__ typename Red::Acc FoldSlice(typename Red::Acc acc, co
     return acc;
   }
   u64 k = begin + g.lane;
-  for (; k + 3 * g.size < end; k += 4 * g.size) {
-    T v[4];
+  for (; k + (kInFlight - 1) * g.size < end; k += kInFlight * g.size) {
+    T v[kInFlight];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) v[u] = Load(x, base + (k + u * g.size) * stride);
+    for (int u = 0; u < kInFlight; ++u) v[u] = Load(x, base + (k + u * g.size) * stride);
 #pragma unroll
-    for (int u = 0; u < 4; ++u) acc = Red::Step(acc, v[u], k + u * g.size);
+    for (int u = 0; u < kInFlight; ++u) acc = Red::Step(acc, v[u], k + u * g.size);
   }
   for (; k < end; k += g.size) acc = Red::Step(acc, Load(x, base + k * stride), k);
   return acc;
