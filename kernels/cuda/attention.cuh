@@ -19,9 +19,9 @@ namespace cubed {
 // in column chunks), every score recomputed per chunk; f64 computes in f64, the rest in f32.
 
 constexpr u32 kAttnRows = CUBED_CUDA_ATTENTION_MMA_ROWS;  // Per block, MMA path: 8 warps x 16.
-constexpr u32 kAttnKeys = 64;   // Keys per tile.
-constexpr u32 kAttnDim = 64;    // E = Ev of the MMA path.
-constexpr u32 kAttnChunk = 4;   // Output columns per lane per pass of the generic path.
+constexpr u32 kAttnKeys = 64;                             // Keys per tile.
+constexpr u32 kAttnDim = 64;                              // E = Ev of the MMA path.
+constexpr u32 kAttnChunk = 4;  // Output columns per lane per pass of the generic path.
 
 // Element offsets of batch `b` in q, k, v and out (out's dims before the last two).
 __device__ __forceinline__ void AttentionBatch(const CudaBuiltinArgs& a, u64 b, u64 (&off)[4]) {
@@ -119,7 +119,8 @@ __device__ __forceinline__ void LoadTile(unsigned short* dst, const Buf<const T>
     const u32 row = c / kChunks, chunk = c % kChunks;
     const u64 index = base + row * stride + chunk * 8;
     const bool in = row < valid && index + 8 <= src.n;
-    const void* from = in ? static_cast<const void*>(src.p + index) : static_cast<const void*>(src.p);
+    const void* from =
+        in ? static_cast<const void*>(src.p + index) : static_cast<const void*>(src.p);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
                      SharedAddress(dst + Swizzled(row, chunk * 8))),
                  "l"(from), "r"(in ? 16 : 0));
@@ -188,9 +189,9 @@ __device__ __forceinline__ float QuadSum(float x) {
 
 template <class T>
 __device__ void AttentionMma(const CudaBuiltinArgs& a, unsigned short* smem) {
-  unsigned short* const qs = smem;                         // [128][64]
-  unsigned short* const ks = qs + kAttnRows * kAttnDim;    // [64][64]
-  unsigned short* const vs = ks + kAttnKeys * kAttnDim;    // [64][64]
+  unsigned short* const qs = smem;                       // [128][64]
+  unsigned short* const ks = qs + kAttnRows * kAttnDim;  // [64][64]
+  unsigned short* const vs = ks + kAttnKeys * kAttnDim;  // [64][64]
   const Buf<const T> q = BufOf<const T>(a.buffers[0]);
   const Buf<const T> k = BufOf<const T>(a.buffers[1]);
   const Buf<const T> v = BufOf<const T>(a.buffers[2]);
@@ -201,9 +202,8 @@ __device__ void AttentionMma(const CudaBuiltinArgs& a, unsigned short* smem) {
   const u64 v_rs = a.buffers[2].strides[r - 2];
   const u64 o_rs = a.buffers[3].strides[r - 2], o_cs = a.buffers[3].strides[r - 1];
   // Scores in the base-2 domain: x = scale * log2(e) * q . k, p = 2^(x - max).
-  const float scale2 =
-      static_cast<float>(__longlong_as_double(static_cast<long long>(a.scalar)) *
-                         1.4426950408889634);
+  const float scale2 = static_cast<float>(__longlong_as_double(static_cast<long long>(a.scalar)) *
+                                          1.4426950408889634);
   const u32 warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
   const u32 g = lane >> 2, t = lane & 3u;  // The MMA fragments' row group and column pair.
   const u64 q_tiles = (len_q + kAttnRows - 1) / kAttnRows;
@@ -226,7 +226,7 @@ __device__ void AttentionMma(const CudaBuiltinArgs& a, unsigned short* smem) {
 #pragma unroll
     for (u32 n = 0; n < kAttnDim / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
     float m_lo = Num<float>::Lowest(), m_hi = m_lo;  // Running maxima: rows g, g + 8.
-    float l_lo = 0.f, l_hi = 0.f;                           // Running sums (this thread's part).
+    float l_lo = 0.f, l_hi = 0.f;                    // Running sums (this thread's part).
     const u64 row_lo = q0 + warp * 16 + g, row_hi = row_lo + 8;
     for (u32 j = 0; j < key_tiles; ++j) {
       const u64 k0 = static_cast<u64>(j) * kAttnKeys;
@@ -249,8 +249,8 @@ __device__ void AttentionMma(const CudaBuiltinArgs& a, unsigned short* smem) {
 #pragma unroll
         for (u32 kp = 0; kp < kAttnDim / 32; ++kp) {
           u32 bf[4];
-          LoadMatrices(bf, SharedAddress(ks + Swizzled(n * 8 + (lane & 7u),
-                                                       kp * 32 + (lane >> 3) * 8)));
+          LoadMatrices(
+              bf, SharedAddress(ks + Swizzled(n * 8 + (lane & 7u), kp * 32 + (lane >> 3) * 8)));
           Mma<T>(s[n], qf[2 * kp], bf[0], bf[1]);
           Mma<T>(s[n], qf[2 * kp + 1], bf[2], bf[3]);
         }
@@ -341,7 +341,8 @@ __device__ void AttentionMma(const CudaBuiltinArgs& a, unsigned short* smem) {
         const u64 row = h == 0 ? row_lo : row_hi;
         if (row >= len_q) continue;
         const float inv = h == 0 ? inv_lo : inv_hi;
-        const T x0 = static_cast<T>(acc[n][2 * h] * inv), x1 = static_cast<T>(acc[n][2 * h + 1] * inv);
+        const T x0 = static_cast<T>(acc[n][2 * h] * inv),
+                x1 = static_cast<T>(acc[n][2 * h + 1] * inv);
         const u64 at = off[3] + row * o_rs + col * o_cs;
         if (o_cs == 1 && at + 2 <= o.n && Aligned(o.p + at, 4)) {
           Pack<T, 2> pair;
@@ -361,7 +362,8 @@ __device__ void AttentionMma(const CudaBuiltinArgs& a, unsigned short* smem) {
 #endif  // __CUDA_ARCH__ >= 800
 
 template <class T>
-__global__ void __launch_bounds__(256, 2) AttentionKernel(const __grid_constant__ CudaBuiltinArgs a) {
+__global__ void __launch_bounds__(256, 2)
+    AttentionKernel(const __grid_constant__ CudaBuiltinArgs a) {
   const u32 rank = a.buffers[3].rank;
   if (rank < 2 || rank > CUBED_CUDA_MAX_RANK) return;
   if constexpr (Num<T>::kHalf) {
