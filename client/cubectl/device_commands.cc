@@ -58,6 +58,7 @@ absl::Status InfoCommand(const Context& ctx) {
       NumberField("compute_units", d.compute_units()),
       RawField("compute_capability", d.compute_capability().empty() ? "-" : d.compute_capability(),
                JsonQuote(d.compute_capability())),
+      RawField("uuid", d.uuid().empty() ? "-" : d.uuid(), JsonQuote(d.uuid())),
       ListField("elem_types", elem_types),
       ListField("builtin_kernels", {d.builtin_kernels().begin(), d.builtin_kernels().end()}),
       ListField("features", {d.features().begin(), d.features().end()}),

@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace cubed {
 namespace {
@@ -42,6 +43,7 @@ absl::StatusOr<CudaDriver> OpenCudaDriver(const std::string& library_name) {
   need("cuDeviceGetCount", &d.DeviceGetCount);
   need("cuDeviceGet", &d.DeviceGet);
   need("cuDeviceGetName", &d.DeviceGetName);
+  need("cuDeviceGetUuid_v2", &d.DeviceGetUuid);
   need("cuDeviceGetAttribute", &d.DeviceGetAttribute);
   need("cuDeviceTotalMem_v2", &d.DeviceTotalMem);
   need("cuDevicePrimaryCtxRetain", &d.DevicePrimaryCtxRetain);
@@ -185,6 +187,15 @@ absl::Status CuStatus(CUresult result, const char* call, const char* file, int l
   if (IsStickyCudaError(result))
     return absl::UnavailableError(absl::StrCat("device lost: ", message));
   return absl::InternalError(message);
+}
+
+std::string FormatGpuUuid(const CUuuid& uuid) {
+  std::string out = "GPU-";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    absl::StrAppendFormat(&out, "%02x", static_cast<unsigned char>(uuid.bytes[i]));
+  }
+  return out;
 }
 
 }  // namespace cubed

@@ -24,6 +24,7 @@ struct CudaDriver {
   decltype(&::cuDeviceGetCount) DeviceGetCount = nullptr;
   decltype(&::cuDeviceGet) DeviceGet = nullptr;
   decltype(&::cuDeviceGetName) DeviceGetName = nullptr;
+  decltype(&::cuDeviceGetUuid_v2) DeviceGetUuid = nullptr;
   decltype(&::cuDeviceGetAttribute) DeviceGetAttribute = nullptr;
   decltype(&::cuDeviceTotalMem_v2) DeviceTotalMem = nullptr;
   decltype(&::cuDevicePrimaryCtxRetain) DevicePrimaryCtxRetain = nullptr;
@@ -100,6 +101,10 @@ absl::Status CuStatus(CUresult result, const char* call, const char* file, int l
 
 // The error's name, e.g. "CUDA_ERROR_ILLEGAL_ADDRESS" ("CUresult N" if the driver has none).
 std::string CuErrorName(CUresult result);
+
+// A device UUID (cuDeviceGetUuid) as nvidia-smi prints it:
+// "GPU-" then 32 lowercase hex digits in groups of 8-4-4-4-12.
+std::string FormatGpuUuid(const CUuuid& uuid);
 
 }  // namespace cubed
 

@@ -54,6 +54,12 @@ TEST(CudaDriverTest, CuStatusNamesTheCallTheErrorAndTheLine) {
   EXPECT_TRUE(CuStatus(CUDA_SUCCESS, "cuInit", "a.cc", 1).ok());
 }
 
+TEST(CudaDriverTest, UuidsPrintAsNvidiaSmiDoes) {
+  CUuuid uuid;
+  for (int i = 0; i < 16; ++i) uuid.bytes[i] = static_cast<char>(i * 17);
+  EXPECT_EQ(FormatGpuUuid(uuid), "GPU-00112233-4455-6677-8899-aabbccddeeff");
+}
+
 TEST(CudaDriverTest, StickyErrorsAreTheContextKillingOnes) {
   EXPECT_TRUE(IsStickyCudaError(CUDA_ERROR_ILLEGAL_ADDRESS));
   EXPECT_TRUE(IsStickyCudaError(CUDA_ERROR_LAUNCH_FAILED));

@@ -91,6 +91,9 @@ struct DeviceDescription {
   uint32_t max_units_per_cube = 0;
   uint32_t compute_units = 0;
   std::string compute_capability;
+  // CUDA: the device's UUID as nvidia-smi prints it ("GPU-" and 32 hex digits in 8-4-4-4-12
+  // groups), so that a local client finds the same GPU among its own devices; empty on the CPU.
+  std::string uuid;
   std::vector<ElemType> elem_types;
   // Builtin matmul's input/accumulator types, "bf16*bf16+f32" etc. (cubed.v1.DeviceInfo).
   std::vector<std::string> matmul_types;

@@ -47,6 +47,7 @@ void ToWire(const DeviceDescription& d, v1::DeviceInfo* out) {
   out->set_max_units_per_cube(d.max_units_per_cube);
   out->set_compute_units(d.compute_units);
   out->set_compute_capability(d.compute_capability);
+  out->set_uuid(d.uuid);
   for (ElemType t : d.elem_types) out->add_elem_types(static_cast<v1::ElemType>(t));
   for (const std::string& m : d.matmul_types) out->add_matmul_types(m);
   for (const std::string& k : d.builtin_kernels) out->add_builtin_kernels(k);

@@ -22,7 +22,7 @@ import numpy as np
 
 from ._errors import (CubedError, InvalidArgumentError, UnimplementedError, error_for,
                       error_from_rpc)
-from . import _wire
+from . import _interop, _wire
 from ._proto import compute_pb2, compute_pb2_grpc, session_pb2, types_pb2
 from ._address import default_address, region_socket_path, ring_socket_path, target_of
 from ._kernels import KernelMethods
@@ -183,6 +183,11 @@ class Client(KernelMethods):
         self._device = device
         self._target = target
         self._closed = False
+        # Handles shared with other libraries (Note [Tensor export]), and whether close() waits
+        # for them; the backend and GPU UUID of this client's device, asked on first export.
+        self._exported: "weakref.WeakSet[_Handle]" = weakref.WeakSet()
+        self._close_deferred = False
+        self._export_gpu: Optional[Tuple[str, str]] = None
         self.allow_tf32 = False
         """Whether float32 matmuls may run on TF32 tensor cores (PyTorch's
         ``torch.backends.cuda.matmul.allow_tf32``; matmul(allow_tf32=...) overrides it per call).
@@ -232,10 +237,19 @@ class Client(KernelMethods):
 
     def close(self) -> None:
         """Closes the session: the daemon releases every handle it holds (all tensors of this
-        client become unusable) and runs what was already sent first. Idempotent."""
+        client become unusable) and runs what was already sent first. Idempotent. While tensors
+        shared through DLPack or ``__cuda_array_interface__`` live, the client refuses new calls
+        at once but the session (and their memory) stays until the last of them is collected
+        (Note [Tensor export])."""
         if self._closed:
             return
         self._closed = True
+        if self._exported:
+            self._close_deferred = True
+            return
+        self._finish_close()
+
+    def _finish_close(self) -> None:
         self._finalizer()  # The session's end unmaps the daemon's side of the staging region.
         self._staging.close()
 
@@ -578,7 +592,52 @@ class Client(KernelMethods):
                     compute_units=d.compute_units, compute_capability=d.compute_capability,
                     dtypes=[dtype_of(e) for e in d.elem_types if e],
                     builtin_kernels=list(d.builtin_kernels), features=list(d.features), raw=d,
-                    matmul_types=list(d.matmul_types))
+                    matmul_types=list(d.matmul_types), uuid=d.uuid)
+
+    # --- sharing with other libraries (Note [Tensor export] in _interop.py) ---------------------
+
+    def _export_device(self) -> Tuple[int, int]:
+        """DLPack's device of this client's tensors (the backend and GPU asked once)."""
+        if self._export_gpu is None:
+            info = self.info()
+            self._export_gpu = (info.backend, info.uuid)
+        backend, uuid = self._export_gpu
+        if backend != "cuda":
+            return (_interop.DL_CPU, 0)
+        return (_interop.DL_CUDA, _interop.local_ordinal(uuid))
+
+    def _export_pointer(self, t: Tensor) -> int:
+        """The address, in this process, of ``t``'s element [0, ..., 0]: its handle's page
+        opened through CUDA IPC (once per handle), after the session's earlier commands.
+        BufferError when the tensor cannot be shared (CPU backend, IPC refused, another host)."""
+        self._own(t, "export")
+        if self._export_device()[0] != _interop.DL_CUDA:
+            raise BufferError("cannot share a tensor of the CPU backend without a copy (its memory "
+                              "is in the daemon's process): read() it into numpy instead")
+        self.sync()
+        handle = t._handle
+        if handle.export is None:
+            if handle.nbytes == 0:
+                return 0
+            stub = compute_pb2_grpc.ComputeStub(self._channel)
+            try:
+                r = stub.GetResource(compute_pb2.GetResourceRequest(
+                    session=self.session, binding=types_pb2.Binding(handle=handle.id)),
+                    timeout=self._timeout, metadata=self._metadata)
+            except grpc.RpcError as e:
+                raise error_from_rpc(e, "GetResource") from None
+            if not r.ipc_handle:
+                raise BufferError("the daemon gave no CUDA IPC handle for the tensor's memory")
+            handle.export = _interop.Mapping(self._export_gpu[1], r.ipc_handle, r.offset,
+                                             _interop.release_hook(self._self_ref))
+            self._exported.add(handle)
+        return handle.export.pointer + t.offset * t.dtype.itemsize
+
+    def _export_closed(self) -> None:
+        """An exported handle was collected: finish a deferred close once none is left."""
+        if self._close_deferred and not self._exported:
+            self._close_deferred = False
+            self._finish_close()
 
 
 # Note [Launch fast path]

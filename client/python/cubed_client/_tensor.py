@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Tuple, Unio
 
 import numpy as np
 
-from . import _wire
-from ._types import dense_strides
+from . import _interop, _wire
+from ._types import BFLOAT16, dense_strides
 
 if TYPE_CHECKING:
     from ._client import Client
@@ -26,19 +26,32 @@ class _Handle:
     finalizer costs a registry entry per tensor), on whatever thread dropped the last
     reference, so it must only record the id."""
 
-    __slots__ = ("id", "nbytes", "_release", "__weakref__")
+    __slots__ = ("id", "nbytes", "_release", "export", "__weakref__")
 
     def __init__(self, id: int, nbytes: int, release: Optional[Callable[[int], None]]) -> None:
         self.id = id
         self.nbytes = nbytes
         self._release = release
+        # The page opened in this process for DLPack / __cuda_array_interface__ (_interop.Mapping,
+        # Note [Tensor export]), closed with the handle, before its release.
+        self.export: Any = None
 
     def close(self) -> bool:
         """Detaches the GC release; True when this call took it over (release now)."""
+        if self.export is not None:
+            raise BufferError("the tensor is shared with another library (DLPack or "
+                              "__cuda_array_interface__): drop every reference to it instead of "
+                              "closing it, so that no importer is left with freed memory")
         release, self._release = self._release, None
         return release is not None
 
     def __del__(self) -> None:
+        export, self.export = self.export, None
+        if export is not None:
+            try:
+                export.close()
+            except Exception:  # noqa: BLE001 - interpreter shutdown: the mapping dies with it.
+                pass
         release, self._release = self._release, None
         if release is not None:
             try:
@@ -290,9 +303,50 @@ class Tensor:
         """Releases the daemon memory (for this tensor and every view of it): at once over unary
         calls and the gRPC stream; over the command ring with this client's next command (or
         its flush(), Note [Held commands]). Later use of any of them fails with NotFoundError.
-        Idempotent."""
+        Idempotent. BufferError for a tensor shared through DLPack or
+        ``__cuda_array_interface__`` (its memory lives while any reference does)."""
         if self._handle.close():
             self._client._release_now(self._handle.id)
+
+    # --- sharing with PyTorch, CuPy, JAX (Note [Tensor export] in _interop.py) -------------------
+
+    def __dlpack_device__(self) -> Tuple[int, int]:
+        """DLPack's (device type, device id): (kDLCUDA, this process's ordinal of the daemon's
+        GPU) on the CUDA backend, (kDLCPU, 0) on the CPU backend (which cannot export)."""
+        return self._client._export_device()
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
+                   copy: Optional[bool] = None) -> Any:
+        """A DLPack capsule over this tensor's daemon memory, no copy (``torch.from_dlpack(t)``,
+        ``cupy.from_dlpack(t)``, ``jax.dlpack.from_dlpack(t)``): CUDA backend, same host. Waits
+        for the session's earlier commands, so the data is ready on any consumer stream. The
+        consumer shares the memory (writes show on both sides) and keeps it alive. ``copy=True``
+        exports a fresh copy. BufferError on the CPU backend, for another ``dl_device`` or when
+        the driver refuses IPC."""
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError(f"cannot export to device {tuple(dl_device)}: the tensor is on "
+                              f"{self.__dlpack_device__()}")
+        source = self._client.copy(self) if copy else self
+        pointer = self._client._export_pointer(source)
+        return _interop.capsule(source, pointer, self.__dlpack_device__())
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        """Numba's CUDA array interface (version 3: CuPy, Numba, JAX, PyTorch read it), over this
+        tensor's daemon memory after the session's earlier commands; AttributeError on the CPU
+        backend and for bfloat16 (no typestr). The consumer must keep this tensor referenced
+        (CuPy and Numba do)."""
+        if BFLOAT16 is not None and self._dtype == BFLOAT16:
+            raise AttributeError("__cuda_array_interface__ has no bfloat16 type: use DLPack")
+        try:
+            pointer = self._client._export_pointer(self)
+        except BufferError as e:
+            raise AttributeError(str(e)) from None
+        itemsize = self._dtype.itemsize
+        strides = (None if self.is_contiguous
+                   else tuple(s * itemsize for s in self._strides))
+        return {"shape": self._shape, "typestr": self._dtype.str, "data": (pointer, False),
+                "strides": strides, "version": 3, "stream": None}
 
     # --- kernels as methods / operators ---------------------------------------------------------
 

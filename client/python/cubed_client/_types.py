@@ -174,6 +174,7 @@ class Info:
         features: e.g. ``"cuda_source"``, ``"ptx"``, ``"profiling"``.
         raw: the full cubed.v1.DeviceInfo message.
         matmul_types: builtin matmul's input and accumulator types, e.g. ``"bf16*bf16+f32"``.
+        uuid: CUDA: the GPU's UUID as nvidia-smi prints it (``"GPU-..."``); empty on CPU.
     """
 
     version: str
@@ -192,6 +193,7 @@ class Info:
     features: List[str]
     raw: types_pb2.DeviceInfo = field(repr=False)
     matmul_types: List[str] = field(default_factory=list)
+    uuid: str = ""
 
 
 # Entries one of the SDK's memo caches holds before it is cleared and refills (a model repeats a

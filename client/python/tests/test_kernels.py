@@ -504,7 +504,8 @@ def test_builtin_kernels_all_covered(client):
     covered = {"neg", "abs", "relu", "exp", "log", "sqrt", "sigmoid", "tanh", "add", "sub", "mul",
                "div", "max", "min", "pow", "sum", "mean", "argmax", "matmul", "softmax", "cast",
                "fill", "copy", "gather", "gelu", "gelu_tanh", "silu", "eq", "ne", "lt", "le", "gt",
-               "ge", "where", "layer_norm", "rms_norm", "causal_softmax"}
+               "ge", "where", "layer_norm", "rms_norm", "causal_softmax",
+               "causal_attention"}  # test_attention.py
     assert set(client.info().builtin_kernels) <= covered
 
 

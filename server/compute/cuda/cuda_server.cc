@@ -115,6 +115,9 @@ absl::Status CudaServer::Init() {
   d.max_units_per_cube = static_cast<uint32_t>(threads);
   d.compute_units = sm_count_;
   d.compute_capability = absl::StrCat(major, ".", minor);
+  CUuuid uuid;
+  CU_RETURN_IF_ERROR(Cu().DeviceGetUuid(&uuid, dev));
+  d.uuid = FormatGpuUuid(uuid);
   d.elem_types.assign(std::begin(kAllElemTypes), std::end(kAllElemTypes));
   // f16 and bf16 matmuls run on tensor cores through cuBLAS (f32 accumulation) when it loaded,
   // else on cubed's own kernel with the same accumulation.
