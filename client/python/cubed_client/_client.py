@@ -10,6 +10,7 @@ import contextlib
 import functools
 import math
 import os
+import threading
 import weakref
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -185,7 +186,10 @@ class Client(KernelMethods):
         self._closed = False
         # Handles shared with other libraries (Note [Tensor export]), and whether close() waits
         # for them; the backend and GPU UUID of this client's device, asked on first export.
-        self._exported: "weakref.WeakSet[_Handle]" = weakref.WeakSet()
+        # (A count, not a WeakSet: a handle's __del__ closes its export before weak references
+        # to it are cleared.)
+        self._exports = 0
+        self._exports_lock = threading.Lock()
         self._close_deferred = False
         self._export_gpu: Optional[Tuple[str, str]] = None
         self.allow_tf32 = False
@@ -243,11 +247,11 @@ class Client(KernelMethods):
         (Note [Tensor export])."""
         if self._closed:
             return
-        self._closed = True
-        if self._exported:
-            self._close_deferred = True
-            return
-        self._finish_close()
+        with self._exports_lock:
+            self._closed = True
+            self._close_deferred = self._exports > 0
+        if not self._close_deferred:
+            self._finish_close()
 
     def _finish_close(self) -> None:
         self._finalizer()  # The session's end unmaps the daemon's side of the staging region.
@@ -410,11 +414,12 @@ class Client(KernelMethods):
                 binding=types_pb2.Binding(handle=t.id, offset_start=start), shape=t.shape,
                 strides=t.strides, elem_size=t.dtype.itemsize)])
         out: Future = Future()
+        dtype, shape = t.dtype, t.shape  # Not the tensor: see Staging.read.
 
         def convert(f: Future) -> None:
             try:
                 data = f.result()[0]
-                out.set_result(np.frombuffer(data, dtype=t.dtype).reshape(t.shape).copy())
+                out.set_result(np.frombuffer(data, dtype=dtype).reshape(shape).copy())
             except BaseException as e:  # noqa: BLE001 - handed to the caller
                 out.set_exception(e)
 
@@ -628,15 +633,22 @@ class Client(KernelMethods):
                 raise error_from_rpc(e, "GetResource") from None
             if not r.ipc_handle:
                 raise BufferError("the daemon gave no CUDA IPC handle for the tensor's memory")
-            handle.export = _interop.Mapping(self._export_gpu[1], r.ipc_handle, r.offset,
-                                             _interop.release_hook(self._self_ref))
-            self._exported.add(handle)
+            mapping = _interop.Mapping(self._export_gpu[1], r.ipc_handle, r.offset,
+                                       _interop.release_hook(self._self_ref))
+            with self._exports_lock:
+                self._exports += 1
+            handle.export = mapping
         return handle.export.pointer + t.offset * t.dtype.itemsize
 
     def _export_closed(self) -> None:
-        """An exported handle was collected: finish a deferred close once none is left."""
-        if self._close_deferred and not self._exported:
-            self._close_deferred = False
+        """An exported handle was collected (any thread): finish a deferred close once none is
+        left."""
+        with self._exports_lock:
+            self._exports -= 1
+            finish = self._close_deferred and self._exports == 0
+            if finish:
+                self._close_deferred = False
+        if finish:
             self._finish_close()
 
 

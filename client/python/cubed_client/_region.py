@@ -131,12 +131,14 @@ class Staging:
             self.release()
             raise
         out: Future = Future()
+        # The callback keeps the layout, not the tensor: a finished future may be held on to
+        # (its callbacks with it), and the tensor must die with its last user reference.
+        dtype, shape, count = t.dtype, t.shape, t.nbytes // t.dtype.itemsize
 
         def convert(f: Future) -> None:
             try:
                 f.result()
-                count = t.nbytes // t.dtype.itemsize
-                out.set_result(np.frombuffer(region.mmap, t.dtype, count).reshape(t.shape).copy())
+                out.set_result(np.frombuffer(region.mmap, dtype, count).reshape(shape).copy())
             except BaseException as e:  # noqa: BLE001 - handed to the caller
                 out.set_exception(e)
             finally:

@@ -6,6 +6,7 @@ with BufferError."""
 from __future__ import annotations
 
 import gc
+import weakref
 
 import ml_dtypes
 import numpy as np
@@ -35,6 +36,19 @@ def test_the_cpu_backend_refuses_to_export(client):
         t.__dlpack__()
     assert not hasattr(t, "__cuda_array_interface__")
     t.close()  # Never exported: closes as always.
+
+
+def test_a_read_does_not_keep_its_tensor_alive(client):
+    # An exported page closes, and daemon memory goes back, with the last user reference: no
+    # finished read may hold on to the tensor (its future's callbacks outlive the read).
+    for shape in ((6,), (40, 3)):
+        t = client.create(np.ones(shape, np.float32))
+        t.read()
+        t.T.read()  # Strided: read_tensor.
+        handle = weakref.ref(t._handle)
+        del t
+        gc.collect()
+        assert handle() is None
 
 
 def test_dlpack_dtypes_map_to_dlpack_codes():
