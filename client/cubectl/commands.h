@@ -4,11 +4,14 @@
 // command word; "session" has a second word), prints its report to `out` and returns the first
 // error: a usage error (exit 2) or the SDK/daemon status (exit 1).
 
+#include <cstdint>
 #include <ostream>
+#include <string>
 
 #include "absl/status/status.h"
 #include "client/cubectl/args.h"
 #include "client/cubectl/connection.h"
+#include "cubed/v1/compute.pb.h"
 
 namespace cubed::cubectl {
 
@@ -41,5 +44,10 @@ absl::Status ReadCommand(const Context& ctx);
 // run_commands.cc
 absl::Status RunCommand(const Context& ctx);
 absl::Status ProfileCommand(const Context& ctx);
+
+// trace_command.cc: a traced profile of --session for --for, as Chrome trace-event JSON.
+absl::Status TraceCommand(const Context& ctx);
+// The JSON of `trace` (EndProfileResponse.trace) of `session`; exposed for tests.
+std::string ChromeTraceJson(const v1::Trace& trace, uint64_t session, uint64_t device_time_ns);
 
 }  // namespace cubed::cubectl

@@ -10,9 +10,11 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "client/cubectl/npy.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -21,6 +23,7 @@
 namespace cubed::cubectl {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::MatchesRegex;
 using ::testing::Not;
@@ -287,6 +290,37 @@ TEST_F(CubectlTest, UsageErrorsExitTwo) {
     EXPECT_THAT(r.err, StartsWith("cubectl: ")) << args;
     EXPECT_THAT(r.err, Not(HasSubstr("INTERNAL"))) << args;
   }
+}
+
+TEST_F(CubectlTest, TraceRecordsWhatTheSessionRunsAsChromeJson) {
+  const std::string session = OpenSession();
+  const std::string trace_path = Path("trace.json");
+  // The trace runs in the background for 3 s while this thread creates two tensors in the
+  // session; its stdout and stderr go to files of their own.
+  const char* binary = getenv("CUBECTL_BINARY");
+  const std::string command = absl::StrCat(
+      binary != nullptr ? binary : CUBECTL_BINARY_PATH, " --address=", daemon_->unix_address(),
+      " --json --session=", session, " trace --for=3s --max-events=1 -o ", trace_path, " >",
+      Path("trace.out"), " 2>", Path("trace.err"));
+  int trace_exit = -1;
+  std::thread tracer([&] { trace_exit = system(command.c_str()); });
+  absl::SleepFor(absl::Seconds(1));
+  Create(session, "t1.npy", NpyF32({1, 2, 3}, {3}));
+  Create(session, "t2.npy", NpyF32({4, 5}, {2}));
+  tracer.join();
+  ASSERT_EQ(trace_exit, 0) << ReadFile(Path("trace.err"));
+  EXPECT_THAT(ReadFile(Path("trace.out")),
+              AllOf(HasSubstr("\"events\": 1"), HasSubstr("\"dropped\": 1")));
+  const std::string json = ReadFile(trace_path);
+  EXPECT_THAT(json,
+              AllOf(HasSubstr("{\"traceEvents\":[{\"name\":\"process_name\",\"ph\":\"M\""),
+                    HasSubstr("\"name\":\"create\",\"cat\":\"memory\",\"ph\":\"X\",\"ts\":0.000"),
+                    HasSubstr("\"args\":{\"bytes\":"), HasSubstr("\"dropped\":1")));
+  // Without --session it is a usage error; a session that does not exist is NOT_FOUND.
+  EXPECT_EQ(Cubectl("trace --for=1ms").exit_code, 2);
+  Result r = Cubectl("--session=12345 trace --for=1ms");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("NOT_FOUND"));
 }
 
 }  // namespace

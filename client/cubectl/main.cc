@@ -36,6 +36,9 @@ commands:
       --out=H:SHAPE|new:SHAPE...
       [--scalar=V...]           run a builtin kernel on contiguous tensors
   profile KERNEL ...            like run, and print the device time it took
+  trace --session=ID [--for=10s] [--max-events=100000] [-o FILE]
+                                record what the session runs for a while, as Chrome
+                                trace-event JSON (Perfetto, chrome://tracing); stdout without -o
 
 The default address is $CUBED_ADDRESS; else unix:$XDG_RUNTIME_DIR/cubed.sock (or
 unix:/tmp/cubed-$UID/cubed.sock) when it exists; else the service's unix:/run/cubed/cubed.sock
@@ -65,6 +68,7 @@ const std::vector<CommandSpec>& Commands() {
       {"profile",
        ProfileCommand,
        {"dtype", "out-dtype", "index-dtype", "axis", "in", "out", "scalar"}},
+      {"trace", TraceCommand, {"for", "max-events", "o"}},
   };
   return *commands;
 }

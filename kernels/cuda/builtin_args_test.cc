@@ -321,7 +321,8 @@ TEST(BuiltinLaunchDimsTest, FewOutputsSplitTheirAxisOverTheDevice) {
   EXPECT_EQ(dims.block[0], 1024u);
   EXPECT_EQ(dims.workspace_bytes, CUBED_CUDA_SPLIT_PARTIALS_OFFSET + 16u * args->splits);
 
-  // Many outputs fill the device alone: no split, no workspace.
+  // Thousands of long rows: a warp streams each (no block-wide barriers), and the 512 blocks of
+  // 8 warps split each row in 5 slices to fill two waves of the device.
   bytes.clear();
   BuiltinCall rows =
       Call("sum", ElemType::kF32,
@@ -329,9 +330,19 @@ TEST(BuiltinLaunchDimsTest, FewOutputsSplitTheirAxisOverTheDevice) {
   rows.axis = 1;
   args = MakeCudaBuiltinArgs(rows, bytes);
   ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_EQ(args->variant, CUBED_CUDA_GROUP_WARP);
   dims = BuiltinLaunchDims(rows, &*args, 132);
-  EXPECT_EQ(args->splits, 0u);
-  EXPECT_EQ(dims.workspace_bytes, 0u);
+  EXPECT_EQ(args->splits, 5u);  // ceil(2 * 132 * 8 / 512).
+  EXPECT_EQ(dims.grid[0], 512u * 5);
+  // Few long rows keep a block each.
+  bytes.clear();
+  BuiltinCall few =
+      Call("sum", ElemType::kF32,
+           {TensorLayout::Contiguous({16, 16384}), TensorLayout::Contiguous({16, 1})}, &bytes);
+  few.axis = 1;
+  args = MakeCudaBuiltinArgs(few, bytes);
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_EQ(args->variant, CUBED_CUDA_GROUP_BLOCK);
 
   // Columns: a thread per output, each column's axis split too; short axes are not split.
   bytes.clear();

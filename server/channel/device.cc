@@ -162,6 +162,9 @@ absl::StatusOr<NewHandle> Device::AddHandle(Session& session,
 absl::StatusOr<NewHandle> Device::Create(SessionId session, absl::Span<const uint8_t> data,
                                          absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
+  ScopedTraceEvent trace(s->trace(), "memory");
+  trace.set_name("create");
+  trace.set_bytes(data.size());
   RETURN_IF_ERROR(sessions_.CheckQuota(*s, data.size()));
   return AddHandle(*s, server_->Create(data, s->memory_owner()));
 }
@@ -170,12 +173,18 @@ absl::StatusOr<NewHandle> Device::CreateTensor(SessionId session, absl::Span<con
                                                absl::Span<const uint64_t> shape, uint32_t elem_size,
                                                absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
+  ScopedTraceEvent trace(s->trace(), "memory");
+  trace.set_name("create");
+  trace.set_bytes(data.size());
   RETURN_IF_ERROR(sessions_.CheckQuota(*s, data.size()));
   return AddHandle(*s, server_->CreateTensor(data, shape, elem_size, s->memory_owner()));
 }
 
 absl::StatusOr<NewHandle> Device::Empty(SessionId session, uint64_t size, absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
+  ScopedTraceEvent trace(s->trace(), "memory");
+  trace.set_name("empty");
+  trace.set_bytes(size);
   RETURN_IF_ERROR(sessions_.CheckQuota(*s, size));
   return AddHandle(*s, server_->Empty(size, s->memory_owner()));
 }
@@ -183,9 +192,17 @@ absl::StatusOr<NewHandle> Device::Empty(SessionId session, uint64_t size, absl::
 absl::StatusOr<NewHandle> Device::EmptyTensor(SessionId session, absl::Span<const uint64_t> shape,
                                               uint32_t elem_size, absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
+  ScopedTraceEvent trace(s->trace(), "memory");
+  trace.set_name("empty");
+  trace.set_bytes(0);
   ASSIGN_OR_RETURN(const uint64_t bytes, TensorBytes(shape, elem_size, "shape"));
   RETURN_IF_ERROR(sessions_.CheckQuota(*s, bytes));
   return AddHandle(*s, server_->EmptyTensor(shape, elem_size, s->memory_owner()));
+}
+
+TraceRecorder* Device::TraceOf(SessionId session) const {
+  Session* s = sessions_.Get(session);
+  return s == nullptr ? nullptr : s->trace();
 }
 
 absl::Status Device::CheckReadBytes(uint64_t total) const {
@@ -216,6 +233,11 @@ void Device::Read(SessionId session, const std::vector<BindingRef>& bindings,
     done(resolved.status());
     return;
   }
+  ScopedTraceEvent trace(TraceOf(session), "transfer");
+  trace.set_name("read");
+  uint64_t bytes = 0;
+  for (const ResolvedBinding& r : *resolved) bytes += r.size;  // Checked against the limit.
+  trace.set_bytes(bytes);
   server_->Read(*std::move(resolved), out, std::move(done));
 }
 
@@ -234,6 +256,15 @@ void Device::ReadTensor(SessionId session, const std::vector<TensorRef>& tensors
     done(resolved.status());
     return;
   }
+  ScopedTraceEvent trace(TraceOf(session), "transfer");
+  trace.set_name("read");
+  uint64_t bytes = 0;
+  for (const ResolvedTensor& t : *resolved) {
+    uint64_t n = t.elem_size;
+    for (uint64_t d : t.shape) n *= d;  // Checked against the read limit already.
+    bytes += n;
+  }
+  trace.set_bytes(bytes);
   server_->ReadTensor(*std::move(resolved), out, std::move(done));
 }
 
@@ -339,6 +370,9 @@ absl::StatusOr<ResourceDescription> Device::GetResource(SessionId session,
 
 absl::Status Device::Execute(SessionId session, ExecuteCommand& command, absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
+  ScopedTraceEvent trace(s->trace(), "kernel");
+  trace.set_name(command.kernel.is_builtin ? absl::string_view(command.kernel.builtin.name)
+                                           : absl::string_view(command.kernel.cuda.entry_point));
   if (command.unchecked && !options_.allow_unchecked) {
     return absl::PermissionDeniedError(
         "mode: unchecked execution is not allowed by this daemon (start it with "
@@ -383,6 +417,8 @@ absl::Status Device::Execute(SessionId session, ExecuteCommand& command, absl::T
 
 absl::Status Device::Flush(SessionId session, absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
+  ScopedTraceEvent trace(s->trace(), "sync");
+  trace.set_name("flush");
   (void)s;
   return server_->Flush();
 }
@@ -393,21 +429,30 @@ void Device::Sync(SessionId session, absl::Time now, DoneCallback done) {
     done(s.status());
     return;
   }
+  ScopedTraceEvent trace((*s)->trace(), "sync");
+  trace.set_name("sync");
   server_->Sync(std::move(done));
 }
 
-absl::Status Device::StartProfile(SessionId session, absl::Time now) {
+absl::Status Device::StartProfile(SessionId session, absl::Time now, uint32_t trace_events) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
   if (s->profile().has_value()) {
     return absl::FailedPreconditionError(
         "StartProfile: a profile is already open in this session; call EndProfile first");
   }
+  if (trace_events > kMaxTraceEvents) {
+    return absl::InvalidArgumentError(absl::StrCat("trace_events: ", trace_events,
+                                                   " is more than the ", kMaxTraceEvents,
+                                                   " events a trace may hold"));
+  }
   ASSIGN_OR_RETURN(ProfileToken token, server_->StartProfile());
   s->profile() = token;
+  if (trace_events > 0) s->set_trace(std::make_unique<TraceRecorder>(trace_events));
   return absl::OkStatus();
 }
 
-void Device::EndProfile(SessionId session, absl::Time now, DurationCallback done) {
+void Device::EndProfile(SessionId session, absl::Time now, DurationCallback done,
+                        std::unique_ptr<TraceRecorder>* trace) {
   absl::StatusOr<Session*> s = FindSession(session, now);
   if (!s.ok()) {
     done(s.status());
@@ -420,12 +465,16 @@ void Device::EndProfile(SessionId session, absl::Time now, DurationCallback done
   }
   const ProfileToken token = *(*s)->profile();
   (*s)->profile().reset();
+  std::unique_ptr<TraceRecorder> recorded = (*s)->take_trace();
+  if (trace != nullptr) *trace = std::move(recorded);
   server_->EndProfile(token, std::move(done));
 }
 
 absl::Status Device::Release(SessionId session, absl::Span<const HandleId> handles,
                              absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
+  ScopedTraceEvent trace(s->trace(), "memory");
+  trace.set_name("release");
   // Check first, so that one bad id releases nothing.
   absl::flat_hash_map<HandleId, uint32_t> drops;
   for (size_t i = 0; i < handles.size(); ++i) {
@@ -500,6 +549,9 @@ absl::StatusOr<NewHandle> Device::AddHandleWithId(Session& session, HandleId id,
 absl::StatusOr<NewHandle> Device::CreateWithId(SessionId session, HandleId id,
                                                absl::Span<const uint8_t> data, absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
+  ScopedTraceEvent trace(s->trace(), "memory");
+  trace.set_name("create");
+  trace.set_bytes(data.size());
   RETURN_IF_ERROR(CheckClientId(*s, id));
   RETURN_IF_ERROR(sessions_.CheckQuota(*s, data.size()));
   return AddHandleWithId(*s, id, server_->Create(data, s->memory_owner()));
@@ -510,6 +562,9 @@ absl::StatusOr<NewHandle> Device::CreateTensorWithId(SessionId session, HandleId
                                                      absl::Span<const uint64_t> shape,
                                                      uint32_t elem_size, absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
+  ScopedTraceEvent trace(s->trace(), "memory");
+  trace.set_name("create");
+  trace.set_bytes(data.size());
   RETURN_IF_ERROR(CheckClientId(*s, id));
   RETURN_IF_ERROR(sessions_.CheckQuota(*s, data.size()));
   return AddHandleWithId(*s, id, server_->CreateTensor(data, shape, elem_size, s->memory_owner()));
@@ -570,6 +625,9 @@ absl::StatusOr<std::pair<std::shared_ptr<SharedRegion>, absl::Span<uint8_t>>> De
 absl::StatusOr<NewHandle> Device::CreateFromRegion(SessionId session, HandleId id,
                                                    const RegionRange& source, absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
+  ScopedTraceEvent trace(s->trace(), "memory");
+  trace.set_name("create");
+  trace.set_bytes(source.size);
   RETURN_IF_ERROR(CheckClientId(*s, id));
   ASSIGN_OR_RETURN(auto bytes, RegionBytes(*s, source, "region"));
   RETURN_IF_ERROR(sessions_.CheckQuota(*s, source.size));
@@ -584,6 +642,9 @@ absl::StatusOr<NewHandle> Device::CreateTensorFromRegion(SessionId session, Hand
                                                          absl::Span<const uint64_t> shape,
                                                          uint32_t elem_size, absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
+  ScopedTraceEvent trace(s->trace(), "memory");
+  trace.set_name("create");
+  trace.set_bytes(source.size);
   RETURN_IF_ERROR(CheckClientId(*s, id));
   ASSIGN_OR_RETURN(auto bytes, RegionBytes(*s, source, "region"));
   ASSIGN_OR_RETURN(const uint64_t dense, TensorBytes(shape, elem_size, "region"));
@@ -633,6 +694,9 @@ void Device::ReadTensorIntoRegion(SessionId session, const std::vector<TensorRef
     return;
   }
   region_traffic_.bytes_read += p->total;
+  ScopedTraceEvent trace(TraceOf(session), "transfer");
+  trace.set_name("read");
+  trace.set_bytes(p->total);
   server_->ReadTensorInto(std::move(p->tensors), std::move(p->out),
                           [done = std::move(done), region = std::move(p->region),
                            total = p->total](absl::Status s) mutable {
@@ -647,6 +711,9 @@ void Device::ReadTensorIntoRegion(SessionId session, const std::vector<TensorRef
 absl::StatusOr<NewHandle> Device::EmptyWithId(SessionId session, HandleId id, uint64_t size,
                                               absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
+  ScopedTraceEvent trace(s->trace(), "memory");
+  trace.set_name("empty");
+  trace.set_bytes(size);
   RETURN_IF_ERROR(CheckClientId(*s, id));
   RETURN_IF_ERROR(sessions_.CheckQuota(*s, size));
   return AddHandleWithId(*s, id, server_->Empty(size, s->memory_owner()));
@@ -656,6 +723,9 @@ absl::StatusOr<NewHandle> Device::EmptyTensorWithId(SessionId session, HandleId 
                                                     absl::Span<const uint64_t> shape,
                                                     uint32_t elem_size, absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
+  ScopedTraceEvent trace(s->trace(), "memory");
+  trace.set_name("empty");
+  trace.set_bytes(0);
   RETURN_IF_ERROR(CheckClientId(*s, id));
   ASSIGN_OR_RETURN(const uint64_t bytes, TensorBytes(shape, elem_size, "shape"));
   RETURN_IF_ERROR(sessions_.CheckQuota(*s, bytes));

@@ -17,6 +17,7 @@
 #include "server/channel/commands.h"
 #include "server/channel/session.h"
 #include "server/channel/session_table.h"
+#include "server/channel/trace_recorder.h"
 #include "server/compute/compute_server.h"
 
 namespace cubed {
@@ -93,8 +94,14 @@ class Device {
   absl::Status Execute(SessionId session, ExecuteCommand& command, absl::Time now);
   absl::Status Flush(SessionId session, absl::Time now);
   void Sync(SessionId session, absl::Time now, DoneCallback done);
-  absl::Status StartProfile(SessionId session, absl::Time now);
-  void EndProfile(SessionId session, absl::Time now, DurationCallback done);
+  // A profile with `trace_events` > 0 also records up to that many of the session's commands
+  // (Note [Command traces] in trace_recorder.cc; INVALID_ARGUMENT above kMaxTraceEvents).
+  absl::Status StartProfile(SessionId session, absl::Time now, uint32_t trace_events = 0);
+  // Ends the profile; `done` gets its device time. When `trace` is given it receives the
+  // profile's trace (null when it recorded none), on the loop thread, before this returns.
+  void EndProfile(SessionId session, absl::Time now, DurationCallback done,
+                  std::unique_ptr<TraceRecorder>* trace = nullptr);
+  static constexpr uint32_t kMaxTraceEvents = 1000000;
   // All handles are checked before any reference is dropped. A poisoned id that is not a live
   // handle counts as one reference (Note [Poisoned handles], session.h).
   absl::Status Release(SessionId session, absl::Span<const HandleId> handles, absl::Time now);
@@ -174,6 +181,8 @@ class Device {
 
  private:
   absl::StatusOr<Session*> FindSession(SessionId session, absl::Time now);
+  // The trace of `session`'s open profile; null when none records (or no such session).
+  TraceRecorder* TraceOf(SessionId session) const;
   // Checks a binding against the session's handle table and the allocation's size.
   absl::StatusOr<ResolvedBinding> Resolve(Session& session, const BindingRef& ref,
                                           absl::string_view what) const;

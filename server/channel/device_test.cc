@@ -144,6 +144,53 @@ TEST_F(DeviceTest, ProfileMisuseIsFailedPrecondition) {
   EXPECT_GE(*result, absl::ZeroDuration());
 }
 
+TEST_F(DeviceTest, ATracedProfileRecordsEachCommandBounded) {
+  EXPECT_EQ(device_->StartProfile(session_, now_, Device::kMaxTraceEvents + 1).code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(device_->StartProfile(session_, now_, 4).ok());
+  absl::StatusOr<NewHandle> h = device_->Create(session_, Bytes("hello world"), now_);
+  ASSERT_TRUE(h.ok()) << h.status();
+  absl::Status status;
+  Read({{h->handle, 0, 0}}, &status);
+  ASSERT_TRUE(status.ok()) << status;
+  ExecuteCommand fill;  // An invalid launch is traced too: it ran on the loop.
+  fill.kernel.builtin.name = "fill";
+  fill.buffers = {{h->handle, 0, 0}};
+  EXPECT_FALSE(device_->Execute(session_, fill, now_).ok());
+  ASSERT_TRUE(device_->Flush(session_, now_).ok());
+  ASSERT_TRUE(device_->Release(session_, {h->handle}, now_).ok());  // The fifth: dropped.
+  std::unique_ptr<TraceRecorder> trace;
+  absl::StatusOr<absl::Duration> elapsed;
+  device_->EndProfile(
+      session_, now_, [&](absl::StatusOr<absl::Duration> d) { elapsed = d; }, &trace);
+  ASSERT_TRUE(elapsed.ok()) << elapsed.status();
+  ASSERT_NE(trace, nullptr);
+  ASSERT_EQ(trace->events().size(), 4u);
+  EXPECT_EQ(trace->dropped(), 1u);
+  const std::vector<TraceEvent>& e = trace->events();
+  EXPECT_EQ(e[0].name, "create");
+  EXPECT_EQ(e[0].category, "memory");
+  EXPECT_EQ(e[0].bytes, 11u);
+  EXPECT_EQ(e[1].name, "read");
+  EXPECT_EQ(e[1].category, "transfer");
+  EXPECT_EQ(e[1].bytes, 11u);
+  EXPECT_EQ(e[2].name, "fill");
+  EXPECT_EQ(e[2].category, "kernel");
+  EXPECT_EQ(e[3].name, "flush");
+  for (size_t i = 0; i < e.size(); ++i) {
+    EXPECT_GE(e[i].duration_ns, 0);
+    if (i > 0) {
+      EXPECT_GE(e[i].start_unix_ns, e[i - 1].start_unix_ns + e[i - 1].duration_ns);
+    }
+  }
+  // An untraced profile records nothing.
+  ASSERT_TRUE(device_->StartProfile(session_, now_).ok());
+  ASSERT_TRUE(device_->Flush(session_, now_).ok());
+  device_->EndProfile(
+      session_, now_, [&](absl::StatusOr<absl::Duration> d) { elapsed = d; }, &trace);
+  EXPECT_EQ(trace, nullptr);
+}
+
 TEST_F(DeviceTest, UncheckedNeedsPermission) {
   ExecuteCommand c;
   c.kernel.builtin.name = "fill";

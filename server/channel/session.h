@@ -17,6 +17,7 @@
 #include "common/ids.h"
 #include "server/auth/principal.h"
 #include "server/channel/shared_region.h"
+#include "server/channel/trace_recorder.h"
 #include "server/compute/compute_server.h"
 
 namespace cubed {
@@ -102,6 +103,10 @@ class Session {
 
   // The open profile, if any (one per session).
   std::optional<ProfileToken>& profile() { return profile_; }
+  // The open profile's trace (Note [Command traces]); null when the profile records none.
+  TraceRecorder* trace() { return trace_.get(); }
+  void set_trace(std::unique_ptr<TraceRecorder> trace) { trace_ = std::move(trace); }
+  std::unique_ptr<TraceRecorder> take_trace() { return std::move(trace_); }
 
   // Who is told when the session closes (null: nobody).
   void set_on_closed(ClosedCallback on_closed) { on_closed_ = std::move(on_closed); }
@@ -120,6 +125,7 @@ class Session {
   absl::flat_hash_map<HandleId, absl::Status> poisoned_;
   absl::flat_hash_map<RegionId, std::shared_ptr<SharedRegion>> regions_;
   std::optional<ProfileToken> profile_;
+  std::unique_ptr<TraceRecorder> trace_;
   ClosedCallback on_closed_;
 };
 

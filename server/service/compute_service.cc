@@ -381,7 +381,7 @@ Reactor* ComputeService::StartProfile(Context* ctx, const v1::StartProfileReques
                                       v1::StartProfileResponse*) {
   Reactor* call = StartCall(ctx, Method::kStartProfile, *req, nullptr);
   return OnSession(call, SessionId(req->session()), [req](Device& d, Reactor* r) {
-    Finish(r, d.StartProfile(SessionId(req->session()), absl::Now()));
+    Finish(r, d.StartProfile(SessionId(req->session()), absl::Now(), req->trace_events()));
   });
 }
 
@@ -389,11 +389,19 @@ Reactor* ComputeService::EndProfile(Context* ctx, const v1::EndProfileRequest* r
                                     v1::EndProfileResponse* resp) {
   Reactor* call = StartCall(ctx, Method::kEndProfile, *req, resp);
   return OnSession(call, SessionId(req->session()), [req, resp](Device& d, Reactor* r) {
-    d.EndProfile(SessionId(req->session()), absl::Now(),
-                 [resp, r](absl::StatusOr<absl::Duration> elapsed) {
-                   if (elapsed.ok()) resp->set_duration_ns(absl::ToInt64Nanoseconds(*elapsed));
-                   Finish(r, elapsed.status());
-                 });
+    // EndProfile hands the trace over before it asks for the device time, whose callback may
+    // run at once or later on another thread: the callback writes both.
+    auto trace = std::make_shared<std::unique_ptr<TraceRecorder>>();
+    d.EndProfile(
+        SessionId(req->session()), absl::Now(),
+        [resp, r, trace, device = d.index()](absl::StatusOr<absl::Duration> elapsed) {
+          if (elapsed.ok()) {
+            resp->set_duration_ns(absl::ToInt64Nanoseconds(*elapsed));
+            if (*trace != nullptr) ToWire(**trace, device, resp->mutable_trace());
+          }
+          Finish(r, elapsed.status());
+        },
+        trace.get());
   });
 }
 

@@ -132,4 +132,18 @@ void ToWire(const StreamOpened& opened, v1::SessionResponse::Opened* out) {
   out->set_first_client_id(opened.first_client_id);
 }
 
+void ToWire(const TraceRecorder& trace, uint32_t device, v1::Trace* out) {
+  out->set_device(device);
+  out->set_dropped(trace.dropped());
+  out->mutable_events()->Reserve(static_cast<int>(trace.events().size()));
+  for (const TraceEvent& e : trace.events()) {
+    v1::TraceEvent* w = out->add_events();
+    w->set_name(e.name);
+    w->set_category(e.category);
+    w->set_start_unix_ns(e.start_unix_ns);
+    w->set_duration_ns(e.duration_ns);
+    w->set_bytes(e.bytes);
+  }
+}
+
 }  // namespace cubed

@@ -17,6 +17,7 @@ from ._errors import (CubedError, DeadlineExceededError, FailedPreconditionError
                       ResourceExhaustedError, UnauthenticatedError, UnavailableError,
                       UnimplementedError)
 from ._tensor import Tensor
+from ._trace import Trace, TraceEvent
 from ._types import (KERNEL_DTYPES, BuiltinKernel, Info, MemoryUsage, Scalars, cube_count_for,
                      dense_strides, encode_metadata)
 
@@ -27,6 +28,7 @@ __all__ = [
     "Binding", "BuiltinKernel", "Client", "CubedError", "DeadlineExceededError",
     "FailedPreconditionError", "Info", "InternalError", "InvalidArgumentError", "KERNEL_DTYPES",
     "MemoryUsage", "NotFoundError", "PermissionDeniedError", "Profile", "ResourceExhaustedError",
-    "Scalars", "Tensor", "UnauthenticatedError", "UnavailableError", "UnimplementedError",
-    "connect", "cube_count_for", "default_address", "dense_strides", "encode_metadata",
+    "Scalars", "Tensor", "Trace", "TraceEvent", "UnauthenticatedError", "UnavailableError",
+    "UnimplementedError", "connect", "cube_count_for", "default_address", "dense_strides",
+    "encode_metadata",
 ]

@@ -29,6 +29,7 @@ from ._address import default_address, region_socket_path, ring_socket_path, tar
 from ._kernels import KernelMethods
 from ._region import Staging
 from ._tensor import Tensor, _Handle
+from ._trace import Trace
 from ._transport import StreamTransport, UnaryTransport
 from ._types import (BuiltinKernel, DTypeLike, Info, MemoryUsage, Scalars, cache_put,
                      cube_count_for, dense_strides, dtype_of, encode_metadata, wire_dtype)
@@ -579,6 +580,38 @@ class Client(KernelMethods):
                 self._wait(self._live(flush_releases=True).end_profile())
             raise
         p.duration_ns = int(self._wait(self._live(flush_releases=True).end_profile()))
+
+    @contextlib.contextmanager
+    def trace(self, max_events: int = 100_000) -> Iterator[Trace]:
+        """``with client.trace() as t: ...`` then ``t.events`` are the commands the daemon ran
+        for this session inside the block (up to ``max_events``, at most 1,000,000; the rest
+        counted in ``t.dropped``), ``t.duration_ns`` their device time, and ``t.save(path)``
+        writes Chrome trace-event JSON for Perfetto or chrome://tracing. A traced profile: it
+        cannot nest in profile(). The block's first and last step wait for the session's
+        earlier commands, so the trace holds exactly the block's."""
+        if not 0 < max_events <= 1_000_000:
+            raise ValueError(f"trace: max_events must be in 1 .. 1000000, got {max_events}")
+        stub = compute_pb2_grpc.ComputeStub(self._channel)
+
+        def call(method: str, request: Any) -> Any:
+            try:
+                return getattr(stub, method)(request, timeout=self._timeout,
+                                             metadata=self._metadata)
+            except grpc.RpcError as e:
+                raise error_from_rpc(e, method) from None
+
+        t = Trace(session=self.session)
+        self.sync()
+        call("StartProfile", compute_pb2.StartProfileRequest(session=self.session,
+                                                             trace_events=max_events))
+        try:
+            yield t
+            self.sync()
+        except BaseException:
+            with contextlib.suppress(CubedError):
+                call("EndProfile", compute_pb2.EndProfileRequest(session=self.session))
+            raise
+        t._fill(call("EndProfile", compute_pb2.EndProfileRequest(session=self.session)))
 
     def info(self) -> Info:
         """Limits and features of this client's device, and the daemon's version."""

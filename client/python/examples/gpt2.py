@@ -15,6 +15,7 @@ batched over heads, mul, a causal where, softmax, matmul).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import math
 import time
@@ -176,6 +177,8 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=16)
     ap.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     ap.add_argument("--repeats", type=int, default=3, help="timed forward passes")
+    ap.add_argument("--trace", default=None, metavar="FILE",
+                    help="write the last forward's daemon trace (Chrome trace-event JSON)")
     ap.add_argument("--no-check", dest="check", action="store_false",
                     help="skip the numpy reference (slow at the small size)")
     args = ap.parse_args()
@@ -188,12 +191,18 @@ def main() -> None:
         model = CubedGPT2(client, cfg, weights, dtype)
         logits: Optional[np.ndarray] = None
         times = []
-        for _ in range(max(1, args.repeats)):
-            t0 = time.perf_counter()
-            out = model.forward(tokens)
-            logits = out.read()
-            times.append(time.perf_counter() - t0)
+        repeats = max(1, args.repeats)
+        for i in range(repeats):
+            traced = args.trace is not None and i == repeats - 1
+            with client.trace() if traced else contextlib.nullcontext() as trace:
+                t0 = time.perf_counter()
+                out = model.forward(tokens)
+                logits = out.read()
+                times.append(time.perf_counter() - t0)
             out.close()
+            if traced:
+                trace.save(args.trace)
+                print(f"trace of the last forward: {len(trace.events)} commands -> {args.trace}")
         model.close()
     print(f"{args.size} model, batch {args.batch}, seq {args.seq}, {args.dtype}: forward "
           f"median {sorted(times)[len(times) // 2] * 1e3:.1f} ms over {len(times)}")
