@@ -172,11 +172,14 @@ void Dispatch(UnaryClient& c, const IdMap& map, Method method, const uint8_t* da
         if (r.count().has_dynamic()) map.Binding(r.mutable_count()->mutable_dynamic());
         c.Execute(r);
       });
+    case Method::kStartProfile:  // Also trace_events (a traced profile).
+      return Parsed<v1::StartProfileRequest>(data, size, [&](auto& r) {
+        c.SessionCall(method, map.Session(r.session()), r.trace_events());
+      });
     case Method::kFlush:
     case Method::kSync:
-    case Method::kStartProfile:
     case Method::kEndProfile:
-      // Flush, Sync, StartProfile, EndProfile: `uint64 session = 1` only.
+      // Flush, Sync, EndProfile: `uint64 session = 1` only.
       return Parsed<v1::SyncRequest>(
           data, size, [&](auto& r) { c.SessionCall(method, map.Session(r.session())); });
     case Method::kMemoryUsage:

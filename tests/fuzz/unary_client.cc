@@ -1,6 +1,7 @@
 #include "tests/fuzz/unary_client.h"
 
 #include <algorithm>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -231,7 +232,7 @@ void UnaryClient::Execute(const v1::ExecuteRequest& r) {
   });
 }
 
-void UnaryClient::SessionCall(Method method, uint64_t session) {
+void UnaryClient::SessionCall(Method method, uint64_t session, uint32_t trace_events) {
   const SessionId s(session);
   Call("Flush/Sync/StartProfile/EndProfile", [&]() -> absl::Status {
     const absl::Time now = absl::Now();
@@ -242,13 +243,16 @@ void UnaryClient::SessionCall(Method method, uint64_t session) {
       case Method::kSync:
         return Completed([&](DoneCallback done) { device().Sync(s, now, std::move(done)); });
       case Method::kStartProfile:
-        return device().StartProfile(s, now);
+        return device().StartProfile(s, now, trace_events);
       default:
         return Completed([&](DoneCallback done) {
-          device().EndProfile(s, now,
-                              [done = std::move(done)](absl::StatusOr<absl::Duration> d) mutable {
-                                done(d.status());
-                              });
+          std::unique_ptr<TraceRecorder> trace;  // Taken as the service does, then dropped.
+          device().EndProfile(
+              s, now,
+              [done = std::move(done)](absl::StatusOr<absl::Duration> d) mutable {
+                done(d.status());
+              },
+              &trace);
         });
     }
   });

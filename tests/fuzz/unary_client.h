@@ -51,7 +51,8 @@ class UnaryClient {
   void GetResource(const v1::GetResourceRequest& r);
   void Execute(const v1::ExecuteRequest& r);
   // `method` is Flush, Sync, StartProfile or EndProfile (requests of one field: the session).
-  void SessionCall(Method method, uint64_t session);
+  // `trace_events`: StartProfile's (0 for the others).
+  void SessionCall(Method method, uint64_t session, uint32_t trace_events = 0);
   // `method` is MemoryUsage, MemoryCleanup or GetInfo (requests of one field: the device).
   void DeviceCall(Method method, uint32_t device);
   void Release(const v1::ReleaseRequest& r);
