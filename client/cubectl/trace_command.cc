@@ -35,7 +35,9 @@ std::string ChromeTraceJson(const v1::Trace& trace, uint64_t session, uint64_t d
       ",\"args\":{\"name\":\"cubed device ", pid,
       "\"}},{\"name\":\"thread_name\",\"ph\":\"M\","
       "\"pid\":",
-      pid, ",\"tid\":", tid, ",\"args\":{\"name\":\"session ", session, " (device loop)\"}}");
+      pid, ",\"tid\":", tid, ",\"args\":{\"name\":\"session ", session,
+      " (device loop)\"}},{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":", pid,
+      ",\"tid\":", tid + 1, ",\"args\":{\"name\":\"session ", session, " (device)\"}}");
   for (const v1::TraceEvent& e : trace.events()) {
     const int64_t ts = e.start_unix_ns() - origin;
     absl::StrAppend(&out, ",{\"name\":", JsonQuote(e.name()), ",\"cat\":", JsonQuote(e.category()),
@@ -44,6 +46,13 @@ std::string ChromeTraceJson(const v1::Trace& trace, uint64_t session, uint64_t d
                     ",\"tid\":", tid, ",\"args\":{");
     if (e.bytes() != 0) absl::StrAppend(&out, "\"bytes\":", e.bytes());
     absl::StrAppend(&out, "}}");
+    if (e.device_start_unix_ns() != 0) {  // The kernel's run on the device, a thread of its own.
+      const int64_t dts = e.device_start_unix_ns() - origin;
+      absl::StrAppend(&out, ",{\"name\":", JsonQuote(e.name()),
+                      ",\"cat\":\"device\",\"ph\":\"X\",\"ts\":", dts < 0 ? "0" : Micros(dts),
+                      ",\"dur\":", Micros(std::max<int64_t>(e.device_duration_ns(), 0)),
+                      ",\"pid\":", pid, ",\"tid\":", tid + 1, ",\"args\":{}}");
+    }
   }
   absl::StrAppend(&out, "],\"displayTimeUnit\":\"ms\",\"otherData\":{\"session\":\"", session,
                   "\",\"device\":", pid, ",\"start_unix_ns\":\"", origin,

@@ -1,11 +1,14 @@
 #include "server/channel/device.h"
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/checked_math.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -70,6 +73,10 @@ void Device::Free(Session& session) {
   if (session.profile().has_value()) {
     server_->EndProfile(*session.profile(), [](absl::StatusOr<absl::Duration>) {});
     session.profile().reset();
+  }
+  if (std::unique_ptr<TraceRecorder> trace = session.take_trace(); trace != nullptr) {
+    std::vector<uint64_t> marks = trace->Marks();  // Timed only to be freed.
+    if (!marks.empty()) server_->TimeMarks(std::move(marks), [](auto) {});
   }
   for (const auto& [handle, entry] : session.handles()) server_->Free(entry.slice);
   for (const auto& [id, region] : session.regions()) server_->UnregisterHostMemory(region->bytes());
@@ -410,7 +417,12 @@ absl::Status Device::Execute(SessionId session, ExecuteCommand& command, absl::T
     launch.buffers.push_back(*r);
   }
   launch.kernel = std::move(command.kernel);
+  // The launch's run on the device, where the backend has a clock (Note [Command traces]).
+  const bool marked =
+      s->trace() != nullptr && s->trace()->has_device_clock() && !s->trace()->full();
+  const uint64_t begin = marked ? server_->DeviceMark() : 0;
   absl::Status status = server_->Execute(launch);
+  if (marked) trace.set_marks(begin, server_->DeviceMark());
   command.kernel = std::move(launch.kernel);
   return status;
 }
@@ -447,7 +459,11 @@ absl::Status Device::StartProfile(SessionId session, absl::Time now, uint32_t tr
   }
   ASSIGN_OR_RETURN(ProfileToken token, server_->StartProfile());
   s->profile() = token;
-  if (trace_events > 0) s->set_trace(std::make_unique<TraceRecorder>(trace_events));
+  if (trace_events > 0) {
+    auto trace = std::make_unique<TraceRecorder>(trace_events);
+    trace->set_base(server_->DeviceMark(), absl::GetCurrentTimeNanos());
+    s->set_trace(std::move(trace));
+  }
   return absl::OkStatus();
 }
 
@@ -466,8 +482,41 @@ void Device::EndProfile(SessionId session, absl::Time now, DurationCallback done
   const ProfileToken token = *(*s)->profile();
   (*s)->profile().reset();
   std::unique_ptr<TraceRecorder> recorded = (*s)->take_trace();
-  if (trace != nullptr) *trace = std::move(recorded);
-  server_->EndProfile(token, std::move(done));
+  std::vector<uint64_t> marks;
+  if (recorded != nullptr) marks = recorded->Marks();
+  if (marks.empty()) {
+    if (trace != nullptr) *trace = std::move(recorded);
+    server_->EndProfile(token, std::move(done));
+    return;
+  }
+  // Both the marks' times and the device time complete on the backend's completion thread(s);
+  // `done` runs after both, with the trace's device times filled in. The recorder lives in
+  // *trace (the caller keeps it until `done`) or, without one, in the join itself.
+  struct Join {
+    DurationCallback done;
+    std::unique_ptr<TraceRecorder> owned;
+    absl::StatusOr<absl::Duration> elapsed = absl::UnknownError("not yet");
+    std::atomic<int> remaining{2};
+    void Arrive() {
+      if (remaining.fetch_sub(1) == 1) done(std::move(elapsed));
+    }
+  };
+  auto join = std::make_shared<Join>();
+  join->done = std::move(done);
+  TraceRecorder* timed = recorded.get();
+  if (trace != nullptr) {
+    *trace = std::move(recorded);
+  } else {
+    join->owned = std::move(recorded);
+  }
+  server_->TimeMarks(std::move(marks), [join, timed](absl::StatusOr<std::vector<int64_t>> ns) {
+    if (ns.ok()) timed->SetDeviceTimes(*ns);  // Else the trace keeps host times only.
+    join->Arrive();
+  });
+  server_->EndProfile(token, [join](absl::StatusOr<absl::Duration> elapsed) {
+    join->elapsed = std::move(elapsed);
+    join->Arrive();
+  });
 }
 
 absl::Status Device::Release(SessionId session, absl::Span<const HandleId> handles,

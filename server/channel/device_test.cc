@@ -191,6 +191,31 @@ TEST_F(DeviceTest, ATracedProfileRecordsEachCommandBounded) {
   EXPECT_EQ(trace, nullptr);
 }
 
+TEST(TraceRecorderTest, DeviceTimesLandOnTheMarkedEventsOnly) {
+  TraceRecorder trace(3);
+  trace.set_base(7, 1000000);
+  TraceEvent kernel{"add", "kernel", 1000100, 50, 0};
+  kernel.mark_begin = 8;
+  kernel.mark_end = 9;
+  trace.Record(kernel);
+  trace.Record({"create", "memory", 1000200, 10, 64});  // No marks.
+  TraceEvent second = kernel;
+  second.mark_begin = 10;
+  second.mark_end = 11;
+  trace.Record(second);
+  EXPECT_TRUE(trace.full());
+  EXPECT_EQ(trace.Marks(), (std::vector<uint64_t>{7, 8, 9, 10, 11}));
+  trace.SetDeviceTimes({0, 500, 2500, 3000, 2900});  // The last ended "before" it began: 0.
+  EXPECT_EQ(trace.events()[0].device_start_unix_ns, 1000500);
+  EXPECT_EQ(trace.events()[0].device_duration_ns, 2000);
+  EXPECT_EQ(trace.events()[1].device_start_unix_ns, 0);
+  EXPECT_EQ(trace.events()[2].device_start_unix_ns, 1003000);
+  EXPECT_EQ(trace.events()[2].device_duration_ns, 0);
+  TraceRecorder no_clock(2);
+  EXPECT_FALSE(no_clock.has_device_clock());
+  EXPECT_TRUE(no_clock.Marks().empty());
+}
+
 TEST_F(DeviceTest, UncheckedNeedsPermission) {
   ExecuteCommand c;
   c.kernel.builtin.name = "fill";

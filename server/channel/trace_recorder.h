@@ -20,6 +20,12 @@ struct TraceEvent {
   int64_t start_unix_ns = 0;
   int64_t duration_ns = 0;
   uint64_t bytes = 0;  // Bytes created, read or written; 0 where none move.
+  // A kernel's run on the device (backends with a device clock, CUDA): Unix epoch nanoseconds,
+  // placed by the profile's start; 0 and 0 where not measured.
+  int64_t device_start_unix_ns = 0;
+  int64_t device_duration_ns = 0;
+  // The ComputeServer::DeviceMark ids around the launch (0: none).
+  uint64_t mark_begin = 0, mark_end = 0;
 };
 
 // Owned by one Session; used on the loop thread only. Holds at most `max_events` events and
@@ -33,8 +39,24 @@ class TraceRecorder {
   // The events so far, in the order the loop ran them, and how many did not fit.
   const std::vector<TraceEvent>& events() const { return events_; }
   uint64_t dropped() const { return dropped_; }
+  // Whether the next event would be dropped (so it takes no device marks).
+  bool full() const { return events_.size() >= max_events_; }
+
+  // The device mark taken when the profile started (0: the backend has no device clock, and no
+  // event takes marks) and the host time then, which places the device's times.
+  void set_base(uint64_t mark, int64_t unix_ns) {
+    base_mark_ = mark;
+    base_unix_ns_ = unix_ns;
+  }
+  bool has_device_clock() const { return base_mark_ != 0; }
+  // Every mark to time, the base first; then SetDeviceTimes with their offsets from it (as
+  // ComputeServer::TimeMarks gives them) fills each event's device times.
+  std::vector<uint64_t> Marks() const;
+  void SetDeviceTimes(const std::vector<int64_t>& offsets_ns);
 
  private:
+  uint64_t base_mark_ = 0;
+  int64_t base_unix_ns_ = 0;
   uint32_t max_events_;
   std::vector<TraceEvent> events_;
   uint64_t dropped_ = 0;
@@ -54,6 +76,10 @@ class ScopedTraceEvent {
     if (recorder_ != nullptr) event_.name.assign(name.data(), name.size());
   }
   void set_bytes(uint64_t bytes) { event_.bytes = bytes; }
+  void set_marks(uint64_t begin, uint64_t end) {
+    event_.mark_begin = begin;
+    event_.mark_end = end;
+  }
 
  private:
   TraceRecorder* recorder_;

@@ -217,6 +217,18 @@ class ComputeServer {
   virtual absl::StatusOr<ProfileToken> StartProfile() = 0;
   virtual void EndProfile(ProfileToken token, DurationCallback done) = 0;
 
+  // Optional: device timestamps for traces (Note [Command traces] in
+  // server/channel/trace_recorder.cc). DeviceMark records a point on the device's timeline after
+  // the work queued so far and returns its id; 0 where the backend has no device clock apart
+  // from the loop's (the CPU: a command's loop time is its run). TimeMarks hands `done` the
+  // nanoseconds from the first of `marks` to each, once all of them completed (on whatever
+  // thread the backend completes work on), and frees them; ids it does not know are errors.
+  using MarksCallback = absl::AnyInvocable<void(absl::StatusOr<std::vector<int64_t>>)>;
+  virtual uint64_t DeviceMark() { return 0; }
+  virtual void TimeMarks(std::vector<uint64_t> /*marks*/, MarksCallback done) {
+    done(absl::UnimplementedError("this backend records no device marks"));
+  }
+
   // Optional: kernel cache statistics; zeros by default.
   virtual KernelCacheStats KernelCache() const { return {}; }
 };

@@ -21,6 +21,9 @@ class TraceEvent:
         start_ns: when the loop started it, Unix epoch nanoseconds (the daemon's clock).
         duration_ns: how long the loop spent on it (a kernel's launch, a read's queueing).
         bytes: bytes created or read; 0 where none move.
+        device_start_ns, device_duration_ns: a kernel's run on the device (CUDA events; Unix
+            epoch nanoseconds placed by the trace's start), None where not measured (the CPU
+            backend, whose loop time is the run).
     """
 
     name: str
@@ -28,6 +31,8 @@ class TraceEvent:
     start_ns: int
     duration_ns: int
     bytes: int
+    device_start_ns: Optional[int] = None
+    device_duration_ns: Optional[int] = None
 
 
 @dataclass
@@ -52,14 +57,17 @@ class Trace:
         self.device = t.device
         self.dropped = t.dropped
         self.duration_ns = response.duration_ns
-        self.events = [TraceEvent(e.name, e.category, e.start_unix_ns, e.duration_ns, e.bytes)
+        self.events = [TraceEvent(e.name, e.category, e.start_unix_ns, e.duration_ns, e.bytes,
+                                  e.device_start_unix_ns or None,
+                                  e.device_duration_ns if e.device_start_unix_ns else None)
                        for e in t.events]
 
     def chrome(self) -> Dict[str, Any]:
         """The Chrome trace-event format (JSON object form): one complete event (``"ph": "X"``)
         per command, ``ts`` and ``dur`` in microseconds from the first event, the device as the
-        process and the session as its thread (named by metadata events); the absolute start
-        and what was dropped in ``otherData``."""
+        process and the session's loop as one thread, the kernels' runs on the device (where
+        measured) as a second one (named by metadata events); the absolute start and what was
+        dropped in ``otherData``."""
         origin = self.events[0].start_ns if self.events else 0
         pid, tid = self.device, self.session & 0x7FFFFFFF  # Viewers want small integers.
         out: List[Dict[str, Any]] = [
@@ -68,6 +76,9 @@ class Trace:
             {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
              "args": {"name": f"session {self.session} (device loop)"}},
         ]
+        device_tid = tid + 1
+        out.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": device_tid,
+                    "args": {"name": f"session {self.session} (device)"}})
         for e in self.events:
             args: Dict[str, Any] = {}
             if e.bytes:
@@ -75,6 +86,11 @@ class Trace:
             out.append({"name": e.name, "cat": e.category, "ph": "X",
                         "ts": (e.start_ns - origin) / 1000.0, "dur": e.duration_ns / 1000.0,
                         "pid": pid, "tid": tid, "args": args})
+            if e.device_start_ns is not None and e.device_duration_ns is not None:
+                out.append({"name": e.name, "cat": "device", "ph": "X",
+                            "ts": (e.device_start_ns - origin) / 1000.0,
+                            "dur": e.device_duration_ns / 1000.0, "pid": pid,
+                            "tid": device_tid, "args": {}})
         return {"traceEvents": out, "displayTimeUnit": "ms",
                 "otherData": {"session": str(self.session), "device": self.device,
                               "start_unix_ns": str(origin), "dropped": self.dropped,

@@ -37,7 +37,8 @@ def test_the_trace_holds_the_blocks_commands_in_order(client, tmp_path):
     t.save(path)
     doc = json.loads(path.read_text())
     events = doc["traceEvents"]
-    complete = [e for e in events if e["ph"] == "X"]
+    # The loop's events (kernels' runs on the device, where measured, are a thread of their own).
+    complete = [e for e in events if e["ph"] == "X" and e["cat"] != "device"]
     meta = [e for e in events if e["ph"] == "M"]
     assert {e["name"] for e in meta} == {"process_name", "thread_name"}
     assert [e["name"] for e in complete] == names
@@ -72,3 +73,28 @@ def test_trace_arguments_and_nesting(client):
     with client.trace() as t:  # After both: a new trace works.
         client.create(np.ones(2, np.float32))
     assert [e.name for e in t.events if e.category == "memory"][:1] == ["create"]
+
+
+def test_kernels_carry_their_device_time_where_the_backend_measures_it(client):
+    x = client.create(np.ones((512, 512), np.float32))
+    with client.trace() as t:
+        y = x @ x
+        z = (y + 1).sum()
+        z.read()
+    kernels = [e for e in t.events if e.category == "kernel"]
+    assert [e.name for e in kernels] == ["matmul", "add", "sum"]
+    if client.info().backend != "cuda":  # The loop time is the run: nothing on a device clock.
+        assert all(e.device_start_ns is None for e in t.events)
+        return
+    for e in kernels:
+        assert e.device_start_ns is not None and e.device_duration_ns >= 0
+    starts = [e.device_start_ns for e in kernels]
+    assert starts == sorted(starts)  # One stream: in launch order.
+    # The runs fit in the profile's device time (events and the profile share the stream).
+    assert sum(e.device_duration_ns for e in kernels) <= t.duration_ns * 1.05 + 10_000
+    assert kernels[0].device_duration_ns > 0  # A 512^3 matmul takes measurable time.
+    doc = t.chrome()
+    device = [e for e in doc["traceEvents"] if e.get("cat") == "device"]
+    assert [e["name"] for e in device] == ["matmul", "add", "sum"]
+    assert len({e["tid"] for e in device}) == 1
+    assert device[0]["tid"] != [e for e in doc["traceEvents"] if e.get("cat") == "kernel"][0]["tid"]

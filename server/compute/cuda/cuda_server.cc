@@ -146,6 +146,7 @@ CudaServer::~CudaServer() {
   workspace_.reset();
   completion_.reset();  // Runs every pending callback.
   for (auto& [token, event] : profiles_) Cu().EventDestroy(event);
+  for (auto& [id, event] : marks_) Cu().EventDestroy(event);
   compiler_.reset();
   modules_.reset();
   memory_.reset();   // Returns every page to the storage...
@@ -639,6 +640,55 @@ absl::StatusOr<ProfileToken> CudaServer::StartProfile() {
   const ProfileToken token = next_profile_++;
   profiles_[token] = start;
   return token;
+}
+
+uint64_t CudaServer::DeviceMark() {
+  if (!LostStatus().ok() || !context_->MakeCurrent().ok()) return 0;
+  CUevent event = nullptr;
+  if (Cu().EventCreate(&event, CU_EVENT_DEFAULT) != CUDA_SUCCESS) return 0;
+  if (Cu().EventRecord(event, stream_) != CUDA_SUCCESS) {
+    Cu().EventDestroy(event);
+    return 0;
+  }
+  const uint64_t id = next_mark_++;
+  marks_[id] = event;
+  return id;
+}
+
+void CudaServer::TimeMarks(std::vector<uint64_t> marks, MarksCallback done) {
+  std::vector<CUevent> events;
+  absl::Status status;
+  for (uint64_t id : marks) {
+    auto it = marks_.find(id);
+    if (it == marks_.end()) {
+      if (status.ok()) status = absl::InternalError(absl::StrCat("unknown device mark ", id));
+      continue;
+    }
+    events.push_back(it->second);
+    marks_.erase(it);
+  }
+  if (!status.ok() || events.empty()) {
+    for (CUevent e : events) Cu().EventDestroy(e);
+    done(status.ok() ? absl::InvalidArgumentError("no device marks to time") : status);
+    return;
+  }
+  CUevent last = events.back();
+  completion_->AfterEvent(
+      last, [this, events = std::move(events), done = std::move(done)](absl::Status s) mutable {
+        std::vector<int64_t> ns;
+        ns.reserve(events.size());
+        for (CUevent e : events) {
+          float ms = 0;
+          if (s.ok()) s = Check(CU_STATUS(Cu().EventElapsedTime(&ms, events.front(), e)));
+          ns.push_back(static_cast<int64_t>(static_cast<double>(ms) * 1e6));
+        }
+        for (CUevent e : events) Cu().EventDestroy(e);
+        if (!s.ok()) {
+          done(s);
+        } else {
+          done(std::move(ns));
+        }
+      });
 }
 
 void CudaServer::EndProfile(ProfileToken token, DurationCallback done) {

@@ -116,6 +116,10 @@ class CudaServer final : public ComputeServer {
   // event completes; EndProfile's `done` runs on the completion thread.
   absl::StatusOr<ProfileToken> StartProfile() override;
   void EndProfile(ProfileToken token, DurationCallback done) override;
+  // A timing event recorded on the stream (0 when it cannot be: the trace then lacks it);
+  // TimeMarks' `done` runs on the completion thread.
+  uint64_t DeviceMark() override;
+  void TimeMarks(std::vector<uint64_t> marks, MarksCallback done) override;
   // The NVRTC compiler's cache counters.
   KernelCacheStats KernelCache() const override;
 
@@ -229,6 +233,8 @@ class CudaServer final : public ComputeServer {
 
   absl::flat_hash_map<ProfileToken, CUevent> profiles_;  // Token -> start event.
   ProfileToken next_profile_ = 1;
+  absl::flat_hash_map<uint64_t, CUevent> marks_;  // DeviceMark id -> its event.
+  uint64_t next_mark_ = 1;
 
   std::atomic<bool> lost_{false};
   mutable absl::Mutex lost_mu_;
