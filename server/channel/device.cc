@@ -240,11 +240,14 @@ void Device::Read(SessionId session, const std::vector<BindingRef>& bindings,
     done(resolved.status());
     return;
   }
-  ScopedTraceEvent trace(TraceOf(session), "transfer");
+  TraceRecorder* const traced = TraceOf(session);
+  ScopedTraceEvent trace(traced, "transfer");
   trace.set_name("read");
-  uint64_t bytes = 0;
-  for (const ResolvedBinding& r : *resolved) bytes += r.size;  // Checked against the limit.
-  trace.set_bytes(bytes);
+  if (traced != nullptr) {
+    uint64_t bytes = 0;
+    for (const ResolvedBinding& r : *resolved) bytes += r.size;  // Checked against the limit.
+    trace.set_bytes(bytes);
+  }
   server_->Read(*std::move(resolved), out, std::move(done));
 }
 
@@ -263,15 +266,18 @@ void Device::ReadTensor(SessionId session, const std::vector<TensorRef>& tensors
     done(resolved.status());
     return;
   }
-  ScopedTraceEvent trace(TraceOf(session), "transfer");
+  TraceRecorder* const traced = TraceOf(session);
+  ScopedTraceEvent trace(traced, "transfer");
   trace.set_name("read");
-  uint64_t bytes = 0;
-  for (const ResolvedTensor& t : *resolved) {
-    uint64_t n = t.elem_size;
-    for (uint64_t d : t.shape) n *= d;  // Checked against the read limit already.
-    bytes += n;
+  if (traced != nullptr) {
+    uint64_t bytes = 0;
+    for (const ResolvedTensor& t : *resolved) {
+      uint64_t n = t.elem_size;
+      for (uint64_t d : t.shape) n *= d;  // Checked against the read limit already.
+      bytes += n;
+    }
+    trace.set_bytes(bytes);
   }
-  trace.set_bytes(bytes);
   server_->ReadTensor(*std::move(resolved), out, std::move(done));
 }
 
