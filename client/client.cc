@@ -509,6 +509,29 @@ absl::StatusOr<absl::Duration> Client::EndProfile() {
   return absl::Nanoseconds(static_cast<int64_t>(response.duration_ns()));
 }
 
+absl::Status Client::StartTrace(uint32_t max_events) {
+  // Unary, even on the stream (whose StartProfile carries no fields): after a Sync, so that the
+  // trace holds exactly the commands sent from now on.
+  RETURN_IF_ERROR(Sync().get());
+  v1::StartProfileRequest request;
+  request.set_session(impl_->session);
+  request.set_trace_events(max_events);
+  v1::StartProfileResponse response;
+  return impl_->Call("StartProfile", &Impl::Stub::StartProfile, request, &response);
+}
+
+absl::StatusOr<Client::TraceResult> Client::EndTrace() {
+  RETURN_IF_ERROR(Sync().get());
+  v1::EndProfileRequest request;
+  request.set_session(impl_->session);
+  v1::EndProfileResponse response;
+  RETURN_IF_ERROR(impl_->Call("EndProfile", &Impl::Stub::EndProfile, request, &response));
+  TraceResult result;
+  result.trace = std::move(*response.mutable_trace());
+  result.device_time = absl::Nanoseconds(static_cast<int64_t>(response.duration_ns()));
+  return result;
+}
+
 absl::StatusOr<DaemonInfo> Client::GetInfo() {
   v1::GetInfoRequest request;
   request.set_device(impl_->options.device);

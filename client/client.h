@@ -26,6 +26,7 @@
 #include "client/shared_memory.h"
 #include "common/elem_type.h"
 #include "common/memory_usage.h"
+#include "cubed/v1/compute.pb.h"
 #include "cubed/v1/types.pb.h"
 
 namespace cubed {
@@ -288,6 +289,18 @@ class Client {
   // FAILED_PRECONDITION from the daemon when no profile was started.
   absl::Status StartProfile();
   absl::StatusOr<absl::Duration> EndProfile();
+
+  // A traced profile (docs/operations.md, "Traces"): StartTrace waits for the session's earlier
+  // commands (Sync), then opens a profile that also records up to `max_events` (1 .. 1,000,000)
+  // of the session's commands; EndTrace waits for the commands sent since and returns them with
+  // the device time in between (ChromeTraceJson in trace_json.h writes them for a trace viewer).
+  // FAILED_PRECONDITION from the daemon when a profile is already open / none is.
+  absl::Status StartTrace(uint32_t max_events = 100000);
+  struct TraceResult {
+    v1::Trace trace;  // Events in the order the daemon ran them, dropped, device.
+    absl::Duration device_time;
+  };
+  absl::StatusOr<TraceResult> EndTrace();
 
   // Limits and features of the session's device.
   absl::StatusOr<DaemonInfo> GetInfo();

@@ -47,7 +47,5 @@ absl::Status ProfileCommand(const Context& ctx);
 
 // trace_command.cc: a traced profile of --session for --for, as Chrome trace-event JSON.
 absl::Status TraceCommand(const Context& ctx);
-// The JSON of `trace` (EndProfileResponse.trace) of `session`; exposed for tests.
-std::string ChromeTraceJson(const v1::Trace& trace, uint64_t session, uint64_t device_time_ns);
 
 }  // namespace cubed::cubectl

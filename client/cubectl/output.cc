@@ -22,34 +22,6 @@ std::string HumanSize(uint64_t bytes) {
   return absl::StrFormat("%.2f %s", v, kUnits[unit]);
 }
 
-std::string JsonQuote(absl::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += absl::StrFormat("\\u%04x", c);
-        } else {
-          out.push_back(c);
-        }
-    }
-  }
-  out += "\"";
-  return out;
-}
-
 Field TextField(absl::string_view key, absl::string_view value) {
   return {std::string(key), std::string(value), JsonQuote(value), ""};
 }

@@ -10,6 +10,7 @@
 
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "client/trace_json.h"
 
 namespace cubed::cubectl {
 
@@ -39,8 +40,8 @@ Field RawField(absl::string_view key, std::string text, std::string json);
 
 // "1.50 MiB", "512 B".
 std::string HumanSize(uint64_t bytes);
-// `s` as a JSON string literal, quotes included.
-std::string JsonQuote(absl::string_view s);
+// `s` as a JSON string literal, quotes included (the client library's, client/trace_json.h).
+using ::cubed::JsonQuote;
 
 // Prints the fields as a table, or as one JSON object line when `json`.
 void PrintReport(const std::vector<Field>& fields, bool json, std::ostream& out);

@@ -10,6 +10,7 @@
 #include "client/cubectl/commands.h"
 #include "client/cubectl/output.h"
 #include "client/status_conversion.h"
+#include "client/trace_json.h"
 #include "common/status_macros.h"
 #include "cubed/v1/compute.grpc.pb.h"
 
@@ -19,47 +20,7 @@ namespace {
 constexpr uint32_t kDefaultMaxEvents = 100000;
 constexpr uint32_t kMaxEvents = 1000000;  // The daemon's bound (Device::kMaxTraceEvents).
 
-// Microseconds with the nanoseconds kept, as the format's "ts" and "dur" are.
-std::string Micros(int64_t ns) {
-  return absl::StrCat(ns / 1000, ".", absl::Dec(ns % 1000, absl::kZeroPad3));
-}
-
 }  // namespace
-
-std::string ChromeTraceJson(const v1::Trace& trace, uint64_t session, uint64_t device_time_ns) {
-  const int64_t origin = trace.events().empty() ? 0 : trace.events(0).start_unix_ns();
-  const uint32_t pid = trace.device();
-  const uint64_t tid = session & 0x7fffffff;  // Viewers want small integers.
-  std::string out = absl::StrCat(
-      "{\"traceEvents\":[{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":", pid, ",\"tid\":", tid,
-      ",\"args\":{\"name\":\"cubed device ", pid,
-      "\"}},{\"name\":\"thread_name\",\"ph\":\"M\","
-      "\"pid\":",
-      pid, ",\"tid\":", tid, ",\"args\":{\"name\":\"session ", session,
-      " (device loop)\"}},{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":", pid,
-      ",\"tid\":", tid + 1, ",\"args\":{\"name\":\"session ", session, " (device)\"}}");
-  for (const v1::TraceEvent& e : trace.events()) {
-    const int64_t ts = e.start_unix_ns() - origin;
-    absl::StrAppend(&out, ",{\"name\":", JsonQuote(e.name()), ",\"cat\":", JsonQuote(e.category()),
-                    ",\"ph\":\"X\",\"ts\":", ts < 0 ? "0" : Micros(ts),
-                    ",\"dur\":", Micros(std::max<int64_t>(e.duration_ns(), 0)), ",\"pid\":", pid,
-                    ",\"tid\":", tid, ",\"args\":{");
-    if (e.bytes() != 0) absl::StrAppend(&out, "\"bytes\":", e.bytes());
-    absl::StrAppend(&out, "}}");
-    if (e.device_start_unix_ns() != 0) {  // The kernel's run on the device, a thread of its own.
-      const int64_t dts = e.device_start_unix_ns() - origin;
-      absl::StrAppend(&out, ",{\"name\":", JsonQuote(e.name()),
-                      ",\"cat\":\"device\",\"ph\":\"X\",\"ts\":", dts < 0 ? "0" : Micros(dts),
-                      ",\"dur\":", Micros(std::max<int64_t>(e.device_duration_ns(), 0)),
-                      ",\"pid\":", pid, ",\"tid\":", tid + 1, ",\"args\":{}}");
-    }
-  }
-  absl::StrAppend(&out, "],\"displayTimeUnit\":\"ms\",\"otherData\":{\"session\":\"", session,
-                  "\",\"device\":", pid, ",\"start_unix_ns\":\"", origin,
-                  "\",\"dropped\":", trace.dropped(), ",\"device_time_ns\":", device_time_ns,
-                  "}}\n");
-  return out;
-}
 
 absl::Status TraceCommand(const Context& ctx) {
   if (ctx.global.session == 0 || ctx.args.positional().size() != 1) {
