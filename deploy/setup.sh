@@ -16,6 +16,7 @@ packages=(
   clang-format-14  # tests/format: the formatting check
   python3 python3-pip python3-grpcio python3-grpc-tools python3-protobuf python3-numpy
   python3-prometheus-client
+  python3-hypothesis  # tests/stateful: the stateful fuzzer (RuleBasedStateMachine)
   python3-venv python3-pytest python3-setuptools python3-wheel
   ca-certificates openssl libssl-dev  # libcrypto: SHA-256 of the kernel cache keys
   systemd  # systemd-analyze: tests/systemd checks the unit with it (no systemd as PID 1 needed)

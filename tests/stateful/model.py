@@ -1,0 +1,664 @@
+"""The model of the stateful fuzzer (stateful_test.py): what a CPU cubed daemon must answer.
+
+Pure Python, no gRPC: given the model's state and a request, each predict_* function returns what
+the daemon must do (and updates the state as the daemon must), or raises Fail with the status
+code it must answer. Sources of each rule: docs/api.md and docs/error-model.md (codes),
+session.proto (stream semantics, poisoning), docs/kernel-abi.md (builtin launches) and
+docs/api.md "MemoryUsage" (what the four numbers count). Where those documents leave an order
+open (which of two bad fields is reported), the model follows the daemon's code
+(server/service/compute_service.cc: request checks first, then the session, then handles).
+
+What is exact and what is a bound (CPU backend):
+  * number_allocs and bytes_in_use: exact (a tensor's size is product(shape) * elem_size).
+  * bytes_padding: exact (each size rounded up to the alignment) unless a freed exclusive page
+    (> 16 MiB, or a fallback under the memory limit) may be reused: that adds up to 1/8 of the
+    rounded size, so the model keeps a [lo, hi] range per allocation.
+  * bytes_reserved: the model does not simulate pool pages. It checks what is certain: nothing
+    but an allocation or a cleanup changes it; an allocation away from the limit adds 0 or one
+    page; a cleanup never adds; in_use + padding <= reserved <= memory_limit; 0 after a cleanup
+    with nothing allocated.
+  * RESOURCE_EXHAUSTED from the memory limit: certain when size > max_allocation or when the
+    rounded live sizes plus this one pass the limit; forbidden when the last observed reserved
+    bytes plus a new page fit under the limit; either answer is accepted in between
+    (fragmentation of pages the model does not simulate).
+  * Contents: exact for creates, for empties of a session that never freed memory (zeros:
+    docs/security.md, "Memory isolation") and for integer kernels and copy/fill; unknown
+    (not checked) after float arithmetic or an empty that may reuse the session's own bytes.
+"""
+
+import itertools
+import struct
+
+OK = "OK"
+IA = "INVALID_ARGUMENT"
+NF = "NOT_FOUND"
+FP = "FAILED_PRECONDITION"
+RE = "RESOURCE_EXHAUSTED"
+PD = "PERMISSION_DENIED"
+UNIMPLEMENTED = "UNIMPLEMENTED"
+
+# google.rpc.Code numbers, as stream replies carry them.
+CODE_NUMBER = {"OK": 0, "CANCELLED": 1, "UNKNOWN": 2, "INVALID_ARGUMENT": 3,
+               "DEADLINE_EXCEEDED": 4, "NOT_FOUND": 5, "ALREADY_EXISTS": 6,
+               "PERMISSION_DENIED": 7, "RESOURCE_EXHAUSTED": 8, "FAILED_PRECONDITION": 9,
+               "ABORTED": 10, "OUT_OF_RANGE": 11, "UNIMPLEMENTED": 12, "INTERNAL": 13,
+               "UNAVAILABLE": 14, "DATA_LOSS": 15, "UNAUTHENTICATED": 16}
+CODE_NAME = {v: k for k, v in CODE_NUMBER.items()}
+
+U32_MAX = 2**32 - 1
+U64_MAX = 2**64 - 1
+FIRST_CLIENT_ID = 2**63
+MAX_RANK = 8
+MAX_BINDINGS = 1024
+MAX_RELEASE = 65536
+MAX_BUFFERS = 64
+MAX_METADATA_WORDS = 65536
+MAX_LEASE_MS = 7 * 24 * 3600 * 1000
+MAX_TRACE_EVENTS = 1_000_000
+MAX_CUBE_COUNT = (2**31 - 1, 65535, 65535)
+MIB = 2**20
+
+# Content is predicted only for launches and tensor reads this small (Python is slow).
+MAX_MODELLED_ELEMENTS = 4096
+
+# ElemType wire value -> (name, size, struct format or None, kind) for the element types.
+ELEM = {1: ("f32", 4, "<f", "float"), 2: ("f64", 8, "<d", "float"), 3: ("i32", 4, "<i", "int"),
+        4: ("u32", 4, "<I", "uint"), 5: ("i64", 8, "<q", "int"), 6: ("f16", 2, None, "float"),
+        7: ("bf16", 2, None, "float"), 8: ("i8", 1, "<b", "int"), 9: ("u8", 1, "<B", "uint"),
+        10: ("i16", 2, "<h", "int"), 11: ("u16", 2, "<H", "uint"), 12: ("bool", 1, "<B", "bool")}
+SIGNED = {1, 2, 3, 5, 6, 7, 8, 10}
+NUMERIC = set(ELEM) - {12}
+# The builtin kernels the fuzzer launches (docs/kernel-abi.md): buffers, dtypes, shape rule,
+# min rank, whether it takes the fill scalar, whether it may write in place.
+KERNELS = {
+    "fill": (1, set(ELEM), "any", 0, True, False),
+    "copy": (2, set(ELEM), "same", 0, False, True),
+    "neg": (2, SIGNED, "same", 0, False, True),
+    "add": (3, NUMERIC, "broadcast", 0, False, True),
+    "sum": (2, NUMERIC, "reduce", 1, False, False),
+}
+# Names no builtin kernel has (the fuzzer sends no other names: the model knows only KERNELS).
+UNKNOWN_KERNELS = ("no_such_kernel", "ADD", "add ", "sum\x00", "k" * 64)
+
+
+class Fail(Exception):
+    """The daemon must answer `code`. A stream failure (and the poison it leaves) also knows the
+    start of its message, `prefix` ("command 7 (execute) failed: "); its whole `message` is
+    learnt the first time the daemon shows it, and must be the same on every later use."""
+
+    def __init__(self, code, prefix=None):
+        super().__init__(code, prefix)
+        self.code = code
+        self.prefix = prefix
+        self.message = None
+        self.poison = False  # A stream failure: reported (and poisons) unchanged when met again.
+
+    def check_message(self, actual):
+        """'' when `actual` is this failure's message (learning it), else what differs."""
+        if self.prefix is None:
+            return ""
+        if self.message is not None:
+            return "" if actual == self.message else f"expected message {self.message!r}"
+        if not actual.startswith(self.prefix):
+            return f"expected a message starting {self.prefix!r}"
+        self.message = actual
+        return ""
+
+
+class Ambiguous(Exception):
+    """The model cannot tell between `code` and going on (a dynamic cube count read from bytes
+    the model does not know)."""
+
+    def __init__(self, code):
+        super().__init__(code)
+        self.code = code
+
+
+def round_up(n, a):
+    return (n + a - 1) // a * a
+
+
+def prod(xs):
+    p = 1
+    for x in xs:
+        p *= x
+    return p
+
+
+class Handle:
+    def __init__(self, size, content, pad_lo, pad_hi, maybe_exclusive, tensor=None):
+        self.size = size
+        self.content = content  # bytearray, or None when unknown.
+        self.pad_lo, self.pad_hi = pad_lo, pad_hi
+        self.maybe_exclusive = maybe_exclusive
+        self.tensor = tensor  # (shape, strides, elem_size) for tensors.
+        self.poison = None  # Fail of the execute that poisoned this live handle (stream).
+
+
+class Session:
+    def __init__(self, sid, stream):
+        self.id = sid
+        self.stream = stream
+        self.handles = {}   # id -> Handle
+        self.poisoned = {}  # id -> Fail: stream ids poisoned by a failed create (no memory).
+        self.profile = False
+        self.freed_any = False  # Empty may return this session's own freed bytes.
+        self.last_seq = None
+        self.failures = []  # Stream: failures since the previous sync, in order.
+        self.next_client_id = FIRST_CLIENT_ID + 1
+
+    def poison_of(self, hid):
+        h = self.handles.get(hid)
+        if h is not None and h.poison is not None:
+            return h.poison
+        return self.poisoned.get(hid)
+
+    def in_use(self, hid):
+        return hid in self.handles or hid in self.poisoned
+
+
+class Model:
+    def __init__(self, limit, alignment, max_read):
+        self.limit = limit
+        self.alignment = alignment
+        self.max_alloc = limit
+        self.max_read = max_read
+        # Note [Pool layout] (storage/memory_manager.cc): (page size, largest slice), capped.
+        levels = []
+        for page, largest in ((8 * MIB, MIB), (64 * MIB, 16 * MIB)):
+            page = min(page, limit - limit % alignment)
+            largest = min(largest, page)
+            if levels and levels[-1][0] == page:
+                levels[-1] = (page, max(levels[-1][1], largest))
+            else:
+                levels.append((page, largest))
+        self.levels = levels
+        self.sessions = {}
+        self.seen_handles = set()   # Every handle id ever returned, any session.
+        self.closed_sessions = []
+        self.reserved = 0           # bytes_reserved as last observed.
+        self.pending_pages = 0      # Most bytes of pages allocations may have added since.
+        self.maybe_free_exclusive = False
+        self.maybe_alloc = False    # An allocation since the observation was near the limit.
+        self.cleaned = False        # A cleanup ran since the observation...
+        self.clean_empty = False    # ... with nothing allocated then or since.
+
+    # ---- sessions and handles ----
+
+    def session(self, sid):
+        s = self.sessions.get(sid)
+        if s is None:
+            raise Fail(NF)
+        return s
+
+    def resolve(self, s, hid, start, end):
+        """(handle, view start, view length) of a binding, or the daemon's error (Resolve)."""
+        poison = s.poison_of(hid)
+        if poison is not None:
+            raise poison
+        h = s.handles.get(hid)
+        if h is None:
+            raise Fail(NF)
+        if start > h.size:
+            raise Fail(IA)
+        if end > h.size - start:
+            raise Fail(IA)
+        return h, start, h.size - start - end
+
+    def live(self):
+        for s in self.sessions.values():
+            yield from s.handles.values()
+
+    def usage(self):
+        hs = list(self.live())
+        return (len(hs), sum(h.size for h in hs), sum(h.pad_lo for h in hs),
+                sum(h.pad_hi for h in hs))
+
+    # ---- memory ----
+
+    def new_page(self, size):
+        for page, largest in self.levels:
+            if size <= largest:
+                return page
+        return round_up(size, self.alignment)
+
+    def check_alloc(self, size):
+        """'must' (it fits for certain), 'maybe' (either answer), or raises RESOURCE_EXHAUSTED."""
+        if size > self.max_alloc:
+            raise Fail(RE)
+        rounded = sum(round_up(h.size, self.alignment) for h in self.live())
+        if rounded + round_up(size, self.alignment) > self.limit:
+            raise Fail(RE)
+        if self.reserved + self.pending_pages + self.new_page(size) <= self.limit:
+            return "must"
+        return "maybe"
+
+    def add_handle(self, s, hid, size, content, mode, tensor=None):
+        r = round_up(size, self.alignment)
+        exclusive = size > self.levels[-1][1] or mode == "maybe"
+        hi = r + r // 8 - size if exclusive and self.maybe_free_exclusive else r - size
+        h = Handle(size, content, r - size, hi, exclusive, tensor)
+        s.handles[hid] = h
+        self.seen_handles.add(hid)
+        self.pending_pages += self.new_page(size)
+        self.maybe_alloc = self.maybe_alloc or mode == "maybe"
+        self.clean_empty = False
+        return h
+
+    def free_handle(self, s, hid):
+        h = s.handles.pop(hid)
+        s.poisoned.pop(hid, None)
+        s.freed_any = True
+        if h.maybe_exclusive:
+            self.maybe_free_exclusive = True
+
+    def cleanup(self):
+        self.maybe_free_exclusive = False
+        self.cleaned = True
+        self.clean_empty = not any(True for _ in self.live())
+
+    def empty_content(self, s, size):
+        """Zeros, unless the session freed memory it may get back (or it is too big to model)."""
+        return None if s.freed_any or size > 16 * MIB else bytearray(size)
+
+    def reserved_range(self):
+        """[lo, hi] that bytes_reserved must lie in now, from the last observation."""
+        allocs, in_use, pad_lo, _ = self.usage()
+        floor = in_use + pad_lo
+        if self.cleaned and self.clean_empty:
+            return 0, 0  # A cleanup returns every free page.
+        if self.maybe_alloc:
+            return floor, self.limit
+        hi = self.reserved + self.pending_pages
+        lo = floor if self.cleaned else self.reserved
+        return lo, hi
+
+    def observe(self, reserved):
+        self.reserved = reserved
+        self.pending_pages = 0
+        self.maybe_alloc = False
+        self.cleaned = False
+        self.clean_empty = False
+
+    def close(self, sid):
+        s = self.sessions.pop(sid)
+        released = len(s.handles)
+        for hid in list(s.handles):
+            self.free_handle(s, hid)
+        self.closed_sessions.append(sid)
+        return released
+
+
+# ---- request checks shared by unary calls and stream commands ----
+
+def check_tensor_shape(shape, elem_size):
+    """CheckTensorShape (request_conversion.cc): the dense byte size, or INVALID_ARGUMENT."""
+    if not 1 <= len(shape) <= MAX_RANK:
+        raise Fail(IA)
+    if any(d == 0 for d in shape):
+        raise Fail(IA)
+    if not 1 <= elem_size <= 16:
+        raise Fail(IA)
+    size = prod(shape) * elem_size
+    if size >= 2**63:
+        raise Fail(IA)
+    return size
+
+
+def check_read_tensor_request(bindings):
+    """ToTensorRefs: bindings = [(hid, start, end, shape, strides, elem_size)]."""
+    if not 1 <= len(bindings) <= MAX_BINDINGS:
+        raise Fail(IA)
+    for (_, _, _, shape, strides, es) in bindings:
+        check_tensor_shape(shape, es)
+        if len(strides) != len(shape):
+            raise Fail(IA)
+
+
+def check_read_request(bindings):
+    if not 1 <= len(bindings) <= MAX_BINDINGS:
+        raise Fail(IA)
+
+
+def predict_read(m, s, bindings):
+    """Device::Read: the bytes of each binding (None where unknown)."""
+    out, total = [], 0
+    for (hid, start, end) in bindings:
+        h, vs, vl = m.resolve(s, hid, start, end)
+        total += vl
+        out.append(None if h.content is None else bytes(h.content[vs:vs + vl]))
+    if total > m.max_read:
+        raise Fail(RE)
+    return out
+
+
+def span_elements(shape, strides):
+    if any(d == 0 for d in shape):
+        return 0
+    return 1 + sum((d - 1) * st for d, st in zip(shape, strides))
+
+
+def gather(content, start, shape, strides, es):
+    """The dense row-major bytes of a strided tensor in content[start:]."""
+    out = bytearray()
+    for idx in itertools.product(*[range(d) for d in shape]):
+        off = start + es * sum(i * st for i, st in zip(idx, strides))
+        out += content[off:off + es]
+    return bytes(out)
+
+
+def predict_read_tensor(m, s, bindings):
+    """Device::ReadTensor after the request checks: dense bytes per binding (None: unknown)."""
+    out, total = [], 0
+    resolved = []
+    for (hid, start, end, shape, strides, es) in bindings:
+        h, vs, vl = m.resolve(s, hid, start, end)
+        span = span_elements(shape, strides)
+        if span * es > vl or span * es >= 2**64 or span >= 2**64:
+            raise Fail(IA)
+        size = prod(shape) * es
+        total += size
+        if total >= 2**64:
+            raise Fail(IA)
+        resolved.append((h, vs, shape, strides, es, size))
+    if total > m.max_read:
+        raise Fail(RE)
+    for (h, vs, shape, strides, es, size) in resolved:
+        if h.content is None or size // es > MAX_MODELLED_ELEMENTS:
+            out.append((size, None))
+        else:
+            out.append((size, gather(h.content, vs, shape, strides, es)))
+    return out
+
+
+def predict_release(s, ids):
+    """Device::Release, checked before anything is released: the ids to drop."""
+    drops = {}
+    for hid in ids:
+        if hid not in s.handles and hid in s.poisoned:
+            drops[hid] = drops.get(hid, 0) + 1
+            if drops[hid] > 1:
+                raise Fail(IA)
+            continue
+        if hid not in s.handles:
+            raise Fail(NF)
+        drops[hid] = drops.get(hid, 0) + 1
+        if drops[hid] > 1:  # Every handle is held once.
+            raise Fail(IA)
+    return list(drops)
+
+
+def apply_release(m, s, ids):
+    for hid in ids:
+        if hid in s.handles:
+            m.free_handle(s, hid)
+        else:
+            s.poisoned.pop(hid, None)
+
+
+# ---- execute (docs/kernel-abi.md) ----
+
+class Launch:
+    """An execute as the fuzzer sends it (the fields of ExecuteRequest / Command.Execute)."""
+
+    def __init__(self, kind, name="", dtype=0, out_dtype=0, axis=0, allow_tf32=False,
+                 count=None, dynamic=None, buffers=(), metadata=(), scalars=(), mode=0,
+                 code="x", entry="k", cube_dim=(1, 1, 1)):
+        self.kind = kind            # "builtin", "ptx" or "none"
+        self.name, self.dtype, self.out_dtype, self.axis = name, dtype, out_dtype, axis
+        self.allow_tf32 = allow_tf32
+        self.count = count          # (x, y, z) static, or None
+        self.dynamic = dynamic      # (hid, start, end) or None
+        self.buffers = list(buffers)  # [(hid, start, end)]
+        self.metadata = list(metadata)
+        self.scalars = list(scalars)  # [(elem, floats, ints, uints)]
+        self.mode = mode
+        self.code, self.entry, self.cube_dim = code, entry, cube_dim
+
+
+def scalar_bytes(elem, floats, ints, uints):
+    """ToScalarGroup: the group's bytes, or INVALID_ARGUMENT."""
+    if elem not in ELEM:
+        raise Fail(IA)
+    name, size, fmt, kind = ELEM[elem]
+    wants_floats = kind == "float"
+    wants_uints = kind in ("uint", "bool")
+    wants_ints = not wants_floats and not wants_uints
+    if ((not wants_floats and floats) or (not wants_ints and ints)
+            or (not wants_uints and uints)):
+        raise Fail(IA)
+    out = b""
+    for v in ints:
+        if size < 8 and not -(2**(8 * size - 1)) <= v < 2**(8 * size - 1):
+            raise Fail(IA)
+        out += (v % 2**64).to_bytes(8, "little")[:size]
+    for v in uints:
+        hi = 1 if kind == "bool" else 2**(8 * size) - 1
+        if v > hi:
+            raise Fail(IA)
+        out += v.to_bytes(8, "little")[:size]
+    if floats:
+        if fmt is None or any(abs(f) > 3e38 for f in floats if f == f) and size == 4:
+            return None  # Bytes not modelled (half types, f32 overflow): valid, content unknown.
+        for f in floats:
+            out += struct.pack(fmt, f)
+    return out
+
+
+def check_launch_request(launch):
+    """ToExecuteCommand: every request-level check, all INVALID_ARGUMENT."""
+    if launch.kind == "none":
+        raise Fail(IA)
+    if launch.kind == "builtin":
+        if not 1 <= len(launch.name) <= 64:
+            raise Fail(IA)
+        if launch.dtype not in ELEM:
+            raise Fail(IA)
+        if launch.out_dtype != 0 and launch.out_dtype not in ELEM:
+            raise Fail(IA)
+    else:
+        x, y, z = launch.cube_dim
+        if not launch.code or not launch.entry:
+            raise Fail(IA)
+        if not (1 <= x <= 1024 and 1 <= y <= 1024 and 1 <= z <= 64 and x * y * z <= 1024):
+            raise Fail(IA)
+    if launch.count is None and launch.dynamic is None:
+        raise Fail(IA)
+    if launch.mode not in (0, 1, 2):
+        raise Fail(IA)
+    if len(launch.buffers) > MAX_BUFFERS or len(launch.metadata) > MAX_METADATA_WORDS:
+        raise Fail(IA)
+    groups = set()
+    for (elem, floats, ints, uints) in launch.scalars:
+        scalar_bytes(elem, floats, ints, uints)
+        if elem in groups:
+            raise Fail(IA)
+        groups.add(elem)
+
+
+def decode_metadata(words, n):
+    """DecodeKernelMetadata for n buffers, all tensors: [(shape, strides)] and buffer_len."""
+    static = 5 * n
+    if len(words) < static:
+        raise Fail(IA)
+    tensors = []
+    for i in range(n):
+        rank, sat, tat = words[2 * n + i], words[3 * n + i], words[4 * n + i]
+        if rank > MAX_RANK:
+            raise Fail(IA)
+        if sat < static or sat + rank > len(words) or tat < static or tat + rank > len(words):
+            raise Fail(IA)
+        shape = list(words[sat:sat + rank])
+        strides = list(words[tat:tat + rank])
+        if prod(shape) != words[n + i]:
+            raise Fail(IA)
+        tensors.append((shape, strides))
+    return list(words[:n]), tensors
+
+
+def may_overlap_itself(shape, strides):
+    if any(d == 0 for d in shape):
+        return False
+    dims = sorted((st, d) for d, st in zip(shape, strides) if d > 1)
+    span = 1
+    for st, d in dims:
+        if st < span:
+            return True
+        span += (d - 1) * st
+    return False
+
+
+def validate_builtin(launch, views):
+    """ValidateCall + CheckHostBuffers for a known kernel with the right buffer count.
+    views: [(handle, start, length)]. Returns the decoded tensors."""
+    n, dtypes, rule, min_rank, takes_fill, in_place = KERNELS[launch.name]
+    if launch.dtype not in dtypes or launch.allow_tf32:
+        raise Fail(IA)
+    es = ELEM[launch.dtype][1]
+    if takes_fill:
+        if len(launch.scalars) != 1:
+            raise Fail(IA)
+        elem, floats, ints, uints = launch.scalars[0]
+        if elem != launch.dtype or len(floats) + len(ints) + len(uints) != 1:
+            raise Fail(IA)
+    elif launch.scalars:
+        raise Fail(IA)
+    buffer_len, tensors = decode_metadata(launch.metadata, n)
+    spans = []
+    for i, (shape, strides) in enumerate(tensors):
+        span = span_elements(shape, strides)
+        if span * es > views[i][2] or buffer_len[i] * es > views[i][2]:
+            raise Fail(IA)
+        spans.append(span * es)
+    if any(len(shape) < min_rank for shape, _ in tensors):
+        raise Fail(IA)
+    out_shape, out_strides = tensors[-1]
+    if may_overlap_itself(out_shape, out_strides):
+        raise Fail(IA)
+    if rule in ("same", "broadcast", "reduce"):
+        if any(len(t[0]) != len(out_shape) for t in tensors):
+            raise Fail(IA)
+    if rule == "same" and tensors[0][0] != out_shape:
+        raise Fail(IA)
+    if rule == "broadcast":
+        for shape, _ in tensors[:-1]:
+            if any(a != b and a != 1 for a, b in zip(shape, out_shape)):
+                raise Fail(IA)
+    if rule == "reduce":
+        in_shape = tensors[0][0]
+        if launch.axis >= len(in_shape):
+            raise Fail(IA)
+        want = [1 if d == launch.axis else x for d, x in enumerate(in_shape)]
+        if out_shape != want:
+            raise Fail(IA)
+        held = views[0][2] // es
+        if prod(in_shape) > max(held, prod(out_shape)):
+            raise Fail(IA)
+    # CheckHostBuffers: alignment (slices are 64-byte aligned), then the output overlapping an
+    # input (only possible within one handle).
+    for i in range(n):
+        if spans[i] and views[i][1] % es:
+            raise Fail(IA)
+    o = n - 1
+    for i in range(o):
+        if not spans[i] or not spans[o] or views[i][0] is not views[o][0]:
+            continue
+        p, q = views[i][1], views[o][1]
+        if p >= q + spans[o] or q >= p + spans[i]:
+            continue
+        identical = in_place and p == q and spans[i] == spans[o] and tensors[i] == tensors[o]
+        if not identical:
+            raise Fail(IA)
+    return tensors
+
+
+def predict_execute(m, s, launch, dynamic_ok=False):
+    """Device::Execute after the request checks and the session lookup. Returns a function that
+    applies the launch's effect on the model's contents. Raises Ambiguous when the dynamic
+    count's bytes are unknown (call again with dynamic_ok=True for the other branch)."""
+    if launch.mode == 2:
+        raise Fail(PD)
+    if launch.dynamic is not None:
+        h, vs, vl = m.resolve(s, *launch.dynamic)
+        if vl < 12:
+            raise Fail(IA)
+    else:
+        x, y, z = launch.count
+        if not all(1 <= v <= hi for v, hi in zip((x, y, z), MAX_CUBE_COUNT)):
+            raise Fail(IA)
+    views = [m.resolve(s, *b) for b in launch.buffers]
+    if launch.kind == "ptx":
+        raise Fail(UNIMPLEMENTED)
+    if launch.dynamic is not None and not dynamic_ok:
+        if h.content is None:
+            raise Ambiguous(IA)
+        xyz = struct.unpack("<3I", bytes(h.content[vs:vs + 12]))
+        if not all(1 <= v <= hi for v, hi in zip(xyz, MAX_CUBE_COUNT)):
+            raise Fail(IA)
+    if launch.name not in KERNELS:
+        raise Fail(NF)
+    if KERNELS[launch.name][0] != len(views):
+        raise Fail(IA)
+    tensors = validate_builtin(launch, views)
+    return lambda: run_builtin(launch, views, tensors)
+
+
+def _elements(view, layout, es):
+    h, start, _ = view
+    shape, strides = layout
+    for idx in itertools.product(*[range(d) for d in shape]):
+        yield idx, start + es * sum(i * st for i, st in zip(idx, strides))
+
+
+def run_builtin(launch, views, tensors):
+    """The launch's effect on the output handle's modelled bytes."""
+    out_h = views[-1][0]
+    name, (_, es, fmt, kind) = launch.name, ELEM[launch.dtype]
+    out_shape, out_strides = tensors[-1]
+    if prod(out_shape) == 0:
+        return
+    too_big = any(prod(t[0]) > MAX_MODELLED_ELEMENTS for t in tensors)
+    inputs_known = all(v[0].content is not None for v in views[:-1])
+    exact = kind in ("int", "uint") or name in ("fill", "copy") or (name == "neg" and es in (4, 8)
+                                                                   and kind == "float")
+    if too_big or not inputs_known or out_h.content is None or not exact:
+        out_h.content = None
+        return
+    if name == "fill":
+        value = scalar_bytes(*launch.scalars[0])
+        if value is None:
+            out_h.content = None
+            return
+    mask = 2**(8 * es) - 1
+
+    def read(v, off):
+        return int.from_bytes(v[0].content[off:off + es], "little")
+
+    writes = []
+    for idx, off in _elements(views[-1], tensors[-1], es):
+        if name == "fill":
+            val = int.from_bytes(value, "little")
+        elif name == "copy":
+            val = read(views[0], views[0][1] + es * sum(
+                i * st for i, st in zip(idx, tensors[0][1])))
+        elif name == "neg":
+            x = read(views[0], views[0][1] + es * sum(i * st for i, st in zip(idx, tensors[0][1])))
+            val = x ^ (1 << (8 * es - 1)) if kind == "float" else (-x) & mask
+        elif name == "add":
+            total = 0
+            for v, (shape, strides) in zip(views[:-1], tensors[:-1]):
+                src = [i if d == od else 0 for i, d, od in zip(idx, shape, out_shape)]
+                total += read(v, v[1] + es * sum(i * st for i, st in zip(src, strides)))
+            val = total & mask
+        else:  # sum along the axis
+            in_shape, in_strides = tensors[0]
+            total = 0
+            for k in range(in_shape[launch.axis]):
+                src = list(idx)
+                src[launch.axis] = k
+                total += read(views[0], views[0][1] + es * sum(
+                    i * st for i, st in zip(src, in_strides)))
+            val = total & mask
+        writes.append((off, val))
+    for off, val in writes:
+        out_h.content[off:off + es] = val.to_bytes(es, "little")
