@@ -16,6 +16,7 @@ from ._errors import (CubedError, DeadlineExceededError, FailedPreconditionError
                       InvalidArgumentError, NotFoundError, PermissionDeniedError,
                       ResourceExhaustedError, UnauthenticatedError, UnavailableError,
                       UnimplementedError)
+from ._graph import Graph
 from ._tensor import Tensor
 from ._trace import Trace, TraceEvent
 from ._types import (KERNEL_DTYPES, BuiltinKernel, Info, MemoryUsage, Scalars, cube_count_for,
@@ -26,9 +27,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Binding", "BuiltinKernel", "Client", "CubedError", "DeadlineExceededError",
-    "FailedPreconditionError", "Info", "InternalError", "InvalidArgumentError", "KERNEL_DTYPES",
-    "MemoryUsage", "NotFoundError", "PermissionDeniedError", "Profile", "ResourceExhaustedError",
-    "Scalars", "Tensor", "Trace", "TraceEvent", "UnauthenticatedError", "UnavailableError",
-    "UnimplementedError", "connect", "cube_count_for", "default_address", "dense_strides",
-    "encode_metadata",
+    "FailedPreconditionError", "Graph", "Info", "InternalError", "InvalidArgumentError",
+    "KERNEL_DTYPES", "MemoryUsage", "NotFoundError", "PermissionDeniedError", "Profile",
+    "ResourceExhaustedError", "Scalars", "Tensor", "Trace", "TraceEvent", "UnauthenticatedError",
+    "UnavailableError", "UnimplementedError", "connect", "cube_count_for", "default_address",
+    "dense_strides", "encode_metadata",
 ]

@@ -8,6 +8,7 @@ import asyncio
 import collections
 import contextlib
 import functools
+import itertools
 import math
 import os
 import threading
@@ -23,6 +24,7 @@ import numpy as np
 
 from ._errors import (CubedError, InvalidArgumentError, UnimplementedError, error_for,
                       error_from_rpc)
+from ._graph import Graph
 from . import _interop, _wire
 from ._proto import compute_pb2, compute_pb2_grpc, session_pb2, types_pb2
 from ._address import default_address, region_socket_path, ring_socket_path, target_of
@@ -203,6 +205,12 @@ class Client(KernelMethods):
         # What a collected tensor's handle calls with its id (Client._live sends the releases).
         self._release_collected = functools.partial(_gc_release, self._self_ref)
         self._finalizer = weakref.finalize(self, _close_transport, transport, channel, timeout)
+        # Recorded graphs (_graph.py): ids from 1 up, the graph recording now (one at a time,
+        # set under _graph_lock), and the ids of collected graphs that _live releases.
+        self._graph_ids = itertools.count(1)
+        self._graph_lock = threading.Lock()
+        self._recording: Optional[Graph] = None
+        self._gc_graph_releases: Deque[int] = collections.deque()
         # The staging region of create() and read() (None until first needed); its lock is held
         # from staging bytes until they were used.
         self._staging = Staging(region_socket_path(target) if transport.kind == "stream" else None,
@@ -289,6 +297,13 @@ class Client(KernelMethods):
                     self._transport.release(ids)
                 except CubedError:
                     pass  # Unary: a handle whose session expired; nothing left to free.
+        if self._gc_graph_releases:  # Graphs keep memory: released with the next command.
+            while self._gc_graph_releases:
+                try:
+                    graph = self._gc_graph_releases.popleft()
+                except IndexError:
+                    break
+                self._transport.release_graph(graph)
         return self._transport
 
     def _wait(self, future: "Future[Any]") -> Any:
@@ -537,6 +552,36 @@ class Client(KernelMethods):
             out.close()  # Unary: the launch failed; its output must not outlive the error.
             raise
         return out
+
+    # --- recorded graphs (_graph.py) ------------------------------------------------------------
+
+    def record(self, *parameters: Tensor) -> Graph:
+        """A Graph that records, inside its ``with`` block, the launches of this session (kernel
+        wrappers and execute) instead of running them, for ``graph.replay(...)`` to run them
+        later with one command each time. ``parameters``: tensors of this client, on distinct
+        allocations, whose places each replay fills with other tensors of the same layout; every
+        other tensor a launch uses is captured as it is (the graph keeps its memory). Nothing
+        recorded runs until the first replay. See Graph.
+
+        Raises UnimplementedError on the unary transport (graphs need the session stream),
+        InvalidArgumentError for two parameters on one allocation."""
+        if self._transport.kind != "stream":
+            raise UnimplementedError(
+                grpc.StatusCode.UNIMPLEMENTED,
+                "record: recorded graphs need the session stream, and this client uses unary "
+                "calls (connect with transport='stream' or 'auto'; a joined session is unary)")
+        if self._closed:
+            raise error_for(grpc.StatusCode.FAILED_PRECONDITION, "the client is closed")
+        first = {}
+        for i, t in enumerate(parameters):
+            self._own(t, f"record: parameters[{i}]")
+            j = first.setdefault(t.id, i)
+            if j != i:
+                raise InvalidArgumentError(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"record: parameters[{j}] and parameters[{i}] are on one allocation (handle "
+                    f"{t.id}); a graph's parameters must be distinct handles")
+        return Graph(self, next(self._graph_ids), tuple(parameters))
 
     # --- trait: sync, flush, memory, profile, info ----------------------------------------------
 

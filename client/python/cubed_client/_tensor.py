@@ -76,6 +76,8 @@ class Tensor:
     __array_priority__ = 1000  # So ndarray + Tensor defers to Tensor.__radd__.
     # (layout, encoded binding) once a launch used this view (_launch_view).
     _wire: Optional[Tuple[Tuple[Any, ...], bytes]] = None
+    # (layout, encoded handle id) once a graph bound this view (_graph_view).
+    _graph_wire: Optional[Tuple[Tuple[Any, ...], bytes]] = None
 
     def __init__(self, client: "Client", handle: _Handle, shape: Sequence[int],
                  strides: Sequence[int], dtype: np.dtype, offset: int = 0) -> None:
@@ -107,6 +109,16 @@ class Tensor:
                                self._handle.nbytes),
                               _wire.binding(self._handle.id, self._offset * itemsize))
         return w
+
+    def _graph_view(self) -> Tuple[Tuple[Any, ...], bytes]:
+        """This view as a recorded graph's parameter or a replay's binding (Note [Graph replays]
+        in _graph.py): its layout (dtype, shape, strides, offset, allocation bytes), which a
+        binding must match exactly, and its handle id as a varint. Computed once."""
+        g = self._graph_wire
+        if g is None:
+            g = self._graph_wire = ((self._dtype, self._shape, self._strides, self._offset,
+                                     self._handle.nbytes), _wire.varint(self._handle.id))
+        return g
 
     # --- layout ---------------------------------------------------------------------------------
 

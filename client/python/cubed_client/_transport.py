@@ -452,6 +452,33 @@ class StreamTransport:
         self._send(session_pb2.Command(
             release_region=session_pb2.Command.ReleaseRegion(region=region)))
 
+    # Recorded graphs (cubed_client/_graph.py; session.proto, "Graphs"). The unary transport
+    # has none: Client.record refuses it.
+    def begin_graph(self, graph: int, parameters: List[int]) -> None:
+        """Starts recording ``graph`` with the handles ``parameters``; a failure is answered by
+        end_graph."""
+        self._send(session_pb2.Command(begin_graph=session_pb2.Command.BeginGraph(
+            graph=graph, parameters=parameters)))
+
+    def end_graph(self) -> Future:
+        """Ends the recording; the Future resolves to the graph's step count or raises the
+        recording's first failure."""
+        def convert(reply: session_pb2.Reply) -> int:
+            self._check(reply)
+            return reply.graph_steps
+
+        return self._send(session_pb2.Command(end_graph=session_pb2.Command.EndGraph()),
+                          convert)  # type: ignore[return-value]
+
+    def replay_graph(self, command: bytes) -> None:
+        """Sends a replay encoded by _wire.replay_graph (without seq); failures surface at the
+        next sync."""
+        self._send(command)
+
+    def release_graph(self, graph: int) -> None:
+        self._send(session_pb2.Command(release_graph=session_pb2.Command.ReleaseGraph(
+            graph=graph)))
+
     def flush(self) -> None:
         self._send(session_pb2.Command(flush=session_pb2.Command.Flush()))
 

@@ -16,7 +16,8 @@ from typing import Iterable, List
 # per layout in _client.py) and only what changes is written here: the bindings' handles and
 # offsets, the command's seq, the lengths around them. Only three encodings are hand-written
 # (varint, a length-delimited field, a Binding); tests/test_wire.py parses every form back with
-# the library and compares it with the message the library builds itself.
+# the library and compares it with the message the library builds itself. A graph's replay
+# (_graph.py) is encoded the same way: its graph id once, then its bindings' handle ids.
 #
 # The gRPC carrier sends the same bytes: its queue holds numbered commands (numbered()) and each
 # request is their concatenation, given to gRPC already serialized.
@@ -34,6 +35,9 @@ _BUFFER = 0x0a                      # Bindings.buffers = 1
 _HANDLE, _OFFSET = b"\x08", b"\x10"  # Binding.handle = 1, Binding.offset_start = 2
 _ID, _SIZE = b"\x08", b"\x10"        # Command.Empty.id = 1, size = 2
 _COMMANDS = 0x12                    # SessionRequest.commands = 2
+_REPLAY_GRAPH = b"\x9a\x01"          # Command.replay_graph = 19 (a tag of two bytes)
+_GRAPH = b"\x08"                     # Command.ReplayGraph.graph = 1
+_GRAPH_BINDINGS = b"\x12"            # Command.ReplayGraph.bindings = 2 (packed, as proto3's)
 
 _SMALL = [bytes([n]) for n in range(128)]
 # Every 14-bit group as two varint bytes, both with the continuation bit: a handle id (2^63 and
@@ -95,6 +99,25 @@ def execute(head: bytes, buffers: Iterable[bytes], tail: bytes, mode_field: byte
 def empty(handle: int, size: int) -> bytes:
     """A Command `empty` of ``size`` bytes as ``handle``; no seq yet."""
     return field(_EMPTY, _ID + varint(handle) + _SIZE + varint(size))
+
+
+def replay_graph_head(graph: int) -> bytes:
+    """The graph field of a Command.ReplayGraph of ``graph`` (1 .. 2^64 - 1), for
+    replay_graph()."""
+    return _GRAPH + varint(graph)
+
+
+def replay_graph(head: bytes, handles: List[bytes]) -> bytes:
+    """A Command `replay_graph` of the graph ``head`` names (replay_graph_head()) bound to
+    ``handles`` (varint() of each binding's handle id, in parameter order); no seq yet."""
+    if handles:
+        ids = b"".join(handles)
+        n = len(ids)
+        payload = head + _GRAPH_BINDINGS + (_SMALL[n] if n < 128 else varint(n)) + ids
+    else:
+        payload = head
+    n = len(payload)
+    return _REPLAY_GRAPH + (_SMALL[n] if n < 128 else varint(n)) + payload
 
 
 def numbered(command: bytes, seq: int) -> bytes:

@@ -84,6 +84,21 @@ def test_a_session_request_numbers_its_commands() -> None:
     assert joined == _wire.session_request(commands, 40)
 
 
+def test_a_replay_is_the_librarys() -> None:
+    """_wire.replay_graph (Note [Graph replays]) parses to the library's ReplayGraph, and is its
+    serialization byte for byte: no bindings, one, repeated ones, and a varint-long payload."""
+    vs = values(50)
+    handle_lists = [[], [1 << 63], [(1 << 63) + 5] * 3, vs[:7], vs, [0, 1, (1 << 64) - 1]]
+    for graph in (1, 127, 128, 16384, 1 << 40, (1 << 64) - 1):
+        for handles in handle_lists:
+            encoded = _wire.replay_graph(_wire.replay_graph_head(graph),
+                                         [_wire.varint(h) for h in handles])
+            expected = session_pb2.Command(replay_graph=session_pb2.Command.ReplayGraph(
+                graph=graph, bindings=handles))
+            assert session_pb2.Command.FromString(encoded) == expected
+            assert encoded == expected.SerializeToString()
+
+
 @pytest.fixture
 def client_any(daemon: Daemon):
     with cubed_client.connect(daemon.address) as c:
