@@ -178,6 +178,7 @@ class Model:
         self.closed_sessions = []
         self.reserved = 0           # bytes_reserved as last observed.
         self.pending_pages = 0      # Most bytes of pages allocations may have added since.
+        self.new_pages = []         # The page each of those allocations may have added.
         self.maybe_free_exclusive = False
         self.maybe_alloc = False    # An allocation since the observation was near the limit.
         self.cleaned = False        # A cleanup ran since the observation...
@@ -241,6 +242,7 @@ class Model:
         s.handles[hid] = h
         self.seen_handles.add(hid)
         self.pending_pages += self.new_page(size)
+        self.new_pages.append(self.new_page(size))
         self.maybe_alloc = self.maybe_alloc or mode == "maybe"
         self.clean_empty = False
         return h
@@ -273,9 +275,21 @@ class Model:
         lo = floor if self.cleaned else self.reserved
         return lo, hi
 
+    def reserved_choices(self):
+        """The exact values bytes_reserved may take when the model knows them (no cleanup and no
+        allocation near the limit since the observation): the observed value plus the pages of
+        some of the allocations since (each fit in a held page or took one new page)."""
+        if self.cleaned or self.maybe_alloc or len(self.new_pages) > 10:
+            return None
+        sums = {self.reserved}
+        for page in self.new_pages:
+            sums |= {x + page for x in sums}
+        return sums
+
     def observe(self, reserved):
         self.reserved = reserved
         self.pending_pages = 0
+        self.new_pages = []
         self.maybe_alloc = False
         self.cleaned = False
         self.clean_empty = False

@@ -246,11 +246,13 @@ class CubedMachine(RuleBasedStateMachine):
             options.append(st.just(h.tensor))
         if h is not None and h.size:
             options.append(st.just(([h.size], [1], 1)))
-            options.append(st.builds(lambda n: ([2**n], [0], 1), st.sampled_from([30, 31, 32, 60])))
-        options.append(st.tuples(st.lists(dims, max_size=9), st.lists(u64, max_size=9),
-                                 elem_sizes))
-        shape, strides, es = data.draw(st.one_of(*options), label="tensor")
-        if data.draw(st.integers(0, 9), label="strides_len") == 0:
+            # One element repeated 2^n times (stride 0): huge reads, sums that overflow 64 bits.
+            options.append(st.builds(lambda n, es: ([2**n], [0], es), st.sampled_from(
+                [20, 22, 30, 31, 32, 60]), st.sampled_from([1, 4, 8, 16])))
+        wild = st.tuples(st.lists(dims, max_size=9), st.lists(u64, max_size=9), elem_sizes)
+        shape, strides, es = data.draw(mostly(st.one_of(*options), wild, 80) if options else wild,
+                                       label="tensor")
+        if data.draw(st.integers(0, 29), label="strides_len") == 0:
             strides = list(strides) + [1]
         return list(shape), list(strides), es
 
@@ -280,6 +282,10 @@ class CubedMachine(RuleBasedStateMachine):
         if not lo <= u.bytes_reserved <= hi:
             problems.append(f"bytes_reserved {u.bytes_reserved} outside [{lo}, {hi}] (last "
                             f"observed {self.m.reserved})")
+        elif (choices := self.m.reserved_choices()) and u.bytes_reserved not in choices:
+            problems.append(f"bytes_reserved {u.bytes_reserved} is not the last observed "
+                            f"{self.m.reserved} plus some of the pages the allocations since "
+                            f"may have added {self.m.new_pages}")
         if not u.bytes_in_use + u.bytes_padding <= u.bytes_reserved <= LIMIT:
             problems.append("in_use + padding <= reserved <= memory_limit does not hold")
         if problems:
@@ -292,8 +298,8 @@ class CubedMachine(RuleBasedStateMachine):
     @precondition(lambda self: len(self.m.sessions) < MAX_SESSIONS)
     @rule(data=st.data())
     def open_session(self, data):
-        device = data.draw(st.one_of(st.just(0), st.just(0), u32), label="device")
-        lease = data.draw(st.one_of(st.just(0), st.sampled_from(
+        device = data.draw(mostly(st.just(0), u32), label="device")
+        lease = data.draw(mostly(st.just(0), st.sampled_from(
             [M.MAX_LEASE_MS, M.MAX_LEASE_MS + 1, 2**32 - 1, 2**63, 2**64 - 1, LEASE_MS])),
             label="lease_ms")
         expected = M.Fail(M.NF) if device != 0 else (
@@ -691,7 +697,7 @@ class CubedMachine(RuleBasedStateMachine):
 
     @rule(data=st.data(), cleanup=st.booleans())
     def memory_usage_or_cleanup(self, data, cleanup):
-        device = data.draw(st.one_of(st.just(0), st.just(0), u32), label="device")
+        device = data.draw(mostly(st.just(0), u32), label="device")
         method = "MemoryCleanup" if cleanup else "MemoryUsage"
         request = (pb.MemoryCleanupRequest if cleanup else pb.MemoryUsageRequest)(device=device)
         code, r, details = self.call(method, request)
@@ -706,8 +712,8 @@ class CubedMachine(RuleBasedStateMachine):
     @precondition(lambda self: len(self.m.sessions) < MAX_SESSIONS)
     @rule(data=st.data())
     def stream_open(self, data):
-        device = data.draw(st.one_of(st.just(0), st.just(0), st.just(0), u32), label="device")
-        lease = data.draw(st.one_of(st.just(0), st.sampled_from([M.MAX_LEASE_MS + 1, 2**64 - 1])),
+        device = data.draw(mostly(st.just(0), u32), label="device")
+        lease = data.draw(mostly(st.just(0), st.sampled_from([M.MAX_LEASE_MS + 1, 2**64 - 1])),
                           label="lease_ms")
         RUN.steps += 1
         client = StreamClient(self.d.stream, session_pb.SessionRequest(
@@ -980,7 +986,7 @@ class CubedMachine(RuleBasedStateMachine):
             size = M.prod(shape) * es
             tensor = (shape, [M.prod(shape[i + 1:]) for i in range(len(shape))], es)
             if kind == "create_tensor":
-                n = data.draw(st.one_of(st.just(size), st.sampled_from([0, size + 1]))
+                n = data.draw(mostly(st.just(size), st.sampled_from([0, size + 1]))
                               if size <= 4096 else st.integers(0, 64), label="data_len")
                 payload = bytes(i % 251 for i in range(n))
                 command = C(seq=seq, create_tensor=C.CreateTensor(
