@@ -36,5 +36,8 @@ using HandleId = StrongId<struct HandleIdTag>;
 // A shared-memory region of one session (Note [Shared-memory regions],
 // server/channel/shared_region.h): never 0, not sequential.
 using RegionId = StrongId<struct RegionIdTag>;
+// A recorded graph of one session (Note [Recorded graphs], server/channel/graph.h): chosen by the
+// client, never 0.
+using GraphId = StrongId<struct GraphIdTag>;
 
 }  // namespace cubed

@@ -78,7 +78,11 @@ void Device::Free(Session& session) {
     std::vector<uint64_t> marks = trace->Marks();  // Timed only to be freed.
     if (!marks.empty()) server_->TimeMarks(std::move(marks), [](auto) {});
   }
+  // Graphs first: their backend state may refer to the memory freed below.
+  session.recording().reset();
+  session.DropGraphs();
   for (const auto& [handle, entry] : session.handles()) server_->Free(entry.slice);
+  for (const auto& [slice, size] : session.Orphans()) server_->Free(slice);
   for (const auto& [id, region] : session.regions()) server_->UnregisterHostMemory(region->bytes());
 }
 
@@ -381,11 +385,7 @@ absl::StatusOr<ResourceDescription> Device::GetResource(SessionId session,
   return server_->GetResource(r);
 }
 
-absl::Status Device::Execute(SessionId session, ExecuteCommand& command, absl::Time now) {
-  ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
-  ScopedTraceEvent trace(s->trace(), "kernel");
-  trace.set_name(command.kernel.is_builtin ? absl::string_view(command.kernel.builtin.name)
-                                           : absl::string_view(command.kernel.cuda.entry_point));
+absl::StatusOr<Launch> Device::PrepareLaunch(Session& s, const ExecuteCommand& command) const {
   if (command.unchecked && !options_.allow_unchecked) {
     return absl::PermissionDeniedError(
         "mode: unchecked execution is not allowed by this daemon (start it with "
@@ -395,7 +395,7 @@ absl::Status Device::Execute(SessionId session, ExecuteCommand& command, absl::T
   launch.unchecked = command.unchecked;
   launch.count.dynamic = command.dynamic_count;
   if (command.dynamic_count) {
-    ASSIGN_OR_RETURN(launch.count.binding, Resolve(*s, command.count_binding, "count.dynamic"));
+    ASSIGN_OR_RETURN(launch.count.binding, Resolve(s, command.count_binding, "count.dynamic"));
     if (launch.count.binding.size < 12) {
       return absl::InvalidArgumentError(
           absl::StrCat("count.dynamic: the binding holds ", launch.count.binding.size,
@@ -416,12 +416,21 @@ absl::Status Device::Execute(SessionId session, ExecuteCommand& command, absl::T
   }
   launch.buffers.reserve(command.buffers.size());
   for (size_t i = 0; i < command.buffers.size(); ++i) {
-    absl::StatusOr<ResolvedBinding> r = Resolve(*s, command.buffers[i], "bindings.buffers");
+    absl::StatusOr<ResolvedBinding> r = Resolve(s, command.buffers[i], "bindings.buffers");
     if (!r.ok()) {  // Again, naming the index (built only on failure: none per command).
-      return Resolve(*s, command.buffers[i], absl::StrCat("bindings.buffers[", i, "]")).status();
+      return Resolve(s, command.buffers[i], absl::StrCat("bindings.buffers[", i, "]")).status();
     }
     launch.buffers.push_back(*r);
   }
+  return launch;
+}
+
+absl::Status Device::Execute(SessionId session, ExecuteCommand& command, absl::Time now) {
+  ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
+  ScopedTraceEvent trace(s->trace(), "kernel");
+  trace.set_name(command.kernel.is_builtin ? absl::string_view(command.kernel.builtin.name)
+                                           : absl::string_view(command.kernel.cuda.entry_point));
+  ASSIGN_OR_RETURN(Launch launch, PrepareLaunch(*s, command));
   launch.kernel = std::move(command.kernel);
   // The launch's run on the device, where the backend has a clock (Note [Command traces]).
   const bool marked =
@@ -559,8 +568,12 @@ absl::Status Device::Release(SessionId session, absl::Span<const HandleId> handl
     }
     entry->refcount -= count;
     if (entry->refcount == 0) {
-      server_->Free(entry->slice);
-      sessions_.Account(*s, entry->size, -1);
+      if (s->IsHeld(entry->slice)) {  // Kept, and accounted, for its graphs.
+        s->Orphan(entry->slice, entry->size);
+      } else {
+        server_->Free(entry->slice);
+        sessions_.Account(*s, entry->size, -1);
+      }
       s->Erase(handle);
     }
   }

@@ -92,6 +92,35 @@ class Device {
   // Runs `command`. Its kernel (strings and vectors) is lent to the backend and moved back, so that
   // it is freed by the command's owner: off the loop for stream commands (Note [Spent commands]).
   absl::Status Execute(SessionId session, ExecuteCommand& command, absl::Time now);
+
+  // Recorded graphs (Note [Recorded graphs], graph.h). BeginGraph starts the session's recording
+  // of graph `graph` with `parameters` (live handles); it starts failed with `invalid` when that
+  // is not OK, or with the first problem it finds (a bad or used id, kMaxGraphs, a parameter
+  // unknown, poisoned, repeated or past kMaxGraphParameters, a recording already in progress:
+  // that one fails then). Unknown session: nothing starts. Recording() tells whether one runs.
+  void BeginGraph(SessionId session, GraphId graph, absl::Span<const HandleId> parameters,
+                  const absl::Status& invalid, absl::Time now);
+  bool Recording(SessionId session) const;
+  // Checks `command` as Execute would and records it in the recording (taking its kernel);
+  // `outputs` are the handles it writes. The error is Execute's, and it fails the recording;
+  // after a failure it records nothing and returns OK. FAILED_PRECONDITION when not recording.
+  absl::Status RecordExecute(SessionId session, ExecuteCommand& command,
+                             absl::Span<const HandleId> outputs, absl::Time now);
+  // Fails the recording in progress, if any and not failed yet, with `status` as its next
+  // step's error (an execute that failed before it could be recorded).
+  void FailRecording(SessionId session, const absl::Status& status);
+  // Ends the recording: the graph's step count, or the recording's failure (nothing kept).
+  // FAILED_PRECONDITION when none records.
+  absl::StatusOr<uint64_t> EndGraph(SessionId session, absl::Time now);
+  // Runs graph `graph` with parameter i bound to bindings[i]. `written` (cleared) gets the
+  // bindings the graph writes, to poison when it fails. NOT_FOUND (graph, handle),
+  // INVALID_ARGUMENT (binding count or size), FAILED_PRECONDITION (recording), a poison, or the
+  // backend's error for a step.
+  absl::Status ReplayGraph(SessionId session, GraphId graph, absl::Span<const HandleId> bindings,
+                           absl::Time now, std::vector<HandleId>* written);
+  // Frees a graph, and the slices it alone kept. NOT_FOUND for an unknown graph.
+  absl::Status ReleaseGraph(SessionId session, GraphId graph, absl::Time now);
+
   absl::Status Flush(SessionId session, absl::Time now);
   void Sync(SessionId session, absl::Time now, DoneCallback done);
   // A profile with `trace_events` > 0 also records up to that many of the session's commands
@@ -181,6 +210,13 @@ class Device {
 
  private:
   absl::StatusOr<Session*> FindSession(SessionId session, absl::Time now);
+  // Execute's checks: permission, cube count, every binding resolved (kernel not yet set).
+  absl::StatusOr<Launch> PrepareLaunch(Session& s, const ExecuteCommand& command) const;
+  // BeginGraph's checks; the graph to record.
+  absl::StatusOr<std::unique_ptr<RecordedGraph>> NewGraph(Session& s, GraphId graph,
+                                                          absl::Span<const HandleId> parameters);
+  // Drops `graph`'s holds; frees the orphans it alone kept.
+  void DropHolds(Session& s, const RecordedGraph& graph);
   // The trace of `session`'s open profile; null when none records (or no such session).
   TraceRecorder* TraceOf(SessionId session) const;
   // Checks a binding against the session's handle table and the allocation's size.

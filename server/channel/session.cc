@@ -54,6 +54,40 @@ const std::shared_ptr<SharedRegion>* Session::FindRegion(RegionId id) const {
   return it == regions_.end() ? nullptr : &it->second;
 }
 
+RecordedGraph* Session::FindGraph(GraphId id) {
+  auto it = graphs_.find(id);
+  return it == graphs_.end() ? nullptr : it->second.get();
+}
+
+void Session::AddGraph(std::unique_ptr<RecordedGraph> graph) {
+  const GraphId id = graph->id();
+  graphs_.insert_or_assign(id, std::move(graph));
+}
+
+std::unique_ptr<RecordedGraph> Session::TakeGraph(GraphId id) {
+  auto it = graphs_.find(id);
+  if (it == graphs_.end()) return nullptr;
+  std::unique_ptr<RecordedGraph> graph = std::move(it->second);
+  graphs_.erase(it);
+  return graph;
+}
+
+std::optional<uint64_t> Session::DropSliceHold(SliceId slice) {
+  auto it = slice_holds_.find(slice);
+  if (it == slice_holds_.end() || --it->second.graphs > 0) return std::nullopt;
+  const std::optional<uint64_t> orphan = it->second.orphan_size;
+  slice_holds_.erase(it);
+  return orphan;
+}
+
+std::vector<std::pair<SliceId, uint64_t>> Session::Orphans() const {
+  std::vector<std::pair<SliceId, uint64_t>> orphans;
+  for (const auto& [slice, hold] : slice_holds_) {
+    if (hold.orphan_size.has_value()) orphans.emplace_back(slice, *hold.orphan_size);
+  }
+  return orphans;
+}
+
 HandleEntry* Session::Find(HandleId handle) {
   auto it = handles_.find(handle);
   return it == handles_.end() ? nullptr : &it->second;

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/any_invocable.h"
@@ -16,6 +17,7 @@
 #include "absl/time/time.h"
 #include "common/ids.h"
 #include "server/auth/principal.h"
+#include "server/channel/graph.h"
 #include "server/channel/shared_region.h"
 #include "server/channel/trace_recorder.h"
 #include "server/compute/compute_server.h"
@@ -101,6 +103,34 @@ class Session {
     return regions_;
   }
 
+  // Recorded graphs (Note [Recorded graphs], graph.h). The recording in progress (null: none),
+  // and the graphs recorded.
+  std::unique_ptr<GraphRecording>& recording() { return recording_; }
+  bool is_recording() const { return recording_ != nullptr; }
+  RecordedGraph* FindGraph(GraphId id);
+  void AddGraph(std::unique_ptr<RecordedGraph> graph);
+  // Removes and returns a graph (null when the session has none of that id).
+  std::unique_ptr<RecordedGraph> TakeGraph(GraphId id);
+  size_t graph_count() const { return graphs_.size(); }
+  // Destroys every graph (closing the session); their holds stay, for Orphans().
+  void DropGraphs() { graphs_.clear(); }
+  // Host bytes the recording and the recorded graphs take (RecordedGraph::bytes()).
+  uint64_t graph_bytes() const { return graph_bytes_; }
+  void AddGraphBytes(uint64_t n) { graph_bytes_ += n; }
+  void SubtractGraphBytes(uint64_t n) { graph_bytes_ -= n; }
+
+  // Slices that graphs hold (Note [Recorded graphs]). HoldSlice adds a graph's hold. A handle
+  // whose last reference goes while its slice is held is erased but its slice kept, and still
+  // accounted to the session, as an orphan (Orphan, with the handle's size). DropSliceHold drops
+  // one hold and returns the orphan's size when that was the last hold of an orphan: the caller
+  // then frees the slice and accounts it off.
+  void HoldSlice(SliceId slice) { ++slice_holds_[slice].graphs; }
+  bool IsHeld(SliceId slice) const { return slice_holds_.contains(slice); }
+  void Orphan(SliceId slice, uint64_t size) { slice_holds_[slice].orphan_size = size; }
+  std::optional<uint64_t> DropSliceHold(SliceId slice);
+  // Every orphan's slice and size (for closing the session).
+  std::vector<std::pair<SliceId, uint64_t>> Orphans() const;
+
   // The open profile, if any (one per session).
   std::optional<ProfileToken>& profile() { return profile_; }
   // The open profile's trace (Note [Command traces]); null when the profile records none.
@@ -124,6 +154,14 @@ class Session {
   absl::flat_hash_map<HandleId, HandleEntry> handles_;
   absl::flat_hash_map<HandleId, absl::Status> poisoned_;
   absl::flat_hash_map<RegionId, std::shared_ptr<SharedRegion>> regions_;
+  std::unique_ptr<GraphRecording> recording_;
+  absl::flat_hash_map<GraphId, std::unique_ptr<RecordedGraph>> graphs_;
+  uint64_t graph_bytes_ = 0;
+  struct SliceHold {
+    uint32_t graphs = 0;
+    std::optional<uint64_t> orphan_size;  // Set once the slice has no handle.
+  };
+  absl::flat_hash_map<SliceId, SliceHold> slice_holds_;
   std::optional<ProfileToken> profile_;
   std::unique_ptr<TraceRecorder> trace_;
   ClosedCallback on_closed_;

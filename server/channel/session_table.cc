@@ -76,7 +76,8 @@ std::unique_ptr<Session> SessionTable::Remove(SessionId id) {
     auto usage = owners_.find(session->owner().get());
     if (usage != owners_.end()) {
       usage->second.sessions -= 1;
-      usage->second.handles -= session->handles().size();
+      // Orphans (Note [Recorded graphs]) stay accounted as handles until they are freed.
+      usage->second.handles -= session->handles().size() + session->Orphans().size();
       usage->second.bytes -= session->bytes();
       if (usage->second.sessions == 0 && usage->second.handles == 0 && usage->second.bytes == 0) {
         owners_.erase(usage);

@@ -38,6 +38,14 @@ absl::string_view KindName(Kind kind) {
       return "end_profile";
     case Kind::kReleaseRegion:
       return "release_region";
+    case Kind::kBeginGraph:
+      return "begin_graph";
+    case Kind::kEndGraph:
+      return "end_graph";
+    case Kind::kReplayGraph:
+      return "replay_graph";
+    case Kind::kReleaseGraph:
+      return "release_graph";
   }
   return "unknown";
 }
@@ -49,6 +57,7 @@ bool Answers(Kind kind) {
     case Kind::kSync:
     case Kind::kEndProfile:
     case Kind::kMemoryUsage:
+    case Kind::kEndGraph:
       return true;
     default:
       return false;

@@ -34,7 +34,12 @@ struct StreamCommand {
     kStartProfile,
     kEndProfile,
     kReleaseRegion,
+    kBeginGraph,
+    kEndGraph,
+    kReplayGraph,
+    kReleaseGraph,
   };
+  static constexpr Kind kLastKind = Kind::kReleaseGraph;
 
   uint64_t seq = 0;
   Kind kind = Kind::kNone;
@@ -48,9 +53,10 @@ struct StreamCommand {
   uint64_t size = 0;            // empty.
   ExecuteCommand execute;
   // Handles an execute writes, poisoned when it fails: builtin kernels the last buffer, client
-  // CUDA kernels every buffer.
+  // CUDA kernels every buffer. A replay_graph's: the bindings its graph writes (Device fills it).
   std::vector<HandleId> outputs;
-  std::vector<HandleId> ids;           // release.
+  std::vector<HandleId> ids;           // release; begin_graph's parameters; replay's bindings.
+  GraphId graph;                       // begin_graph, replay_graph, release_graph.
   std::vector<BindingRef> read;        // read.
   std::vector<TensorRef> read_tensor;  // read_tensor.
   // Bulk create / read (Note [Bulk transfers], server/service/stream/bulk_transfers.h): the bytes

@@ -15,7 +15,7 @@
 namespace cubed {
 
 struct StreamReply {
-  enum class Result { kNone, kRead, kDuration, kMemoryUsage, kTensor, kRegionBytes };
+  enum class Result { kNone, kRead, kDuration, kMemoryUsage, kTensor, kRegionBytes, kGraphSteps };
 
   uint64_t seq = 0;
   absl::Status status;           // The command's outcome.
@@ -27,6 +27,7 @@ struct StreamReply {
   std::vector<uint64_t> strides;  // kTensor: elements per step of each dimension.
   uint64_t tensor_size = 0;       // kTensor: bytes allocated, padding included.
   uint64_t region_bytes = 0;      // kRegionBytes: bytes a read wrote into a region.
+  uint64_t graph_steps = 0;       // kGraphSteps: end_graph's executes recorded.
 };
 
 // Where a stream's replies go. Slots are reserved in command order and filled in any order; the

@@ -75,7 +75,9 @@ absl::Status StreamRunner::Fail(Device& device, const StreamCommand& command,
   const absl::Status error = Prefixed(command, status);
   spdlog::debug("session {}: {}", session_.value(), error.ToString());
   if (IsNewAllocation(command.kind) && id_ok) device.PoisonId(session_, command.id, error);
-  if (command.kind == Kind::kExecute) device.PoisonHandles(session_, command.outputs, error);
+  if (command.kind == Kind::kExecute || command.kind == Kind::kReplayGraph) {
+    device.PoisonHandles(session_, command.outputs, error);
+  }
   if (IsTensor(command.kind)) sink.Fill(sink.Reserve(), ErrorReply(command.seq, error));
   if (failed_++ == 0) first_error_ = error;
   return error;
@@ -166,13 +168,26 @@ void StreamRunner::Run(Device& device, StreamCommand& command,
     RunCreate(device, command, *sink, now);
     return;
   }
+  if (command.kind == Kind::kBeginGraph) {  // Records even when it fails (end_graph answers).
+    device.BeginGraph(session_, command.graph, command.ids, status, now);
+    return;
+  }
   if (!status.ok()) {
+    if (command.kind == Kind::kExecute) device.FailRecording(session_, status);
     (void)Fail(device, command, status, *sink, /*id_ok=*/false);
     return;
   }
   switch (command.kind) {
     case Kind::kExecute:
-      status = device.Execute(session_, command.execute, now);
+      status = device.Recording(session_)
+                   ? device.RecordExecute(session_, command.execute, command.outputs, now)
+                   : device.Execute(session_, command.execute, now);
+      break;
+    case Kind::kReplayGraph:
+      status = device.ReplayGraph(session_, command.graph, command.ids, now, &command.outputs);
+      break;
+    case Kind::kReleaseGraph:
+      status = device.ReleaseGraph(session_, command.graph, now);
       break;
     case Kind::kRelease:
       RunRelease(device, command, *sink, now);
@@ -325,6 +340,16 @@ void StreamRunner::RunAnswering(Device& device, StreamCommand& command,
       StreamReply reply = ErrorReply(seq, absl::OkStatus());
       reply.result = StreamReply::Result::kMemoryUsage;
       reply.memory_usage = device.Usage();
+      sink->Fill(slot, std::move(reply));
+      return;
+    }
+    case Kind::kEndGraph: {
+      absl::StatusOr<uint64_t> steps = device.EndGraph(session_, now);
+      StreamReply reply = ErrorReply(seq, steps.status());
+      if (steps.ok()) {
+        reply.result = StreamReply::Result::kGraphSteps;
+        reply.graph_steps = *steps;
+      }
       sink->Fill(slot, std::move(reply));
       return;
     }

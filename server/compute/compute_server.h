@@ -13,6 +13,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/elem_type.h"
@@ -127,6 +128,14 @@ struct KernelCacheStats {
 using DoneCallback = absl::AnyInvocable<void(absl::Status)>;
 using DurationCallback = absl::AnyInvocable<void(absl::StatusOr<absl::Duration>)>;
 
+// What a backend keeps for one recorded graph between its replays (Note [Recorded graphs],
+// server/channel/graph.h): on CUDA a captured CUDA graph. Destroyed on the loop thread when the
+// graph is released; work already queued from it still completes.
+class GraphExecutable {
+ public:
+  virtual ~GraphExecutable() = default;
+};
+
 class ComputeServer {
  public:
   virtual ~ComputeServer() = default;
@@ -203,6 +212,26 @@ class ComputeServer {
   // trait: execute. Validates the launch fully before anything runs; on error nothing changed.
   // `launch` is only read during the call.
   virtual absl::Status Execute(const Launch& launch) = 0;
+
+  // Optional: runs `launches` in order, each as Execute runs it: the steps of a recorded graph's
+  // replay (Note [Recorded graphs], server/channel/graph.h). Between replays of one graph only
+  // the slices of its `parameters` change (bound where the launches bind them); every other
+  // slice the launches bind is the same, and live, for as long as the graph lives. `executable`
+  // is the graph's, for the backend to keep what makes the next replay cheaper (null at the
+  // first). A failure names its step ("step 3: ..."); the steps before it were queued. The
+  // default executes each launch.
+  virtual absl::Status ExecuteGraph(absl::Span<const Launch> launches,
+                                    absl::Span<const SliceId> parameters,
+                                    std::unique_ptr<GraphExecutable>& executable) {
+    (void)parameters;
+    (void)executable;
+    for (size_t i = 0; i < launches.size(); ++i) {
+      if (absl::Status s = Execute(launches[i]); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("step ", i, ": ", s.message()));
+      }
+    }
+    return absl::OkStatus();
+  }
 
   // trait: flush.
   virtual absl::Status Flush() = 0;

@@ -123,6 +123,9 @@ void ToWire(StreamReply&& reply, v1::Reply* out) {
     case StreamReply::Result::kRegionBytes:
       out->set_region_bytes(reply.region_bytes);
       break;
+    case StreamReply::Result::kGraphSteps:
+      out->set_graph_steps(reply.graph_steps);
+      break;
   }
 }
 

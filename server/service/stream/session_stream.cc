@@ -29,9 +29,14 @@ absl::Status SessionClosedUnder(SessionId session) {
 }
 
 // The Compute RPC a stream command needs permission for: the one of the same name
-// ("create_tensor" needs "CreateTensor"); release_region, which has no RPC, needs "Release".
+// ("create_tensor" needs "CreateTensor"). Those without an RPC: release_region and release_graph
+// need "Release", the other graph commands "Execute".
 std::string RpcOfKind(StreamCommand::Kind kind) {
-  if (kind == StreamCommand::Kind::kReleaseRegion) return "Release";
+  using Kind = StreamCommand::Kind;
+  if (kind == Kind::kReleaseRegion || kind == Kind::kReleaseGraph) return "Release";
+  if (kind == Kind::kBeginGraph || kind == Kind::kEndGraph || kind == Kind::kReplayGraph) {
+    return "Execute";
+  }
   std::string rpc;
   bool upper = true;
   for (char c : KindName(kind)) {
@@ -256,7 +261,7 @@ void StreamState::Start(bool draining) {
 const std::string& StreamCommandRpc(StreamCommand::Kind kind) {
   static const auto* names = [] {
     auto* n = new std::vector<std::string>();
-    for (int k = 0; k <= static_cast<int>(StreamCommand::Kind::kReleaseRegion); ++k) {
+    for (int k = 0; k <= static_cast<int>(StreamCommand::kLastKind); ++k) {
       n->push_back(RpcOfKind(static_cast<StreamCommand::Kind>(k)));
     }
     return n;

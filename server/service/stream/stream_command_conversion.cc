@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "server/channel/graph.h"
 
 namespace cubed {
 namespace {
@@ -191,14 +192,41 @@ absl::Status Convert(v1::Command& c, const RequestLimits& limits, StreamCommand&
       out.kind = Kind::kReleaseRegion;
       out.region = RegionRange{RegionId(c.release_region().region()), 0, 0};
       return absl::OkStatus();
+    case v1::Command::kBeginGraph: {
+      out.kind = Kind::kBeginGraph;
+      out.graph = GraphId(c.begin_graph().graph());
+      const auto& parameters = c.begin_graph().parameters();
+      out.ids.clear();
+      for (uint64_t id : parameters) out.ids.emplace_back(id);
+      return absl::OkStatus();  // Device::BeginGraph checks the rest (it fails the recording).
+    }
+    case v1::Command::kEndGraph:
+      out.kind = Kind::kEndGraph;
+      return absl::OkStatus();
+    case v1::Command::kReplayGraph: {
+      out.kind = Kind::kReplayGraph;
+      out.graph = GraphId(c.replay_graph().graph());
+      const auto& bindings = c.replay_graph().bindings();
+      if (static_cast<size_t>(bindings.size()) > kMaxGraphParameters) {
+        return absl::InvalidArgumentError(absl::StrCat("replay_graph.bindings: ", bindings.size(),
+                                                       " given; at most ", kMaxGraphParameters));
+      }
+      out.ids.clear();
+      for (uint64_t id : bindings) out.ids.emplace_back(id);
+      return absl::OkStatus();
+    }
+    case v1::Command::kReleaseGraph:
+      out.kind = Kind::kReleaseGraph;
+      out.graph = GraphId(c.release_graph().graph());
+      return absl::OkStatus();
     case v1::Command::KIND_NOT_SET:
       break;
   }
   out.kind = Kind::kNone;
   return absl::InvalidArgumentError(
       "command: no kind set (create, create_tensor, empty, empty_tensor, execute, release, read, "
-      "read_tensor, flush, sync, memory_usage, memory_cleanup, start_profile, end_profile or "
-      "release_region)");
+      "read_tensor, flush, sync, memory_usage, memory_cleanup, start_profile, end_profile, "
+      "release_region, begin_graph, end_graph, replay_graph or release_graph)");
 }
 
 }  // namespace
