@@ -87,6 +87,14 @@ absl::StatusOr<CudaDriver> OpenCudaDriver(const std::string& library_name) {
   need("cuIpcGetMemHandle", &d.IpcGetMemHandle);
   need("cuIpcOpenMemHandle_v2", &d.IpcOpenMemHandle);
   need("cuIpcCloseMemHandle", &d.IpcCloseMemHandle);
+  bool graphs = Resolve(library, "cuStreamBeginCapture_v2", &d.StreamBeginCapture);
+  graphs = Resolve(library, "cuStreamEndCapture", &d.StreamEndCapture) && graphs;
+  graphs = Resolve(library, "cuGraphInstantiateWithFlags", &d.GraphInstantiate) && graphs;
+  graphs = Resolve(library, "cuGraphExecUpdate_v2", &d.GraphExecUpdate) && graphs;
+  graphs = Resolve(library, "cuGraphLaunch", &d.GraphLaunch) && graphs;
+  graphs = Resolve(library, "cuGraphExecDestroy", &d.GraphExecDestroy) && graphs;
+  graphs = Resolve(library, "cuGraphDestroy", &d.GraphDestroy) && graphs;
+  if (!graphs) d.StreamBeginCapture = nullptr;  // All or none: graphs() tests this one.
   if (!missing.empty()) {
     dlclose(library);
     return absl::FailedPreconditionError(absl::StrCat(

@@ -66,6 +66,15 @@ struct CudaDriver {
   decltype(&::cuIpcGetMemHandle) IpcGetMemHandle = nullptr;
   decltype(&::cuIpcOpenMemHandle_v2) IpcOpenMemHandle = nullptr;
   decltype(&::cuIpcCloseMemHandle) IpcCloseMemHandle = nullptr;
+  // CUDA graphs (Note [CUDA graph replays], server/compute/cuda/cuda_graph.cc). Optional: null
+  // when the driver lacks one, and recorded graphs then replay launch by launch.
+  decltype(&::cuStreamBeginCapture_v2) StreamBeginCapture = nullptr;
+  decltype(&::cuStreamEndCapture) StreamEndCapture = nullptr;
+  decltype(&::cuGraphInstantiateWithFlags) GraphInstantiate = nullptr;
+  decltype(&::cuGraphExecUpdate_v2) GraphExecUpdate = nullptr;
+  decltype(&::cuGraphLaunch) GraphLaunch = nullptr;
+  decltype(&::cuGraphExecDestroy) GraphExecDestroy = nullptr;
+  decltype(&::cuGraphDestroy) GraphDestroy = nullptr;
 
   int version = 0;  // cuDriverGetVersion, e.g. 13000.
 };

@@ -1,5 +1,6 @@
 // CudaServer::Execute: builtin kernels and client-shipped CUDA kernels.
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/container/inlined_vector.h"
@@ -102,6 +103,11 @@ absl::Status CudaServer::ExecuteBuiltin(const Launch& launch) {
   ASSIGN_OR_RETURN(CUfunction function, BuiltinFunction(call, sizes.size()));
   const kernels::CudaLaunchDims dims = kernels::BuiltinLaunchDims(call, &args, sm_count_);
   if (dims.workspace_bytes > 0) {
+    if (capture_ != nullptr && dims.workspace_bytes > workspace_->bytes()) {
+      // Growing waits for the stream, which a capture cannot (Note [CUDA graph replays]).
+      capture_->workspace_bytes = std::max(capture_->workspace_bytes, dims.workspace_bytes);
+      return absl::AbortedError("the launch workspace must grow before this launch is captured");
+    }
     ASSIGN_OR_RETURN(args.workspace, workspace_->Get(dims.workspace_bytes));
   }
   void* params[] = {&args};

@@ -106,6 +106,11 @@ class CudaServer final : public ComputeServer {
   // (cublas_matmul.h), everything else NVRTC (cached) with one by-value argument. cuda_source
   // and ptx: docs/kernel-abi.md, "CUDA kernels". Returns once the launch is queued.
   absl::Status Execute(const Launch& launch) override;
+  // A recorded graph of builtin launches with static counts replays as one CUDA graph launch,
+  // captured again when its parameters moved (Note [CUDA graph replays] in cuda_graph.cc); any
+  // other graph launch by launch.
+  absl::Status ExecuteGraph(absl::Span<const Launch> launches, absl::Span<const SliceId> parameters,
+                            std::unique_ptr<GraphExecutable>& executable) override;
   // Every command is on the stream when its call returns: nothing is held back to push.
   absl::Status Flush() override;
   void Sync(DoneCallback done) override;
@@ -176,6 +181,14 @@ class CudaServer final : public ComputeServer {
   // Runs `done` with the read's status after everything queued for it.
   void FinishRead(std::shared_ptr<PendingRead> op, absl::Status loop_status, bool queued_any);
 
+  // A capture in progress (Note [CUDA graph replays]): what it found it needs.
+  struct Capture {
+    uint64_t workspace_bytes = 0;  // The launch workspace it must find grown.
+  };
+  // Captures `launches` into a CUDA graph and instantiates it into `*exec` (or updates `*exec`
+  // in place). Nothing runs. `grown`: whether the workspace was grown for this capture already.
+  absl::Status CaptureGraph(absl::Span<const Launch> launches, CUgraphExec* exec, bool grown);
+
   absl::Status ExecuteBuiltin(const Launch& launch);
   // The function of a builtin kernel (Note [Builtin launch cache] in cuda_execute.cc).
   absl::StatusOr<CUfunction> BuiltinFunction(const kernels::BuiltinCall& call, size_t num_buffers);
@@ -227,6 +240,7 @@ class CudaServer final : public ComputeServer {
   uint64_t builtin_functions_evictions_ = 0;  // modules_->evictions() when last valid.
   uint64_t builtin_function_hits_ = 0;
 
+  Capture* capture_ = nullptr;                // Set while CaptureGraph captures.
   std::unique_ptr<CudaWorkspace> workspace_;  // Scratch of builtin launches (split reductions).
   CUdeviceptr metadata_ring_ = 0;             // Note [Metadata ring] in cuda_execute.cc.
   uint64_t metadata_ring_head_ = 0;

@@ -247,6 +247,49 @@ TEST_F(CudaServerTest, ProfileMeasuresDeviceTime) {
   EXPECT_TRUE(absl::IsInternal(EndProfileNow(*server_, *token).status()));
 }
 
+// Note [CUDA graph replays]: a graph of builtin launches replays as a CUDA graph, captured at the
+// first replay (here with a split reduction that needs the launch workspace to grow first) and
+// again whenever its parameter moved.
+TEST_F(CudaServerTest, GraphReplaysRecaptureWhenTheParameterMoves) {
+  constexpr uint64_t n = uint64_t{1} << 22;  // Sums of 1s and 2s stay exact in f32.
+  const std::vector<float> ones(n, 1.0f), twos(n, 2.0f);
+  Allocation x1 = CreateOrDie(std::string(reinterpret_cast<const char*>(ones.data()), n * 4));
+  Allocation x2 = CreateOrDie(std::string(reinterpret_cast<const char*>(twos.data()), n * 4));
+  absl::StatusOr<Allocation> doubled = server_->Empty(n * 4, kTestOwner);
+  absl::StatusOr<Allocation> total = server_->Empty(4, kTestOwner);
+  ASSERT_TRUE(doubled.ok() && total.ok());
+  const TensorLayout vec = TensorLayout::Contiguous({n});
+  const TensorLayout one = TensorLayout::Contiguous({1});
+  Launch add;
+  add.kernel.builtin.name = "add";
+  add.kernel.builtin.metadata = *EncodeKernelMetadata({n, n, n}, {vec, vec, vec});
+  Launch sum;
+  sum.kernel.builtin.name = "sum";
+  sum.kernel.builtin.metadata = *EncodeKernelMetadata({n, 1}, {vec, one});
+  sum.buffers = {{doubled->slice, 0, n * 4}, {total->slice, 0, 4}};
+  std::unique_ptr<GraphExecutable> executable;
+  auto replay = [&](const Allocation& x) -> float {
+    add.buffers = {{x.slice, 0, n * 4}, {x.slice, 0, n * 4}, {doubled->slice, 0, n * 4}};
+    const Launch launches[] = {add, sum};
+    const SliceId parameters[] = {x.slice};
+    absl::Status s = server_->ExecuteGraph(launches, parameters, executable);
+    EXPECT_TRUE(s.ok()) << s;
+    float v = 0;
+    std::memcpy(&v, ReadOrDie({total->slice, 0, 4}).data(), 4);
+    return v;
+  };
+  EXPECT_EQ(replay(x1), 2.0f * n);
+  EXPECT_NE(executable, nullptr);
+  EXPECT_EQ(replay(x1), 2.0f * n);
+  EXPECT_EQ(replay(x2), 4.0f * n);
+  EXPECT_EQ(replay(x2), 4.0f * n);
+  EXPECT_EQ(replay(x1), 2.0f * n);
+  server_->Cleanup();  // Frees the workspace: the captured graph is stale and is captured again.
+  EXPECT_EQ(replay(x2), 4.0f * n);
+  executable.reset();
+  EXPECT_TRUE(SyncNow(*server_).ok());
+}
+
 TEST_F(CudaServerTest, SyncAndFlushComplete) {
   EXPECT_TRUE(server_->Flush().ok());
   EXPECT_TRUE(SyncNow(*server_).ok());

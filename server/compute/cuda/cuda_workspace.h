@@ -31,6 +31,9 @@ class CudaWorkspace {
   // Frees the memory after the stream has drained (memory_cleanup); the next Get allocates again.
   void Release();
 
+  // The device address held now (0: none); a CUDA graph captured with it is stale once it moved.
+  CUdeviceptr pointer() const { return ptr_; }
+
   // Bytes held now.
   uint64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
 
