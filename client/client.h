@@ -205,6 +205,15 @@ struct Region {
   std::shared_ptr<SharedMemory> memory;
 };
 
+// A recorded graph of the session (docs/api.md, "Recorded graphs"), made by Client::EndGraph and
+// run by Client::ReplayGraph. A plain value: the graph lives on the daemon until
+// Client::ReleaseGraph or the session's end.
+struct Graph {
+  uint64_t id = 0;                        // The graph's id in the session.
+  uint64_t steps = 0;                     // Executes recorded.
+  std::vector<uint64_t> parameter_sizes;  // Bytes of each parameter's handle.
+};
+
 // Result of GetInfo.
 struct DaemonInfo {
   v1::DeviceInfo device;
@@ -327,6 +336,21 @@ class Client {
   std::future<absl::StatusOr<uint64_t>> ReadTensorIntoRegion(std::vector<Tensor> tensors,
                                                              const Region& region, uint64_t offset,
                                                              uint64_t size);
+
+  // Recorded graphs: the session stream only (FAILED_PRECONDITION otherwise). BeginGraph starts
+  // recording: the Executes sent after it, until EndGraph, are checked by the daemon and
+  // recorded, not run (every other call runs as usual meanwhile). `parameters` are handles whose
+  // places ReplayGraph fills with other handles of the same size; every other handle a recorded
+  // Execute uses is kept alive by the graph. EndGraph waits for the daemon and returns the
+  // graph, or the recording's first failure (a bad parameter, an execute that failed its checks,
+  // FAILED_PRECONDITION when none was recording). ReplayGraph runs the graph with bindings[i] in
+  // parameter i's place and returns once it is queued (INVALID_ARGUMENT here for a wrong count or
+  // size); the daemon's errors come back from the next Sync and poison what it writes.
+  // ReleaseGraph frees it after the commands queued before; an error comes back from Sync.
+  absl::Status BeginGraph(const std::vector<Handle>& parameters);
+  absl::StatusOr<Graph> EndGraph();
+  absl::Status ReplayGraph(const Graph& graph, const std::vector<Handle>& bindings);
+  absl::Status ReleaseGraph(const Graph& graph);
 
   // Sends the batched releases now and waits until every release sent so far (also those in
   // flight on the background flusher) has been answered. Returns the first release error since

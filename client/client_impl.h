@@ -5,11 +5,13 @@
 #include <cstdint>
 #include <future>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "client/async_call.h"
 #include "client/client.h"
 #include "client/region_staging.h"
@@ -49,6 +51,14 @@ class Client::Impl {
   std::shared_ptr<ReleaseBatcher> batcher;
   // The session stream; null in unary mode.
   std::unique_ptr<StreamTransport> stream;
+  // Recorded graphs (client/graph.cc): the next graph id, and the recording in progress.
+  struct GraphRecording {
+    uint64_t id = 0;
+    std::vector<uint64_t> parameter_sizes;
+  };
+  absl::Mutex graph_mu;
+  uint64_t next_graph_id ABSL_GUARDED_BY(graph_mu) = 1;
+  std::optional<GraphRecording> recording ABSL_GUARDED_BY(graph_mu);
   StreamCarrier carrier = StreamCarrier::kGrpc;  // What carries it.
 
   // Stream mode: sends an allocation of a tensor and waits for its layout; on failure releases
