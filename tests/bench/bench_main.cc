@@ -23,10 +23,11 @@
 
 ABSL_FLAG(std::string, cubed, "",
           "The cubed binary (default: $CUBED_BINARY, else this build's server/cubed).");
-ABSL_FLAG(std::string, backend, "cuda", "cuda (measurements 1-4) or cpu (1-3, host baselines).");
+ABSL_FLAG(std::string, backend, "cuda",
+          "cuda (measurements 1-6) or cpu (all but 4, host baselines).");
 ABSL_FLAG(int, device, 0, "CUDA device ordinal, for the daemon and the baselines.");
 ABSL_FLAG(std::string, json, "", "Write the results as JSON to this file.");
-ABSL_FLAG(std::string, only, "1,2,3,4,5", "Measurements to run, comma-separated.");
+ABSL_FLAG(std::string, only, "1,2,3,4,5,6", "Measurements to run, comma-separated.");
 ABSL_FLAG(int, repeats, 7, "Samples per figure (median and min..max reported).");
 ABSL_FLAG(double, add_mib, 1024,
           "Measurement 1: MiB per f32 tensor (big enough that a kernel outlasts a unary call).");
@@ -38,6 +39,7 @@ ABSL_FLAG(bool, execute_others, true,
           "only, e.g. for a profile).");
 ABSL_FLAG(std::string, matmul, "4096,2048,1024", "Measurement 4: square sizes (CUDA only).");
 ABSL_FLAG(int, matmul_iters, 10, "Measurement 4: kernels per sample.");
+ABSL_FLAG(int, graph_replays, 100, "Measurement 6: replays of the 1000-kernel graph per sample.");
 ABSL_FLAG(std::vector<std::string>, daemon_flags, {},
           "Extra flags for the daemon, comma-separated (e.g. --memory_limit=8GiB).");
 
@@ -76,6 +78,7 @@ absl::Status Run() {
   options.execute_count = std::max(1, absl::GetFlag(FLAGS_execute_count));
   ASSIGN_OR_RETURN(options.matmul_sizes, ParseSizes(absl::GetFlag(FLAGS_matmul)));
   options.matmul_iters = std::max(1, absl::GetFlag(FLAGS_matmul_iters));
+  options.graph_replays = std::max(1, absl::GetFlag(FLAGS_graph_replays));
   const std::string only = absl::GetFlag(FLAGS_only);
   auto selected = [&](const char* n) {
     for (absl::string_view p : absl::StrSplit(only, ',')) {
@@ -133,6 +136,9 @@ absl::Status Run() {
   measure("2", "Create + Read", MeasureTransfer);
   measure("3", "tiny Execute rate", MeasureExecuteRate);
   measure("5", "4-byte read latency", MeasureReadLatency);
+  if (client->transport() == Transport::kStream) {
+    measure("6", "recorded graph replay", MeasureGraphReplay);
+  }
   if (selected("3") && client->transport() == Transport::kStream &&
       absl::GetFlag(FLAGS_execute_others)) {
     // The same measurement over the gRPC stream and over unary calls, for comparison.

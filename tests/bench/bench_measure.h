@@ -26,6 +26,7 @@ struct BenchOptions {
   std::vector<uint64_t> matmul_sizes;      // Square sizes, measurement 4.
   int matmul_iters = 10;                   // Kernels per sample, measurement 4.
   int read_count = 2000;                   // Reads, measurement 5.
+  int graph_replays = 100;                 // Replays of a 1000-kernel graph, measurement 6.
 };
 
 // 1. Builtin f32 `add` (inputs set by `fill` on the device) effective bandwidth (3 x bytes / device
@@ -52,6 +53,12 @@ absl::StatusOr<std::vector<Row>> MeasureMatmul(Client& client, CudaBaseline* cud
 // 5. Latency of a 4-byte Read through the daemon, one at a time (p50/p99), vs an in-process
 // 4-byte cuMemcpyDtoHAsync + sync on CUDA; no baseline on the CPU.
 absl::StatusOr<std::vector<Row>> MeasureReadLatency(Client& client, CudaBaseline* cuda,
+                                                    const BenchOptions& options);
+
+// 6. Replay of a recorded graph of 1000 `fill` kernels (P11), kernels/s, vs an in-process CUDA
+// graph of 1000 empty launches on CUDA, vs the same fills sent one execute at a time on the CPU.
+// The session stream only.
+absl::StatusOr<std::vector<Row>> MeasureGraphReplay(Client& client, CudaBaseline* cuda,
                                                     const BenchOptions& options);
 
 // Helpers shared by the measurements.

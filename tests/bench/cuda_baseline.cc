@@ -149,6 +149,42 @@ class CudaBaselineImpl final : public CudaBaseline {
     return samples;
   }
 
+  absl::StatusOr<std::vector<double>> GraphNodeRate(int nodes, int replays, int repeats) override {
+    if (Cu().StreamBeginCapture == nullptr) {
+      return absl::UnimplementedError("the driver has no CUDA graph entry points");
+    }
+    RETURN_IF_ERROR(EmptyLaunchRate(1, 1, true).status());  // Loads the module.
+    alignas(8) unsigned char args[640] = {};
+    void* params[] = {args};
+    CU_RETURN_IF_ERROR(Cu().StreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    CUresult launched = CUDA_SUCCESS;
+    for (int i = 0; i < nodes && launched == CUDA_SUCCESS; ++i) {
+      launched = Cu().LaunchKernel(empty_args_, 1, 1, 1, 256, 1, 1, 0, stream_, params, nullptr);
+    }
+    CUgraph graph = nullptr;
+    const CUresult ended = Cu().StreamEndCapture(stream_, &graph);
+    CU_RETURN_IF_ERROR(launched);
+    CU_RETURN_IF_ERROR(ended);
+    CUgraphExec exec = nullptr;
+    const CUresult instantiated = Cu().GraphInstantiate(&exec, graph, 0);
+    Cu().GraphDestroy(graph);
+    CU_RETURN_IF_ERROR(instantiated);
+    std::vector<double> samples;
+    absl::Status status;
+    for (int r = -1; r < repeats && status.ok(); ++r) {  // r = -1: warm-up.
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < replays && status.ok(); ++i) {
+        status = CU_STATUS(Cu().GraphLaunch(exec, stream_));
+      }
+      if (status.ok()) status = CU_STATUS(Cu().StreamSynchronize(stream_));
+      const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
+      if (r >= 0) samples.push_back(static_cast<double>(nodes) * replays / dt.count());
+    }
+    Cu().GraphExecDestroy(exec);
+    RETURN_IF_ERROR(status);
+    return samples;
+  }
+
   absl::StatusOr<std::vector<double>> SmallReadMicros(int reads) override {
     PinnedBuffer host;
     DeviceBuffer dev;

@@ -42,6 +42,12 @@ class CudaBaseline {
   virtual absl::StatusOr<std::vector<double>> EmptyLaunchRate(int launches, int repeats,
                                                               bool like_builtin = false) = 0;
 
+  // Kernels per second of an in-process CUDA graph of `nodes` empty-kernel launches (with a
+  // builtin's 640-byte parameter and 256 threads, as EmptyLaunchRate's like_builtin), captured
+  // once, replayed `replays` times then synchronized; one sample per repeat (host wall clock).
+  virtual absl::StatusOr<std::vector<double>> GraphNodeRate(int nodes, int replays,
+                                                            int repeats) = 0;
+
   // Microseconds per read of 4 bytes of device memory into pinned host memory
   // (cuMemcpyDtoHAsync + cuStreamSynchronize, what PyTorch's .item() does), one sample per read.
   virtual absl::StatusOr<std::vector<double>> SmallReadMicros(int reads) = 0;
