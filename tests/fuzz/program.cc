@@ -127,6 +127,10 @@ class Program {
   uint64_t Handle(uint64_t session) { return Handle(session, in_.Byte(Role::kChoice)); }
   uint64_t Handle(uint64_t session, uint8_t h);
   uint64_t ClientId();
+  // A graph id of the stream's session: mostly 0 .. 3 (so that ids collide), else any number.
+  uint64_t GraphId() {
+    return (in_.Byte(Role::kChoice) & 1) ? in_.Byte(Role::kChoice) % 4 : in_.Num();
+  }
   v1::Binding Binding(uint64_t session);
   void Shape(Dims* shape);
   void Strides(const Dims& shape, Dims* strides);
@@ -592,7 +596,7 @@ void Program::StreamOp(ProgramOp op) {
       break;
     }
     default:
-      switch (in_.Byte(Role::kChoice) % 8) {
+      switch (in_.Byte(Role::kChoice) % 12) {
         case 0:
           c.mutable_flush();
           break;
@@ -613,6 +617,24 @@ void Program::StreamOp(ProgramOp op) {
           break;
         case 6:
           break;  // No kind set.
+        case 7:   // Recorded graphs: few ids, so that they collide, or any number.
+          c.mutable_begin_graph()->set_graph(GraphId());
+          for (uint64_t id : List([&] { return Handle(s); })) {
+            c.mutable_begin_graph()->add_parameters(id);
+          }
+          break;
+        case 8:
+          c.mutable_end_graph();
+          break;
+        case 9:
+          c.mutable_replay_graph()->set_graph(GraphId());
+          for (uint64_t id : List([&] { return Handle(s); })) {
+            c.mutable_replay_graph()->add_bindings(id);
+          }
+          break;
+        case 10:
+          c.mutable_release_graph()->set_graph(GraphId());
+          break;
         default:
           c.set_seq(--seq_);  // The previous command's seq again.
           c.mutable_sync();
