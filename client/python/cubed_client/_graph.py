@@ -96,11 +96,12 @@ class Graph:
         """Starts recording. FailedPreconditionError when this graph was recorded already or
         another graph of the client is recording (recordings do not nest)."""
         client = self._client
-        if self._state is not _NEW:
-            raise FailedPreconditionError(
-                grpc.StatusCode.FAILED_PRECONDITION,
-                f"graph {self._id} was recorded already; record another with client.record()")
         with client._graph_lock:
+            if self._state is not _NEW:
+                raise FailedPreconditionError(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"graph {self._id} was recorded already; record another with "
+                    "client.record()")
             if client._recording is not None:
                 raise FailedPreconditionError(
                     grpc.StatusCode.FAILED_PRECONDITION,
