@@ -133,6 +133,7 @@ class Handle:
         self.maybe_exclusive = maybe_exclusive
         self.tensor = tensor  # (shape, strides, elem_size) for tensors.
         self.poison = None  # Fail of the execute that poisoned this live handle (stream).
+        self.where = None  # (storage_id, byte offset in it) once GetResource told.
 
 
 class Session:

@@ -4,27 +4,28 @@ answer checked against a model (model.py) that predicts it.
 
 What it models. A CPU daemon (--memory_limit=256MiB, --max_message_bytes=4MiB) driven over raw
 cubed.v1 protobuf requests (no SDK, so nothing filters the edge values): unary OpenSession,
-CloseSession, Create, CreateTensor, Empty, EmptyTensor, Execute (builtin fill, copy, neg, add,
-sum; unknown names; ptx), Read, ReadTensor, Release, Flush, Sync, StartProfile, EndProfile,
+CloseSession, Create, CreateTensor, Empty, EmptyTensor, Execute (builtin fill, copy, neg, add, sum;
+unknown names; ptx), Read, ReadTensor, GetResource, Release, Flush, Sync, StartProfile, EndProfile,
 MemoryUsage, MemoryCleanup; and session streams (open; batches of create, create_tensor, empty,
 empty_tensor, execute, release, read, read_tensor, flush, memory_usage, memory_cleanup,
-start_profile, end_profile, each batch ending in a sync; half-close, cancel, a second open).
-Every numeric field draws arithmetic edge values (0, 1, 2^31, 2^32 - 1, 2^63, 2^64 - 1, the
-memory and message limits, huge shapes, offsets past the end, overflowing products) besides
-plausible ones, and handles come from the session, other sessions, released or poisoned ids.
-The model predicts each status code (docs/api.md, docs/error-model.md, session.proto), the bytes
-of every read whose contents it knows, the tensor strides and sizes, the handles a close
-releases, and after every step GetStats' memory usage (number_allocs and bytes_in_use exactly,
-padding and reserved bytes within the bounds model.py explains) and its session and handle
-counts. At the end of each sequence every session is closed and the daemon must hold nothing
-(a leak otherwise), and its log must hold no sanitizer report. A divergence, a crash, a hang
-(no answer in 60 s), a sanitizer report or a leak fails the run; Hypothesis shrinks the
-sequence and prints it as Python steps.
+start_profile, end_profile, each batch ending in a sync; half-close, cancel, a second open, 4097
+commands in one request, CloseSession of the stream's session). Every numeric field draws arithmetic
+edge values (0, 1, 2^31, 2^32 - 1, 2^63, 2^64 - 1, the memory and message limits, huge shapes,
+offsets past the end, overflowing products) besides plausible ones, and handles come from the
+session, other sessions, released or poisoned ids. The model predicts each status code (docs/api.md,
+docs/error-model.md, session.proto), the exact message of every poisoned id after its first use, the
+bytes of every read whose contents it knows, tensor strides and sizes, the handles a close releases,
+that GetResource places no two live handles' bytes together, and after every step GetStats' memory
+usage (number_allocs and bytes_in_use exactly, padding and reserved bytes within the bounds model.py
+explains) and its session and handle counts. At the end of each sequence every session is closed and
+the daemon must hold nothing (a leak otherwise), and its log must hold no sanitizer report. A
+divergence, a crash, a hang (no answer in 60 s), a sanitizer report or a leak fails the run;
+Hypothesis shrinks the sequence and prints it as Python steps.
 
 Run by hand (30 minutes against the plain build; the sanitizer build's daemon works the same):
 
-  python3 tests/stateful/stateful_test.py --cubed=build/server/cubed --proto_dir=proto \
-      --seconds=1800
+  /usr/bin/python3 tests/stateful/stateful_test.py --cubed=build/server/cubed \
+      --proto_dir=proto --seconds=1800
 
 ctest runs it as `stateful.fuzz` for CUBED_STATEFUL_SECONDS (CMake variable; 60 s in the
 sanitizer configuration, 20 s otherwise); the environment variable CUBED_STATEFUL_SECONDS
@@ -478,6 +479,38 @@ class CubedMachine(RuleBasedStateMachine):
             if len(have) != size:
                 diverge(what, f"binding {i}: {len(have)} bytes, expected {size}")
 
+    @rule(data=st.data())
+    def get_resource(self, data):
+        """The storage behind a binding: its size, and (Note [Pool layout]) a place that no
+        other live handle's bytes share and that stays put while the handle lives."""
+        sid = self.pick_session(data)
+        s = self.m.sessions.get(sid)
+        hid, a, b = self.pick_binding(data, s)
+        try:
+            h, start, length = self.m.resolve(self.m.session(sid), hid, a, b)
+            expected = M.OK
+        except M.Fail as f:
+            expected = f
+        code, r, details = self.call("GetResource", pb.GetResourceRequest(
+            session=sid, binding=types_pb.Binding(handle=hid, offset_start=a, offset_end=b)))
+        self.check_code("GetResource", expected, code, details)
+        if code != M.OK:
+            return
+        where = (r.storage_id, r.offset - start)
+        if r.size != length or r.device_pointer or r.ipc_handle or where[1] % self.m.alignment:
+            diverge("GetResource", f"{r} for a view of {length} bytes at {start} (CPU: no "
+                                   f"pointer or IPC handle; slices aligned)")
+        if h.where is not None and h.where != where:
+            diverge("GetResource", f"handle {hid} moved from {h.where} to {where}")
+        h.where = where
+        for other_s in self.m.sessions.values():
+            for other_id, o in other_s.handles.items():
+                if o is h or o.where is None or o.where[0] != where[0]:
+                    continue
+                if o.where[1] < where[1] + h.size and where[1] < o.where[1] + o.size:
+                    diverge("GetResource", f"handle {hid} ({h.size} bytes at {where}) overlaps "
+                                           f"handle {other_id} ({o.size} bytes at {o.where})")
+
     # ---- release ----
 
     def draw_release_ids(self, data, s):
@@ -764,7 +797,10 @@ class CubedMachine(RuleBasedStateMachine):
         commands.append(session_pb.Command(seq=sync_seq, sync=session_pb.Command.Sync()))
         sync_reply = self.predict_sync(s, sync_seq, ambiguous)
         RUN.steps += len(commands)
-        client.send(session_pb.SessionRequest(commands=commands))
+        cut = data.draw(st.integers(0, len(commands)), label="split")  # Two messages, or one.
+        for part in (commands[:cut], commands[cut:]):
+            if part:
+                client.send(session_pb.SessionRequest(commands=part))
         replies = []
         while len(replies) < len(expected) + 1:
             ev = self.stream_event(client, "stream batch")
@@ -1085,7 +1121,8 @@ class CubedMachine(RuleBasedStateMachine):
         return []
 
     @precondition(lambda self: self.streams)
-    @rule(data=st.data(), how=st.sampled_from(["half_close", "half_close", "cancel", "reopen"]))
+    @rule(data=st.data(), how=st.sampled_from(["half_close", "half_close", "cancel", "reopen",
+                                               "flood"]))
     def stream_end(self, data, how):
         sid = data.draw(st.sampled_from(sorted(self.streams)), label="stream")
         client = self.streams.pop(sid)
@@ -1101,8 +1138,12 @@ class CubedMachine(RuleBasedStateMachine):
             return
         if how == "cancel":
             client.cancel()
-        else:
+        elif how == "reopen":
             client.send(session_pb.SessionRequest(open=session_pb.SessionRequest.Open()))
+        else:  # More than 4096 commands in one request: a protocol error.
+            client.send(session_pb.SessionRequest(commands=[
+                session_pb.Command(seq=i, flush=session_pb.Command.Flush())
+                for i in range(4097)]))
         ev = self.stream_event(client, f"stream {how}")
         want = "CANCELLED" if how == "cancel" else M.IA
         if ev[0] != "end" or ev[1] != want:
