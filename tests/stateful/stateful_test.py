@@ -4,23 +4,23 @@ answer checked against a model (model.py) that predicts it.
 
 What it models. A CPU daemon (--memory_limit=256MiB, --max_message_bytes=4MiB) driven over raw
 cubed.v1 protobuf requests (no SDK, so nothing filters the edge values): unary OpenSession,
-CloseSession, Create, CreateTensor, Empty, EmptyTensor, Execute (builtin fill, copy, neg, add, sum;
-unknown names; ptx), Read, ReadTensor, GetResource, Release, Flush, Sync, StartProfile, EndProfile,
-MemoryUsage, MemoryCleanup; and session streams (open; batches of create, create_tensor, empty,
-empty_tensor, execute, release, read, read_tensor, flush, memory_usage, memory_cleanup,
-start_profile, end_profile, each batch ending in a sync; half-close, cancel, a second open, 4097
-commands in one request, CloseSession of the stream's session). Every numeric field draws arithmetic
-edge values (0, 1, 2^31, 2^32 - 1, 2^63, 2^64 - 1, the memory and message limits, huge shapes,
-offsets past the end, overflowing products) besides plausible ones, and handles come from the
-session, other sessions, released or poisoned ids. The model predicts each status code (docs/api.md,
-docs/error-model.md, session.proto), the exact message of every poisoned id after its first use, the
-bytes of every read whose contents it knows, tensor strides and sizes, the handles a close releases,
-that GetResource places no two live handles' bytes together, and after every step GetStats' memory
-usage (number_allocs and bytes_in_use exactly, padding and reserved bytes within the bounds model.py
-explains) and its session and handle counts. At the end of each sequence every session is closed and
-the daemon must hold nothing (a leak otherwise), and its log must hold no sanitizer report. A
-divergence, a crash, a hang (no answer in 60 s), a sanitizer report or a leak fails the run;
-Hypothesis shrinks the sequence and prints it as Python steps.
+CloseSession (and leases of a few milliseconds), Create, CreateTensor, Empty, EmptyTensor, Execute
+(builtin fill, copy, neg, add, sum; unknown names; ptx), Read, ReadTensor, GetResource, Release,
+Flush, Sync, StartProfile, EndProfile, MemoryUsage, MemoryCleanup; and session streams (open;
+batches of create, create_tensor, empty, empty_tensor, execute, release, read, read_tensor, flush,
+memory_usage, memory_cleanup, start_profile, end_profile, each batch ending in a sync; half-close,
+cancel, a second open, 4097 commands in one request, CloseSession of the stream's session). Every
+numeric field draws arithmetic edge values (0, 1, 2^31, 2^32 - 1, 2^63, 2^64 - 1, the memory and
+message limits, huge shapes, offsets past the end, overflowing products) besides plausible ones, and
+handles come from the session, other sessions, released or poisoned ids. The model predicts each
+status code (docs/api.md, docs/error-model.md, session.proto), the exact message of every poisoned
+id after its first use, the bytes of every read whose contents it knows, tensor strides and sizes,
+the handles a close releases, that GetResource places no two live handles' bytes together, and after
+every step GetStats' memory usage (number_allocs and bytes_in_use exactly, padding and reserved
+bytes within the bounds model.py explains) and its session and handle counts. At the end of each
+sequence every session is closed and the daemon must hold nothing (a leak otherwise), and its log
+must hold no sanitizer report. A divergence, a crash, a hang (no answer in 60 s), a sanitizer report
+or a leak fails the run; Hypothesis shrinks the sequence and prints it as Python steps.
 
 Run by hand (30 minutes against the plain build; the sanitizer build's daemon works the same):
 
@@ -36,6 +36,7 @@ above), 77 when Hypothesis is missing.
 import argparse
 import os
 import queue
+import shutil
 import sys
 import tempfile
 import time
@@ -202,6 +203,8 @@ class CubedMachine(RuleBasedStateMachine):
         if code != want:
             diverge(what, f"the model predicts {want}, the daemon answered {code}: {details!r}")
         if isinstance(expected, M.Fail):
+            if expected.prefix is not None:
+                RUN.count("poisoned id met", "unary")
             problem = expected.check_message(details)
             if problem:
                 diverge(what, f"{problem}, got {details!r}")
@@ -222,9 +225,9 @@ class CubedMachine(RuleBasedStateMachine):
         seen = sorted(self.m.seen_handles)
         if own and data.draw(st.integers(0, 99), label="own_handle") < own_percent:
             return data.draw(st.sampled_from(own), label="handle")
+        if poisoned and data.draw(st.booleans(), label="poisoned_handle"):
+            return data.draw(st.sampled_from(poisoned), label="handle")
         choices = []
-        if poisoned:
-            choices.append(st.sampled_from(poisoned))
         if seen:
             choices.append(st.sampled_from(seen))
         choices += [st.sampled_from([0, 1, 2**63, 2**63 + 1, 2**64 - 1]), u64]
@@ -326,6 +329,44 @@ class CubedMachine(RuleBasedStateMachine):
             if r.handles_released != released:
                 diverge("CloseSession", f"handles_released {r.handles_released}, the model "
                                         f"has {released}")
+
+    @precondition(lambda self: len(self.m.sessions) < MAX_SESSIONS)
+    @rule(data=st.data(), stream=st.booleans())
+    def lease_expiry(self, data, stream):
+        """A session with a lease of a few milliseconds, given 100 bytes, then left alone: once
+        the lease passed it is gone with its memory; a unary call naming it is NOT_FOUND and its
+        stream ends NOT_FOUND (docs/api.md, "Sessions across invocations")."""
+        lease = data.draw(st.sampled_from([1, 2, 10, 30]), label="lease_ms")
+        if stream:
+            client = StreamClient(self.d.stream, session_pb.SessionRequest(
+                open=session_pb.SessionRequest.Open(lease_ms=lease)))
+            ev = self.stream_event(client, "stream open (short lease)")
+            if ev[0] != "response" or ev[1].opened.lease_ms != lease:
+                diverge("stream open (short lease)", f"expected `opened` with lease {lease}: {ev}")
+            sid = ev[1].opened.session
+            client.send(session_pb.SessionRequest(commands=[session_pb.Command(
+                seq=1, create=session_pb.Command.Create(id=M.FIRST_CLIENT_ID, data=b"x" * 100))]))
+        else:
+            code, r, details = self.call("OpenSession", pb.OpenSessionRequest(lease_ms=lease))
+            self.check_code("OpenSession", M.OK, code, details)
+            sid = r.session
+            code, _, details = self.call("Create", pb.CreateRequest(session=sid,
+                                                                    data=b"x" * 100))
+            if code not in (M.OK, M.NF):  # NOT_FOUND: it expired already.
+                diverge("Create (short lease)", f"{code} {details!r}")
+        # The create may have taken a page, which stays reserved after the session is gone.
+        self.m.pending_pages += self.m.new_page(100)
+        self.m.new_pages.append(self.m.new_page(100))
+        time.sleep(lease / 1000 + 0.05)
+        self.wait_for_sessions(len(self.m.sessions), "lease expiry")
+        self.m.closed_sessions.append(sid)
+        if stream:
+            ev = self.stream_event(client, "stream (short lease)")
+            if ev[0] != "end" or ev[1] != M.NF:
+                diverge("stream (short lease)", f"expected the stream to end NOT_FOUND: {ev}")
+        else:
+            code, _, details = self.call("Sync", pb.SyncRequest(session=sid))
+            self.check_code("Sync after the lease", M.Fail(M.NF), code, details)
 
     # ---- allocations ----
 
@@ -985,6 +1026,8 @@ class CubedMachine(RuleBasedStateMachine):
     def reply_check(self, kind, f):
         def check(reply):
             self.reply_code(kind, reply, f.code)
+            if f.prefix is not None and f.prefix.split("(")[0] != f"command {reply.seq} ":
+                RUN.count("poisoned id met", "stream")
             problem = f.check_message(reply.message)
             if problem:
                 diverge(f"stream {kind}", f"{problem}, got {reply.message!r}")
@@ -1257,6 +1300,7 @@ def main():
                 RUN.daemon.remove()
             else:
                 print(f"stateful: the daemon's log is {RUN.daemon.log_path}")
+    shutil.rmtree(stub_dir, ignore_errors=True)
     print("stateful: PASS" if status == 0 else "stateful: FAIL")
     return status
 
