@@ -38,6 +38,7 @@ struct CudaDriver {
   decltype(&::cuEventDestroy_v2) EventDestroy = nullptr;
   decltype(&::cuEventRecord) EventRecord = nullptr;
   decltype(&::cuEventSynchronize) EventSynchronize = nullptr;
+  decltype(&::cuEventQuery) EventQuery = nullptr;  // Optional: polled before a blocking wait.
   decltype(&::cuEventElapsedTime_v2) EventElapsedTime = nullptr;  // _v2, else the original.
   decltype(&::cuMemAlloc_v2) MemAlloc = nullptr;
   decltype(&::cuMemFree_v2) MemFree = nullptr;

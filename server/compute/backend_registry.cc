@@ -25,6 +25,7 @@ absl::StatusOr<std::unique_ptr<ComputeServer>> CreateCuda(BackendOptions& config
   options.ordinal = static_cast<int>(config.device);
   options.memory_limit = config.memory_limit;
   options.kernel_cache_dir = config.kernel_cache_dir;
+  options.completion_spin = config.completion_spin;
   absl::StatusOr<std::unique_ptr<CudaServer>> server = CudaServer::Create(std::move(options));
   if (!server.ok()) return server.status();
   if (config.on_device_lost != nullptr) {

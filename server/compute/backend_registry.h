@@ -23,6 +23,8 @@ struct BackendOptions {
   uint32_t device = 0;           // The device's ordinal (CUDA); the CPU backend has only 0.
   uint64_t memory_limit = 0;     // Bytes; 0 = the backend's default.
   std::string kernel_cache_dir;  // On-disk cache of compiled kernels (CUDA); empty = memory only.
+  // CUDA: how long the completion thread polls before it sleeps (Note [Completion spin]).
+  absl::Duration completion_spin = absl::ZeroDuration();
   // Note [Device lost] (server/compute/cuda/cuda_server.h): called once, from a backend thread,
   // when the device became unusable. Null: only logged.
   absl::AnyInvocable<void(const absl::Status&)> on_device_lost;

@@ -49,6 +49,10 @@ ABSL_FLAG(int32_t, ring_spin_us, -1,
 ABSL_FLAG(int32_t, loop_spin_us, -1,
           "Microseconds the device loop watches for the next task after running some, before "
           "it sleeps (Note [Loop spin]); -1 = 50 on hosts with 8 or more cores, else 0.");
+ABSL_FLAG(int32_t, completion_spin_us, -1,
+          "CUDA: microseconds the completion thread polls for finished work (a read's copy, a "
+          "sync) before it sleeps on it (Note [Completion spin]); -1 = 50 on hosts with 8 or "
+          "more cores, else 0.");
 ABSL_FLAG(bool, allow_unchecked, false,
           "Allow kernels in unchecked mode (no bounds checks; a bad kernel can corrupt memory).");
 ABSL_FLAG(std::string, ready_file, "",
@@ -97,7 +101,7 @@ std::string ShownFlagsFile(absl::string_view file) {
 
 bool IsDaemonFlagsFile(absl::string_view shown_file) { return shown_file == kFlagsFileShown; }
 
-// A spin flag (--ring_spin_us, --loop_spin_us): -1 = 50 us on hosts with 8 or more cores (a
+// A spin flag (--ring_spin_us, --loop_spin_us, --completion_spin_us): -1 = 50 us on hosts with 8 or more cores (a
 // spinning thread must not take a core that the work needs), else 0; at most 10 ms.
 absl::StatusOr<absl::Duration> SpinFlag(absl::string_view name, int32_t us) {
   if (us < -1 || us > 10000) {
@@ -255,6 +259,8 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   c.command_ring = absl::GetFlag(FLAGS_command_ring);
   ASSIGN_OR_RETURN(c.ring_spin, SpinFlag("ring_spin_us", absl::GetFlag(FLAGS_ring_spin_us)));
   ASSIGN_OR_RETURN(c.loop_spin, SpinFlag("loop_spin_us", absl::GetFlag(FLAGS_loop_spin_us)));
+  ASSIGN_OR_RETURN(c.completion_spin,
+                   SpinFlag("completion_spin_us", absl::GetFlag(FLAGS_completion_spin_us)));
   c.allow_unchecked = absl::GetFlag(FLAGS_allow_unchecked);
   c.ready_file = absl::GetFlag(FLAGS_ready_file);
   c.kernel_cache_dir = absl::GetFlag(FLAGS_kernel_cache_dir);

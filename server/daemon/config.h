@@ -29,6 +29,8 @@ struct DaemonConfig {
   bool command_ring = true;
   absl::Duration ring_spin = absl::ZeroDuration();  // A ring thread's spin before sleeping.
   absl::Duration loop_spin = absl::ZeroDuration();  // The device loop's (Note [Loop spin]).
+  // CUDA's completion thread's (Note [Completion spin]).
+  absl::Duration completion_spin = absl::ZeroDuration();
   bool allow_unchecked = false;
   std::string ready_file;        // Written once serving; empty = none.
   std::string kernel_cache_dir;  // On-disk cache of compiled CUDA kernels; empty = memory only.

@@ -228,6 +228,7 @@ absl::Status Daemon::StartDevices() {
   backend_options.device = config_.device;
   backend_options.memory_limit = config_.memory_limit;
   backend_options.kernel_cache_dir = config_.kernel_cache_dir;
+  backend_options.completion_spin = config_.completion_spin;
   backend_options.on_device_lost = [this](const absl::Status& status) {
     ExitAfterDeviceLost(health_.get(), config_.unix_socket, status);
   };

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/time/clock.h"
 #include "common/cuda/cuda_driver.h"
 #include "common/thread_name.h"
 #include "spdlog/spdlog.h"
@@ -9,8 +10,9 @@
 namespace cubed {
 
 CudaCompletionQueue::CudaCompletionQueue(const CudaContext* context,
-                                         absl::AnyInvocable<void(absl::Status)> on_error)
-    : context_(context), on_error_(std::move(on_error)), thread_([this] { Run(); }) {}
+                                         absl::AnyInvocable<void(absl::Status)> on_error,
+                                         absl::Duration spin)
+    : context_(context), spin_(spin), on_error_(std::move(on_error)), thread_([this] { Run(); }) {}
 
 CudaCompletionQueue::~CudaCompletionQueue() {
   {
@@ -73,11 +75,35 @@ void CudaCompletionQueue::Then(absl::Status status, Callback callback) {
 void CudaCompletionQueue::Push(Item item) {
   absl::MutexLock lock(&mu_);
   items_.push_back(std::move(item));
+  queued_.fetch_add(1, std::memory_order_release);
 }
 
 size_t CudaCompletionQueue::pending() const {
   absl::MutexLock lock(&mu_);
   return items_.size();
+}
+
+absl::Status CudaCompletionQueue::Wait(CUevent event) {
+  if (spin_ > absl::ZeroDuration() && Cu().EventQuery != nullptr) {
+    const absl::Time until = absl::Now() + spin_;
+    do {
+      const CUresult r = Cu().EventQuery(event);
+      if (r == CUDA_SUCCESS) return absl::OkStatus();
+      if (r != CUDA_ERROR_NOT_READY) return CU_STATUS(r);
+    } while (absl::Now() < until);
+  }
+  return CU_STATUS(Cu().EventSynchronize(event));
+}
+
+void CudaCompletionQueue::SpinForItem() const {
+  if (spin_ <= absl::ZeroDuration()) return;
+  const absl::Time until = absl::Now() + spin_;
+  // Reads an atomic only: the loop's Push never waits for this thread's polling.
+  while (queued_.load(std::memory_order_acquire) == 0 && absl::Now() < until) {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
 }
 
 void CudaCompletionQueue::Run() {
@@ -86,6 +112,7 @@ void CudaCompletionQueue::Run() {
   if (!current.ok()) spdlog::error("cuda completion thread: {}", current.ToString());
   for (;;) {
     Item item;
+    SpinForItem();
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]()
@@ -94,10 +121,11 @@ void CudaCompletionQueue::Run() {
       if (items_.empty()) return;  // Stopping and drained.
       item = std::move(items_.front());
       items_.pop_front();
+      queued_.fetch_sub(1, std::memory_order_relaxed);
     }
     absl::Status status = std::move(item.status);
     if (status.ok() && item.event != nullptr) {
-      status = current.ok() ? CU_STATUS(Cu().EventSynchronize(item.event)) : current;
+      status = current.ok() ? Wait(item.event) : current;
       if (!status.ok() && on_error_) on_error_(status);
     }
     if (item.pooled) {

@@ -62,7 +62,8 @@ absl::Status CudaServer::Init() {
   memory_ = std::make_unique<MemoryManager>(storage_.get(), mm);
   staging_ = std::make_unique<PinnedStagingPool>(context_.get(), options_.staging_bytes);
   completion_ = std::make_unique<CudaCompletionQueue>(
-      context_.get(), [this](absl::Status s) { Check(std::move(s)).IgnoreError(); });
+      context_.get(), [this](absl::Status s) { Check(std::move(s)).IgnoreError(); },
+      options_.completion_spin);
   modules_ = std::make_unique<CudaModuleCache>(stream_);
 
   kernels::CudaCompilerOptions compiler;

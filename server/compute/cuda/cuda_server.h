@@ -46,6 +46,8 @@ struct CudaServerOptions {
   uint64_t max_allocation = 0;   // Bytes; 0 = the memory limit.
   std::string kernel_cache_dir;  // NVRTC's on-disk cache; empty = memory only.
   uint64_t staging_bytes = uint64_t{64} << 20;  // Most pinned host memory for transfers.
+  // How long the completion thread polls before it sleeps (Note [Completion spin]).
+  absl::Duration completion_spin = absl::ZeroDuration();
 };
 
 // Owned by the device's server-loop thread; the completion thread touches only the completion
