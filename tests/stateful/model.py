@@ -175,7 +175,7 @@ class Model:
                 levels.append((page, largest))
         self.levels = levels
         self.sessions = {}
-        self.seen_handles = set()   # Every handle id ever returned, any session.
+        self.seen_handles = {}      # Every handle id ever returned, any session (ordered).
         self.closed_sessions = []
         self.reserved = 0           # bytes_reserved as last observed.
         self.pending_pages = 0      # Most bytes of pages allocations may have added since.
@@ -241,7 +241,7 @@ class Model:
         hi = r + r // 8 - size if exclusive and self.maybe_free_exclusive else r - size
         h = Handle(size, content, r - size, hi, exclusive, tensor)
         s.handles[hid] = h
-        self.seen_handles.add(hid)
+        self.seen_handles[hid] = None
         self.pending_pages += self.new_page(size)
         self.new_pages.append(self.new_page(size))
         self.maybe_alloc = self.maybe_alloc or mode == "maybe"
