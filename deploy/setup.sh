@@ -11,6 +11,7 @@ packages=(
   build-essential cmake pkg-config ninja-build
   libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev grpc-proto
   libabsl-dev libspdlog-dev libfmt-dev libcpp-httplib-dev
+  libcli11-dev  # cubectl: its command line (header-only)
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-14 libclang-rt-14-dev  # tests/fuzz: the libFuzzer build (clang + the fuzzer runtime)
   clang-format-14  # tests/format: the formatting check

@@ -1,7 +1,5 @@
 #include "client/cubectl/args.h"
 
-#include <algorithm>
-
 #include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -13,8 +11,6 @@ namespace {
 
 constexpr char kUsagePayload[] = "type.googleapis.com/cubectl.UsageError";
 
-bool IsBoolFlag(absl::string_view name) { return name == "json" || name == "help"; }
-
 }  // namespace
 
 absl::Status UsageError(absl::string_view message) {
@@ -25,36 +21,6 @@ absl::Status UsageError(absl::string_view message) {
 
 bool IsUsageError(const absl::Status& status) {
   return status.GetPayload(kUsagePayload).has_value();
-}
-
-absl::StatusOr<Args> Args::Parse(int argc, const char* const* argv) {
-  Args args;
-  bool only_positional = false;
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    if (only_positional || arg.size() < 2 || arg[0] != '-') {
-      args.positional_.emplace_back(arg);
-      continue;
-    }
-    if (arg == "--") {
-      only_positional = true;
-      continue;
-    }
-    arg.remove_prefix(arg[1] == '-' ? 2 : 1);
-    if (arg == "h") arg = "help";
-    const size_t eq = arg.find('=');
-    std::string name(arg.substr(0, eq));
-    if (eq != absl::string_view::npos) {
-      args.flags_.emplace_back(name, std::string(arg.substr(eq + 1)));
-    } else if (IsBoolFlag(name)) {
-      args.flags_.emplace_back(name, "true");
-    } else if (i + 1 < argc) {
-      args.flags_.emplace_back(name, argv[++i]);
-    } else {
-      return UsageError(absl::StrCat("flag --", name, " needs a value"));
-    }
-  }
-  return args;
 }
 
 bool Args::Has(absl::string_view name) const { return Get(name).has_value(); }
@@ -72,15 +38,6 @@ std::vector<std::string> Args::GetAll(absl::string_view name) const {
     if (n == name) values.push_back(v);
   }
   return values;
-}
-
-absl::Status Args::CheckAllowed(const std::vector<absl::string_view>& allowed) const {
-  for (const auto& [name, value] : flags_) {
-    if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
-      return UsageError(absl::StrCat("unknown flag --", name, " for this command"));
-    }
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<uint64_t> ParseUint(absl::string_view flag, absl::string_view text) {

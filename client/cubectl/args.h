@@ -1,7 +1,7 @@
 #pragma once
 
-// The command line of cubectl, parsed by hand: flags may appear anywhere, as --name=value,
-// --name value, or -o value; --json and --help take no value; everything else is positional.
+// The parsed command line of one cubectl command (cli.h parses it with CLI11), and the parsers
+// of flag values that turn bad text into usage errors.
 
 #include <cstdint>
 #include <optional>
@@ -21,10 +21,14 @@ namespace cubed::cubectl {
 absl::Status UsageError(absl::string_view message);
 bool IsUsageError(const absl::Status& status);
 
+// The command's words ("session", "open"), then its operands; and each flag given, by name
+// without dashes ("dtype", "o"), with its values in the order given. A flag without a value
+// (--json) has the value "true".
 class Args {
  public:
-  // Parses argv[1..argc-1]. Usage error for a flag missing its value.
-  static absl::StatusOr<Args> Parse(int argc, const char* const* argv);
+  Args() = default;
+  Args(std::vector<std::string> positional, std::vector<std::pair<std::string, std::string>> flags)
+      : positional_(std::move(positional)), flags_(std::move(flags)) {}
 
   const std::vector<std::string>& positional() const { return positional_; }
 
@@ -34,9 +38,6 @@ class Args {
   std::optional<std::string> Get(absl::string_view name) const;
   // Every value of --name, in order.
   std::vector<std::string> GetAll(absl::string_view name) const;
-
-  // Usage error naming the first flag not in `allowed`.
-  absl::Status CheckAllowed(const std::vector<absl::string_view>& allowed) const;
 
  private:
   std::vector<std::string> positional_;

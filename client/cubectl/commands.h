@@ -33,6 +33,12 @@ absl::Status HealthCommand(const Context& ctx);
 // stats_command.cc: GetStats, the daemon's counters and gauges.
 absl::Status StatsCommand(const Context& ctx);
 
+// top_command.cc: GetStats every --interval, one line per device with the rates since the last.
+absl::Status TopCommand(const Context& ctx);
+
+// completion_command.cc: prints the bash or zsh completion script (no daemon needed).
+absl::Status CompletionCommand(const Context& ctx);
+
 // session_commands.cc
 absl::Status SessionOpenCommand(const Context& ctx);
 absl::Status SessionCloseCommand(const Context& ctx);

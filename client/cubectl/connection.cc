@@ -37,6 +37,7 @@ absl::StatusOr<GlobalOptions> ParseGlobalOptions(const Args& args) {
   options.address = args.Get("address").value_or(DefaultAddress());
   if (options.address.empty()) return UsageError("--address: must not be empty");
   options.json = args.Has("json");
+  options.quiet = args.Has("quiet");
   if (auto timeout = args.Get("timeout")) {
     ASSIGN_OR_RETURN(options.timeout, ParseDurationFlag("--timeout", *timeout));
   }

@@ -17,10 +17,11 @@
 
 namespace cubed::cubectl {
 
-// --address, --json, --timeout, --session.
+// --address, --json, --quiet, --timeout, --session.
 struct GlobalOptions {
   std::string address;
   bool json = false;
+  bool quiet = false;  // No progress bars.
   absl::Duration timeout = absl::Seconds(30);
   uint64_t session = 0;  // 0: none given.
   // --tls_ca, --tls_cert, --tls_key; the token from --token_file or $CUBED_TOKEN.

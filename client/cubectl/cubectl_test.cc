@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -80,16 +81,23 @@ class CubectlTest : public ::testing::Test {
 
   static std::string Path(const std::string& name) { return absl::StrCat(*dir_, "/", name); }
 
-  // Runs `cubectl --address=<daemon> <args>` through the shell. $CUBECTL_BINARY overrides the
-  // binary (e.g. with a sanitizer build).
-  static Result Cubectl(const std::string& args) {
+  // The cubectl binary: $CUBECTL_BINARY (e.g. a sanitizer build), else the one built with this
+  // test.
+  static std::string Binary() {
     const char* binary = getenv("CUBECTL_BINARY");
+    return binary != nullptr ? binary : CUBECTL_BINARY_PATH;
+  }
+
+  // `cubectl --address=<daemon>`, for a command line of its own.
+  static std::string CubectlPrefix() {
+    return absl::StrCat(Binary(), " --address=", daemon_->unix_address());
+  }
+
+  // Runs `command` through the shell; its stdout and stderr come back apart.
+  static Result Shell(const std::string& command) {
     const std::string err_path = Path("stderr");
-    const std::string command =
-        absl::StrCat(binary != nullptr ? binary : CUBECTL_BINARY_PATH,
-                     " --address=", daemon_->unix_address(), " ", args, " 2>", err_path);
     Result r;
-    FILE* pipe = popen(command.c_str(), "r");
+    FILE* pipe = popen(absl::StrCat(command, " 2>", err_path).c_str(), "r");
     if (pipe == nullptr) return r;
     char buf[4096];
     size_t n;
@@ -98,6 +106,11 @@ class CubectlTest : public ::testing::Test {
     r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     r.err = ReadFile(err_path);
     return r;
+  }
+
+  // Runs `cubectl --address=<daemon> <args>` through the shell.
+  static Result Cubectl(const std::string& args) {
+    return Shell(absl::StrCat(CubectlPrefix(), " ", args));
   }
 
   // Opens a session for one test; returns its id.
@@ -290,6 +303,155 @@ TEST_F(CubectlTest, UsageErrorsExitTwo) {
     EXPECT_THAT(r.err, StartsWith("cubectl: ")) << args;
     EXPECT_THAT(r.err, Not(HasSubstr("INTERNAL"))) << args;
   }
+}
+
+TEST_F(CubectlTest, ParseErrorsNameWhatIsWrong) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"", "cubectl: no command given\n"},
+      {"frobnicate", "cubectl: unknown command 'frobnicate'\n"},
+      {"session", "cubectl: unknown command 'session'\n"},
+      {"session frob", "cubectl: unknown command 'session frob'\n"},
+      {"info --bogus=1", "cubectl: unknown flag --bogus for this command\n"},
+      {"info --lease=1m", "cubectl: unknown flag --lease for this command\n"},
+      {"session open --lease", "cubectl: flag --lease needs a value\n"},
+      {"info extra", "cubectl: info: unexpected argument 'extra'\n"},
+      {"info health", "cubectl: one command at a time: 'info' and 'health'\n"},
+      {"--session=1 run add --in=1:2x3", "cubectl: usage: cubectl --session=ID run KERNEL"},
+  };
+  for (const auto& [args, message] : cases) {
+    Result r = Cubectl(args);
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
+    EXPECT_THAT(r.err, StartsWith(message)) << args;
+    EXPECT_THAT(r.err, HasSubstr("run 'cubectl --help' for usage\n")) << args;
+  }
+}
+
+TEST_F(CubectlTest, GlobalFlagsGoBeforeOrAfterTheCommand) {
+  Result before = Cubectl("--json memory");
+  Result after = Cubectl("memory --json");
+  ASSERT_EQ(before.exit_code, 0) << before.err;
+  ASSERT_EQ(after.exit_code, 0) << after.err;
+  EXPECT_THAT(after.out, StartsWith("{\"number_allocs\": "));
+  // Repeated flags keep every value (run's --in) and the last one of the others.
+  const std::string session = OpenSession();
+  const std::string a = Create(session, "ga.npy", NpyF32({1, 2}, {2}));
+  Result r = Cubectl(absl::StrCat("run add --in ", a, ":2 --dtype=f64 --session ", session,
+                                  " --dtype f32 --in=", a, ":2 --out=new:2 --json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = Cubectl(absl::StrCat("read ",
+                           r.out.substr(r.out.find("\"outputs\": [\"") + 13,
+                                        r.out.find("\"]") - r.out.find("\"outputs\": [\"") - 13),
+                           " --dtype=f32 --session=", session));
+  EXPECT_THAT(r.out, HasSubstr("values  2 4\n")) << r.err;
+  r = Cubectl("--help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_THAT(r.out, AllOf(StartsWith("usage: cubectl"), HasSubstr("completion bash|zsh")));
+  EXPECT_EQ(Cubectl("run -h").out, r.out);
+  Cubectl(absl::StrCat("session close ", session));
+}
+
+TEST_F(CubectlTest, BashCompletionCompletesCommandsFlagsAndValues) {
+  WriteFile(Path("complete.sh"),
+            absl::StrCat("source <(", Binary(),
+                         " completion bash) || exit 3\n"
+                         "complete -p cubectl\n"
+                         "line() { COMP_WORDS=(\"$@\"); COMP_CWORD=$(($# - 1)); COMPREPLY=();\n"
+                         "  _cubectl; echo \"${COMPREPLY[*]}\"; }\n"
+                         "line cubectl ses\n"
+                         "line cubectl session ''\n"
+                         "line cubectl --json rea\n"
+                         "line cubectl --address unix:/x run --dt\n"
+                         "line cubectl run --dtype = b\n"
+                         "line cubectl read 5 --dtype u\n"
+                         "line cubectl --session 5 create --sh\n"
+                         "line cubectl completion ''\n"
+                         "line cubectl info --t\n"));
+  const Result r = Shell(absl::StrCat("bash -c '. ", Path("complete.sh"), "'"));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::string& out = r.out;
+  EXPECT_EQ(out,
+            "complete -F _cubectl cubectl\n"
+            "session\n"
+            "open close\n"
+            "read\n"
+            "--dtype\n"
+            "bf16 bool\n"
+            "u32 u8 u16\n"
+            "--shape\n"
+            "bash zsh\n"
+            "--timeout --tls_ca --tls_cert --tls_key --token_file\n");
+  Result zsh = Cubectl("completion zsh");
+  EXPECT_EQ(zsh.exit_code, 0) << zsh.err;
+  EXPECT_THAT(zsh.out, AllOf(HasSubstr("bashcompinit"), HasSubstr("complete -F _cubectl cubectl")));
+  EXPECT_EQ(Cubectl("completion fish").exit_code, 2);
+}
+
+TEST_F(CubectlTest, ProgressLineOnlyOnATerminalAndNotWithQuiet) {
+  const std::string session = OpenSession();
+  const std::string s = absl::StrCat("--session=", session, " ");
+  std::string big(8 << 20, '\0');
+  for (size_t i = 0; i < big.size(); i += 4096) big[i] = static_cast<char>(i / 4096);
+  WriteFile(Path("big.raw"), big);
+  // Piped (as in every other test): nothing on stderr.
+  Result r = Cubectl(absl::StrCat("--json ", s, "create ", Path("big.raw")));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  const std::string handle = JsonString(r.out, "handle");
+  r = Cubectl(absl::StrCat(s, "read ", handle, " -o ", Path("piped.raw")));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_TRUE(ReadFile(Path("piped.raw")) == big);
+  if (system("script --version >/dev/null 2>&1") != 0) GTEST_SKIP() << "no script(1) for a pty";
+  // On a terminal (script(1) gives cubectl a pty): a bar that reaches 100%, then the report.
+  const auto on_tty = [&](const std::string& args) {
+    return Shell(
+        absl::StrCat("script -qec '", CubectlPrefix(), " ", s, args, "' /dev/null </dev/null"));
+  };
+  r = on_tty(absl::StrCat("read ", handle, " -o ", Path("tty.raw")));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, AllOf(HasSubstr("\r\033[Kread  [#"), HasSubstr("] 100%  8.00 MiB / 8.00 MiB"),
+                           HasSubstr("\r\033[Khandle")));
+  EXPECT_TRUE(ReadFile(Path("tty.raw")) == big);
+  r = on_tty(absl::StrCat("create ", Path("big.raw")));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\r\033[Kcreate  8.00 MiB  0."));
+  r = on_tty(absl::StrCat("--quiet read ", handle, " -o ", Path("quiet.raw")));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, AllOf(HasSubstr("handle"), Not(HasSubstr("%"))));
+  EXPECT_TRUE(ReadFile(Path("quiet.raw")) == big);
+  Cubectl(absl::StrCat("session close ", session));
+}
+
+TEST_F(CubectlTest, TopCountsTheKernelsRunMeanwhile) {
+  Result r = Cubectl("top --count=2 --interval=50ms");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, MatchesRegex("# time +dev +sessions +handles +queued +in_use +reserved +limit "
+                                  "+kernels/s +cmds/s +in/s +out/s\n"
+                                  "([0-9:]{8} +0 +[0-9]+ +[0-9]+ .*\n){2}"));
+  // One sample over 3 s while this thread runs four kernels: a rate above zero.
+  const std::string session = OpenSession();
+  const std::string a = Create(session, "top.npy", NpyF32({-1, 1}, {2}));
+  const std::string command = absl::StrCat(CubectlPrefix(), " --json top --count=1 --interval=3s >",
+                                           Path("top.out"), " 2>", Path("top.err"));
+  int top_exit = -1;
+  std::thread top([&] { top_exit = system(command.c_str()); });
+  absl::SleepFor(absl::Milliseconds(500));
+  for (int i = 0; i < 4; ++i) {
+    r = Cubectl(absl::StrCat("--session=", session, " run relu --dtype=f32 --in=", a,
+                             ":2 --out=", a, ":2"));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+  }
+  top.join();
+  ASSERT_EQ(top_exit, 0) << ReadFile(Path("top.err"));
+  const std::string json = ReadFile(Path("top.out"));
+  EXPECT_THAT(json,
+              MatchesRegex("\\{\"time\": \"[0-9-]+T[0-9:]+\\.[0-9]{3}Z\", \"interval_ns\": [0-9]+, "
+                           "\"kernels_per_s\": [0-9.]+, .*\"devices\": \\[\\{\"device\": 0, "
+                           "\"sessions\": [1-9][0-9]*, .*\\}\\]\\}\n"));
+  const size_t at = json.find("\"kernels_per_s\": ") + 17;
+  EXPECT_GT(std::stod(json.substr(at)), 0.9) << json;
+  EXPECT_EQ(Cubectl("top --interval=0s").exit_code, 2);
+  Cubectl(absl::StrCat("session close ", session));
 }
 
 TEST_F(CubectlTest, TraceRecordsWhatTheSessionRunsAsChromeJson) {

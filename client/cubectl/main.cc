@@ -1,13 +1,11 @@
-// cubectl: a command-line client of the cubed daemon. main only parses the command line and
-// dispatches; each command lives in its group's file (commands.h).
+// cubectl: a command-line client of the cubed daemon. main only parses the command line (cli.h)
+// and dispatches; each command lives in its group's file (commands.h).
 
 #include <iostream>
-#include <string>
-#include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
 #include "client/cubectl/args.h"
+#include "client/cubectl/cli.h"
 #include "client/cubectl/commands.h"
 #include "client/cubectl/connection.h"
 
@@ -15,7 +13,7 @@ namespace cubed::cubectl {
 namespace {
 
 constexpr char kUsage[] =
-    R"(usage: cubectl [--address=unix:/path|host:port] [--json] [--timeout=30s]
+    R"(usage: cubectl [--address=unix:/path|host:port] [--json] [--quiet] [--timeout=30s]
                [--session=ID] [--tls_ca=PEM [--tls_cert=PEM --tls_key=PEM]]
                [--token_file=FILE] <command>
 
@@ -25,6 +23,9 @@ commands:
   memory                        memory usage of the device
   stats                         request counts, latencies, memory, sessions, kernel cache
                                 (--json: the whole GetStatsResponse)
+  top [--count=N] [--interval=1s]
+                                sessions, handles, memory and kernels/s, one line per device
+                                every interval (like nvidia-smi dmon); --count=0: until killed
   cleanup                       return free pages to the device, print the usage after
   session open [--lease=10m]    open a session that outlives cubectl; prints its ID
   session close ID              close a session, releasing its handles
@@ -32,6 +33,8 @@ commands:
                                 store a .npy or raw file; prints the handle (needs --session)
   read HANDLE [--shape=2x3 --dtype=f32] [-o FILE | --npy FILE]
                                 read a handle to a raw or .npy file, or print its values
+                                (a progress bar on stderr for big reads when it is a terminal;
+                                --quiet: none)
   run KERNEL --dtype=f32 [--axis=N] [--out-dtype=T] [--index-dtype=i32|i64] --in=H:SHAPE...
       --out=H:SHAPE|new:SHAPE...
       [--scalar=V...]           run a builtin kernel on contiguous tensors
@@ -39,6 +42,8 @@ commands:
   trace --session=ID [--for=10s] [--max-events=100000] [-o FILE]
                                 record what the session runs for a while, as Chrome
                                 trace-event JSON (Perfetto, chrome://tracing); stdout without -o
+  completion bash|zsh           a shell completion script for every command and flag:
+                                source <(cubectl completion bash)
 
 The default address is $CUBED_ADDRESS; else unix:$XDG_RUNTIME_DIR/cubed.sock (or
 unix:/tmp/cubed-$UID/cubed.sock) when it exists; else the service's unix:/run/cubed/cubed.sock
@@ -47,62 +52,16 @@ For TCP: --tls_ca (and --tls_cert/--tls_key for mTLS) for a TLS daemon; --token_
 bearer token (else $CUBED_TOKEN). docs/security.md.
 )";
 
-struct CommandSpec {
-  const char* name;  // "info", or "session open" for two words.
-  absl::Status (*run)(const Context&);
-  std::vector<absl::string_view> flags;  // Flags beyond the global ones.
-};
-
-const std::vector<CommandSpec>& Commands() {
-  static const auto* commands = new std::vector<CommandSpec>{
-      {"info", InfoCommand, {}},
-      {"health", HealthCommand, {}},
-      {"memory", MemoryCommand, {}},
-      {"stats", StatsCommand, {}},
-      {"cleanup", CleanupCommand, {}},
-      {"session open", SessionOpenCommand, {"lease"}},
-      {"session close", SessionCloseCommand, {}},
-      {"create", CreateCommand, {"shape", "dtype"}},
-      {"read", ReadCommand, {"shape", "dtype", "o", "npy"}},
-      {"run", RunCommand, {"dtype", "out-dtype", "index-dtype", "axis", "in", "out", "scalar"}},
-      {"profile",
-       ProfileCommand,
-       {"dtype", "out-dtype", "index-dtype", "axis", "in", "out", "scalar"}},
-      {"trace", TraceCommand, {"for", "max-events", "o"}},
-  };
-  return *commands;
-}
-
-const CommandSpec* FindCommand(const std::vector<std::string>& words) {
-  if (words.empty()) return nullptr;
-  const std::string name =
-      words[0] == "session" && words.size() > 1 ? absl::StrCat(words[0], " ", words[1]) : words[0];
-  for (const auto& c : Commands()) {
-    if (name == c.name) return &c;
-  }
-  return nullptr;
-}
-
 absl::Status Run(int argc, char** argv) {
-  absl::StatusOr<Args> args = Args::Parse(argc, argv);
-  if (!args.ok()) return args.status();
-  if (args->Has("help")) {
+  absl::StatusOr<CommandLine> line = ParseCommandLine(argc, argv);
+  if (!line.ok()) return line.status();
+  if (line->help) {
     std::cout << kUsage;
     return absl::OkStatus();
   }
-  const CommandSpec* command = FindCommand(args->positional());
-  if (command == nullptr) {
-    return UsageError(args->positional().empty()
-                          ? std::string("no command given")
-                          : absl::StrCat("unknown command '", args->positional()[0], "'"));
-  }
-  std::vector<absl::string_view> allowed = {"address", "json",     "timeout", "session",
-                                            "tls_ca",  "tls_cert", "tls_key", "token_file"};
-  allowed.insert(allowed.end(), command->flags.begin(), command->flags.end());
-  if (absl::Status s = args->CheckAllowed(allowed); !s.ok()) return s;
-  absl::StatusOr<GlobalOptions> global = ParseGlobalOptions(*args);
+  absl::StatusOr<GlobalOptions> global = ParseGlobalOptions(line->args);
   if (!global.ok()) return global.status();
-  return command->run(Context{*global, *std::move(args), &std::cout});
+  return line->command->run(Context{*global, std::move(line->args), &std::cout});
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
 // cubectl create / read: move a file's bytes into a handle of the joined session and back.
 
+#include <algorithm>
 #include <cinttypes>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -10,6 +12,7 @@
 #include "client/cubectl/commands.h"
 #include "client/cubectl/npy.h"
 #include "client/cubectl/output.h"
+#include "client/cubectl/progress.h"
 #include "client/cubectl/tensor_refs.h"
 #include "common/checked_math.h"
 #include "common/half.h"
@@ -126,6 +129,30 @@ std::string FormatElement(ElemType dtype, const char* p, bool json) {
   return "?";
 }
 
+constexpr uint64_t kReadChunk = uint64_t{4} << 20;
+
+// The first `size` bytes of `handle`. Under a progress line, in kReadChunk pieces (one Read each,
+// the line redrawn after each); else in one Read.
+absl::StatusOr<std::string> ReadBytes(const Context& ctx, Client& client, const Handle& handle,
+                                      uint64_t size) {
+  if (!ShowProgress(ctx.global.quiet, size)) {
+    ASSIGN_OR_RETURN(std::vector<std::string> out,
+                     client.Read({Binding(handle, 0, handle.size() - size)}).get());
+    return std::move(out.at(0));
+  }
+  ProgressLine progress("read", size, /*enabled=*/true);
+  std::string data;
+  data.reserve(size);
+  for (uint64_t start = 0; start < size; start += kReadChunk) {
+    const uint64_t end = std::min(size, start + kReadChunk);
+    ASSIGN_OR_RETURN(std::vector<std::string> out,
+                     client.Read({Binding(handle, start, handle.size() - end)}).get());
+    data += out.at(0);
+    progress.Update(end);
+  }
+  return data;
+}
+
 Field ValuesField(ElemType dtype, absl::string_view data) {
   std::vector<std::string> text, json;
   const size_t elem = ElemSize(dtype);
@@ -158,6 +185,11 @@ absl::Status CreateCommand(const Context& ctx) {
   ASSIGN_OR_RETURN(std::unique_ptr<Client> client, ConnectClient(ctx.global));
   const auto* bytes = reinterpret_cast<const uint8_t*>(file.data.data());
   std::vector<Field> fields;
+  // The SDK sends a create in one call that reports no progress: the line shows the time so far.
+  // Erased (reset) before the report is printed.
+  std::optional<ProgressLine> progress;
+  progress.emplace("create", file.data.size(), ShowProgress(ctx.global.quiet, file.data.size()));
+  progress->TickUntilDone();
   if (typed) {
     ASSIGN_OR_RETURN(Tensor tensor, client->CreateTensor({bytes, file.data.size()}, file.shape,
                                                          ElemSize(file.dtype)));
@@ -169,6 +201,7 @@ absl::Status CreateCommand(const Context& ctx) {
     ASSIGN_OR_RETURN(Handle handle, client->Create({bytes, file.data.size()}));
     fields = {IdField("handle", handle.Detach()), SizeField("size", handle.size())};
   }
+  progress.reset();
   PrintReport(fields, ctx.global.json, *ctx.out);
   return absl::OkStatus();
 }
@@ -204,15 +237,15 @@ absl::Status ReadCommand(const Context& ctx) {
       ASSIGN_OR_RETURN(Handle handle, AttachHandle(*client, id));
       shape = {handle.size() / ElemSize(dtype)};
     }
+    // A contiguous tensor from the handle's first byte (AttachTensor): its bytes in order.
     ASSIGN_OR_RETURN(Tensor tensor, AttachTensor(*client, id, shape, dtype));
-    ASSIGN_OR_RETURN(std::vector<std::string> out, client->ReadTensor({tensor}).get());
-    data = std::move(out.at(0));
+    ASSIGN_OR_RETURN(
+        data, ReadBytes(ctx, *client, tensor.handle, tensor.NumElements() * tensor.elem_size));
     fields.push_back(TextField("dtype", ElemTypeName(dtype)));
     fields.push_back(ShapeField("shape", shape));
   } else {
     ASSIGN_OR_RETURN(Handle handle, AttachHandle(*client, id));
-    ASSIGN_OR_RETURN(std::vector<std::string> out, client->Read({Binding(handle)}).get());
-    data = std::move(out.at(0));
+    ASSIGN_OR_RETURN(data, ReadBytes(ctx, *client, handle, handle.size()));
   }
   fields.push_back(SizeField("bytes", data.size()));
 

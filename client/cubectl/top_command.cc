@@ -1,0 +1,154 @@
+// cubectl top: the daemon's load, sampled like `nvidia-smi dmon`. Every --interval it calls
+// GetStats and prints one line per device: the device's gauges (sessions, handles, queued tasks,
+// memory) and the daemon's rates since the previous sample (kernel launches, commands and bytes
+// per second, from the cumulative counters; GetStats calls, top's own, left out). The rates are
+// daemon-wide: GetStats counts calls by method, not by device or session. A header line comes
+// first and again every 20 samples.
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "client/cubectl/commands.h"
+#include "client/cubectl/output.h"
+#include "client/status_conversion.h"
+#include "common/status_macros.h"
+#include "cubed/v1/compute.grpc.pb.h"
+
+namespace cubed::cubectl {
+namespace {
+
+constexpr int kHeaderEvery = 20;
+
+// The daemon's cumulative counters at one sample.
+struct Counters {
+  uint64_t kernels = 0;  // Execute calls and stream "execute" commands that succeeded.
+  // Every finished call and stream command, whatever its status, but GetStats (top's own).
+  uint64_t commands = 0;
+  uint64_t bytes_in = 0;
+  uint64_t bytes_out = 0;
+};
+
+uint64_t Count(const google::protobuf::RepeatedPtrField<v1::CodeCount>& codes, bool ok_only) {
+  uint64_t n = 0;
+  for (const v1::CodeCount& c : codes) {
+    if (!ok_only || c.code() == "OK") n += c.count();
+  }
+  return n;
+}
+
+Counters Sum(const v1::GetStatsResponse& stats) {
+  Counters c;
+  for (const v1::MethodStats& m : stats.methods()) {
+    if (m.method() == "GetStats") continue;  // top's own calls.
+    if (m.method() == "Execute") c.kernels += Count(m.codes(), /*ok_only=*/true);
+    // A session stream's call is counted by its commands.
+    if (m.method() != "Session") c.commands += Count(m.codes(), /*ok_only=*/false);
+    c.bytes_in += m.bytes_received();
+    c.bytes_out += m.bytes_sent();
+  }
+  for (const v1::StreamCommandStats& k : stats.stream_commands()) {
+    if (k.kind() == "execute") c.kernels += Count(k.codes(), /*ok_only=*/true);
+    c.commands += Count(k.codes(), /*ok_only=*/false);
+  }
+  return c;
+}
+
+// Per second over `seconds`; a counter that went back (the daemon restarted) counts from zero.
+double Rate(uint64_t now, uint64_t before, double seconds) {
+  const uint64_t delta = now >= before ? now - before : now;
+  return seconds > 0 ? static_cast<double>(delta) / seconds : 0;
+}
+
+absl::StatusOr<v1::GetStatsResponse> Sample(const Context& ctx, v1::Compute::Stub& stub) {
+  grpc::ClientContext context;
+  SetDeadline(ctx.global, &context);
+  v1::GetStatsResponse stats;
+  RETURN_IF_ERROR(
+      FromGrpcStatus(stub.GetStats(&context, v1::GetStatsRequest(), &stats), "GetStats"));
+  return stats;
+}
+
+struct Rates {
+  double kernels, commands, bytes_in, bytes_out;
+};
+
+void PrintTable(const v1::GetStatsResponse& stats, const Rates& r, bool header, std::ostream& out) {
+  if (header) {
+    out << absl::StrFormat("%-8s %3s %8s %8s %6s %10s %10s %10s %9s %9s %10s %10s\n", "# time",
+                           "dev", "sessions", "handles", "queued", "in_use", "reserved", "limit",
+                           "kernels/s", "cmds/s", "in/s", "out/s");
+  }
+  const std::string time = absl::FormatTime("%H:%M:%S", absl::Now(), absl::LocalTimeZone());
+  for (const v1::DeviceStats& d : stats.devices()) {
+    out << absl::StrFormat("%-8s %3d %8d %8d %6d %10s %10s %10s %9.1f %9.1f %10s %10s\n", time,
+                           d.device(), d.sessions(), d.handles(), d.queued_tasks(),
+                           HumanSize(d.memory().bytes_in_use()),
+                           HumanSize(d.memory().bytes_reserved()), HumanSize(d.memory_limit()),
+                           r.kernels, r.commands, HumanSize(static_cast<uint64_t>(r.bytes_in)),
+                           HumanSize(static_cast<uint64_t>(r.bytes_out)));
+  }
+}
+
+// One JSON object: the sample's time, the rates and the devices' gauges.
+void PrintJson(const v1::GetStatsResponse& stats, const Rates& r, absl::Duration interval,
+               std::ostream& out) {
+  std::vector<std::string> devices;
+  for (const v1::DeviceStats& d : stats.devices()) {
+    devices.push_back(
+        absl::StrFormat("{\"device\": %d, \"sessions\": %d, \"handles\": %d, \"queued_tasks\": %d, "
+                        "\"bytes_in_use\": %d, \"bytes_reserved\": %d, \"memory_limit\": %d}",
+                        d.device(), d.sessions(), d.handles(), d.queued_tasks(),
+                        d.memory().bytes_in_use(), d.memory().bytes_reserved(), d.memory_limit()));
+  }
+  out << absl::StrFormat(
+      "{\"time\": %s, \"interval_ns\": %d, \"kernels_per_s\": %.3f, \"commands_per_s\": %.3f, "
+      "\"bytes_in_per_s\": %.0f, \"bytes_out_per_s\": %.0f, \"devices\": [%s]}\n",
+      JsonQuote(absl::FormatTime("%Y-%m-%d%ET%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone())),
+      absl::ToInt64Nanoseconds(interval), r.kernels, r.commands, r.bytes_in, r.bytes_out,
+      absl::StrJoin(devices, ", "));
+}
+
+}  // namespace
+
+absl::Status TopCommand(const Context& ctx) {
+  uint64_t count = 0;
+  if (auto text = ctx.args.Get("count")) {
+    ASSIGN_OR_RETURN(count, ParseUint("--count", *text));
+  }
+  absl::Duration interval = absl::Seconds(1);
+  if (auto text = ctx.args.Get("interval")) {
+    ASSIGN_OR_RETURN(interval, ParseDurationFlag("--interval", *text));
+    if (interval < absl::Milliseconds(10)) {
+      return UsageError("--interval: must be at least 10ms");
+    }
+  }
+  auto stub = v1::Compute::NewStub(OpenChannel(ctx.global));
+  ASSIGN_OR_RETURN(v1::GetStatsResponse before, Sample(ctx, *stub));
+  absl::Time before_time = absl::Now();
+  for (uint64_t i = 0; count == 0 || i < count; ++i) {
+    absl::SleepFor(interval);
+    ASSIGN_OR_RETURN(v1::GetStatsResponse now, Sample(ctx, *stub));
+    const absl::Time now_time = absl::Now();
+    const double seconds = absl::ToDoubleSeconds(now_time - before_time);
+    const Counters a = Sum(before), b = Sum(now);
+    const Rates rates{Rate(b.kernels, a.kernels, seconds), Rate(b.commands, a.commands, seconds),
+                      Rate(b.bytes_in, a.bytes_in, seconds),
+                      Rate(b.bytes_out, a.bytes_out, seconds)};
+    if (ctx.global.json) {
+      PrintJson(now, rates, now_time - before_time, *ctx.out);
+    } else {
+      PrintTable(now, rates, i % kHeaderEvery == 0, *ctx.out);
+    }
+    ctx.out->flush();
+    before = std::move(now);
+    before_time = now_time;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cubed::cubectl
