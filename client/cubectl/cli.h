@@ -20,6 +20,7 @@ enum class ValueKind {
   kDtype,       // An element type name (f32, bf16, ...).
   kIndexDtype,  // i32 or i64.
   kShell,       // bash or zsh.
+  kKernel,      // A builtin kernel of the daemon.
 };
 
 struct FlagSpec {

@@ -3,7 +3,8 @@
 //
 // The script finds the command among the words before the cursor (skipping flags and the values
 // of flags that take one), then completes: a flag's value after --flag= or --flag; a flag after
-// "-"; else the command's operand (files for create), or the command words.
+// "-"; else the command's operand (files for create, the daemon's builtin kernels for run and
+// profile), or the command words.
 
 #include <algorithm>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "client/cubectl/cli.h"
 #include "common/elem_type.h"
 
@@ -35,6 +37,8 @@ std::string CompgenFor(ValueKind kind) {
       return "-W 'i32 i64'";
     case ValueKind::kShell:
       return "-W 'bash zsh'";
+    case ValueKind::kKernel:
+      return "kernel";  // The script asks the daemon (_cubectl_kernels).
     case ValueKind::kNone:
     case ValueKind::kText:
       break;
@@ -63,12 +67,74 @@ std::string ValueArms() {
   return absl::StrJoin(arms, "");
 }
 
+// {{NAME}} is filled in by BashScript.
+constexpr char kBashTemplate[] =
+    R"bash(# bash completion for cubectl, written by `cubectl completion bash`.
+# Use: source <(cubectl completion bash), or save it as
+# ~/.local/share/bash-completion/completions/cubectl.
+
+# The builtin kernels of the daemon at $1 (else the default address), asked by the cubectl $2
+# with a short deadline; nothing when the daemon cannot be reached.
+_cubectl_kernels() {
+  local address=$1
+  "$2" ${address:+--address="$address"} --timeout=1s --json info 2>/dev/null |
+    sed -n 's/.*"builtin_kernels": \[\([^]]*\)\].*/\1/p' | tr -d '",'
+}
+
+_cubectl() {
+  # The words before the cursor split at blanks only (COMP_WORDS splits at = and : too), and the
+  # word being typed, whole (--dtype=b).
+  local line=${COMP_LINE:0:COMP_POINT} words cur
+  read -ra words <<< "$line"
+  if [[ $line == *[[:space:]] ]]; then cur=''; else cur=${words[-1]}; unset 'words[-1]'; fi
+  local valued=' {{VALUED}} '
+  local command='' address='' i=1 w
+  while (( i < ${#words[@]} )); do
+    w=${words[i]}
+    if [[ $w == -* ]]; then
+      [[ $w == --address=* ]] && address=${w#--address=}
+      if [[ $w != *=* && $valued == *" $w "* ]]; then
+        [[ $w == --address ]] && address=${words[i+1]}
+        (( i += 1 ))
+      fi
+    elif [[ -z $command ]]; then command=$w
+    elif [[ $command == session ]]; then command="session $w"
+    fi
+    (( i += 1 ))
+  done
+  local flag='' prev=${words[-1]}
+  if [[ $cur == -*=* ]]; then flag=${cur%%=*}; cur=${cur#*=}
+  elif [[ $prev == -* && $prev != *=* && $valued == *" $prev "* ]]; then flag=$prev
+  fi
+  COMPREPLY=()
+  if [[ -n $flag ]]; then
+    case $flag in
+{{VALUE_ARMS}}    esac
+    return 0
+  fi
+  local flags='' operand=''
+  case $command in
+{{COMMAND_ARMS}}  esac
+  if [[ $cur == -* ]]; then
+    COMPREPLY=($(compgen -W '{{GLOBAL_FLAGS}}'" $flags" -- "$cur"))
+  elif [[ -z $command ]]; then
+    COMPREPLY=($(compgen -W '{{COMMANDS}}' -- "$cur"))
+  elif [[ $command == session ]]; then
+    COMPREPLY=($(compgen -W '{{SESSION_WORDS}}' -- "$cur"))
+  elif [[ $operand == kernel ]]; then
+    COMPREPLY=($(compgen -W "$(_cubectl_kernels "$address" "${words[0]}")" -- "$cur"))
+  elif [[ -n $operand ]]; then
+    eval "COMPREPLY=(\$(compgen $operand -- \"\$cur\"))"
+  fi
+  return 0
+}
+complete -F _cubectl cubectl
+)bash";
+
 std::string BashScript() {
-  std::vector<std::string> global, valued, top_words;
+  std::vector<std::string> global, valued, commands, session_words;
   for (const FlagSpec& flag : GlobalFlags()) global.push_back(Dashed(flag));
   global.push_back("-h");
-  std::string command_arms;
-  std::string session_words;
   const auto add_valued = [&valued](const FlagSpec& flag) {
     if (flag.value == ValueKind::kNone) return;
     if (std::find(valued.begin(), valued.end(), Dashed(flag)) == valued.end()) {
@@ -76,77 +142,30 @@ std::string BashScript() {
     }
   };
   for (const FlagSpec& flag : GlobalFlags()) add_valued(flag);
+  std::string command_arms;
   for (const CommandSpec& command : Commands()) {
     const std::string name = command.name;
-    const std::string first = name.substr(0, name.find(' '));
-    if (std::find(top_words.begin(), top_words.end(), first) == top_words.end()) {
-      top_words.push_back(first);
+    const size_t space = name.find(' ');
+    const std::string first = name.substr(0, space);
+    if (std::find(commands.begin(), commands.end(), first) == commands.end()) {
+      commands.push_back(first);
     }
-    if (first != name)
-      absl::StrAppend(&session_words, session_words.empty() ? "" : " ",
-                      name.substr(name.find(' ') + 1));
+    if (space != std::string::npos) session_words.push_back(name.substr(space + 1));
     std::vector<std::string> flags;
     for (const FlagSpec& flag : command.flags) {
       flags.push_back(Dashed(flag));
       add_valued(flag);
     }
-    const std::string operand = CompgenFor(command.operand);
     absl::StrAppend(&command_arms, "    '", name, "') flags='", absl::StrJoin(flags, " "),
-                    "'; operand=\"", operand, "\" ;;\n");
+                    "'; operand=\"", CompgenFor(command.operand), "\" ;;\n");
   }
-  return absl::StrCat(
-      "# bash completion for cubectl, written by `cubectl completion bash`.\n"
-      "# Use: source <(cubectl completion bash), or save it under\n"
-      "# ~/.local/share/bash-completion/completions/cubectl.\n"
-      "_cubectl() {\n"
-      "  local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}\n"
-      "  local valued=' ",
-      absl::StrJoin(valued, " "),
-      " '\n"
-      "  local command='' i=1 w\n"
-      "  while (( i < COMP_CWORD )); do\n"
-      "    w=${COMP_WORDS[i]}\n"
-      "    if [[ $w == -* ]]; then\n"
-      "      if [[ ${COMP_WORDS[i+1]} == = ]]; then (( i += 2 ));\n"
-      "      elif [[ $valued == *\" $w \"* ]]; then (( i += 1 )); fi\n"
-      "    elif [[ -z $command ]]; then command=$w\n"
-      "    elif [[ $command == session ]]; then command=\"session $w\"\n"
-      "    fi\n"
-      "    (( i += 1 ))\n"
-      "  done\n"
-      "  local flag=''\n"
-      "  if [[ $cur == = ]]; then flag=$prev; cur=''\n"
-      "  elif [[ $prev == = ]]; then flag=${COMP_WORDS[COMP_CWORD-2]}\n"
-      "  elif [[ $prev == -* && $valued == *\" $prev \"* ]]; then flag=$prev\n"
-      "  fi\n"
-      "  if [[ -n $flag ]]; then\n"
-      "    case $flag in\n",
-      ValueArms(),
-      "    esac\n"
-      "    return 0\n"
-      "  fi\n"
-      "  local flags='' operand=''\n"
-      "  case $command in\n",
-      command_arms,
-      "  esac\n"
-      "  if [[ $cur == -* ]]; then\n"
-      "    COMPREPLY=($(compgen -W '",
-      absl::StrJoin(global, " "),
-      "'\" $flags\" -- \"$cur\"))\n"
-      "  elif [[ -z $command ]]; then\n"
-      "    COMPREPLY=($(compgen -W '",
-      absl::StrJoin(top_words, " "),
-      "' -- \"$cur\"))\n"
-      "  elif [[ $command == session ]]; then\n"
-      "    COMPREPLY=($(compgen -W '",
-      session_words,
-      "' -- \"$cur\"))\n"
-      "  elif [[ -n $operand ]]; then\n"
-      "    eval \"COMPREPLY=(\\$(compgen $operand -- \\\"\\$cur\\\"))\"\n"
-      "  fi\n"
-      "  return 0\n"
-      "}\n"
-      "complete -F _cubectl cubectl\n");
+  return absl::StrReplaceAll(kBashTemplate,
+                             {{"{{VALUED}}", absl::StrJoin(valued, " ")},
+                              {"{{VALUE_ARMS}}", ValueArms()},
+                              {"{{COMMAND_ARMS}}", command_arms},
+                              {"{{GLOBAL_FLAGS}}", absl::StrJoin(global, " ")},
+                              {"{{COMMANDS}}", absl::StrJoin(commands, " ")},
+                              {"{{SESSION_WORDS}}", absl::StrJoin(session_words, " ")}});
 }
 
 }  // namespace

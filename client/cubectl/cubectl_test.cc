@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -351,35 +352,42 @@ TEST_F(CubectlTest, GlobalFlagsGoBeforeOrAfterTheCommand) {
 }
 
 TEST_F(CubectlTest, BashCompletionCompletesCommandsFlagsAndValues) {
+  // As bash calls it: COMP_LINE up to COMP_POINT; `cubectl` a function running this binary.
   WriteFile(Path("complete.sh"),
-            absl::StrCat("source <(", Binary(),
-                         " completion bash) || exit 3\n"
+            absl::StrCat("source <(", Binary(), " completion bash) || exit 3\n",
                          "complete -p cubectl\n"
-                         "line() { COMP_WORDS=(\"$@\"); COMP_CWORD=$(($# - 1)); COMPREPLY=();\n"
-                         "  _cubectl; echo \"${COMPREPLY[*]}\"; }\n"
-                         "line cubectl ses\n"
-                         "line cubectl session ''\n"
-                         "line cubectl --json rea\n"
-                         "line cubectl --address unix:/x run --dt\n"
-                         "line cubectl run --dtype = b\n"
-                         "line cubectl read 5 --dtype u\n"
-                         "line cubectl --session 5 create --sh\n"
-                         "line cubectl completion ''\n"
-                         "line cubectl info --t\n"));
+                         "cubectl() { ",
+                         Binary(),
+                         " \"$@\"; }\n"
+                         "line() { COMP_LINE=$1; COMP_POINT=${#1}; _cubectl;\n"
+                         "  echo \"${COMPREPLY[*]}\"; }\n"
+                         "line 'cubectl ses'\n"
+                         "line 'cubectl session '\n"
+                         "line 'cubectl --json rea'\n"
+                         "line 'cubectl --address unix:/x run --dt'\n"
+                         "line 'cubectl run --dtype=b'\n"
+                         "line 'cubectl read 5 --dtype f1'\n"
+                         "line 'cubectl --session 5 create --sh'\n"
+                         "line 'cubectl completion '\n"
+                         "line 'cubectl info --t'\n"
+                         "line 'cubectl --address=",
+                         daemon_->unix_address(), " --session=5 run gelu_'\n",
+                         "line 'cubectl --address /nonexistent run gelu_'\n"));
   const Result r = Shell(absl::StrCat("bash -c '. ", Path("complete.sh"), "'"));
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  const std::string& out = r.out;
-  EXPECT_EQ(out,
+  EXPECT_EQ(r.out,
             "complete -F _cubectl cubectl\n"
             "session\n"
             "open close\n"
             "read\n"
             "--dtype\n"
             "bf16 bool\n"
-            "u32 u8 u16\n"
+            "f16\n"
             "--shape\n"
             "bash zsh\n"
-            "--timeout --tls_ca --tls_cert --tls_key --token_file\n");
+            "--timeout --tls_ca --tls_cert --tls_key --token_file\n"
+            "gelu_tanh\n"
+            "\n");
   Result zsh = Cubectl("completion zsh");
   EXPECT_EQ(zsh.exit_code, 0) << zsh.err;
   EXPECT_THAT(zsh.out, AllOf(HasSubstr("bashcompinit"), HasSubstr("complete -F _cubectl cubectl")));
@@ -428,15 +436,20 @@ TEST_F(CubectlTest, TopCountsTheKernelsRunMeanwhile) {
   EXPECT_THAT(r.out, MatchesRegex("# time +dev +sessions +handles +queued +in_use +reserved +limit "
                                   "+kernels/s +cmds/s +in/s +out/s\n"
                                   "([0-9:]{8} +0 +[0-9]+ +[0-9]+ .*\n){2}"));
-  // One sample over 3 s while this thread runs four kernels: a rate above zero.
+  // One sample over 3 s while this thread runs kernels: a rate above zero.
   const std::string session = OpenSession();
   const std::string a = Create(session, "top.npy", NpyF32({-1, 1}, {2}));
   const std::string command = absl::StrCat(CubectlPrefix(), " --json top --count=1 --interval=3s >",
                                            Path("top.out"), " 2>", Path("top.err"));
   int top_exit = -1;
-  std::thread top([&] { top_exit = system(command.c_str()); });
-  absl::SleepFor(absl::Milliseconds(500));
-  for (int i = 0; i < 4; ++i) {
+  std::atomic<bool> top_done{false};
+  std::thread top([&] {
+    top_exit = system(command.c_str());
+    top_done = true;
+  });
+  // Kernels run until top has printed, so that some fall inside its interval however slowly
+  // the processes start (sanitizer builds).
+  while (!top_done) {
     r = Cubectl(absl::StrCat("--session=", session, " run relu --dtype=f32 --in=", a,
                              ":2 --out=", a, ":2"));
     EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -449,7 +462,7 @@ TEST_F(CubectlTest, TopCountsTheKernelsRunMeanwhile) {
                            "\"kernels_per_s\": [0-9.]+, .*\"devices\": \\[\\{\"device\": 0, "
                            "\"sessions\": [1-9][0-9]*, .*\\}\\]\\}\n"));
   const size_t at = json.find("\"kernels_per_s\": ") + 17;
-  EXPECT_GT(std::stod(json.substr(at)), 0.9) << json;
+  EXPECT_GT(std::stod(json.substr(at)), 0) << json;
   EXPECT_EQ(Cubectl("top --interval=0s").exit_code, 2);
   Cubectl(absl::StrCat("session close ", session));
 }
