@@ -88,13 +88,13 @@ const std::vector<FlagSpec>& GlobalFlags() {
 }
 
 const std::vector<CommandSpec>& Commands() {
-  static const std::vector<FlagSpec> kRunFlags = {{"dtype", ValueKind::kDtype},
-                                                  {"out-dtype", ValueKind::kDtype},
-                                                  {"index-dtype", ValueKind::kIndexDtype},
-                                                  {"axis", ValueKind::kText},
-                                                  {"in", ValueKind::kText},
-                                                  {"out", ValueKind::kText},
-                                                  {"scalar", ValueKind::kText}};
+  static const auto* run_flags = new std::vector<FlagSpec>{{"dtype", ValueKind::kDtype},
+                                                           {"out-dtype", ValueKind::kDtype},
+                                                           {"index-dtype", ValueKind::kIndexDtype},
+                                                           {"axis", ValueKind::kText},
+                                                           {"in", ValueKind::kText},
+                                                           {"out", ValueKind::kText},
+                                                           {"scalar", ValueKind::kText}};
   static const auto* commands = new std::vector<CommandSpec>{
       {"info", InfoCommand, ValueKind::kNone, {}},
       {"health", HealthCommand, ValueKind::kNone, {}},
@@ -118,8 +118,8 @@ const std::vector<CommandSpec>& Commands() {
         {"dtype", ValueKind::kDtype},
         {"o", ValueKind::kFile},
         {"npy", ValueKind::kFile}}},
-      {"run", RunCommand, ValueKind::kKernel, kRunFlags},
-      {"profile", ProfileCommand, ValueKind::kKernel, kRunFlags},
+      {"run", RunCommand, ValueKind::kKernel, *run_flags},
+      {"profile", ProfileCommand, ValueKind::kKernel, *run_flags},
       {"trace",
        TraceCommand,
        ValueKind::kNone,
