@@ -62,6 +62,9 @@ std::string ChromeTraceJson(const v1::Trace& trace, uint64_t session, uint64_t d
                     ",\"dur\":", Micros(std::max<int64_t>(e.duration_ns(), 0)), ",\"pid\":", pid,
                     ",\"tid\":", tid, ",\"args\":{");
     if (e.bytes() != 0) absl::StrAppend(&out, "\"bytes\":", e.bytes());
+    if (e.queued_ns() != 0) {  // The wait between arrival and start, in the event's arguments.
+      absl::StrAppend(&out, e.bytes() != 0 ? "," : "", "\"queued_us\":", Micros(e.queued_ns()));
+    }
     absl::StrAppend(&out, "}}");
     if (e.device_start_unix_ns() != 0) {  // The kernel's run on the device, a thread of its own.
       const int64_t dts = e.device_start_unix_ns() - origin;

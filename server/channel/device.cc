@@ -129,7 +129,12 @@ absl::Status Device::WatchSession(SessionId session, Session::ClosedCallback on_
 }
 
 absl::StatusOr<Session*> Device::FindSession(SessionId session, absl::Time now) {
-  return sessions_.Find(session, now);
+  absl::StatusOr<Session*> s = sessions_.Find(session, now);
+  // NoteArrival's time goes to this command's trace event; a unary call's gets none.
+  if (s.ok() && (*s)->trace() != nullptr) {
+    (*s)->trace()->set_arrival(arrival_ == absl::InfinitePast() ? 0 : absl::ToUnixNanos(arrival_));
+  }
+  return s;
 }
 
 absl::StatusOr<ResolvedBinding> Device::Resolve(Session& session, const BindingRef& ref,

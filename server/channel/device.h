@@ -122,6 +122,10 @@ class Device {
   absl::Status ReleaseGraph(SessionId session, GraphId graph, absl::Time now);
 
   absl::Status Flush(SessionId session, absl::Time now);
+  // The arrival of the session-stream command the loop runs now: its trace event, if its session
+  // records one, gets the queue wait (TraceEvent::queued_ns). InfinitePast once it ran (the
+  // stream sets it around each command; unary calls leave it so).
+  void NoteArrival(absl::Time arrival) { arrival_ = arrival; }
   void Sync(SessionId session, absl::Time now, DoneCallback done);
   // A profile with `trace_events` > 0 also records up to that many of the session's commands
   // (Note [Command traces] in trace_recorder.cc; INVALID_ARGUMENT above kMaxTraceEvents).
@@ -245,7 +249,8 @@ class Device {
   std::unique_ptr<ComputeServer> server_;
   DeviceOptions options_;
   SessionTable sessions_;
-  RegionTraffic region_traffic_;  // All but `live`.
+  absl::Time arrival_ = absl::InfinitePast();  // NoteArrival's.
+  RegionTraffic region_traffic_;               // All but `live`.
 };
 
 // The device index a session id routes to (ids carry it in their low byte).

@@ -216,6 +216,31 @@ TEST(TraceRecorderTest, DeviceTimesLandOnTheMarkedEventsOnly) {
   EXPECT_TRUE(no_clock.Marks().empty());
 }
 
+// A stream command's event carries its wait from arrival to the loop (NoteArrival); a command
+// without a noted arrival (a unary call) none.
+TEST_F(DeviceTest, TracedEventsCarryTheQueueWaitOfStreamCommands) {
+  ASSERT_TRUE(device_->StartProfile(session_, now_, 10).ok());
+  const absl::Time arrival = absl::Now() - absl::Milliseconds(5);
+  device_->NoteArrival(arrival);
+  ASSERT_TRUE(device_->Flush(session_, now_).ok());
+  device_->NoteArrival(absl::InfinitePast());
+  ASSERT_TRUE(device_->Flush(session_, now_).ok());  // Nothing noted: a unary call.
+  device_->NoteArrival(arrival);
+  EXPECT_FALSE(device_->Release(session_, {HandleId(42)}, now_).ok());  // Records its event.
+  device_->NoteArrival(absl::InfinitePast());
+  ASSERT_TRUE(device_->Flush(session_, now_).ok());
+  std::unique_ptr<TraceRecorder> trace;
+  device_->EndProfile(
+      session_, now_, [](absl::StatusOr<absl::Duration>) {}, &trace);
+  ASSERT_NE(trace, nullptr);
+  ASSERT_EQ(trace->events().size(), 4u);
+  EXPECT_GE(trace->events()[0].queued_ns, 5000000);
+  EXPECT_LT(trace->events()[0].queued_ns, 60000000000);
+  EXPECT_EQ(trace->events()[1].queued_ns, 0);
+  EXPECT_GE(trace->events()[2].queued_ns, 5000000);
+  EXPECT_EQ(trace->events()[3].queued_ns, 0);
+}
+
 TEST_F(DeviceTest, UncheckedNeedsPermission) {
   ExecuteCommand c;
   c.kernel.builtin.name = "fill";

@@ -23,6 +23,10 @@ namespace cubed {
 // counted as dropped.
 
 void TraceRecorder::Record(TraceEvent event) {
+  if (arrival_unix_ns_ != 0) {
+    event.queued_ns = std::max<int64_t>(event.start_unix_ns - arrival_unix_ns_, 0);
+    arrival_unix_ns_ = 0;
+  }
   if (events_.size() >= max_events_) {
     ++dropped_;
     return;

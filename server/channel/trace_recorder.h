@@ -24,6 +24,9 @@ struct TraceEvent {
   // placed by the profile's start; 0 and 0 where not measured.
   int64_t device_start_unix_ns = 0;
   int64_t device_duration_ns = 0;
+  // Session-stream commands: from the command's arrival to start_unix_ns; 0 where none was noted
+  // (unary calls).
+  int64_t queued_ns = 0;
   // The ComputeServer::DeviceMark ids around the launch (0: none).
   uint64_t mark_begin = 0, mark_end = 0;
 };
@@ -49,6 +52,9 @@ class TraceRecorder {
     base_unix_ns_ = unix_ns;
   }
   bool has_device_clock() const { return base_mark_ != 0; }
+  // The arrival (Unix epoch nanoseconds) of the command whose event is recorded next, which then
+  // gets its queued_ns.
+  void set_arrival(int64_t unix_ns) { arrival_unix_ns_ = unix_ns; }
   // Every mark to time, the base first; then SetDeviceTimes with their offsets from it (as
   // ComputeServer::TimeMarks gives them) fills each event's device times.
   std::vector<uint64_t> Marks() const;
@@ -56,6 +62,7 @@ class TraceRecorder {
 
  private:
   uint64_t base_mark_ = 0;
+  int64_t arrival_unix_ns_ = 0;
   int64_t base_unix_ns_ = 0;
   uint32_t max_events_;
   std::vector<TraceEvent> events_;

@@ -101,8 +101,8 @@ std::string ShownFlagsFile(absl::string_view file) {
 
 bool IsDaemonFlagsFile(absl::string_view shown_file) { return shown_file == kFlagsFileShown; }
 
-// A spin flag (--ring_spin_us, --loop_spin_us, --completion_spin_us): -1 = 50 us on hosts with 8 or more cores (a
-// spinning thread must not take a core that the work needs), else 0; at most 10 ms.
+// A spin flag (--ring_spin_us, --loop_spin_us, --completion_spin_us): -1 = 50 us on hosts with 8 or
+// more cores (a spinning thread must not take a core that the work needs), else 0; at most 10 ms.
 absl::StatusOr<absl::Duration> SpinFlag(absl::string_view name, int32_t us) {
   if (us < -1 || us > 10000) {
     return absl::InvalidArgumentError(

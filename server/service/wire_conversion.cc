@@ -148,6 +148,7 @@ void ToWire(const TraceRecorder& trace, uint32_t device, v1::Trace* out) {
     w->set_bytes(e.bytes);
     w->set_device_start_unix_ns(e.device_start_unix_ns);
     w->set_device_duration_ns(e.device_duration_ns);
+    w->set_queued_ns(e.queued_ns);
   }
 }
 

@@ -33,6 +33,14 @@ TEST_F(TraceTest, TheTraceHoldsTheCommandsBetweenStartAndEnd) {
     if (e.name() == "create" && e.bytes() == 256) ++creates;
   }
   EXPECT_EQ(kernels, std::vector<std::string>{"add"});
+  // Stream commands carry their wait between arrival and the loop; unary calls none.
+  for (const v1::TraceEvent& e : r->trace.events()) {
+    if (client->transport() == Transport::kStream) {
+      EXPECT_GT(e.queued_ns(), 0) << e.name();
+    } else {
+      EXPECT_EQ(e.queued_ns(), 0) << e.name();
+    }
+  }
   EXPECT_EQ(creates, 1);  // x only.
   EXPECT_EQ(r->trace.dropped(), 0u);
   const std::string json = ChromeTraceJson(r->trace, client->session(), 0);

@@ -24,6 +24,8 @@ class TraceEvent:
         device_start_ns, device_duration_ns: a kernel's run on the device (CUDA events; Unix
             epoch nanoseconds placed by the trace's start), None where not measured (the CPU
             backend, whose loop time is the run).
+        queued_ns: a session-stream command's wait from the daemon receiving it to the loop
+            starting it; 0 for unary calls.
     """
 
     name: str
@@ -33,6 +35,7 @@ class TraceEvent:
     bytes: int
     device_start_ns: Optional[int] = None
     device_duration_ns: Optional[int] = None
+    queued_ns: int = 0
 
 
 @dataclass
@@ -59,7 +62,8 @@ class Trace:
         self.duration_ns = response.duration_ns
         self.events = [TraceEvent(e.name, e.category, e.start_unix_ns, e.duration_ns, e.bytes,
                                   e.device_start_unix_ns or None,
-                                  e.device_duration_ns if e.device_start_unix_ns else None)
+                                  e.device_duration_ns if e.device_start_unix_ns else None,
+                                  e.queued_ns)
                        for e in t.events]
 
     def chrome(self) -> Dict[str, Any]:
@@ -83,6 +87,8 @@ class Trace:
             args: Dict[str, Any] = {}
             if e.bytes:
                 args["bytes"] = e.bytes
+            if e.queued_ns:
+                args["queued_us"] = e.queued_ns / 1000.0
             out.append({"name": e.name, "cat": e.category, "ph": "X",
                         "ts": (e.start_ns - origin) / 1000.0, "dur": e.duration_ns / 1000.0,
                         "pid": pid, "tid": tid, "args": args})

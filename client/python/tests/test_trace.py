@@ -31,6 +31,11 @@ def test_the_trace_holds_the_blocks_commands_in_order(client, tmp_path):
     assert t.dropped == 0 and t.duration_ns is not None and t.duration_ns >= 0
     starts = [e.start_ns for e in t.events]
     assert starts == sorted(starts) and all(e.duration_ns >= 0 for e in t.events)
+    # Session-stream commands carry their wait from arrival to the loop; unary calls none.
+    if client.transport == "stream":
+        assert all(e.queued_ns > 0 for e in t.events), [(e.name, e.queued_ns) for e in t.events]
+    else:
+        assert all(e.queued_ns == 0 for e in t.events)
     np.testing.assert_allclose(d.read(), 64 * 63 / 2 + 64)
 
     path = tmp_path / "trace.json"

@@ -534,7 +534,9 @@ void StreamState::RunMetered(Device& device, StreamCommand& command, absl::Time 
   metrics.queue.Observe(start - arrival);
   const uint64_t failures = runner_.failures();
   running_ = RunningCommand{&metrics, start, false};
+  device.NoteArrival(arrival);  // For its trace event (TraceEvent::queued_ns).
   runner_.Run(device, command, sink, start);
+  device.NoteArrival(absl::InfinitePast());  // Unused when the command touched no session.
   clock = absl::Now();
   if (!running_.reserved) {  // Done now; otherwise Fill records it.
     metrics.execution.Observe(clock - start);
