@@ -2,7 +2,7 @@
 
 // Recorded graphs: a session's sequence of executes, recorded once and replayed with one command.
 //
-// Note [Recorded graphs] (session.proto, "Graphs"; docs/api.md, "Recorded graphs"). Between a
+// Note [Recorded graphs]: (session.proto, "Graphs"; docs/api.md, "Recorded graphs") between a
 // stream's begin_graph and end_graph each execute is checked exactly as if it ran (the Device's
 // launch checks, and ValidateBuiltin for builtins) and kept as a resolved Launch; nothing runs.
 // Every other command runs as usual meanwhile. Some handles are the graph's parameters: each

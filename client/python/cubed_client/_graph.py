@@ -1,15 +1,15 @@
 """Graph: a sequence of kernel launches recorded once on the daemon and replayed with one command
-(Client.record; session.proto, "Graphs"; Note [Recorded graphs] in server/channel/graph.h).
+(Client.record; session.proto, "Graphs"; Note [Recorded graphs] in server/channel/graph.h)."""
 
-Note [Graph replays]
-A replay is the hot path (a 1000-kernel graph, or a small one called per token). It checks each
-binding against its parameter's recorded layout and writes the command by hand
-(_wire.replay_graph: the graph id encoded once at recording, then one varint per handle id), both
-from Tensor._graph_view, computed once per tensor: its layout (dtype, shape, strides, offset,
-allocation bytes) and its handle id's varint (which costs more than the rest of a replay's
-check). So a replay builds no message object and encodes no number. Nothing answers a replay: its
-failure poisons what the graph writes and surfaces at the next sync or read, like a launch's.
-"""
+# Note [Graph replays]:
+# A replay is the hot path (a 1000-kernel graph, or a small one called per token). It checks each
+# binding against its parameter's recorded layout and writes the command by hand
+# (_wire.replay_graph: the graph id encoded once at recording, then one varint per handle id),
+# both from Tensor._graph_view, computed once per tensor: its layout (dtype, shape, strides,
+# offset, allocation bytes) and its handle id's varint (which costs more than the rest of a
+# replay's check). So a replay builds no message object and encodes no number. Nothing answers a
+# replay: its failure poisons what the graph writes and surfaces at the next sync or read, like a
+# launch's.
 
 from __future__ import annotations
 
