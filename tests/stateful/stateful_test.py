@@ -357,7 +357,13 @@ class CubedMachine(RuleBasedStateMachine):
             # NOT_FOUND: it expired already; RESOURCE_EXHAUSTED: the other sessions hold it all.
             if code not in (M.OK, M.NF, M.RE):
                 diverge("Create (short lease)", f"{code} {details!r}")
-        # The create may have taken a page, which stays reserved after the session is gone.
+        # The create may have taken a page, which stays reserved after the session is gone;
+        # near the limit it may have returned free pages first (Note [Pool layout]).
+        try:
+            near_limit = self.m.check_alloc(100) == "maybe"
+        except M.Fail:
+            near_limit = True
+        self.m.maybe_alloc = self.m.maybe_alloc or near_limit
         self.m.pending_pages += self.m.new_page(100)
         self.m.new_pages.append(self.m.new_page(100))
         time.sleep(lease / 1000 + 0.05)
