@@ -45,10 +45,14 @@ struct CapturedGraph {
 class CudaGraphExecutable final : public GraphExecutable {
  public:
   static constexpr size_t kMaxCaptures = 4;
-  ~CudaGraphExecutable() override {
+  ~CudaGraphExecutable() override { DropCaptures(); }
+
+  // Destroys every captured graph.
+  void DropCaptures() {
     for (CapturedGraph& c : captures) {
       if (c.exec != nullptr) Cu().GraphExecDestroy(c.exec);
     }
+    captures.clear();
   }
 
   bool capturable = false;
@@ -110,10 +114,7 @@ absl::Status CudaServer::ExecuteGraph(absl::Span<const Launch> launches,
       graph.captures.erase(graph.captures.begin() + (use - graph.captures.data()));
       if (++graph.failed_captures >= 2) {
         graph.capturable = false;
-        for (CapturedGraph& c : graph.captures) {
-          if (c.exec != nullptr) Cu().GraphExecDestroy(c.exec);
-        }
-        graph.captures.clear();
+        graph.DropCaptures();
       }
       return ComputeServer::ExecuteGraph(launches, parameters, executable);
     }
