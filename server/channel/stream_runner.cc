@@ -83,8 +83,9 @@ absl::Status StreamRunner::Fail(Device& device, const StreamCommand& command,
   return error;
 }
 
-absl::Status StreamRunner::CheckSeq(const StreamCommand& command) {
-  if (have_seq_ && command.seq <= last_seq_) {
+absl::Status StreamRunner::CheckSeq(const StreamCommand& command, bool& seq_ok) {
+  seq_ok = !have_seq_ || command.seq > last_seq_;
+  if (!seq_ok) {
     return absl::InvalidArgumentError(absl::StrCat("seq: ", command.seq,
                                                    " is not greater than the previous seq ",
                                                    last_seq_, "; seq must strictly increase"));
@@ -95,11 +96,12 @@ absl::Status StreamRunner::CheckSeq(const StreamCommand& command) {
 }
 
 absl::Status StreamRunner::StartBulk(Device& device, StreamCommand& command, ReplySink& sink) {
-  const absl::Status status = CheckSeq(command);
+  bool seq_ok = false;
+  const absl::Status status = CheckSeq(command, seq_ok);
   const absl::Time now = absl::Now();
   if (IsBulkCreate(command)) {
     if (absl::Status id = device.CheckClientId(session_, command.id, now); !id.ok()) {
-      return Fail(device, command, id, sink, /*id_ok=*/false);
+      return Fail(device, command, seq_ok ? id : status, sink, /*id_ok=*/false);
     }
     if (!status.ok()) return Fail(device, command, status, sink, /*id_ok=*/true);
     absl::StatusOr<NewHandle> h;
@@ -154,11 +156,13 @@ absl::Status StreamRunner::FinishBulk(Device& device, StreamCommand& command,
 
 void StreamRunner::Run(Device& device, StreamCommand& command,
                        const std::shared_ptr<ReplySink>& sink, absl::Time now) {
-  absl::Status status = CheckSeq(command);
+  bool seq_ok = false;
+  absl::Status status = CheckSeq(command, seq_ok);
   if (IsNewAllocation(command.kind)) {
-    // A bad id is not entered; any other failure poisons it.
+    // A bad id is not entered (reported as such unless the seq is bad too); any other failure
+    // poisons it.
     if (absl::Status id = device.CheckClientId(session_, command.id, now); !id.ok()) {
-      (void)Fail(device, command, id, *sink, /*id_ok=*/false);
+      (void)Fail(device, command, seq_ok ? id : status, *sink, /*id_ok=*/false);
       return;
     }
     if (!status.ok()) {

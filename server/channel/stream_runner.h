@@ -53,9 +53,11 @@ class StreamRunner {
   absl::StatusCode last_failure_code() const { return last_failure_code_; }
 
  private:
-  // Checks `command.seq` against the previous one (and records it) and returns the command's
-  // conversion error or the seq error.
-  absl::Status CheckSeq(const StreamCommand& command);
+  // Checks `command.seq` against the previous one (and records it) and returns the seq error,
+  // else the command's conversion error. `seq_ok` tells which: a seq error wins over every
+  // other error of the command, a bad new id's included (docs/api.md, "Errors do not end the
+  // stream").
+  absl::Status CheckSeq(const StreamCommand& command, bool& seq_ok);
   // Handles a failed command: prefixes the error, poisons, answers or records it. Returns the
   // error as recorded.
   absl::Status Fail(Device& device, const StreamCommand& command, const absl::Status& status,

@@ -919,8 +919,11 @@ class CubedMachine(RuleBasedStateMachine):
             k, count, bindings, mode = self.launch_parts(launch)
             command = C(seq=seq, execute=C.Execute(kernel=k, count=count, bindings=bindings,
                                                    mode=mode))
-            outputs = ([launch.buffers[-1][0]] if launch.buffers else []) if (
-                launch.kind == "builtin") else [b[0] for b in launch.buffers]
+            # What the execute would write: a builtin's last buffer, a client kernel's every
+            # buffer, nothing without a kernel.
+            outputs = (([launch.buffers[-1][0]] if launch.buffers else [])
+                       if launch.kind == "builtin" else
+                       [] if launch.kind == "none" else [b[0] for b in launch.buffers])
             try:
                 M.check_launch_request(launch)
                 invalid = None
@@ -1102,12 +1105,13 @@ class CubedMachine(RuleBasedStateMachine):
                     raise M.Fail(M.IA)
             except M.Fail as f:
                 invalid = f
+        seq_bad = s.last_seq is not None and seq <= s.last_seq
         status = self.seq_status(s, seq, invalid)
         answers = kind in ("create_tensor", "empty_tensor")
         if hid < M.FIRST_CLIENT_ID:
             f = self.fail(s, seq, kind, M.Fail(M.IA))
-        elif s.in_use(hid):
-            f = self.fail(s, seq, kind, M.Fail(M.FP))
+        elif s.in_use(hid):  # Not entered; a bad seq is the error reported (docs/api.md).
+            f = self.fail(s, seq, kind, status if seq_bad else M.Fail(M.FP))
         elif status is not None:
             f = self.fail(s, seq, kind, status)
             s.poisoned[hid] = f

@@ -363,6 +363,33 @@ TEST_F(SessionStreamTest, FailedExecutePoisonsItsOutputWithTheOriginalError) {
   EXPECT_TRUE(s.Close().ok());
 }
 
+TEST_F(SessionStreamTest, ExecuteWithNoKernelPoisonsNothing) {
+  Stream s(*stream_stub_);
+  ASSERT_TRUE(s.opened());
+  const uint64_t a = s.NewId(), b = s.NewId();
+  v1::Command none;  // Bindings, but no kernel: it would write nothing.
+  none.set_seq(3);
+  none.mutable_execute()->mutable_count()->mutable_static_count()->set_x(1);
+  for (uint64_t h : {a, b})
+    none.mutable_execute()->mutable_bindings()->add_buffers()->set_handle(h);
+  ASSERT_TRUE(
+      s.Send({Create(1, a, "abcd"), Create(2, b, "efgh"), none, Read(4, a), Read(5, b), Sync(6)}));
+  v1::Reply r = s.Next();
+  EXPECT_EQ(r.seq(), 4u);
+  ASSERT_EQ(r.code(), 0) << r.message();
+  EXPECT_EQ(r.read().data(0), "abcd");
+  r = s.Next();
+  EXPECT_EQ(r.seq(), 5u);
+  ASSERT_EQ(r.code(), 0) << r.message();
+  EXPECT_EQ(r.read().data(0), "efgh");
+  r = s.Next();
+  EXPECT_EQ(r.code(), grpc::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StrContains(r.message(), "command 3 (execute) failed: kernel: no kernel set"))
+      << r.message();
+  EXPECT_EQ(r.failed_commands(), 1u);
+  EXPECT_TRUE(s.Close().ok());
+}
+
 TEST_F(SessionStreamTest, FailedCreatePoisonsItsNewId) {
   Stream s(*stream_stub_);
   ASSERT_TRUE(s.opened());
@@ -420,6 +447,17 @@ TEST_F(SessionStreamTest, ClientIdsMustHaveTheTopBitAndBeFree) {
   EXPECT_TRUE(absl::StrContains(r.message(), "seq: 6 is not greater")) << r.message();
   r = s.Next();
   EXPECT_EQ(r.code(), 0) << r.message();
+
+  // A repeated seq and an id in use: the seq's error is the one reported (docs/api.md), and the
+  // handle is untouched.
+  ASSERT_TRUE(s.Send({Create(7, id, "third"), Read(8, id), Sync(9)}));
+  r = s.Next();
+  EXPECT_EQ(r.seq(), 8u);
+  ASSERT_EQ(r.code(), 0) << r.message();
+  EXPECT_EQ(r.read().data(0), "first");
+  r = s.Next();
+  EXPECT_EQ(r.code(), grpc::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StrContains(r.message(), "seq: 7 is not greater")) << r.message();
 
   // The daemon's own ids (unary calls in the same session) never have the top bit set.
   for (int i = 0; i < 50; ++i) {

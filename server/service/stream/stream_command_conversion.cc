@@ -27,11 +27,16 @@ absl::Status ConvertExecute(const v1::Command::Execute& e, const RequestLimits& 
   // The execute writes these (Note [Poisoned handles], session.h); known even when the rest of
   // the command is malformed.
   const auto& buffers = e.bindings().buffers();
-  if (e.kernel().has_builtin()) {
-    if (!buffers.empty()) out.outputs.emplace_back(buffers.rbegin()->handle());
-  } else {
-    out.outputs.reserve(buffers.size());
-    for (const v1::Binding& b : buffers) out.outputs.emplace_back(b.handle());
+  switch (e.kernel().kind_case()) {
+    case v1::Kernel::kBuiltin:
+      if (!buffers.empty()) out.outputs.emplace_back(buffers.rbegin()->handle());
+      break;
+    case v1::Kernel::KIND_NOT_SET:  // No kernel: nothing would be written.
+      break;
+    default:  // A client kernel may write any buffer.
+      out.outputs.reserve(buffers.size());
+      for (const v1::Binding& b : buffers) out.outputs.emplace_back(b.handle());
+      break;
   }
   // Converted in place from the command's parts: no temporary ExecuteRequest (whose Swap would
   // deep-copy across arenas; Note [Request arena], session_stream.cc).
