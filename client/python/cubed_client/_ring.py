@@ -24,7 +24,8 @@ import select
 import socket
 import struct
 import threading
-from typing import Iterator, List, Optional, Tuple
+import time
+from typing import Callable, List, Optional, Tuple
 
 import grpc
 
@@ -108,12 +109,19 @@ class Ring:
         self._head = 0  # Reply ring: what this side consumed.
         self._cancelled = False
         self._lock = threading.Lock()  # cancel / close against the threads.
+        # Whoever reads the reply ring holds it (Note [Waiter reads]); also guards _parts.
+        self.read_lock = threading.Lock()
+        self._parts: List[bytes] = []  # Chunks of a reply message not yet complete.
+        self._part_size = 0
+        self._part_kind = 0
+        self._max_message = 1 << 31
         self._fence = threading.Lock()  # Only for its barrier (_ring_daemon).
 
     # --- waiting -------------------------------------------------------------------------------
 
-    def _wait(self, bell: int, waiting: int, ready) -> None:  # noqa: ANN001
-        """Sleeps on ``bell`` until ``ready()``; RingClosed when the connection ended."""
+    def _wait(self, bell: int, waiting: int, ready, timeout: float = 0.0) -> None:  # noqa: ANN001
+        """Sleeps on ``bell`` until ``ready()`` (or, with ``timeout``, once about that long);
+        RingClosed when the connection ended."""
         while True:
             if self._cancelled:
                 raise RingClosed(None)
@@ -125,12 +133,14 @@ class Ring:
             if ready():
                 self._waiting[waiting] = 0
                 return
-            r, _, _ = select.select([bell, self._sock], [], [], 1.0)
+            r, _, _ = select.select([bell, self._sock], [], [], timeout or 1.0)
             self._waiting[waiting] = 0
             if ready():
                 return
             if self._sock in r:  # The daemon sends nothing after its answer: this is its end.
                 raise RingClosed(None)
+            if timeout:
+                return
 
     def _ring_daemon(self) -> None:
         """Rings the daemon when it sleeps. The position just published must be visible before
@@ -204,40 +214,90 @@ class Ring:
 
     # --- reading -------------------------------------------------------------------------------
 
-    def read(self, max_bytes: int = 1 << 31) -> Tuple[int, bytes]:
-        """The next whole message of the reply ring as (kind, bytes), waiting for it."""
+    def try_read(self, only: int = 0) -> Optional[Tuple[int, bytes]]:
+        """The next whole message of the reply ring as (kind, bytes), or None when it is not all
+        published yet (the chunks read so far are kept for the next call). With ``only``, also
+        None when the next message is of another kind (left in the ring). The caller holds
+        ``read_lock``. RingClosed when the ring is corrupt."""
         cap, base, view, words = self._cap, self._replies, self._view, self._words
-        parts: List[bytes] = []
-        size, kind = 0, 0
         while True:
             tail = words[_REPLY_TAIL]
             published = tail - self._head
             if published < 0 or published > cap or tail & 7:
                 raise RingClosed((15, "command ring: the daemon's reply tail is out of range"))
             if published == 0:
-                self._wait(self._reply_bell, _CLIENT_REPLY_WAITING,
-                           lambda: words[_REPLY_TAIL] != self._head)
-                continue
+                return None
             at = self._head & (cap - 1)
             length, flags = _HEADER.unpack_from(self._mmap, base + at)
             chunk_kind = flags & 0xFF
             chunk = 8 + _pad8(length)
+            parts = self._parts
             if flags & ~(0xFF | MORE) or not 1 <= chunk_kind <= 4 or chunk > published or (
-                    parts and chunk_kind != kind) or size + length > max_bytes:
+                    parts and chunk_kind != self._part_kind) or (
+                    self._part_size + length > self._max_message):
                 raise RingClosed((15, "command ring: a corrupt chunk in the reply ring"))
+            if only and not parts and chunk_kind != only:
+                return None
             at = (self._head + 8) & (cap - 1)
             part = min(length, cap - at)
             piece = bytes(view[base + at:base + at + part])
             if part < length:
                 piece += bytes(view[base:base + length - part])
             parts.append(piece)
-            size += length
-            kind = chunk_kind
+            self._part_size += length
+            self._part_kind = chunk_kind
             self._head += chunk
             words[_REPLY_HEAD] = self._head
             self._ring_daemon()  # It may wait for room for a reply.
             if not flags & MORE:
-                return kind, parts[0] if len(parts) == 1 else b"".join(parts)
+                self._parts, self._part_size = [], 0
+                return chunk_kind, parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def has_reply(self) -> bool:
+        """Whether the daemon published reply bytes not yet read (a look, no lock needed)."""
+        return self._words[_REPLY_TAIL] != self._head
+
+    def wait_reply(self, timeout: float = 1.0) -> None:
+        """Sleeps until the daemon published reply bytes, at most about ``timeout``; RingClosed
+        when the connection ended. Without ``read_lock``, or with it on a waiter's thread."""
+        self._wait(self._reply_bell, _CLIENT_REPLY_WAITING, self.has_reply, timeout)
+
+    def read(self) -> Tuple[int, bytes]:
+        """The next whole message of the reply ring as (kind, bytes), waiting for it."""
+        while True:
+            with self.read_lock:
+                message = self.try_read()
+            if message is not None:
+                return message
+            self.wait_reply()
+
+    # Note [Waiter reads]
+    # A thread that waits for an answer first polls the reply ring itself for a while
+    # (RingCall.serve_until; connect(spin=...)) instead of sleeping until the reader thread is
+    # woken by the daemon's bell and hands the answer over: two thread wake-ups fewer when the
+    # answer comes within the poll. read_lock makes one thread at a time the reader; replies
+    # are handled in ring order by whoever holds it, so every Future still completes in order
+    # and exactly once. While a waiter polls, it clears the reply waiting word, so the daemon
+    # rings no bell and the reader thread sleeps on; before it lets go it sets the word again,
+    # passes a barrier, and rings the reader thread's bell itself when bytes arrived meanwhile
+    # or a message that is not a response (the end record) waits. The waiter never sleeps on
+    # the bell: the reader thread sleeps there (two sleepers would both wake), and it handles
+    # the stream's end, as before.
+    def quiet_replies(self) -> None:
+        """A waiter took the reader's place (Note [Waiter reads]): the daemon rings no bell."""
+        self._waiting[_CLIENT_REPLY_WAITING] = 0
+
+    def hand_back_replies(self) -> None:
+        """The waiter is done (Note [Waiter reads]): bells again, and the reader thread woken
+        when there is something to read. With read_lock held."""
+        self._waiting[_CLIENT_REPLY_WAITING] = 1
+        self._fence.acquire()  # The word must be visible before the look below.
+        self._fence.release()
+        if self.has_reply() and not self._cancelled:
+            try:
+                os.eventfd_write(self._reply_bell, 1)
+            except OSError:
+                pass
 
     # --- ending --------------------------------------------------------------------------------
 
@@ -267,9 +327,9 @@ class Ring:
 
 class RingCall:
     """The command ring in the shape the stream transport needs: ``write`` sends one
-    SessionRequest (the caller keeps writes one at a time and in order), iterating yields the
-    SessionResponses, ``cancel()`` ends it and ``close()`` releases it once nothing uses it.
-    Iteration raises CubedError with the daemon's status when the stream ended with an error."""
+    SessionRequest (the caller keeps writes one at a time and in order), ``serve`` (the reader
+    thread) and ``serve_until`` (a thread waiting for an answer) hand the SessionResponses
+    over, ``cancel()`` ends it and ``close()`` releases it once nothing uses it."""
 
     direct = True  # Each command is written by its sender; no writer thread.
 
@@ -300,28 +360,72 @@ class RingCall:
         except RingClosed:
             pass
 
-    def __iter__(self) -> Iterator[session_pb2.SessionResponse]:
+    def _handle(self, kind: int, data: bytes,
+                handle: Callable[[session_pb2.SessionResponse], None]) -> bool:
+        """Hands a response to ``handle``; True at the end record; CubedError for a failed end
+        or a chunk that has no place in the reply ring."""
+        if kind == RESPONSE:
+            handle(session_pb2.SessionResponse.FromString(data))
+            return False
+        if kind == END:
+            end = ring_pb2.RingEnd.FromString(data)
+            if end.code != 0:
+                raise error_from_number(end.code, f"SessionStream: {end.message}", 0)
+            return True
+        raise error_for(grpc.StatusCode.DATA_LOSS,
+                        "SessionStream: a request chunk in the reply ring")
+
+    @staticmethod
+    def _closed(e: RingClosed) -> CubedError:
+        if e.status is not None:
+            return error_from_number(e.status[0], e.status[1], 0)
+        return error_for(grpc.StatusCode.UNAVAILABLE,
+                         "SessionStream: the daemon closed the command ring")
+
+    def serve(self, handle: Callable[[session_pb2.SessionResponse], None]) -> None:
+        """The reader thread: hands every SessionResponse to ``handle`` in order, holding the
+        ring's read_lock, until the daemon's end record (returns) or the stream's failure
+        (raises CubedError). Ends the ring either way."""
+        ring = self._ring
         try:
             while True:
-                try:
-                    kind, data = self._ring.read()
-                except RingClosed as e:
-                    if e.status is not None:
-                        raise error_from_number(e.status[0], e.status[1], 0) from None
-                    raise error_for(grpc.StatusCode.UNAVAILABLE,
-                                    "SessionStream: the daemon closed the command ring") from None
-                if kind == RESPONSE:
-                    yield session_pb2.SessionResponse.FromString(data)
-                    continue
-                if kind == END:
-                    end = ring_pb2.RingEnd.FromString(data)
-                    if end.code != 0:
-                        raise error_from_number(end.code, f"SessionStream: {end.message}", 0)
-                    return
-                raise error_for(grpc.StatusCode.DATA_LOSS,
-                                "SessionStream: a request chunk in the reply ring")
+                with ring.read_lock:
+                    while True:
+                        message = ring.try_read()
+                        if message is None:
+                            break
+                        if self._handle(message[0], message[1], handle):
+                            return
+                ring.wait_reply()
+        except RingClosed as e:
+            raise self._closed(e) from None
         finally:
-            self._ring.cancel()
+            ring.cancel()
+
+    def serve_until(self, handle: Callable[[session_pb2.SessionResponse], None],
+                    done: Callable[[], bool], spin: float) -> None:
+        """A waiting thread polls the reply ring in the reader thread's place (Note [Waiter
+        reads]): hands responses to ``handle`` until ``done()`` or ``spin`` seconds passed
+        without it. Returns at once when another thread reads, and when the stream ends (the
+        reader thread reports that)."""
+        ring = self._ring
+        if not ring.read_lock.acquire(blocking=False):
+            return
+        try:
+            ring.quiet_replies()
+            spin_until = time.monotonic() + spin
+            while not done():
+                message = ring.try_read(only=RESPONSE)
+                if message is not None:
+                    handle(session_pb2.SessionResponse.FromString(message[1]))
+                    continue
+                if ring.has_reply() or time.monotonic() >= spin_until:
+                    return  # The end record, a message being written, or time: the reader's.
+        except RingClosed:
+            return  # The reader thread meets the same and ends the stream.
+        finally:
+            ring.hand_back_replies()
+            ring.read_lock.release()
 
     def cancel(self) -> None:
         self._ring.cancel()

@@ -13,6 +13,7 @@ later command.
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import time
 from concurrent.futures import Future
@@ -34,6 +35,22 @@ MAX_QUEUED_COMMANDS = 65536
 MAX_QUEUED_BYTES = 256 << 20
 # Empties and releases that wait for the next command over the ring (Note [Held commands]).
 HELD_COMMANDS = 64
+
+
+# Note [Waiter reads] in cubed_client/_ring.py: on hosts with this many CPUs a waiting thread
+# polls the reply ring for SPIN_S before it sleeps; on smaller ones polling would take the CPU
+# the daemon needs to answer.
+SPIN_MIN_CPUS = 8
+SPIN_S = 100e-6
+
+
+def default_spin() -> float:
+    """The polling time connect(spin=None) picks for this host (seconds)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return SPIN_S if cpus >= SPIN_MIN_CPUS else 0.0
 
 
 def _as_bytes(request: bytes) -> bytes:
@@ -81,6 +98,11 @@ class UnaryTransport:
                                                                          lease_ms=lease_ms))
             self.session = r.session
             self.lease_ms = r.lease_ms
+
+    @staticmethod
+    def wait(future: Future, timeout: float) -> Any:
+        """``future.result(timeout)`` (the StreamTransport's counterpart reads the ring)."""
+        return future.result(timeout=timeout)
 
     def _call(self, method: str, request: object) -> object:
         try:
@@ -160,10 +182,12 @@ class StreamTransport:
 
     def __init__(self, channel: grpc.Channel, metadata: Metadata, timeout: float, device: int,
                  lease_ms: int, ring_socket: Optional[str] = None,
-                 require_ring: bool = False) -> None:
+                 require_ring: bool = False, spin: Optional[float] = None) -> None:
         """``ring_socket``: carry the stream through the daemon's command ring there
         (cubed_client/_ring.py) when it opens one, gRPC otherwise (an error when
-        ``require_ring``)."""
+        ``require_ring``). ``spin``: seconds a thread waiting for an answer polls the ring
+        before it sleeps (None: default_spin())."""
+        self.spin = default_spin() if spin is None else max(0.0, float(spin))
         self._timeout = timeout
         self._cv = threading.Condition()
         # gRPC carrier: numbered commands on the wire (_wire.numbered), waiting for the writer.
@@ -239,24 +263,31 @@ class StreamTransport:
                 self._cv.notify_all()
             yield b"".join(batch)
 
+    def _on_response(self, response: session_pb2.SessionResponse) -> None:
+        """Completes the Futures ``response`` answers; on the thread that reads the stream."""
+        if response.HasField("opened") and not self._opened.done():
+            self._opened.set_result(response.opened)
+        for reply in response.replies:
+            with self._cv:
+                entry = self._pending.pop(reply.seq, None)
+            if entry is None:
+                continue
+            future, convert = entry
+            if future.done():  # Timed out and abandoned by its caller.
+                continue
+            try:
+                future.set_result(convert(reply))
+            except CubedError as e:
+                future.set_exception(e)
+
     def _read_loop(self) -> None:
         error: Optional[CubedError] = None
         try:
-            for response in self._call:
-                if response.HasField("opened") and not self._opened.done():
-                    self._opened.set_result(response.opened)
-                for reply in response.replies:
-                    with self._cv:
-                        entry = self._pending.pop(reply.seq, None)
-                    if entry is None:
-                        continue
-                    future, convert = entry
-                    if future.done():  # Timed out and abandoned by its caller.
-                        continue
-                    try:
-                        future.set_result(convert(reply))
-                    except CubedError as e:
-                        future.set_exception(e)
+            if self._direct:
+                self._call.serve(self._on_response)
+            else:
+                for response in self._call:
+                    self._on_response(response)
         except grpc.RpcError as e:
             error = error_from_rpc(e, "SessionStream")
         except CubedError as e:  # The command ring's end (cubed_client/_ring.py).
@@ -370,6 +401,13 @@ class StreamTransport:
                 self._push_now = True
             self._cv.notify_all()
             return future
+
+    def wait(self, future: Future, timeout: float) -> Any:
+        """``future.result(timeout)``; over the ring the calling thread first polls for the
+        answers itself, ``spin`` seconds (Note [Waiter reads] in cubed_client/_ring.py)."""
+        if self._direct and self.spin and not future.done():
+            self._call.serve_until(self._on_response, future.done, min(self.spin, timeout))
+        return future.result(timeout=timeout)
 
     def _new_id(self) -> int:
         return next(self._ids)

@@ -86,3 +86,53 @@ def test_a_killed_daemon_is_a_lost_session(request: pytest.FixtureRequest, carri
         c.close()
     finally:
         d.close()
+
+
+@pytest.mark.parametrize("spin", [0.0, 0.002])
+def test_waiting_threads_read_answers_in_order(daemon: Daemon, spin: float) -> None:
+    # A thread waiting for an answer polls the reply ring itself (spin > 0; Note [Waiter reads])
+    # while others wait and the reader thread sleeps; every answer still reaches its own Future,
+    # in order, once: concurrent reads from four threads, futures nobody waits on, and a
+    # callback run by whichever thread read the reply.
+    import threading
+
+    with cubed_client.connect(daemon.address, spin=spin) as c:
+        assert c.carrier == "ring"
+        tensors = [c.create(np.full(64, i, dtype=np.int32)) for i in range(8)]
+        unwaited = [c.read_async(t) for t in tensors]
+        called = []
+        unwaited[0].add_done_callback(lambda f: called.append(f.result()[0]))
+        errors = []
+
+        def reader(k: int) -> None:
+            try:
+                for n in range(200):
+                    i = (k + n) % len(tensors)
+                    got = c.read(tensors[i])
+                    assert got.shape == (64,) and (got == i).all(), (i, got[:4])
+                    if n % 50 == 0:
+                        c.sync()
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=reader, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors, errors[0]
+        for i, f in enumerate(unwaited):
+            assert (f.result(timeout=10) == i).all()
+        assert called == [0]
+        # A Future nobody waits on still completes: the reader thread reads when no one polls.
+        late = c.read_async(tensors[3])
+        assert (late.result(timeout=10) == 3).all()
+        # A failure answered while a waiter polls raises in that waiter.
+        with pytest.raises(cubed_client.NotFoundError):
+            c.read(c.adopt(2**63 + 12345, 4))
+
+
+def test_spin_is_checked(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUBED_CLIENT_SPIN", raising=False)
+    with pytest.raises(ValueError, match="spin"):
+        cubed_client.connect(daemon.address, spin=5.0)
