@@ -105,6 +105,7 @@ const std::vector<CommandSpec>& Commands() {
        ValueKind::kNone,
        {{"count", ValueKind::kText}, {"interval", ValueKind::kText}}},
       {"cleanup", CleanupCommand, ValueKind::kNone, {}},
+      {"drain", DrainCommand, ValueKind::kNone, {{"checkpoint", ValueKind::kNone}}},
       {"session open", SessionOpenCommand, ValueKind::kNone, {{"lease", ValueKind::kText}}},
       {"session close", SessionCloseCommand, ValueKind::kText, {}},
       {"create",

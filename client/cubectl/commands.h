@@ -33,6 +33,9 @@ absl::Status HealthCommand(const Context& ctx);
 // stats_command.cc: GetStats, the daemon's counters and gauges.
 absl::Status StatsCommand(const Context& ctx);
 
+// drain_command.cc: the Drain RPC; --checkpoint writes every session to --checkpoint_dir first.
+absl::Status DrainCommand(const Context& ctx);
+
 // top_command.cc: GetStats every --interval, one line per device with the rates since the last.
 absl::Status TopCommand(const Context& ctx);
 

@@ -27,6 +27,8 @@ commands:
                                 sessions, handles, memory and kernels/s, one line per device
                                 every interval (like nvidia-smi dmon); --count=0: until killed
   cleanup                       return free pages to the device, print the usage after
+  drain [--checkpoint]          stop the daemon for a restart; --checkpoint: write every
+                                session to its --checkpoint_dir first (restore: --restore)
   session open [--lease=10m]    open a session that outlives cubectl; prints its ID
   session close ID              close a session, releasing its handles
   create FILE [--shape=2x3 --dtype=f32]

@@ -29,6 +29,7 @@ enum class Method {
   kGetInfo,
   kRelease,
   kGetStats,
+  kDrain,
   kSession,
   kCount,  // Not a method: the number of them.
 };

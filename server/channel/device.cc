@@ -53,6 +53,11 @@ bool IsDense(absl::Span<const uint64_t> shape, absl::Span<const uint64_t> stride
 
 }  // namespace
 
+absl::Status DrainingError() {
+  return absl::UnavailableError(
+      "the daemon is draining (writing a checkpoint and stopping): retry on the next daemon");
+}
+
 Device::Device(uint32_t index, std::unique_ptr<ComputeServer> server, DeviceOptions options)
     : index_(index),
       server_(std::move(server)),
@@ -65,6 +70,7 @@ Device::~Device() {
 
 absl::StatusOr<SessionGrant> Device::OpenSession(uint64_t lease_ms, absl::Time now,
                                                  PrincipalPtr owner) {
+  if (frozen_) return DrainingError();
   ASSIGN_OR_RETURN(Session * s, sessions_.Open(lease_ms, now, std::move(owner)));
   return SessionGrant{s->id(), s->lease()};
 }
@@ -129,6 +135,7 @@ absl::Status Device::WatchSession(SessionId session, Session::ClosedCallback on_
 }
 
 absl::StatusOr<Session*> Device::FindSession(SessionId session, absl::Time now) {
+  if (frozen_) return DrainingError();
   absl::StatusOr<Session*> s = sessions_.Find(session, now);
   // NoteArrival's time goes to this command's trace event; a unary call's gets none.
   if (s.ok() && (*s)->trace() != nullptr) {

@@ -14,6 +14,7 @@
 #include "absl/random/random.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/channel/checkpoint.h"
 #include "server/channel/commands.h"
 #include "server/channel/session.h"
 #include "server/channel/session_table.h"
@@ -33,6 +34,17 @@ struct DeviceOptions {
   uint64_t max_region_bytes = uint64_t{16} << 30;
 };
 
+// Note [Checkpoint and restore]: a daemon that drains with a checkpoint (cubectl drain
+// --checkpoint, or SIGTERM with --checkpoint_dir) freezes each Device on its loop, after every
+// task posted before: from then on every call naming a session, and every open, fails
+// UNAVAILABLE, so nothing runs that the checkpoint would miss. Capture then reads every live
+// handle's whole allocation through ComputeServer::Read (after all queued device work, in stream
+// order) with the handle table (ids, sizes, refcounts) and the poisoned ids. A daemon started
+// with --restore recreates each session with RestoreSession before it serves: same session id,
+// handle ids, sizes, refcounts, bytes and poisons; a fresh lease from `now`; accounted like any
+// allocation of that size. What a checkpoint does not keep: recorded graphs (and the slices only
+// they held), shared-memory regions, an open profile, stream seq numbers. A failed checkpoint
+// thaws the Device and the daemon serves on. docs/reliability.md describes the promise.
 struct SessionGrant {
   SessionId session;
   absl::Duration lease;
@@ -204,6 +216,20 @@ class Device {
   void ReadTensorIntoRegion(SessionId session, const std::vector<TensorRef>& tensors,
                             const RegionRange& into, absl::Time now, RegionReadCallback done);
 
+  // Note [Checkpoint and restore]. Freeze: every later call naming a session, and every open,
+  // fails UNAVAILABLE until Thaw. Capture: every session, each handle's bytes read after all
+  // earlier work; `done` runs once, on the loop or a backend completion thread. RestoreSession:
+  // opens `session` under its id with its handles and poisons, all or nothing (INVALID_ARGUMENT
+  // or FAILED_PRECONDITION for a bad id, size or lease; RESOURCE_EXHAUSTED over the memory
+  // limit; nothing is left behind on error); a stream may resume it (Session::resumable).
+  void Freeze() { frozen_ = true; }
+  void Thaw() { frozen_ = false; }
+  void Capture(CheckpointCallback done);
+  // For a stream resuming `session`: renews its lease, clears Session::resumable and returns the
+  // lease. NOT_FOUND (as FindSession), FAILED_PRECONDITION when it is not resumable.
+  absl::StatusOr<absl::Duration> TakeResumable(SessionId session, absl::Time now);
+  absl::Status RestoreSession(CheckpointedSession session, absl::Time now);
+
   MemoryUsage Usage() const { return server_->Usage(); }
   KernelCacheStats KernelCache() const { return server_->KernelCache(); }
   // Live handles across every open session (for metrics; O(sessions)).
@@ -251,7 +277,11 @@ class Device {
   SessionTable sessions_;
   absl::Time arrival_ = absl::InfinitePast();  // NoteArrival's.
   RegionTraffic region_traffic_;               // All but `live`.
+  bool frozen_ = false;                        // Note [Checkpoint and restore].
 };
+
+// UNAVAILABLE: the Device is frozen (Note [Checkpoint and restore]).
+absl::Status DrainingError();
 
 // The device index a session id routes to (ids carry it in their low byte).
 inline uint32_t DeviceOfSession(SessionId session) {

@@ -87,6 +87,8 @@ class Session {
     auto it = poisoned_.find(id);
     return it == poisoned_.end() ? nullptr : &it->second;
   }
+  // Every poisoned id and its error.
+  const absl::flat_hash_map<HandleId, absl::Status>& poisons() const { return poisoned_; }
   // Removes the poison of `id` (not the handle).
   void ClearPoison(HandleId id) { poisoned_.erase(id); }
 
@@ -138,6 +140,11 @@ class Session {
   void set_trace(std::unique_ptr<TraceRecorder> trace) { trace_ = std::move(trace); }
   std::unique_ptr<TraceRecorder> take_trace() { return std::move(trace_); }
 
+  // Note [Checkpoint and restore] (device.h): whether a session stream may still resume this
+  // session (it was restored from a checkpoint and no stream resumed it yet).
+  bool resumable() const { return resumable_; }
+  void set_resumable(bool resumable) { resumable_ = resumable; }
+
   // Who is told when the session closes (null: nobody).
   void set_on_closed(ClosedCallback on_closed) { on_closed_ = std::move(on_closed); }
   ClosedCallback take_on_closed() { return std::exchange(on_closed_, nullptr); }
@@ -165,6 +172,7 @@ class Session {
   std::optional<ProfileToken> profile_;
   std::unique_ptr<TraceRecorder> trace_;
   ClosedCallback on_closed_;
+  bool resumable_ = false;
 };
 
 }  // namespace cubed

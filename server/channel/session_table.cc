@@ -55,6 +55,31 @@ absl::StatusOr<Session*> SessionTable::Open(uint64_t lease_ms, absl::Time now, P
   return opened;
 }
 
+absl::StatusOr<Session*> SessionTable::Restore(SessionId id, absl::Duration lease, absl::Time now,
+                                               PrincipalPtr owner) {
+  if ((id.value() & 0xff) != device_index_ || (id.value() >> 8) == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("session ", id.value(), ": not a session id of device ", device_index_));
+  }
+  if (lease <= absl::ZeroDuration() || lease > max_lease_) {
+    return absl::InvalidArgumentError(absl::StrCat("session ", id.value(), ": lease ",
+                                                   absl::FormatDuration(lease), " is outside (0, ",
+                                                   absl::FormatDuration(max_lease_), "]"));
+  }
+  if (sessions_.contains(id)) {
+    return absl::FailedPreconditionError(absl::StrCat("session ", id.value(), " is open already"));
+  }
+  if (owner != nullptr) ++owners_[owner.get()].sessions;
+  const std::string owner_name = owner != nullptr ? owner->name : "-";
+  auto session = std::make_unique<Session>(id, lease, now, absl::Uniform<uint64_t>(random_),
+                                           next_memory_owner_++, std::move(owner));
+  Session* restored = session.get();
+  sessions_.emplace(id, std::move(session));
+  spdlog::info("session {} restored on device {} for {} (lease {})", id.value(), device_index_,
+               owner_name, absl::FormatDuration(lease));
+  return restored;
+}
+
 absl::StatusOr<Session*> SessionTable::Find(SessionId id, absl::Time now) {
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return SessionNotFound(id);

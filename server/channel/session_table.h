@@ -29,6 +29,13 @@ class SessionTable {
   // wire: 0 is the default; above max_lease INVALID_ARGUMENT naming the value sent.
   // RESOURCE_EXHAUSTED when the owner holds quotas.max_sessions sessions already.
   absl::StatusOr<Session*> Open(uint64_t lease_ms, absl::Time now, PrincipalPtr owner);
+  // Note [Checkpoint and restore] (device.h): opens session `id` (from a checkpoint) for `owner`
+  // with `lease`, starting at `now`, and a fresh memory owner tag. INVALID_ARGUMENT when `id`
+  // does not route to this device or is 0 above its low byte, or `lease` is outside
+  // (0, max_lease]; FAILED_PRECONDITION when `id` is open already. Quotas are not checked: the
+  // session held what it holds before the restart.
+  absl::StatusOr<Session*> Restore(SessionId id, absl::Duration lease, absl::Time now,
+                                   PrincipalPtr owner);
   // The open session `id`, its lease renewed; NOT_FOUND saying so otherwise.
   absl::StatusOr<Session*> Find(SessionId id, absl::Time now);
   // The open session `id` without renewing its lease; null when there is none.

@@ -56,6 +56,18 @@ absl::StatusOr<StreamOpened> StreamRunner::Open(Device& device, uint64_t lease_m
                       kFirstClientId};
 }
 
+absl::StatusOr<StreamOpened> StreamRunner::Resume(Device& device, SessionId session,
+                                                  const PrincipalPtr& owner,
+                                                  Session::ClosedCallback on_closed) {
+  if (!device.IsOwnedBy(session, owner.get())) return SessionNotFound(session);
+  absl::StatusOr<absl::Duration> lease = device.TakeResumable(session, absl::Now());
+  if (!lease.ok()) return lease.status();
+  session_ = session;
+  if (on_closed != nullptr) (void)device.WatchSession(session_, std::move(on_closed));
+  return StreamOpened{session, static_cast<uint64_t>(absl::ToInt64Milliseconds(*lease)),
+                      kFirstClientId};
+}
+
 void StreamRunner::Close(Device& device) {
   if (session_ == SessionId()) return;
   // Closed by its own stream: nobody to tell. NOT_FOUND when it expired meanwhile.

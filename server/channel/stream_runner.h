@@ -23,6 +23,12 @@ class StreamRunner {
   // lease, a CloseSession call: Device::WatchSession).
   absl::StatusOr<StreamOpened> Open(Device& device, uint64_t lease_ms, PrincipalPtr owner = nullptr,
                                     Session::ClosedCallback on_closed = nullptr);
+  // Resumes `session`, restored from a checkpoint (Note [Checkpoint and restore], device.h),
+  // instead of opening one: NOT_FOUND when it is not open or `owner` does not own it (as for an
+  // unknown session), FAILED_PRECONDITION when it was not restored or a stream resumed it
+  // already. Renews its lease. `on_closed` as for Open.
+  absl::StatusOr<StreamOpened> Resume(Device& device, SessionId session, const PrincipalPtr& owner,
+                                      Session::ClosedCallback on_closed = nullptr);
   // The open session, SessionId() (0) before Open succeeded or after Close.
   SessionId session() const { return session_; }
 

@@ -62,6 +62,18 @@ ABSL_FLAG(std::string, kernel_cache_dir, "",
           "Directory caching CUDA kernels compiled by NVRTC across restarts (created if "
           "missing); empty = memory only.");
 
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "Directory (created 0700) that SIGTERM and `cubectl drain --checkpoint` write every "
+          "session to before the daemon exits, for a daemon started with --restore; empty = "
+          "SIGTERM writes nothing and drain --checkpoint is refused.");
+ABSL_FLAG(std::string, checkpoint_max_bytes, "16GiB",
+          "Largest checkpoint (manifest + data) written to --checkpoint_dir; a bigger one is "
+          "refused, writing nothing.");
+ABSL_FLAG(std::string, restore, "",
+          "Checkpoint directory to restore sessions from before serving. The whole checkpoint "
+          "is verified first; a corrupt, partial or unreadable one makes the daemon exit "
+          "(status 1) naming the file and the fault, restoring nothing.");
+
 ABSL_FLAG(absl::Duration, loop_stall_timeout, absl::Seconds(10),
           "A device loop that has not run a task for this long (a wedged or overlong task) "
           "makes health NOT_SERVING until it runs tasks again.");
@@ -264,6 +276,16 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   c.allow_unchecked = absl::GetFlag(FLAGS_allow_unchecked);
   c.ready_file = absl::GetFlag(FLAGS_ready_file);
   c.kernel_cache_dir = absl::GetFlag(FLAGS_kernel_cache_dir);
+  c.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  c.restore_dir = absl::GetFlag(FLAGS_restore);
+  absl::StatusOr<uint64_t> checkpoint_max =
+      ParseByteSize(absl::GetFlag(FLAGS_checkpoint_max_bytes));
+  if (!checkpoint_max.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--checkpoint_max_bytes=", absl::GetFlag(FLAGS_checkpoint_max_bytes), ": ",
+                     checkpoint_max.status().message()));
+  }
+  c.checkpoint_max_bytes = *checkpoint_max;
   c.auth_config = absl::GetFlag(FLAGS_auth_config);
   c.listen_group = absl::GetFlag(FLAGS_listen_group);
   c.tls_cert = absl::GetFlag(FLAGS_tls_cert);

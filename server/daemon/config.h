@@ -34,6 +34,10 @@ struct DaemonConfig {
   bool allow_unchecked = false;
   std::string ready_file;        // Written once serving; empty = none.
   std::string kernel_cache_dir;  // On-disk cache of compiled CUDA kernels; empty = memory only.
+  // Checkpoint and restore (Note [Checkpoint and restore], server/channel/device.h).
+  std::string checkpoint_dir;                          // Empty = no checkpoint on SIGTERM or drain.
+  uint64_t checkpoint_max_bytes = uint64_t{16} << 30;  // Largest checkpoint written.
+  std::string restore_dir;  // Checkpoint restored at start; empty = none.
   // Authentication and authorization (docs/security.md).
   std::string auth_config;     // Textproto of cubed.v1.AuthConfig; empty = the default policy.
   std::string listen_group;    // Group (name or number) of the Unix socket; empty = ours.

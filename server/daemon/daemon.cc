@@ -210,6 +210,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   std::unique_ptr<Daemon> d(new Daemon());
   d->config_ = config;
   RETURN_IF_ERROR(d->StartDevices());
+  RETURN_IF_ERROR(d->LoadPolicy());
+  RETURN_IF_ERROR(d->RestoreSessions());
   d->StartServices();
   RETURN_IF_ERROR(d->StartGrpc());
   d->StartLocalSockets();
@@ -263,6 +265,8 @@ void Daemon::StartServices() {
     return counts;
   });
   compute_ = std::make_unique<ComputeService>(loops, RequestLimits{}, metrics_.get(), stats_.get());
+  compute_->SetDrainHandler(
+      [this](bool checkpoint, auto done) { OnDrain(checkpoint, std::move(done)); });
   health_ = std::make_unique<HealthService>();
   streams_ = std::make_unique<SessionStreamService>(loops, RequestLimits{}, SessionStreamLimits{},
                                                     metrics_.get());
@@ -285,19 +289,14 @@ absl::Status Daemon::StartGrpc() {
     creators.push_back(calls_->InterceptorFactory());
     builder.experimental().SetInterceptorCreators(std::move(creators));
   }
-  // docs/security.md. The Unix socket is ours (Note [Unix peer credentials], unix_listener.h).
-  AuthPolicy policy = DefaultAuthPolicy();
-  if (!config_.auth_config.empty()) {
-    ASSIGN_OR_RETURN(policy, LoadAuthConfig(config_.auth_config));
-    spdlog::info("--auth_config {}: {} principals", config_.auth_config, policy.principals.size());
-  }
-  if (!config_.insecure_tcp) policy.anonymous_tcp = nullptr;
+  // docs/security.md (LoadPolicy). The Unix socket is ours (Note [Unix peer credentials],
+  // unix_listener.h).
   if (!config_.unix_socket.empty()) {
     RETURN_IF_ERROR(PrepareUnixSocket(config_.unix_socket));
     ASSIGN_OR_RETURN(unix_listener_,
                      UnixListener::Listen(config_.unix_socket, config_.listen_group));
   }
-  auth_ = std::make_unique<Authenticator>(std::move(policy), unix_listener_.get());
+  auth_ = std::make_unique<Authenticator>(std::move(policy_), unix_listener_.get());
   compute_->SetAuthenticator(auth_.get());
   streams_->SetAuthenticator(auth_.get());
   if (!config_.tcp_address.empty()) {
@@ -412,6 +411,8 @@ void Daemon::Shutdown() {
   if (liveness_ != nullptr) liveness_->Stop();          // Before the loops stop; ends WATCHDOG=1.
   if (metrics_http_ != nullptr) metrics_http_->Stop();  // Scrapes read the loops: before they stop.
   compute_->StartDraining();
+  // Note [Checkpoint and restore]: before the streams end, which closes their sessions.
+  CheckpointAtShutdown();
   streams_->StartDraining();
   health_->SetServing(false);
   health_->Shutdown();

@@ -5,10 +5,15 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "server/auth/auth_policy.h"
 #include "server/daemon/config.h"
 
 namespace grpc {
@@ -30,10 +35,13 @@ class SessionStreamService;
 class RegionListener;
 class RingListener;
 class UnixListener;
+struct DrainSummary;
 
 class Daemon {
  public:
-  // Builds the backend and the device loop, starts serving on the configured listeners, sets
+  // Builds the backend and the device loop, restores --restore's checkpoint (Note [Checkpoint
+  // and restore], server/channel/device.h; a faulty one fails Start, restoring nothing that
+  // serves), starts serving on the configured listeners, sets
   // health to SERVING, writes the ready file, starts the liveness monitor and tells systemd
   // READY=1 (when started as Type=notify). FAILED_PRECONDITION / INVALID_ARGUMENT /
   // UNAVAILABLE (a listener could not bind) with the reason.
@@ -52,6 +60,8 @@ class Daemon {
   // and let in-flight calls finish (up to 5 s, then cancel), closing idle connections as soon as
   // no call is left (Note [Idle connections at shutdown], daemon.cc);
   // stop the device loops, which closes every session and frees every page. Idempotent.
+  // With --checkpoint_dir, every session is written there once queued work finished, before
+  // anything is closed (unless a drain wrote one, or drained without a checkpoint).
   void Shutdown();
 
  private:
@@ -61,6 +71,10 @@ class Daemon {
   // services over them; the gRPC server with its listeners and authentication; the Prometheus
   // endpoint; the liveness monitor and systemd's READY=1.
   absl::Status StartDevices();
+  // The auth policy (--auth_config or the default), before the restore that needs its principals.
+  absl::Status LoadPolicy();
+  // --restore: verifies the checkpoint as a whole, then restores every session on its device.
+  absl::Status RestoreSessions();
   void StartServices();
   absl::Status StartGrpc();
   // The region and ring sockets beside the Unix socket (warnings, not errors, when they fail).
@@ -68,7 +82,25 @@ class Daemon {
   absl::Status StartMetricsHttp();
   void StartLivenessAndNotify();
 
+  // Note [Checkpoint and restore]. Freezes every device after its queued work, reads every
+  // session and writes them to --checkpoint_dir; on failure thaws the devices (the caller
+  // decides whether to serve on). Serialized by checkpoint_mu_.
+  absl::StatusOr<DrainSummary> WriteCheckpointLocked()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(checkpoint_mu_);
+  // The Drain RPC (compute_service.h's DrainHandler): on a thread of its own, stops taking calls,
+  // writes the checkpoint when asked, answers `done`, and then raises SIGTERM, so that main runs
+  // Shutdown. A checkpoint that fails is answered with its error and the daemon serves on.
+  void OnDrain(bool checkpoint, absl::AnyInvocable<void(absl::StatusOr<DrainSummary>)> done);
+  void Drain(bool checkpoint, absl::AnyInvocable<void(absl::StatusOr<DrainSummary>)> done);
+  void CheckpointAtShutdown();
+
   DaemonConfig config_;
+  AuthPolicy policy_;  // Until StartGrpc gives it to auth_.
+  absl::Mutex checkpoint_mu_;
+  bool checkpoint_done_ ABSL_GUARDED_BY(checkpoint_mu_) = false;  // Written, or not wanted.
+  absl::Mutex drain_mu_;
+  bool stopping_ ABSL_GUARDED_BY(drain_mu_) = false;  // Shutdown began: no drain starts.
+  std::thread drain_thread_ ABSL_GUARDED_BY(drain_mu_);
   int tcp_port_ = 0;             // The bound TCP port; 0 without --tcp.
   std::string metrics_address_;  // HOST:PORT of --metrics_listen once serving; empty when off.
   // Before the loops: tasks the loops still run at their end may report to these.

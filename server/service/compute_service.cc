@@ -447,4 +447,26 @@ Reactor* ComputeService::GetStats(Context* ctx, const v1::GetStatsRequest* req,
   return call;
 }
 
+Reactor* ComputeService::Drain(Context* ctx, const v1::DrainRequest* req, v1::DrainResponse* resp) {
+  Reactor* call = StartCall(ctx, Method::kDrain, *req, resp);
+  if (draining_.load(std::memory_order_acquire)) {
+    return FinishNow(call, absl::UnavailableError("the daemon is shutting down"));
+  }
+  if (absl::Status s = Authorize(call).status(); !s.ok()) return FinishNow(call, s);
+  if (drain_ == nullptr) {
+    return FinishNow(call, absl::UnimplementedError("Drain: this server cannot be drained"));
+  }
+  static_cast<MeteredReactor*>(call)->Started();
+  drain_(req->checkpoint(), [call, resp](absl::StatusOr<DrainSummary> summary) {
+    if (summary.ok()) {
+      resp->set_sessions(summary->sessions);
+      resp->set_handles(summary->handles);
+      resp->set_bytes(summary->bytes);
+      resp->set_directory(summary->directory);
+    }
+    Finish(call, summary.status());
+  });
+  return call;
+}
+
 }  // namespace cubed

@@ -5,9 +5,13 @@
 // finishes when the loop (or a backend completion) is done. Reactors never block on device work.
 
 #include <atomic>
+#include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "absl/functional/any_invocable.h"
 #include "cubed/v1/compute.grpc.pb.h"
 #include "server/channel/device_loop.h"
 #include "server/metrics/metrics.h"
@@ -17,6 +21,18 @@
 namespace cubed {
 
 class StatsCollector;
+
+// What a drain with a checkpoint wrote (DrainResponse).
+struct DrainSummary {
+  uint64_t sessions = 0;
+  uint64_t handles = 0;
+  uint64_t bytes = 0;  // Of the checkpoint's files.
+  std::string directory;
+};
+// Drains the daemon (Daemon::Drain), called on a gRPC thread; must not block: it answers through
+// `done` (once, from any thread).
+using DrainHandler = std::function<void(
+    bool checkpoint, absl::AnyInvocable<void(absl::StatusOr<DrainSummary>)> done)>;
 
 // Thread-safe: gRPC calls it from its own threads. The loops must outlive the service.
 class ComputeService final : public v1::Compute::CallbackService {
@@ -29,6 +45,11 @@ class ComputeService final : public v1::Compute::CallbackService {
   // From now on every new call is answered UNAVAILABLE at once; calls already posted finish.
   // Called first in shutdown, so that no call races the gRPC server's own cancellation.
   void StartDraining() { draining_.store(true, std::memory_order_release); }
+  // Serves again after a drain that failed (its checkpoint could not be written).
+  void StopDraining() { draining_.store(false, std::memory_order_release); }
+  // The Drain RPC calls `handler` (Note [Checkpoint and restore], server/channel/device.h);
+  // without one it is UNIMPLEMENTED. Call before serving.
+  void SetDrainHandler(DrainHandler handler) { drain_ = std::move(handler); }
   // Every later call is authorized by `auth` (authenticator.h), which must outlive the service;
   // sessions belong to the principal that opened them. Without one (unit tests) every call is
   // allowed and sessions have no owner. Call before serving.
@@ -67,6 +88,7 @@ class ComputeService final : public v1::Compute::CallbackService {
   Reactor* Release(Context* ctx, const v1::ReleaseRequest* req, v1::ReleaseResponse* resp) override;
   Reactor* GetStats(Context* ctx, const v1::GetStatsRequest* req,
                     v1::GetStatsResponse* resp) override;
+  Reactor* Drain(Context* ctx, const v1::DrainRequest* req, v1::DrainResponse* resp) override;
 
  private:
   // Posts `work` (void(Device&, Reactor*)) to the loop of `device`; finishes the call with
@@ -92,6 +114,7 @@ class ComputeService final : public v1::Compute::CallbackService {
   const StatsCollector* stats_;
   std::atomic<bool> draining_{false};
   const Authenticator* auth_ = nullptr;
+  DrainHandler drain_;
 };
 
 }  // namespace cubed

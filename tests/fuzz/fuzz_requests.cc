@@ -195,6 +195,7 @@ void Dispatch(UnaryClient& c, const IdMap& map, Method method, const uint8_t* da
         c.Release(r);
       });
     case Method::kGetStats:  // No fields; answered from the metrics, not by the device.
+    case Method::kDrain:     // Would end the daemon under test: never picked.
     case Method::kSession:   // Not a Compute method: never picked.
     case Method::kCount:
       return;

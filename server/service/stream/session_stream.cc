@@ -80,6 +80,7 @@ class InflightSlots {
 struct StreamBatch {
   bool open = false;
   uint64_t lease_ms = 0;
+  SessionId resume;  // open.resume_session (0: open a new session).
   std::vector<StreamCommand> commands;
   size_t next = 0;         // Commands before this one already ran (a parked batch).
   uint64_t bytes = 0;      // Wire size, for Note [Stream backpressure].
@@ -287,6 +288,7 @@ absl::StatusOr<StreamBatch> StreamState::TakeIncoming() {
   StreamBatch batch;
   batch.open = first;
   batch.lease_ms = incoming_->open().lease_ms();
+  batch.resume = SessionId(incoming_->open().resume_session());
   batch.bytes = incoming_->ByteSizeLong();
   batch.arrival = absl::Now();
   stream_metrics().bytes_received.fetch_add(batch.bytes, std::memory_order_relaxed);
@@ -340,7 +342,14 @@ void StreamState::OnReadDone(bool ok) {
   }
   DeviceLoop* loop = nullptr;
   if (!got_first_ && incoming_->has_open()) {
-    const uint32_t device = incoming_->open().device();
+    // A resumed session routes by its id (Note [Checkpoint and restore], device.h).
+    const uint64_t resume = incoming_->open().resume_session();
+    const uint32_t device =
+        resume != 0 ? DeviceOfSession(SessionId(resume)) : incoming_->open().device();
+    if (device >= service_->loops_.size() && resume != 0) {
+      End(SessionNotFound(SessionId(resume)));
+      return;
+    }
     if (device >= service_->loops_.size()) {
       End(absl::NotFoundError(absl::StrCat("open.device: device ", device,
                                            " does not exist (this daemon has ",
@@ -550,10 +559,13 @@ bool StreamState::RunBatch(Device& device, StreamBatch& batch) {
   if (batch.open) {
     batch.open = false;
     // A session closed under the stream (lease, CloseSession) ends it at once with NOT_FOUND.
-    absl::StatusOr<StreamOpened> opened = runner_.Open(
-        device, batch.lease_ms, principal_, [weak = weak_from_this()](const absl::Status& why) {
-          if (std::shared_ptr<StreamState> self = weak.lock()) self->End(why);
-        });
+    Session::ClosedCallback on_closed = [weak = weak_from_this()](const absl::Status& why) {
+      if (std::shared_ptr<StreamState> self = weak.lock()) self->End(why);
+    };
+    absl::StatusOr<StreamOpened> opened =
+        batch.resume != SessionId()
+            ? runner_.Resume(device, batch.resume, principal_, std::move(on_closed))
+            : runner_.Open(device, batch.lease_ms, principal_, std::move(on_closed));
     absl::MutexLock lock(&mu_);
     if (!opened.ok()) {
       session_closed_ = true;
