@@ -39,6 +39,7 @@ struct CheckpointedSession {
   std::string owner_name;  // Principal name; empty: none.
   PrincipalPtr owner;      // Restore only: the principal of that name in the daemon's policy.
   absl::Duration lease;
+  uint64_t stream_seq = 0;  // Session::stream_seq.
   std::vector<CheckpointedHandle> handles;
   std::vector<CheckpointedPoison> poisons;
 };

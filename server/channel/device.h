@@ -228,6 +228,8 @@ class Device {
   // For a stream resuming `session`: renews its lease, clears Session::resumable and returns the
   // lease. NOT_FOUND (as FindSession), FAILED_PRECONDITION when it is not resumable.
   absl::StatusOr<absl::Duration> TakeResumable(SessionId session, absl::Time now);
+  // The session's Session::stream_seq cell; null when it is not open.
+  std::shared_ptr<uint64_t> StreamSeqOf(SessionId session) const;
   absl::Status RestoreSession(CheckpointedSession session, absl::Time now);
 
   MemoryUsage Usage() const { return server_->Usage(); }

@@ -43,6 +43,7 @@ absl::Status RestoreContents(ComputeServer& server, SessionTable& table, Session
     table.Account(s, h.size, +1);
     std::string().swap(h.bytes);  // The device has them now.
   }
+  *s.stream_seq() = c.stream_seq;
   for (CheckpointedPoison& p : c.poisons) {
     if (p.id.value() == 0 || p.error.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("session ", c.id.value(), ": poisoned id ",
@@ -66,6 +67,7 @@ void Device::Capture(CheckpointCallback done) {
     c.device = index_;
     c.owner_name = s.owner() != nullptr ? s.owner()->name : "";
     c.lease = s.lease();
+    c.stream_seq = *s.stream_seq();
     for (const auto& [handle, entry] : s.handles()) {
       c.handles.push_back(CheckpointedHandle{handle, entry.size, entry.refcount, ""});
       bindings.push_back(ResolvedBinding{entry.slice, 0, entry.size});
@@ -93,6 +95,11 @@ void Device::Capture(CheckpointCallback done) {
                   }
                   done(std::move(*sessions));
                 });
+}
+
+std::shared_ptr<uint64_t> Device::StreamSeqOf(SessionId session) const {
+  const Session* s = sessions_.Get(session);
+  return s == nullptr ? nullptr : s->stream_seq();
 }
 
 absl::StatusOr<absl::Duration> Device::TakeResumable(SessionId session, absl::Time now) {

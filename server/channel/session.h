@@ -143,6 +143,9 @@ class Session {
   // Note [Checkpoint and restore] (device.h): whether a session stream may still resume this
   // session (it was restored from a checkpoint and no stream resumed it yet).
   bool resumable() const { return resumable_; }
+  // The last seq the session's stream ran (0: none): a cell the stream's runner writes with each
+  // command, so that a checkpoint can tell a resumed stream where it stopped.
+  const std::shared_ptr<uint64_t>& stream_seq() const { return stream_seq_; }
   void set_resumable(bool resumable) { resumable_ = resumable; }
 
   // Who is told when the session closes (null: nobody).
@@ -173,6 +176,7 @@ class Session {
   std::unique_ptr<TraceRecorder> trace_;
   ClosedCallback on_closed_;
   bool resumable_ = false;
+  std::shared_ptr<uint64_t> stream_seq_ = std::make_shared<uint64_t>(0);
 };
 
 }  // namespace cubed

@@ -46,6 +46,9 @@ struct StreamOpened {
   SessionId session;
   uint64_t lease_ms = 0;
   uint64_t first_client_id = 0;  // The smallest id the client may choose (kFirstClientId).
+  // Resume only (Note [Checkpoint and restore], device.h): the last seq of the session's stream
+  // that ran before the checkpoint; 0 when none ran.
+  uint64_t resumed_seq = 0;
 };
 
 }  // namespace cubed

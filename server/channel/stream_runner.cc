@@ -48,6 +48,7 @@ absl::StatusOr<StreamOpened> StreamRunner::Open(Device& device, uint64_t lease_m
   absl::StatusOr<SessionGrant> grant = device.OpenSession(lease_ms, absl::Now(), std::move(owner));
   if (!grant.ok()) return grant.status();
   session_ = grant->session;
+  seq_cell_ = device.StreamSeqOf(session_);
   if (on_closed != nullptr) {
     (void)device.WatchSession(session_, std::move(on_closed));  // Just opened: cannot fail.
   }
@@ -63,9 +64,10 @@ absl::StatusOr<StreamOpened> StreamRunner::Resume(Device& device, SessionId sess
   absl::StatusOr<absl::Duration> lease = device.TakeResumable(session, absl::Now());
   if (!lease.ok()) return lease.status();
   session_ = session;
+  seq_cell_ = device.StreamSeqOf(session_);
   if (on_closed != nullptr) (void)device.WatchSession(session_, std::move(on_closed));
   return StreamOpened{session, static_cast<uint64_t>(absl::ToInt64Milliseconds(*lease)),
-                      kFirstClientId};
+                      kFirstClientId, seq_cell_ != nullptr ? *seq_cell_ : 0};
 }
 
 void StreamRunner::Close(Device& device) {
@@ -104,6 +106,7 @@ absl::Status StreamRunner::CheckSeq(const StreamCommand& command, bool& seq_ok) 
   }
   have_seq_ = true;
   last_seq_ = command.seq;
+  if (seq_cell_ != nullptr) *seq_cell_ = command.seq;
   return command.invalid;
 }
 

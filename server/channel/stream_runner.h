@@ -77,6 +77,7 @@ class StreamRunner {
                          const std::shared_ptr<ReplySink>& sink, uint64_t slot);
 
   SessionId session_;
+  std::shared_ptr<uint64_t> seq_cell_;  // The session's Session::stream_seq.
   bool have_seq_ = false;
   uint64_t last_seq_ = 0;
   // Failures of commands that do not answer, since the previous sync.

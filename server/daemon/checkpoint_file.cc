@@ -149,6 +149,7 @@ absl::StatusOr<v1::CheckpointManifest> BuildManifest(
     out->set_device(s.device);
     out->set_owner(s.owner_name);
     out->set_lease_ms(static_cast<uint64_t>(absl::ToInt64Milliseconds(s.lease)));
+    out->set_stream_seq(s.stream_seq);
     for (const CheckpointedHandle& h : s.handles) {
       if (h.bytes.size() != h.size) {
         return absl::InternalError(absl::StrCat("checkpoint: handle ", h.id.value(), " read ",
@@ -311,6 +312,7 @@ absl::StatusOr<CheckpointedSession> ReadSession(const v1::CheckpointSession& in,
                                        " is outside 1 .. ", max_ms));
   }
   s.lease = absl::Milliseconds(static_cast<int64_t>(in.lease_ms()));
+  s.stream_seq = in.stream_seq();  // Any value: the client's own numbering.
   s.owner_name = in.owner();
   ASSIGN_OR_RETURN(s.owner, FindPrincipal(policy, in.owner(), in.id()));
   absl::flat_hash_set<uint64_t> ids;

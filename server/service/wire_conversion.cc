@@ -133,6 +133,7 @@ void ToWire(const StreamOpened& opened, v1::SessionResponse::Opened* out) {
   out->set_session(opened.session.value());
   out->set_lease_ms(opened.lease_ms);
   out->set_first_client_id(opened.first_client_id);
+  out->set_resumed_seq(opened.resumed_seq);
 }
 
 void ToWire(const TraceRecorder& trace, uint32_t device, v1::Trace* out) {

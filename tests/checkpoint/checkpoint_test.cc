@@ -208,9 +208,13 @@ class Stream {
     open.mutable_open()->set_resume_session(resume);
     rw_->Write(open);
     v1::SessionResponse first;
-    if (rw_->Read(&first) && first.has_opened()) session_ = first.opened().session();
+    if (rw_->Read(&first) && first.has_opened()) {
+      session_ = first.opened().session();
+      resumed_seq_ = first.opened().resumed_seq();
+    }
   }
   uint64_t session() const { return session_; }
+  uint64_t resumed_seq() const { return resumed_seq_; }
   bool Send(const std::vector<v1::Command>& commands) {
     v1::SessionRequest req;
     for (const v1::Command& c : commands) *req.add_commands() = c;
@@ -244,6 +248,7 @@ class Stream {
   std::unique_ptr<grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionResponse>> rw_;
   std::vector<v1::Reply> pending_;
   uint64_t session_ = 0;
+  uint64_t resumed_seq_ = 0;
 };
 
 v1::Command StreamCreate(uint64_t seq, uint64_t id, const std::string& data) {
@@ -400,6 +405,7 @@ void CheckRestored(const std::string& address, const Work& w) {
 
   Stream resumed(u.stream_stub(), w.stream_session);
   ASSERT_EQ(resumed.session(), w.stream_session);
+  EXPECT_EQ(resumed.resumed_seq(), 6u);  // The sync, DoWork's last command.
   ASSERT_TRUE(resumed.Send({StreamRead(1, w.y_sum), StreamSync(2)}));
   v1::Reply read = resumed.Next();
   ASSERT_EQ(read.code(), 0) << read.message();
