@@ -1,7 +1,5 @@
 #include "client/bulk_transfer.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cstring>
 #include <deque>
@@ -9,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "client/fresh_bytes.h"
 #include "client/status_conversion.h"
 #include "cubed/v1/session.grpc.pb.h"
 #include "grpcpp/client_context.h"
@@ -35,20 +34,6 @@ constexpr size_t kDownloadQueue = 4;
 void SetBulkDeadline(grpc::ClientContext* context, absl::Duration timeout, uint64_t bytes) {
   context->set_deadline(std::chrono::system_clock::now() +
                         absl::ToChronoMilliseconds(BulkDeadline(timeout, bytes)));
-}
-
-// Sizes `s` to `n` bytes (zeroed) for the download to fill. A large buffer is fresh memory, and
-// faulting it in 4 KiB pages costs more than copying the bytes: ask for transparent huge pages
-// first (advice only; ignored where THP is off).
-void SizeForDownload(std::string& s, uint64_t n) {
-  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
-  s.reserve(n);
-  if (n >= 2 * kHuge) {
-    const uintptr_t begin = (reinterpret_cast<uintptr_t>(s.data()) + kHuge - 1) & ~(kHuge - 1);
-    const uintptr_t end = (reinterpret_cast<uintptr_t>(s.data()) + n) & ~(kHuge - 1);
-    if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-  }
-  s.resize(n);
 }
 
 void AppendVarint(std::string* out, uint64_t v) {
@@ -174,7 +159,7 @@ class DownloadSink {
       first_ = false;
       out_.resize(sizes.size());
       filled_.assign(sizes.size(), 0);
-      for (size_t i = 0; i < sizes.size(); ++i) SizeForDownload(out_[i], sizes[i]);
+      for (size_t i = 0; i < sizes.size(); ++i) SizeForRead(out_[i], sizes[i]);
     }
     if (!has_data || data_len == 0) return absl::OkStatus();
     if (binding >= out_.size() || offset > out_[binding].size() ||

@@ -10,6 +10,7 @@
 #include "client/bulk_transfer.h"
 #include "client/client.h"
 #include "client/client_impl.h"
+#include "client/fresh_bytes.h"
 #include "client/proto_conversion.h"
 
 namespace cubed {
@@ -90,7 +91,7 @@ std::future<ReadResult> ReadThroughRegion(Client::Impl& impl, const Region& regi
           out.reserve(sizes.size());
           uint64_t at = 0;
           for (uint64_t s : sizes) {
-            out.emplace_back(reinterpret_cast<const char*>(bytes + at), s);
+            out.push_back(CopyForRead(bytes + at, s));
             at += s;
           }
         }
