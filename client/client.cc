@@ -147,9 +147,20 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   auto impl = std::make_unique<Impl>();
   impl->options = std::move(options);
   impl->options.transport = ChooseTransport(impl->options);
+  if (impl->options.resume_timeout > absl::ZeroDuration()) {
+    // Note [Stream resume]: only a gRPC stream resumes, and regions do not survive a restart.
+    impl->options.region_threshold = 0;
+  }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(impl->options.max_message_bytes);
   args.SetMaxSendMessageSize(impl->options.max_message_bytes);
+  if (impl->options.resume_timeout > absl::ZeroDuration()) {
+    // Note [Stream resume]: reconnect to the restarted daemon within a fraction of a second,
+    // not after gRPC's default backoff (1 s growing to 120 s).
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 250);
+  }
   const ClientOptions& o = impl->options;
   ASSIGN_OR_RETURN(impl->channel,
                    CreateSecureChannel(o.address,
@@ -162,13 +173,22 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
     impl->session = impl->options.session;
   } else if (impl->options.transport == Transport::kStream) {
     ASSIGN_OR_RETURN(std::unique_ptr<SessionWire> wire,
-                     OpenSessionWire(impl->options, ChooseCarrier(impl->options), impl->channel,
-                                     &impl->carrier));
+                     OpenSessionWire(impl->options,
+                                     impl->options.resume_timeout > absl::ZeroDuration()
+                                         ? StreamCarrier::kGrpc
+                                         : ChooseCarrier(impl->options),
+                                     impl->channel, &impl->carrier));
+    // Note [Stream resume]: new gRPC wires on the same channel.
+    StreamTransport::WireFactory reconnect =
+        [channel = impl->channel]() -> absl::StatusOr<std::unique_ptr<SessionWire>> {
+      return std::unique_ptr<SessionWire>(std::make_unique<GrpcSessionWire>(channel));
+    };
     ASSIGN_OR_RETURN(
         impl->stream,
         StreamTransport::Open(std::move(wire), impl->options.device,
                               static_cast<uint64_t>(absl::ToInt64Milliseconds(impl->options.lease)),
-                              impl->options.timeout));
+                              impl->options.timeout, std::move(reconnect),
+                              impl->options.resume_timeout));
     impl->session = impl->stream->opened().session();
     impl->owns_session = true;
     impl->lease = absl::Milliseconds(static_cast<int64_t>(impl->stream->opened().lease_ms()));

@@ -91,6 +91,15 @@ struct ClientOptions {
   // bulk_threshold applies. A Create through it returns once the daemon has the bytes. 0 =
   // never; a daemon without a region socket turns it off by itself.
   uint64_t region_threshold = uint64_t{1} << 20;
+  // Session stream over gRPC (not the command ring): when the daemon ends the stream
+  // UNAVAILABLE (it drained with a checkpoint), keep trying this long to resume the session on
+  // the daemon that restores it (Note [Stream resume], stream_transport.h; docs/api.md,
+  // "Resume"). Commands awaiting a reply then fail UNAVAILABLE saying whether they ran, and the
+  // next Sync fails UNAVAILABLE naming the commands that did not run; later calls go on in the
+  // same session. Makes the stream a gRPC one whatever stream_carrier or CUBED_CLIENT_CARRIER
+  // say, and turns region_threshold off (regions do not survive a restart). 0 = never:
+  // the stream's end loses the session (Note [Session lost]).
+  absl::Duration resume_timeout = absl::ZeroDuration();
   // Releases are sent in one RPC once this many are queued ...
   size_t release_batch = 64;
   // ... or this long after the first of a batch was queued.

@@ -11,8 +11,12 @@ namespace cubed {
 
 absl::StatusOr<std::unique_ptr<StreamTransport>> StreamTransport::Open(
     std::unique_ptr<SessionWire> wire, uint32_t device, uint64_t lease_ms,
-    absl::Duration call_timeout) {
+    absl::Duration call_timeout, WireFactory reconnect, absl::Duration resume_timeout) {
   std::unique_ptr<StreamTransport> t(new StreamTransport());
+  if (!wire->direct() && resume_timeout > absl::ZeroDuration()) {  // Note [Stream resume].
+    t->reconnect_ = std::move(reconnect);
+    t->resume_timeout_ = resume_timeout;
+  }
   t->call_timeout_ = call_timeout;
   t->wire_ = std::move(wire);
   v1::SessionRequest open;
@@ -78,7 +82,14 @@ void StreamTransport::Close(absl::Duration timeout) {
     absl::MutexLock lock(&mu_);
     ended = mu_.AwaitWithTimeout(absl::Condition(&ended_), timeout);
   }
-  if (!ended) wire_->Cancel();
+  if (!ended) {
+    SessionWire* wire;  // A resume may replace wire_; the old one stays alive (retired_wires_).
+    {
+      absl::MutexLock lock(&mu_);
+      wire = wire_.get();
+    }
+    wire->Cancel();
+  }
   if (reader_.joinable()) reader_.join();
   {
     absl::MutexLock lock(&mu_);
@@ -112,6 +123,13 @@ absl::Status StreamTransport::Enqueue(v1::Command command, Callback on_reply, ui
   const uint64_t seq = next_seq_++;
   if (seq_out != nullptr) *seq_out = seq;
   command.set_seq(seq);
+  if (command.has_sync() && on_reply != nullptr && !lost_commands_.ok()) {
+    // Note [Stream resume]: the first sync after a resume reports the commands it lost.
+    on_reply = [lost = std::exchange(lost_commands_, absl::OkStatus()),
+                inner = std::move(on_reply)](absl::StatusOr<v1::Reply*> reply) {
+      inner(reply.ok() ? absl::StatusOr<v1::Reply*>(lost) : std::move(reply));
+    };
+  }
   if (queue_.empty()) first_queued_ = absl::Now();
   queue_.push_back(std::move(command));
   if (on_reply != nullptr) {
@@ -161,7 +179,15 @@ void StreamTransport::Push() {
 void StreamTransport::WriterLoop() {
   NameThisThread("cubed-sdk-write");
   absl::MutexLock lock(&mu_);
-  while (!broken_) {
+  for (;;) {
+    if (broken_) {
+      if (reconnect_ == nullptr || ended_ || (closing_ && !resuming_)) break;
+      // Note [Stream resume]: the reader decides whether a new wire carries on.
+      writer_parked_ = true;
+      mu_.Await(absl::Condition(this, &StreamTransport::WriterMayGoOn));
+      writer_parked_ = false;
+      continue;
+    }
     if (queue_.empty()) {
       if (closing_) break;
       wake_writer_.Wait(&mu_);
@@ -181,6 +207,7 @@ void StreamTransport::WriterLoop() {
       *request.add_commands() = std::move(queue_.front());
       queue_.pop_front();
     }
+    written_seq_ = request.commands(static_cast<int>(n) - 1).seq();
     if (queue_.empty()) {
       push_now_ = false;
     } else {
@@ -204,6 +231,13 @@ void StreamTransport::WriterLoop() {
 void StreamTransport::ReaderLoop() {
   NameThisThread("cubed-sdk-read");
   v1::SessionResponse response;
+  for (;;) {
+    if (ReadWire(response)) continue;  // A resume: read the new wire.
+    return;
+  }
+}
+
+bool StreamTransport::ReadWire(v1::SessionResponse& response) {
   while (wire_->Read(&response)) {
     for (v1::Reply& reply : *response.mutable_replies()) {
       Callback callback;
@@ -223,10 +257,11 @@ void StreamTransport::ReaderLoop() {
     broken_ = true;
     wake_writer_.SignalAll();
     space_.SignalAll();
-    mu_.Await(absl::Condition(&writer_done_));
+    mu_.Await(absl::Condition(this, &StreamTransport::WriterIdle));
   }
   absl::Status status = wire_->Finish();
   if (status.ok()) status = absl::FailedPreconditionError("the session stream is closed");
+  if (Resume(status)) return true;
   {
     absl::MutexLock lock(&mu_);
     // Note [Session lost]: the daemon ended the stream without being asked (it stopped, was
@@ -242,6 +277,95 @@ void StreamTransport::ReaderLoop() {
     end_status_ = status;
   }
   FailAll(status);
+  return false;
+}
+
+bool StreamTransport::Resume(absl::Status& status) {
+  uint64_t written = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (reconnect_ == nullptr || closing_ || status.code() != absl::StatusCode::kUnavailable) {
+      return false;
+    }
+    resuming_ = true;
+    written = written_seq_;
+  }
+  const absl::Time give_up = absl::Now() + resume_timeout_;
+  v1::SessionResponse::Opened opened;
+  absl::StatusOr<std::unique_ptr<SessionWire>> wire = ResumeOnce(&opened);
+  // UNAVAILABLE: no daemon yet; CANCELLED: the old one cancelled the attempt while it stopped.
+  auto retry = [](const absl::Status& s) {
+    return s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kCancelled;
+  };
+  while (!wire.ok() && retry(wire.status()) && absl::Now() < give_up) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(&closing_), absl::Milliseconds(50))) break;
+    }
+    wire = ResumeOnce(&opened);
+  }
+  std::vector<std::pair<uint64_t, Callback>> cut;
+  uint64_t resumed = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    resuming_ = false;
+    if (!wire.ok()) {
+      status = absl::UnavailableError(absl::StrCat(status.message(), "; resuming the session for ",
+                                                   absl::FormatDuration(resume_timeout_),
+                                                   " failed: ", wire.status().message()));
+      return false;
+    }
+    retired_wires_.push_back(std::move(wire_));
+    wire_ = *std::move(wire);
+    resumed = opened.resumed_seq();
+    if (written > resumed) {
+      lost_commands_ = absl::UnavailableError(absl::StrCat(
+          "commands ", resumed + 1, " .. ", written, " of session ", opened_.session(),
+          " did not run: the daemon restarted before them (checkpoint and restore); the handles "
+          "they would have made do not exist"));
+    }
+    // Replies still due for commands already written are lost with the old wire.
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (it->first > written) {
+        ++it;
+        continue;
+      }
+      deadlines_.erase(it->first);
+      cut.emplace_back(it->first, std::move(it->second));
+      pending_.erase(it++);
+    }
+    broken_ = false;
+  }
+  std::sort(cut.begin(), cut.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [seq, callback] : cut) {
+    callback(absl::UnavailableError(
+        seq <= resumed
+            ? absl::StrCat("command ", seq, " ran, but the daemon restarted before its reply")
+            : absl::StrCat("command ", seq, " did not run: the daemon restarted before it")));
+  }
+  return true;
+}
+
+absl::StatusOr<std::unique_ptr<SessionWire>> StreamTransport::ResumeOnce(
+    v1::SessionResponse::Opened* opened) {
+  absl::StatusOr<std::unique_ptr<SessionWire>> made = reconnect_();
+  if (!made.ok()) return made.status();
+  std::unique_ptr<SessionWire> wire = *std::move(made);
+  v1::SessionRequest open;
+  open.mutable_open()->set_resume_session(opened_.session());
+  v1::SessionResponse response;
+  if (!wire->Write(open) || !wire->Read(&response)) {
+    absl::Status s = wire->Finish();
+    if (s.ok()) s = absl::UnavailableError("the daemon ended the stream at the resume");
+    return s;
+  }
+  if (!response.has_opened() || response.opened().session() != opened_.session()) {
+    wire->Cancel();
+    (void)wire->Finish();
+    return absl::InternalError("SessionStream: the resume was answered without the session");
+  }
+  *opened = response.opened();
+  return wire;
 }
 
 void StreamTransport::WatchdogLoop() {

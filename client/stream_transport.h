@@ -11,7 +11,18 @@
 // writer thread: Send writes each command itself, in seq order, and the daemon gathers what
 // arrived into its batches. A reader thread resolves the callbacks of answering commands by their
 // seq. When the stream ends (error or close) every pending callback gets the stream's status, and
-// so does every command queued later.
+// so does every command queued later (but see Note [Stream resume]).
+//
+// Note [Stream resume]: with a WireFactory (ClientOptions::resume_timeout), a stream that the
+// daemon ended UNAVAILABLE without being asked (it drained with a checkpoint and a new daemon
+// restores the session: docs/reliability.md, "Checkpoint and restore") is resumed instead of
+// ended. The reader thread parks the writer, fails every command awaiting a reply (UNAVAILABLE,
+// saying whether it ran: seq <= opened.resumed_seq), and opens new wires with
+// open {resume_session} until one succeeds or resume_timeout passes. Commands still queued are
+// then sent on the new wire; commands written after resumed_seq never ran, and the next sync
+// fails UNAVAILABLE naming them, so none is lost silently. A refusal (the session is not there:
+// the new daemon did not restore it) or the timeout ends the stream as without resume. Only
+// queued (gRPC) wires resume; a direct wire (the command ring) ends as before.
 
 #include <cstdint>
 #include <deque>
@@ -20,6 +31,7 @@
 #include <memory>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -47,9 +59,14 @@ class StreamTransport {
   // A command that answers and gets no reply within `call_timeout` of being queued has its
   // callback resolved with DEADLINE_EXCEEDED (a later reply is dropped): every call has a
   // deadline, as on the unary path. The stream itself has none.
-  static absl::StatusOr<std::unique_ptr<StreamTransport>> Open(std::unique_ptr<SessionWire> wire,
-                                                               uint32_t device, uint64_t lease_ms,
-                                                               absl::Duration call_timeout);
+  // Opens new wires for Note [Stream resume].
+  using WireFactory = std::function<absl::StatusOr<std::unique_ptr<SessionWire>>()>;
+  // `reconnect` (null: never) and `resume_timeout` turn on Note [Stream resume] for a queued
+  // (not direct) wire.
+  static absl::StatusOr<std::unique_ptr<StreamTransport>> Open(
+      std::unique_ptr<SessionWire> wire, uint32_t device, uint64_t lease_ms,
+      absl::Duration call_timeout, WireFactory reconnect = nullptr,
+      absl::Duration resume_timeout = absl::ZeroDuration());
 
   // Half-closes the stream (the daemon runs what was sent, then closes the session) and waits up
   // to `timeout` for it to end; cancels it after that.
@@ -95,9 +112,27 @@ class StreamTransport {
   void WatchdogLoop();
   // Resolves every pending callback with `status` (the stream ended).
   void FailAll(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+  // Note [Stream resume]: after the wire ended with `status`; true when a new wire carries the
+  // session on (then wire_ is it), false when the stream ends.
+  // A failed resume adds why to `status`.
+  bool Resume(absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+  // Reads replies until the wire ends; true when a resume replaced it (read again).
+  bool ReadWire(v1::SessionResponse& response);
+  // Conditions on mu_: the writer is not using the wire; the writer may leave its park.
+  bool WriterIdle() const ABSL_SHARED_LOCKS_REQUIRED(mu_) { return writer_done_ || writer_parked_; }
+  bool WriterMayGoOn() const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return !broken_ || ended_ || (closing_ && !resuming_);
+  }
+  // One attempt: a new wire resuming the session, and its `opened`.
+  absl::StatusOr<std::unique_ptr<SessionWire>> ResumeOnce(v1::SessionResponse::Opened* opened);
 
   std::unique_ptr<SessionWire> wire_;
   v1::SessionResponse::Opened opened_;
+  // Note [Stream resume]. Wires replaced by a resume stay alive until the transport goes, since
+  // Close may still be cancelling one.
+  WireFactory reconnect_;
+  absl::Duration resume_timeout_ = absl::ZeroDuration();
+  std::vector<std::unique_ptr<SessionWire>> retired_wires_;
 
   absl::Mutex mu_;
   absl::CondVar wake_writer_;
@@ -111,6 +146,12 @@ class StreamTransport {
   absl::Status end_status_ ABSL_GUARDED_BY(mu_);  // Set when ended_ or a write failed.
   bool broken_ ABSL_GUARDED_BY(mu_) = false;      // A write failed or the stream ended.
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  // Note [Stream resume]: a resume in progress (the writer parks); the highest seq handed to the
+  // wire; the error the next sync reports for commands a resume found lost.
+  bool resuming_ ABSL_GUARDED_BY(mu_) = false;
+  bool writer_parked_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t written_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status lost_commands_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
   std::unordered_map<uint64_t, Callback> pending_ ABSL_GUARDED_BY(mu_);
   // Deadline of each pending callback, by seq (deadlines grow with seq: one timeout for all).
