@@ -134,6 +134,29 @@ class Handle:
         self.tensor = tensor  # (shape, strides, elem_size) for tensors.
         self.poison = None  # Fail of the execute that poisoned this live handle (stream).
         self.where = None  # (storage_id, byte offset in it) once GetResource told.
+        self.holds = 0  # Recorded graphs (and a recording) that hold its slice.
+
+
+class Graph:
+    """A recorded graph (Note [Recorded graphs], server/channel/graph.h): its parameters (ids and
+    sizes at begin_graph), its steps and the handles it holds (every non-parameter handle a step
+    binds: the Handle objects, which outlive their ids as orphans)."""
+
+    def __init__(self, gid, params, sizes):
+        self.id = gid
+        self.params = list(params)
+        self.sizes = list(sizes)
+        self.steps = []    # (launch, refs, tensors): refs[i] is ("p", index) or ("h", Handle)
+        self.held = []     # Handle objects, each once
+        self.writes = set()  # Parameter indices some step writes
+
+
+class Recording:
+    """A recording in progress: its graph, or the first failure (then graph is None)."""
+
+    def __init__(self, graph, failure):
+        self.graph = graph
+        self.failure = failure
 
 
 class Session:
@@ -147,6 +170,10 @@ class Session:
         self.last_seq = None
         self.failures = []  # Stream: failures since the previous sync, in order.
         self.next_client_id = FIRST_CLIENT_ID + 1
+        self.graphs = {}     # graph id -> Graph
+        self.recording = None  # Recording, between begin_graph and end_graph
+        self.orphans = []    # Handles whose id was released while a graph holds their slice
+        self.next_graph_id = 1
 
     def poison_of(self, hid):
         h = self.handles.get(hid)
@@ -208,8 +235,10 @@ class Model:
         return h, start, h.size - start - end
 
     def live(self):
+        """Every allocation: live handles and orphans (slices only graphs keep)."""
         for s in self.sessions.values():
             yield from s.handles.values()
+            yield from s.orphans
 
     def usage(self):
         hs = list(self.live())
@@ -249,11 +278,25 @@ class Model:
         return h
 
     def free_handle(self, s, hid):
+        """The id goes; its memory too unless a graph holds it (then it is an orphan, still
+        accounted to the session: Note [Recorded graphs])."""
         h = s.handles.pop(hid)
         s.poisoned.pop(hid, None)
         s.freed_any = True
+        if h.holds > 0:
+            s.orphans.append(h)
+            return
         if h.maybe_exclusive:
             self.maybe_free_exclusive = True
+
+    def drop_holds(self, s, graph):
+        """A graph (or failed recording) goes: the orphans only it held are freed."""
+        for h in graph.held:
+            h.holds -= 1
+            if h.holds == 0 and any(o is h for o in s.orphans):
+                s.orphans = [o for o in s.orphans if o is not h]
+                if h.maybe_exclusive:
+                    self.maybe_free_exclusive = True
 
     def cleanup(self):
         self.maybe_free_exclusive = False
@@ -298,8 +341,16 @@ class Model:
     def close(self, sid):
         s = self.sessions.pop(sid)
         released = len(s.handles)
+        for g in list(s.graphs.values()) + ([s.recording.graph] if s.recording is not None and
+                                             s.recording.graph is not None else []):
+            for h in g.held:
+                h.holds -= 1
+        s.graphs, s.recording = {}, None
         for hid in list(s.handles):
             self.free_handle(s, hid)
+        if s.orphans and any(h.maybe_exclusive for h in s.orphans):
+            self.maybe_free_exclusive = True
+        s.orphans = []
         self.closed_sessions.append(sid)
         return released
 
@@ -523,8 +574,9 @@ def may_overlap_itself(shape, strides):
     return False
 
 
-def validate_builtin(launch, views):
-    """ValidateCall + CheckHostBuffers for a known kernel with the right buffer count.
+def validate_builtin(launch, views, host=True):
+    """ValidateCall + CheckHostBuffers (unless not `host`: a graph's recording checks only
+    ValidateBuiltin) for a known kernel with the right buffer count.
     views: [(handle, start, length)]. Returns the decoded tensors."""
     n, dtypes, rule, min_rank, takes_fill, in_place = KERNELS[launch.name]
     if launch.dtype not in dtypes or launch.allow_tf32:
@@ -569,6 +621,8 @@ def validate_builtin(launch, views):
         held = views[0][2] // es
         if prod(in_shape) > max(held, prod(out_shape)):
             raise Fail(IA)
+    if not host:
+        return tensors
     # CheckHostBuffers: alignment (slices are 64-byte aligned), then the output overlapping an
     # input (only possible within one handle).
     for i in range(n):
@@ -616,6 +670,117 @@ def predict_execute(m, s, launch, dynamic_ok=False):
         raise Fail(IA)
     tensors = validate_builtin(launch, views)
     return lambda: run_builtin(launch, views, tensors)
+
+
+# ---- recorded graphs (Note [Recorded graphs], server/channel/graph.h) ----
+
+def graph_outputs(launch):
+    """The ids an execute writes (what its failure poisons): a builtin's last buffer, a client
+    kernel's every buffer, nothing without a kernel (stream_command_conversion.cc)."""
+    if launch.kind == "builtin":
+        return [launch.buffers[-1][0]] if launch.buffers else []
+    if launch.kind == "none":
+        return []
+    return [b[0] for b in launch.buffers]
+
+
+def new_graph(s, gid, params):
+    """Device::NewGraph: the Graph begin_graph starts, or its failure."""
+    if gid == 0:
+        raise Fail(IA)
+    if gid in s.graphs:
+        raise Fail(FP)
+    if len(s.graphs) >= 1024:
+        raise Fail(RE)
+    if len(params) > MAX_BINDINGS:
+        raise Fail(IA)
+    seen, sizes = set(), []
+    for hid in params:
+        poison = s.poison_of(hid)
+        if poison is not None:
+            raise poison
+        if hid not in s.handles:
+            raise Fail(NF)
+        if hid in seen:
+            raise Fail(IA)
+        seen.add(hid)
+        sizes.append(s.handles[hid].size)
+    return Graph(gid, params, sizes)
+
+
+def predict_record(m, s, launch):
+    """Device::RecordExecute after the request checks: PrepareLaunch (mode, cube count, bindings
+    resolved) and, for builtins, ValidateBuiltin (not CheckHostBuffers: alignment and overlap are
+    checked when a replay runs the step). Nothing runs. Returns (views, tensors)."""
+    if launch.mode == 2:
+        raise Fail(PD)
+    if launch.dynamic is not None:
+        _, _, vl = m.resolve(s, *launch.dynamic)
+        if vl < 12:
+            raise Fail(IA)
+    else:
+        x, y, z = launch.count
+        if not all(1 <= v <= hi for v, hi in zip((x, y, z), MAX_CUBE_COUNT)):
+            raise Fail(IA)
+    views = [m.resolve(s, *b) for b in launch.buffers]
+    if launch.kind != "builtin":
+        return views, None
+    if launch.name not in KERNELS:
+        raise Fail(NF)
+    if KERNELS[launch.name][0] != len(views):
+        raise Fail(IA)
+    return views, validate_builtin(launch, views, host=False)
+
+
+def record_step(m, s, graph, launch, views, tensors):
+    """Appends a recorded execute: parameter bindings noted, every other handle held."""
+    refs = []
+    for (hid, _, _), (h, start, length) in zip(launch.buffers, views):
+        if hid in graph.params:
+            refs.append(("p", graph.params.index(hid), start, length))
+        else:
+            refs.append(("h", h, start, length))
+            if not any(x is h for x in graph.held):
+                graph.held.append(h)
+                h.holds += 1
+    for hid in graph_outputs(launch):
+        if hid in graph.params:
+            graph.writes.add(graph.params.index(hid))
+    graph.steps.append((launch, refs, tensors))
+
+
+def predict_replay(m, s, gid, bindings):
+    """Device::ReplayGraph: (written ids, failure or None). The steps before a failing step ran
+    (their effects are applied here); a step fails as CpuServer::Execute would: a client kernel
+    UNIMPLEMENTED, a builtin whose buffers are misaligned or overlap (CheckHostBuffers, checked
+    only now) INVALID_ARGUMENT. The failure's Fail has no prefix: the caller adds it."""
+    if s.recording is not None:
+        return [], Fail(FP)
+    g = s.graphs.get(gid)
+    if g is None:
+        return [], Fail(NF)
+    if len(bindings) != len(g.params):
+        return [], Fail(IA)
+    written = [bindings[i] for i in sorted(g.writes)]
+    for i, hid in enumerate(bindings):
+        poison = s.poison_of(hid)
+        if poison is not None:
+            return written, poison
+        h = s.handles.get(hid)
+        if h is None:
+            return written, Fail(NF)
+        if h.size != g.sizes[i]:
+            return written, Fail(IA)
+    for n, (launch, refs, tensors) in enumerate(g.steps):
+        views = [(s.handles[bindings[r[1]]] if r[0] == "p" else r[1], r[2], r[3]) for r in refs]
+        if launch.kind != "builtin":
+            return written, Fail(UNIMPLEMENTED, prefix=f"graph {gid} step {n}: ")
+        try:
+            validate_builtin(launch, views)
+        except Fail as f:
+            return written, Fail(f.code, prefix=f"graph {gid} step {n}: ")
+        run_builtin(launch, views, tensors)
+    return written, None
 
 
 def _elements(view, layout, es):

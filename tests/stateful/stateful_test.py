@@ -9,7 +9,11 @@ CloseSession (and leases of a few milliseconds), Create, CreateTensor, Empty, Em
 Flush, Sync, StartProfile, EndProfile, MemoryUsage, MemoryCleanup; and session streams (open;
 batches of create, create_tensor, empty, empty_tensor, execute, release, read, read_tensor, flush,
 memory_usage, memory_cleanup, start_profile, end_profile, each batch ending in a sync; half-close,
-cancel, a second open, 4097 commands in one request, CloseSession of the stream's session). Every
+cancel, a second open, 4097 commands in one request, CloseSession of the stream's session); and
+recorded graphs (begin_graph, executes recorded over live, released and poisoned handles,
+end_graph, replay_graph with bindings of the right or wrong size, poisoned or released,
+release_graph before or after the handles a graph holds: model.py's Graph keeps their memory as
+orphans, accounted exactly until the last graph holding them goes). Every
 numeric field draws arithmetic edge values (0, 1, 2^31, 2^32 - 1, 2^63, 2^64 - 1, the memory and
 message limits, huge shapes, offsets past the end, overflowing products) besides plausible ones, and
 handles come from the session, other sessions, released or poisoned ids. The model predicts each
@@ -217,12 +221,14 @@ class CubedMachine(RuleBasedStateMachine):
         others = [0, 1, 2**64 - 1, 2**64 - 256, 1 << 8 | 1] + self.m.closed_sessions[-3:]
         return data.draw(st.one_of(st.sampled_from(others), u64), label="session")
 
-    def pick_handle(self, data, s, own_percent=80):
-        """Mostly a live handle of the session; else a poisoned id, another session's or a
-        released handle, or an id never given out."""
+    def pick_handle(self, data, s, own_percent=80, clean=False):
+        """Mostly a live handle of the session (`clean`: mostly one not poisoned); else a
+        poisoned id, another session's or a released handle, or an id never given out."""
         # In the order the model made them, never sorted by id: ids are random, and Hypothesis
         # must draw the same thing when it replays the same choices.
         own = list(s.handles) if s is not None else []
+        if clean and data.draw(st.integers(0, 9), label="clean") > 0:
+            own = [hid for hid in own if s.handles[hid].poison is None] or own
         poisoned = list(s.poisoned) if s is not None else []
         seen = list(self.m.seen_handles)
         if own and data.draw(st.integers(0, 99), label="own_handle") < own_percent:
@@ -235,12 +241,12 @@ class CubedMachine(RuleBasedStateMachine):
         choices += [st.sampled_from([0, 1, 2**63, 2**63 + 1, 2**64 - 1]), u64]
         return data.draw(st.one_of(*choices), label="handle")
 
-    def pick_binding(self, data, s, own_percent=80):
-        hid = self.pick_handle(data, s, own_percent)
+    def pick_binding(self, data, s, own_percent=80, clean=False):
+        hid = self.pick_handle(data, s, own_percent, clean)
         h = s.handles.get(hid) if s is not None else None
         size = h.size if h is not None else 16
         near = st.sampled_from([0, 1, size - 1 if size else 0, size, size + 1, 2**63, 2**64 - 1])
-        offset = mostly(st.just(0), st.one_of(near, st.integers(0, size), u64), 90)
+        offset = mostly(st.just(0), st.one_of(near, st.integers(0, size), u64), 98 if clean else 90)
         return (hid, data.draw(offset, label="offset_start"),
                 data.draw(offset, label="offset_end"))
 
@@ -599,17 +605,22 @@ class CubedMachine(RuleBasedStateMachine):
 
     # ---- execute ----
 
-    def draw_launch(self, data, s):
-        kind = data.draw(mostly(st.just("builtin"), st.sampled_from(["ptx", "none"]), 95),
+    def draw_launch(self, data, s, tame=False):
+        """An execute; `tame`: its rare (mostly invalid) variants rarer still (a graph's steps,
+        so that most recordings succeed)."""
+        def pct(p):
+            return 99 if tame else p
+        kind = data.draw(mostly(st.just("builtin"), st.sampled_from(["ptx", "none"]), pct(95)),
                          label="kernel")
         name = data.draw(mostly(st.sampled_from(KERNEL_NAMES),
-                                st.sampled_from(M.UNKNOWN_KERNELS + ("", "k" * 65)), 92),
+                                st.sampled_from(M.UNKNOWN_KERNELS + ("", "k" * 65)), pct(92)),
                          label="name")
-        dtype = data.draw(DTYPES, label="dtype")
+        dtype = data.draw(st.sampled_from([3, 4, 5, 1]) if tame else DTYPES, label="dtype")
         n_expected = M.KERNELS[name][0] if name in M.KERNELS else 2
-        n = data.draw(mostly(st.just(n_expected), st.sampled_from([0, 1, 2, 3, 65]), 90),
+        n = data.draw(mostly(st.just(n_expected), st.sampled_from([0, 1, 2, 3, 65]), pct(90)),
                       label="buffers")
-        buffers = [self.pick_binding(data, s, own_percent=95) for _ in range(min(n, 4))]
+        buffers = [self.pick_binding(data, s, own_percent=95, clean=tame)
+                   for _ in range(min(n, 4))]
         if n > 4:
             buffers = (buffers * n)[:n]
         es = M.ELEM[dtype][1] if dtype in M.ELEM else 4
@@ -651,7 +662,8 @@ class CubedMachine(RuleBasedStateMachine):
         words += shape_at + stride_at
         words += [d for t, _ in layouts for d in t] + [x for _, ss in layouts for x in ss]
         words = [min(w, M.U32_MAX) for w in words]
-        mutation = data.draw(mostly(st.just(9), st.integers(0, 2)), label="metadata_mutation")
+        mutation = data.draw(mostly(st.just(9), st.integers(0, 2), pct(85)),
+                             label="metadata_mutation")
         if mutation == 0 and words:
             i = data.draw(st.integers(0, len(words) - 1), label="word")
             words[i] = data.draw(st.sampled_from([0, 1, 2, 2**31, M.U32_MAX]), label="value")
@@ -677,15 +689,15 @@ class CubedMachine(RuleBasedStateMachine):
             if data.draw(st.integers(0, 19), label="second_group") == 0:
                 scalars.append(scalars[0])
         count, dynamic = (1, 1, 1), None
-        c = data.draw(mostly(st.just(9), st.integers(0, 2)), label="count_kind")
+        c = data.draw(mostly(st.just(9), st.integers(0, 2), pct(85)), label="count_kind")
         if c == 0:
             count = tuple(data.draw(u32, label=axis) for axis in "xyz")
         elif c == 1:
             count, dynamic = None, self.pick_binding(data, s)
         elif c == 2:
             count = None
-        mode = data.draw(mostly(st.sampled_from([0, 1]), st.sampled_from([2, 3, 2**31 - 1]), 95),
-                         label="mode")
+        mode = data.draw(mostly(st.sampled_from([0, 1]), st.sampled_from([2, 3, 2**31 - 1]),
+                                pct(95)), label="mode")
         cube = data.draw(st.sampled_from([(1, 1, 1), (1024, 1, 1), (0, 1, 1), (1024, 2, 1)]),
                          label="cube_dim")
         return M.Launch(kind, name=name, dtype=dtype, axis=axis,
@@ -838,14 +850,32 @@ class CubedMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.streams)
     @rule(data=st.data())
     def stream_batch(self, data):
+        self.run_batch(data, [None] * data.draw(st.integers(1, 4), label="commands"))
+
+    @precondition(lambda self: self.streams)
+    @rule(data=st.data())
+    def graph_batch(self, data):
+        """A graph's life in one batch: begin_graph, executes, end_graph, replays (with right,
+        wrong, released or poisoned bindings), releases of the handles it holds, a release of
+        the graph, memory usage; each kind may still be drawn wrong (seq, ids, nesting)."""
+        plan = [data.draw(st.sampled_from(["create", "create_tensor", "empty_tensor"]),
+                          label="alloc") for _ in range(data.draw(st.integers(0, 2), label="n"))]
+        plan += ["begin_graph"] + ["execute"] * data.draw(st.integers(0, 3), label="steps")
+        plan += ["end_graph"]
+        for _ in range(data.draw(st.integers(0, 4), label="after")):
+            plan.append(data.draw(st.sampled_from(
+                ["replay_graph", "replay_graph", "replay_graph", "release", "release_graph",
+                 "memory_usage", "read", "execute", "begin_graph", None]), label="then"))
+        self.run_batch(data, plan)
+
+    def run_batch(self, data, plan):
         sid = data.draw(st.sampled_from(list(self.streams)), label="stream")
         s = self.m.sessions[sid]
         client = self.streams[sid]
-        n = data.draw(st.integers(1, 4), label="commands")
         commands, expected = [], []  # expected: (seq, kind, check) per reply, in order.
         ambiguous = None
-        for _ in range(n):
-            command, reply, amb = self.stream_command(data, s)
+        for kind in plan:
+            command, reply, amb = self.stream_command(data, s, kind)
             commands.append(command)
             if reply is not None:
                 expected.append(reply)
@@ -904,16 +934,29 @@ class CubedMachine(RuleBasedStateMachine):
         s.failures.append(status)
         return status
 
-    def stream_command(self, data, s):
-        """One command: (proto, expected reply or None, ambiguous-outcome marker or None)."""
-        kind = data.draw(st.sampled_from(
-            ["create", "create_tensor", "empty", "empty_tensor", "execute", "execute", "release",
-             "read", "read_tensor", "flush", "memory_usage", "memory_cleanup", "start_profile",
-             "end_profile", "none"]), label="command")
+    def stream_command(self, data, s, kind=None):
+        """One command (of `kind`, or drawn): (proto, expected reply or None, ambiguous-outcome
+        marker or None)."""
+        kinds = ["create", "create_tensor", "empty", "empty_tensor", "execute", "execute",
+                 "release", "read", "read_tensor", "flush", "memory_usage", "memory_cleanup",
+                 "start_profile", "end_profile", "none", "begin_graph", "replay_graph",
+                 "replay_graph", "release_graph"]
+        if s.recording is not None:  # Mostly executes to record, then end_graph.
+            kinds += ["execute"] * 8 + ["end_graph"] * 4
+        elif s.graphs:
+            kinds += ["replay_graph"] * 3 + ["end_graph"]
+        else:
+            kinds += ["begin_graph"] * 2 + ["end_graph"]
+        if kind is None:
+            kind = data.draw(st.sampled_from(kinds), label="command")
         seq = self.next_seq(data, s)
         C = session_pb.Command
         if kind in ("create", "create_tensor", "empty", "empty_tensor"):
             return self.stream_allocation(data, s, seq, kind)
+        if kind in ("begin_graph", "end_graph", "replay_graph", "release_graph"):
+            return self.graph_command(data, s, seq, kind)
+        if kind == "execute" and s.recording is not None:
+            return self.record_execute(data, s, seq)
         if kind == "execute":
             launch = self.draw_launch(data, s)
             k, count, bindings, mode = self.launch_parts(launch)
@@ -1060,6 +1103,162 @@ class CubedMachine(RuleBasedStateMachine):
         for hid in outputs:
             if hid in s.handles:
                 s.handles[hid].poison = poison
+
+    # ---- recorded graphs (docs/api.md, "Recorded graphs"; Note [Recorded graphs]) ----
+
+    def fail_recording(self, s, f):
+        """The recording's first failure (end_graph answers it); its holds go."""
+        rec = s.recording
+        if rec.failure is None:
+            rec.failure = f
+            self.m.drop_holds(s, rec.graph)
+            rec.graph = None
+
+    def record_execute(self, data, s, seq):
+        """An execute while a graph records: checked (PrepareLaunch, ValidateBuiltin) and kept;
+        nothing runs. Its failure is reported by sync and poisons its outputs as any execute's,
+        and fails the recording ("graph G step N (execute): ..."); once the recording failed,
+        executes are neither checked nor run nor reported."""
+        C = session_pb.Command
+        rec = s.recording
+        launch = self.draw_launch(data, s, tame=data.draw(st.integers(0, 9), label="tame") > 0)
+        try:
+            M.check_launch_request(launch)
+            invalid = None
+        except M.Fail as f:
+            invalid = f
+        status = self.seq_status(s, seq, invalid)
+        if status is None and rec.failure is not None:
+            pass
+        elif status is None:
+            try:
+                views, tensors = M.predict_record(self.m, s, launch)
+                if launch.dynamic is not None:  # Replays would read its bytes: count statically.
+                    launch.dynamic, launch.count = None, (1, 1, 1)
+            except M.Fail as f:
+                status = f
+            else:
+                M.record_step(self.m, s, rec.graph, launch, views, tensors)
+        RUN.count("graph step", "not checked" if status is None and rec.failure is not None else
+                  "recorded" if status is None else status.code)
+        if status is not None and rec.failure is None:
+            step = len(rec.graph.steps)
+            self.fail_recording(s, M.Fail(status.code, prefix=f"graph {rec.graph.id} step {step} "
+                                                               "(execute): "))
+        k, count, bindings, mode = self.launch_parts(launch)
+        command = C(seq=seq, execute=C.Execute(kernel=k, count=count, bindings=bindings,
+                                               mode=mode))
+        if status is not None:
+            self.poison_outputs(s, self.fail(s, seq, "execute", status), M.graph_outputs(launch))
+        return command, None, None
+
+    def draw_graph_id(self, data, s, existing=False):
+        """Mostly a new id (`existing`: mostly a graph of the session); else an edge value."""
+        fresh = s.next_graph_id
+        if existing and s.graphs and data.draw(st.integers(0, 9), label="existing") < 8:
+            return data.draw(st.sampled_from(list(s.graphs)), label="graph")
+        choices = [st.just(fresh)] * 6 + [st.sampled_from([0, 1, 2**63, M.U64_MAX]), u64]
+        if s.graphs:
+            choices += [st.sampled_from(list(s.graphs))] * 2
+        gid = data.draw(st.one_of(*choices), label="graph")
+        if gid == fresh:
+            s.next_graph_id += 1
+        return gid
+
+    def graph_command(self, data, s, seq, kind):
+        C = session_pb.Command
+        if kind == "begin_graph":
+            gid = self.draw_graph_id(data, s)
+            n = data.draw(mostly(st.integers(0, 3), st.sampled_from([4, 1025]), 95),
+                          label="parameters")
+            own = [hid for hid, h in s.handles.items() if h.poison is None]
+            if own and data.draw(st.integers(0, 9), label="distinct") < 8:
+                params = data.draw(st.permutations(own), label="params")[:n]
+            else:
+                params = [self.pick_handle(data, s, own_percent=90) for _ in range(min(n, 4))]
+            if n > 4:
+                params = [M.FIRST_CLIENT_ID + 10**6 + i for i in range(n)]
+            command = C(seq=seq, begin_graph=C.BeginGraph(graph=gid, parameters=params))
+            status = self.seq_status(s, seq, None)
+            if s.recording is not None:  # Graphs do not nest: the recording fails.
+                rec = s.recording
+                if rec.failure is None:
+                    self.fail_recording(s, M.Fail(M.FP, prefix="begin_graph: graph "
+                                                               f"{rec.graph.id} was still"))
+                return command, None, None
+            if status is not None:
+                s.recording = M.Recording(None, status)
+                return command, None, None
+            try:
+                s.recording = M.Recording(M.new_graph(s, gid, params), None)
+            except M.Fail as f:
+                s.recording = M.Recording(None, f)
+            return command, None, None
+        if kind == "end_graph":
+            command = C(seq=seq, end_graph=C.EndGraph())
+            status = self.seq_status(s, seq, None)
+            if status is not None:  # Not run: the recording goes on.
+                return command, (seq, kind, self.reply_check(kind, status)), None
+            rec, s.recording = s.recording, None
+            if rec is None:
+                return command, (seq, kind, self.reply_check(kind, M.Fail(M.FP))), None
+            if rec.failure is not None:
+                RUN.count("graph recording failed", rec.failure.code + (
+                    " (step)" if (rec.failure.prefix or "").startswith("graph") else ""))
+                return command, (seq, kind, self.reply_check(kind, rec.failure)), None
+            g = rec.graph
+            s.graphs[g.id] = g
+            steps = len(g.steps)
+            RUN.count("graph recorded", f"{steps} steps" if steps < 3 else "3+ steps")
+
+            def check(reply):
+                self.reply_code(kind, reply, M.OK)
+                if reply.graph_steps != steps:
+                    diverge("stream end_graph", f"graph_steps {reply.graph_steps}, the model "
+                                                f"recorded {steps}")
+            return command, (seq, kind, check), None
+        if kind == "release_graph":
+            gid = self.draw_graph_id(data, s, existing=True)
+            command = C(seq=seq, release_graph=C.ReleaseGraph(graph=gid))
+            status = self.seq_status(s, seq, None)
+            if status is None:
+                g = s.graphs.pop(gid, None)
+                if g is None:
+                    status = M.Fail(M.NF)
+                else:
+                    self.m.drop_holds(s, g)
+            if status is not None:
+                self.fail(s, seq, kind, status)
+            return command, None, None
+        # replay_graph
+        gid = self.draw_graph_id(data, s, existing=True)
+        g = s.graphs.get(gid)
+        n_params = len(g.params) if g is not None else data.draw(st.integers(0, 2), label="n")
+        n = data.draw(mostly(st.just(n_params), st.sampled_from(
+            [max(n_params - 1, 0), n_params + 1, 1025]), 93), label="bindings")
+        bindings = []
+        for i in range(min(n, 4)):
+            same = ([hid for hid, h in s.handles.items() if h.size == g.sizes[i]]
+                    if g is not None and i < len(g.sizes) else [])
+            if same and data.draw(st.integers(0, 9), label="right_size") < 8:
+                bindings.append(data.draw(st.sampled_from(same), label="binding"))
+            else:
+                bindings.append(self.pick_handle(data, s))
+        if n > 4:
+            bindings = (bindings * n)[:n] if bindings else [0] * n
+        command = C(seq=seq, replay_graph=C.ReplayGraph(graph=gid, bindings=bindings))
+        status = self.seq_status(s, seq, M.Fail(M.IA) if n > M.MAX_BINDINGS else None)
+        written = []
+        if status is None:
+            written, status = M.predict_replay(self.m, s, gid, bindings)
+            if status is not None and not status.poison:
+                status = M.Fail(status.code, prefix=f"command {seq} ({kind}) failed: " +
+                                (status.prefix or ""))
+                status.poison = True
+            RUN.count("Session.replay_graph", "OK" if status is None else status.code)
+        if status is not None:
+            self.poison_outputs(s, self.fail(s, seq, kind, status), written)
+        return command, None, None
 
     def stream_allocation(self, data, s, seq, kind):
         C = session_pb.Command
