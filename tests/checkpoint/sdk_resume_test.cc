@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/client.h"
 #include "gtest/gtest.h"
@@ -93,6 +94,7 @@ TEST(SdkResumeTest, KernelLoopCarriesOnAcrossACheckpointedRestart) {
   absl::StatusOr<Tensor> one = client->CreateTensor(Floats(std::vector<float>(kN, 0.25f)), {kN}, 4);
   ASSERT_TRUE(one.ok()) << one.status();
   constexpr int kSteps = 20;
+  absl::Time restored;
   for (int step = 0; step < kSteps; ++step) {
     if (step == kSteps / 2) {
       ASSERT_TRUE(client->Sync().get().ok());
@@ -101,9 +103,14 @@ TEST(SdkResumeTest, KernelLoopCarriesOnAcrossACheckpointedRestart) {
       ASSERT_EQ(*code, 0) << a->LogTail();
       b = StartDaemon({"--restore=" + dir}, address.substr(5));
       ASSERT_NE(b, nullptr);
+      restored = absl::Now();
     }
     absl::StatusOr<Tensor> next = client->EmptyTensor({kN}, 4);
     ASSERT_TRUE(next.ok()) << "step " << step << ": " << next.status();
+    if (step == kSteps / 2) {
+      // The stream resumed promptly once the new daemon served (not after gRPC's backoff).
+      EXPECT_LT(absl::Now() - restored, absl::Seconds(2));
+    }
     ASSERT_TRUE(client->Execute(Builtin("add", ElemType::kF32), {*x, *one}, {*next}).ok());
     x = next;
     for (float& v : want) v += 0.25f;
