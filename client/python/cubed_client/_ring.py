@@ -102,6 +102,8 @@ class Ring:
             raise error_for(grpc.StatusCode.INTERNAL,
                             f"ring socket: the answer carries {len(fds)} descriptors, not 3")
         self._sock.setblocking(True)
+        # The polling the daemon suggests (Note [Waiter reads]); at most 1 ms, as the C++ SDK.
+        self.suggested_spin = min(response.spin_us, 1000) / 1e6
         self._daemon_bell, self._reply_bell, self._space_bell = fds
         self._commands = HEADER_BYTES
         self._replies = HEADER_BYTES + capacity
@@ -335,6 +337,7 @@ class RingCall:
 
     def __init__(self, ring: Ring, first: session_pb2.SessionRequest) -> None:
         self._ring = ring
+        self.suggested_spin = ring.suggested_spin  # Seconds (OpenRingResponse.spin_us).
         ring.write(REQUEST, first.SerializeToString())
 
     def write(self, request: session_pb2.SessionRequest) -> bool:

@@ -13,7 +13,6 @@ later command.
 from __future__ import annotations
 
 import itertools
-import os
 import threading
 import time
 from concurrent.futures import Future
@@ -35,22 +34,6 @@ MAX_QUEUED_COMMANDS = 65536
 MAX_QUEUED_BYTES = 256 << 20
 # Empties and releases that wait for the next command over the ring (Note [Held commands]).
 HELD_COMMANDS = 64
-
-
-# Note [Waiter reads] in cubed_client/_ring.py: on hosts with this many CPUs a waiting thread
-# polls the reply ring for SPIN_S before it sleeps; on smaller ones polling would take the CPU
-# the daemon needs to answer.
-SPIN_MIN_CPUS = 8
-SPIN_S = 100e-6
-
-
-def default_spin() -> float:
-    """The polling time connect(spin=None) picks for this host (seconds)."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return SPIN_S if cpus >= SPIN_MIN_CPUS else 0.0
 
 
 def _as_bytes(request: bytes) -> bytes:
@@ -186,8 +169,7 @@ class StreamTransport:
         """``ring_socket``: carry the stream through the daemon's command ring there
         (cubed_client/_ring.py) when it opens one, gRPC otherwise (an error when
         ``require_ring``). ``spin``: seconds a thread waiting for an answer polls the ring
-        before it sleeps (None: default_spin())."""
-        self.spin = default_spin() if spin is None else max(0.0, float(spin))
+        before it sleeps (None: what the daemon suggests when it opened the ring)."""
         self._timeout = timeout
         self._cv = threading.Condition()
         # gRPC carrier: numbered commands on the wire (_wire.numbered), waiting for the writer.
@@ -208,6 +190,8 @@ class StreamTransport:
             raise error_for(grpc.StatusCode.UNAVAILABLE,
                             f"command ring: the daemon offers none at {ring_socket}")
         self.carrier = "ring" if self._call is not None else "grpc"
+        suggested = getattr(self._call, "suggested_spin", 0.0)
+        self.spin = suggested if spin is None else max(0.0, float(spin))
         # Over the ring each command is written by its sender (no queue, no writer thread).
         self._direct = getattr(self._call, "direct", False)
         self._write_lock = threading.Lock()  # Taken before _cv, never while holding it.
