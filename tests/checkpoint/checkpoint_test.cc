@@ -601,6 +601,32 @@ TEST(CheckpointTest, FaultyCheckpointsAreRefusedAsAWhole) {
                 "are not the next ones");
 }
 
+TEST(CheckpointTest, FullDiskIsRefusedLeavingNothingAndServesOn) {
+  TempDir tmp;
+  const std::string dir = tmp.path() + "/checkpoint";
+  DaemonProcess::Options options;
+  options.flags = {"--checkpoint_dir=" + dir};
+  options.file_size_limit = 256 << 10;  // The data file (1 MiB) hits it: EFBIG, a full disk.
+  absl::StatusOr<std::unique_ptr<DaemonProcess>> a = DaemonProcess::Start(options);
+  ASSERT_TRUE(a.ok()) << a.status();
+  Unary u((*a)->unix_address());
+  const uint64_t session = u.Open();
+  const std::string big(1 << 20, 'q');
+  const uint64_t h = u.Create(session, big);
+  const CubectlResult drained =
+      Cubectl({"--address=" + (*a)->unix_address(), "drain", "--checkpoint"});
+  EXPECT_NE(drained.exit_code, 0) << drained.out;
+  EXPECT_TRUE(absl::StrContains(drained.out, "RESOURCE_EXHAUSTED")) << drained.out;
+  EXPECT_TRUE(absl::StrContains(drained.out, "disk full")) << drained.out;
+  EXPECT_FALSE(fs::exists(dir + "/data.tmp"));
+  EXPECT_FALSE(fs::exists(dir + "/manifest.tmp"));
+  EXPECT_FALSE(fs::exists(dir + "/manifest"));
+  EXPECT_EQ(u.Read(session, h), big);
+  // SIGKILL: under RLIMIT_FSIZE, after a write failed EFBIG, the daemon's exit after "shut down
+  // cleanly" takes ~10 s (seen, not yet explained; docs/reliability.md), too slow for CI.
+  ASSERT_TRUE((*a)->Stop(SIGKILL).ok());
+}
+
 TEST(CheckpointTest, KernelLoopAcrossRestartEndsAsWithoutOne) {
   TempDir tmp;
   const std::string dir = tmp.path() + "/checkpoint";

@@ -73,6 +73,10 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(Options opti
     FILE* out = freopen(log.c_str(), "w", stderr);
     (void)out;
     if (!options.working_dir.empty() && chdir(options.working_dir.c_str()) != 0) _exit(126);
+    if (options.file_size_limit.has_value()) {
+      const rlimit limit{*options.file_size_limit, *options.file_size_limit};
+      if (setrlimit(RLIMIT_FSIZE, &limit) != 0) _exit(126);
+    }
     if (options.open_files_limit.has_value()) {
       const rlimit limit{*options.open_files_limit, *options.open_files_limit};
       if (setrlimit(RLIMIT_NOFILE, &limit) != 0) _exit(126);

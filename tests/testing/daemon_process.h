@@ -27,6 +27,9 @@ class DaemonProcess {
     std::string backend;      // --backend= value; empty: TestBackend().
     std::string working_dir;  // The daemon's current directory; empty: this process's.
     std::optional<uint64_t> open_files_limit;  // The daemon's RLIMIT_NOFILE, when set.
+    // The daemon's RLIMIT_FSIZE in bytes, when set: a write past it fails EFBIG, as on a full
+    // disk (its log file counts too).
+    std::optional<uint64_t> file_size_limit;
   };
 
   // Starts the daemon and waits for its ready file. The error carries the daemon's log.
