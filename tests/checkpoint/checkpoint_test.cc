@@ -120,7 +120,8 @@ void SetAddKernel(v1::Kernel* kernel, v1::CubeCount* count) {
 // Unary calls on one daemon address; every call has a deadline.
 class Unary {
  public:
-  explicit Unary(const std::string& address) {
+  // `token`: sent as a bearer token on every call (a TCP principal); empty: none.
+  explicit Unary(const std::string& address, std::string token = "") : token_(std::move(token)) {
     channel_ = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
     stub_ = v1::Compute::NewStub(channel_);
     stream_stub_ = v1::SessionStream::NewStub(channel_);
@@ -130,7 +131,7 @@ class Unary {
 
   uint64_t Open() {
     grpc::ClientContext ctx;
-    ctx.set_deadline(In(absl::Seconds(10)));
+    Prepare(ctx);
     v1::OpenSessionRequest req;
     req.set_lease_ms(600000);
     v1::OpenSessionResponse resp;
@@ -140,7 +141,7 @@ class Unary {
   }
   uint64_t Create(uint64_t session, const std::string& data) {
     grpc::ClientContext ctx;
-    ctx.set_deadline(In(absl::Seconds(10)));
+    Prepare(ctx);
     v1::CreateRequest req;
     req.set_session(session);
     req.set_data(data);
@@ -151,7 +152,7 @@ class Unary {
   }
   uint64_t Empty(uint64_t session, uint64_t size) {
     grpc::ClientContext ctx;
-    ctx.set_deadline(In(absl::Seconds(10)));
+    Prepare(ctx);
     v1::EmptyRequest req;
     req.set_session(session);
     req.set_size(size);
@@ -162,7 +163,7 @@ class Unary {
   }
   grpc::Status Add(uint64_t session, uint64_t lhs, uint64_t rhs, uint64_t out) {
     grpc::ClientContext ctx;
-    ctx.set_deadline(In(absl::Seconds(10)));
+    Prepare(ctx);
     v1::ExecuteRequest req;
     req.set_session(session);
     SetAddKernel(req.mutable_kernel(), req.mutable_count());
@@ -173,7 +174,7 @@ class Unary {
   // The bytes of `handle`; the status's message when the read fails.
   std::string Read(uint64_t session, uint64_t handle, grpc::Status* status = nullptr) {
     grpc::ClientContext ctx;
-    ctx.set_deadline(In(absl::Seconds(10)));
+    Prepare(ctx);
     v1::ReadRequest req;
     req.set_session(session);
     req.add_bindings()->set_handle(handle);
@@ -185,7 +186,7 @@ class Unary {
   }
   v1::MemoryUsage Usage() {
     grpc::ClientContext ctx;
-    ctx.set_deadline(In(absl::Seconds(10)));
+    Prepare(ctx);
     v1::MemoryUsageResponse resp;
     grpc::Status s = stub_->MemoryUsage(&ctx, v1::MemoryUsageRequest(), &resp);
     EXPECT_TRUE(s.ok()) << s.error_message();
@@ -193,6 +194,11 @@ class Unary {
   }
 
  private:
+  void Prepare(grpc::ClientContext& ctx) const {
+    ctx.set_deadline(In(absl::Seconds(10)));
+    if (!token_.empty()) ctx.AddMetadata("authorization", "Bearer " + token_);
+  }
+  std::string token_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Compute::Stub> stub_;
   std::unique_ptr<v1::SessionStream::Stub> stream_stub_;
@@ -201,8 +207,9 @@ class Unary {
 // A session stream: opened, or resuming `resume`.
 class Stream {
  public:
-  Stream(v1::SessionStream::Stub& stub, uint64_t resume = 0) {
+  Stream(v1::SessionStream::Stub& stub, uint64_t resume = 0, const std::string& token = "") {
     ctx_.set_deadline(In(absl::Seconds(30)));
+    if (!token.empty()) ctx_.AddMetadata("authorization", "Bearer " + token);
     rw_ = stub.Session(&ctx_);
     v1::SessionRequest open;
     open.mutable_open()->set_resume_session(resume);
@@ -663,6 +670,75 @@ TEST(CheckpointTest, KernelLoopAcrossRestartEndsAsWithoutOne) {
   const std::string with = run(true);
   ASSERT_EQ(without.size(), kN * sizeof(float)) << without;
   EXPECT_EQ(with, without);
+}
+
+TEST(CheckpointTest, RestoredSessionsKeepTheirOwners) {
+  TempDir tmp;
+  const std::string dir = tmp.path() + "/checkpoint";
+  constexpr char kBobToken[] = "bob-token-0123456789abcdef";
+  WriteWholeFile(tmp.path() + "/tokens", absl::StrCat("bob ", kBobToken, "\n"));
+  chmod((tmp.path() + "/tokens").c_str(), 0600);
+  auto config = [&](bool with_bob) {
+    const std::string path = tmp.path() + (with_bob ? "/auth.textproto" : "/alice.textproto");
+    WriteWholeFile(path,
+                   absl::StrCat("token_file: \"tokens\"\n", "principal { name: \"alice\" uids: ",
+                                getuid(), " permissions { all_rpcs: true } }\n",
+                                with_bob ? "principal { name: \"bob\" permissions { all_rpcs: "
+                                           "true } }\n"
+                                         : ""));
+    return path;
+  };
+  const std::string auth = config(true);
+  DaemonProcess::Options options;
+  options.tcp = true;
+  options.flags = {"--auth_config=" + auth, "--checkpoint_dir=" + dir};
+  absl::StatusOr<std::unique_ptr<DaemonProcess>> a = DaemonProcess::Start(options);
+  ASSERT_TRUE(a.ok()) << a.status();
+  const std::string unix_address = (*a)->unix_address();
+  uint64_t alice_session = 0, alice_handle = 0, bob_session = 0, bob_handle = 0;
+  {
+    Unary alice(unix_address);
+    alice_session = alice.Open();
+    alice_handle = alice.Create(alice_session, "alice's");
+    Unary bob((*a)->tcp_address(), kBobToken);
+    bob_session = bob.Open();
+    bob_handle = bob.Create(bob_session, "bob's");
+  }
+  ASSERT_EQ(*(*a)->Stop(SIGTERM), 0) << (*a)->LogTail();
+
+  // A daemon whose policy no longer has bob refuses the checkpoint as a whole.
+  {
+    TempDir run;
+    absl::StatusOr<cubed::testing::ExitedProcess> p =
+        cubed::testing::RunCubedToExit({"--listen=" + run.path() + "/cubed.sock", "--backend=cpu",
+                                        "--restore=" + dir, "--auth_config=" + config(false)},
+                                       run.path());
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(p->exit_code, 1) << p->err;
+    EXPECT_TRUE(absl::StrContains(p->err, "principal 'bob'")) << p->err;
+  }
+
+  options.flags = {"--auth_config=" + auth, "--restore=" + dir,
+                   "--listen=" + SocketPath(unix_address)};
+  absl::StatusOr<std::unique_ptr<DaemonProcess>> b = DaemonProcess::Start(options);
+  ASSERT_TRUE(b.ok()) << b.status();
+  Unary alice(unix_address);
+  Unary bob((*b)->tcp_address(), kBobToken);
+  EXPECT_EQ(alice.Read(alice_session, alice_handle), "alice's");
+  EXPECT_EQ(bob.Read(bob_session, bob_handle), "bob's");
+  // Each session is still its owner's only: bob cannot read or resume alice's, nor she his.
+  grpc::Status s;
+  bob.Read(alice_session, alice_handle, &s);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+  Stream stolen(bob.stream_stub(), alice_session, kBobToken);
+  EXPECT_EQ(stolen.session(), 0u);
+  EXPECT_EQ(stolen.Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+  Stream stolen_back(alice.stream_stub(), bob_session);
+  EXPECT_EQ(stolen_back.Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+  // ... and the owner still may.
+  Stream resumed(alice.stream_stub(), alice_session);
+  EXPECT_EQ(resumed.session(), alice_session);
+  EXPECT_TRUE(resumed.Finish().ok());
 }
 
 TEST(CheckpointTest, RestoreOfAnEmptyDirectoryStartsEmpty) {
