@@ -152,3 +152,112 @@ class StreamClient:
         if ev[0] == "end":
             self.ended = ev[1:]
         return ev
+
+
+def load_ring():
+    """The Python SDK's command ring client (client/python/cubed_client/_ring.py), loaded as is
+    but bound to the stubs load_stubs() generated (the SDK's own are generated at its build, not
+    committed): a package `cubed_ring` whose _proto holds those stubs. None when the file is
+    missing."""
+    import importlib.util
+    import types
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "client",
+                        "python", "cubed_client")
+    if not os.path.exists(os.path.join(root, "_ring.py")):
+        return None
+    from cubed.v1 import ring_pb2, session_pb2
+    package = types.ModuleType("cubed_ring")
+    package.__path__ = []
+    sys.modules["cubed_ring"] = package
+    proto = types.ModuleType("cubed_ring._proto")
+    proto.ring_pb2, proto.session_pb2 = ring_pb2, session_pb2
+    sys.modules["cubed_ring._proto"] = proto
+    for name in ("_errors", "_ring"):
+        spec = importlib.util.spec_from_file_location(f"cubed_ring.{name}",
+                                                      os.path.join(root, f"{name}.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[f"cubed_ring.{name}"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["cubed_ring._ring"]
+
+
+class RingStreamClient:
+    """The same as StreamClient, but the session stream travels through the command ring
+    (docs/api.md, "The command ring"): the socket's path plus `.ring`. A cancel ends the ring at
+    once (the daemon ends the stream, as for a cancelled gRPC call) and is reported here as the
+    gRPC client reports its own cancel: ("end", "CANCELLED", "")."""
+
+    def __init__(self, ring_module, socket_path, first_request):
+        self._events = queue.Queue()
+        self.ended = None
+        self._cancelled = False
+        self._ring = ring_module.Ring(socket_path + ".ring")
+        self._call = ring_module.RingCall(self._ring, first_request)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        try:
+            self._call.serve(lambda response: self._events.put(("response", response)))
+            self._events.put(("end", "OK", ""))
+        except Exception as e:  # CubedError: the stream's end status (RingEnd).
+            code = getattr(e, "code", None)
+            if not self._cancelled:
+                self._events.put(("end", code.name if code is not None else repr(e),
+                                  getattr(e, "message", str(e))))
+        finally:
+            self._call.close()
+
+    def send(self, request):
+        self._call.write(request)
+
+    def half_close(self):
+        self._call.done_writing()
+
+    def cancel(self):
+        self._cancelled = True
+        self._events.put(("end", "CANCELLED", ""))
+        self._call.cancel()
+
+    def event(self, timeout):
+        ev = self._events.get(timeout=timeout)
+        if ev[0] == "end":
+            self.ended = ev[1:]
+        return ev
+
+
+def register_region(socket_path, session, payload, how="ok"):
+    """Registers a memfd holding `payload` for `session` over the region socket (region.proto):
+    (code name, region id, size the daemon reports or its message, this side's mmap). `how`:
+    "ok" (and "many"), "unsealed" (no F_SEAL_SHRINK), "write_sealed" (F_SEAL_WRITE too),
+    "no_fd" (the request alone)."""
+    import fcntl
+    import mmap
+    import socket
+    from cubed.v1 import region_pb2
+    from model import CODE_NAME
+    fd = os.memfd_create("cubed-stateful", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        os.ftruncate(fd, len(payload))
+        mapped = mmap.mmap(fd, len(payload), mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        mapped[:] = payload
+        if how != "unsealed":
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+        if how == "write_sealed":
+            mapped.close()  # F_SEAL_WRITE needs no writable shared mapping.
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE)
+            mapped = None
+        request = region_pb2.RegisterRegionRequest(session=session).SerializeToString()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+            s.settimeout(60)
+            s.connect(socket_path)
+            if how == "no_fd":
+                s.send(request)
+            else:
+                socket.send_fds(s, [request], [fd])
+            answer = s.recv(4096)
+    finally:
+        os.close(fd)
+    r = region_pb2.RegisterRegionResponse.FromString(answer)
+    if r.code != 0:
+        return CODE_NAME.get(r.code, str(r.code)), 0, r.message, None
+    return "OK", r.region, r.size, mapped

@@ -151,6 +151,51 @@ class Graph:
         self.writes = set()  # Parameter indices some step writes
 
 
+class Region:
+    """A shared-memory region of a session (docs/api.md, "Shared-memory regions"): its size and
+    the bytes the model knows it holds (None once a read wrote bytes the model does not know)."""
+
+    def __init__(self, size, content):
+        self.size = size
+        self.content = content
+
+
+MAX_REGIONS = 64
+
+
+def region_bytes(s, region, offset, size):
+    """Device::RegionBytes: the Region of a RegionSlice that fits, or NOT_FOUND /
+    INVALID_ARGUMENT (size 0 or outside the region, without overflow)."""
+    r = s.regions.get(region)
+    if r is None:
+        raise Fail(NF)
+    if size == 0 or offset > r.size or size > r.size - offset:
+        raise Fail(IA)
+    return r
+
+
+def predict_read_into(m, s, kind, bindings, into):
+    """A read or read_tensor with `into` (after the request checks and the seq): (total bytes,
+    [bytes or None] per binding), or the failure. Raw reads resolve their bindings first
+    (CheckBulkRead), then the region; tensor reads the region first. No message limit: the
+    total must fit into.size (INVALID_ARGUMENT)."""
+    region, offset, size = into
+    if kind == "read":
+        views = [m.resolve(s, *b) for b in bindings]
+        r = region_bytes(s, region, offset, size)
+        parts = [None if h.content is None else bytes(h.content[vs:vs + vl])
+                 for h, vs, vl in views]
+        total = sum(vl for _, _, vl in views)
+    else:
+        r = region_bytes(s, region, offset, size)
+        result = predict_read_tensor(m, s, bindings, max_read=None)
+        parts = [data for _, data in result]
+        total = sum(n for n, _ in result)
+    if total > size:
+        raise Fail(IA)
+    return r, total, parts
+
+
 class Recording:
     """A recording in progress: its graph, or the first failure (then graph is None)."""
 
@@ -174,6 +219,7 @@ class Session:
         self.recording = None  # Recording, between begin_graph and end_graph
         self.orphans = []    # Handles whose id was released while a graph holds their slice
         self.next_graph_id = 1
+        self.regions = {}    # region id -> Region (shared memory registered for the session)
 
     def poison_of(self, hid):
         h = self.handles.get(hid)
@@ -413,8 +459,10 @@ def gather(content, start, shape, strides, es):
     return bytes(out)
 
 
-def predict_read_tensor(m, s, bindings):
-    """Device::ReadTensor after the request checks: dense bytes per binding (None: unknown)."""
+def predict_read_tensor(m, s, bindings, max_read=0):
+    """Device::ReadTensor after the request checks: dense bytes per binding (None: unknown).
+    max_read: the message limit (0: the model's; None: none, a read into a region)."""
+    max_read = m.max_read if max_read == 0 else max_read
     out, total = [], 0
     resolved = []
     for (hid, start, end, shape, strides, es) in bindings:
@@ -427,7 +475,7 @@ def predict_read_tensor(m, s, bindings):
         if total >= 2**64:
             raise Fail(IA)
         resolved.append((h, vs, shape, strides, es, size))
-    if total > m.max_read:
+    if max_read is not None and total > max_read:
         raise Fail(RE)
     for (h, vs, shape, strides, es, size) in resolved:
         if h.content is None or size // es > MAX_MODELLED_ELEMENTS:

@@ -13,7 +13,12 @@ cancel, a second open, 4097 commands in one request, CloseSession of the stream'
 recorded graphs (begin_graph, executes recorded over live, released and poisoned handles,
 end_graph, replay_graph with bindings of the right or wrong size, poisoned or released,
 release_graph before or after the handles a graph holds: model.py's Graph keeps their memory as
-orphans, accounted exactly until the last graph holding them goes). Every
+orphans, accounted exactly until the last graph holding them goes). Each stream travels over
+gRPC or, half the time, the command ring (the Python SDK's client, client/python/cubed_client/
+_ring.py): the same requests, replies and errors. Shared-memory regions: memfds registered over
+the region socket (sealed or not, no descriptor, past 64 a session, for closed sessions),
+creates from region slices and reads into them (raw and tensor; every byte written checked
+against the model after the batch), release_region. Every
 numeric field draws arithmetic edge values (0, 1, 2^31, 2^32 - 1, 2^63, 2^64 - 1, the memory and
 message limits, huge shapes, offsets past the end, overflowing products) besides plausible ones, and
 handles come from the session, other sessions, released or poisoned ids. The model predicts each
@@ -57,7 +62,8 @@ import grpc
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import model as M  # noqa: E402
-from daemon import SANITIZER_MARKERS, Daemon, StreamClient, load_stubs  # noqa: E402
+from daemon import (SANITIZER_MARKERS, Daemon, RingStreamClient, StreamClient,  # noqa: E402
+                    load_ring, load_stubs, register_region)
 
 LIMIT = 256 * M.MIB
 MAX_MESSAGE = 4 * M.MIB
@@ -65,6 +71,7 @@ LEASE_MS = 3_600_000  # --session_lease: no session expires during a run.
 RPC_TIMEOUT = 60
 MAX_SESSIONS = 5
 pb = None  # cubed.v1 compute_pb2, types_pb2, session_pb2 (set by main).
+RING = None  # The SDK's command ring client (daemon.load_ring), when it loaded.
 types_pb = None
 session_pb = None
 
@@ -107,6 +114,7 @@ class Run:
         self.steps = 0
         self.restarts = 0
         self.codes = {}
+        self.regions = True  # Shared-memory regions (off with --no_regions).
 
     def count(self, what, code):
         key = f"{what}:{code}"
@@ -159,14 +167,17 @@ class CubedMachine(RuleBasedStateMachine):
             diverge("MemoryCleanup", f"a daemon holding nothing still reports {usage}")
         self.m.observe(usage.bytes_reserved)
         self.streams = {}  # session id -> StreamClient
+        self.region_maps = {}  # (session id, region id) -> this side's mmap of the region
+        self.regions_touched = set()  # Sessions whose regions a read wrote in this batch
+        self.region_bias = 3  # Creates and reads that use a region: 3 in 10 (region_batch: 8)
 
-    @initialize()
-    def open_sessions(self):
+    @initialize(ring=st.booleans())
+    def open_sessions(self, ring):
         """Every sequence starts with one unary session and one stream."""
         code, r, details = self.call("OpenSession", pb.OpenSessionRequest())
         self.check_code("OpenSession", M.OK, code, details)
         self.m.sessions[r.session] = M.Session(r.session, stream=False)
-        client = StreamClient(self.d.stream, session_pb.SessionRequest(
+        client = self.new_stream(ring, session_pb.SessionRequest(
             open=session_pb.SessionRequest.Open()))
         ev = self.stream_event(client, "stream open")
         if ev[0] != "response" or not ev[1].HasField("opened"):
@@ -187,6 +198,16 @@ class CubedMachine(RuleBasedStateMachine):
                 lambda s: self.m.empty_content(s, 64), ([4, 4], [4, 1], 4))
 
     # ---- helpers ----
+
+    def new_stream(self, ring, first_request):
+        """A session stream over the command ring (`ring`, when the daemon's ring client
+        loaded) or gRPC: the same requests, replies and errors (docs/api.md, "The command
+        ring")."""
+        if ring and RING is not None:
+            RUN.count("stream carrier", "ring")
+            return RingStreamClient(RING, self.d.socket, first_request)
+        RUN.count("stream carrier", "grpc")
+        return StreamClient(self.d.stream, first_request)
 
     def call(self, method, request):
         RUN.steps += 1
@@ -339,14 +360,14 @@ class CubedMachine(RuleBasedStateMachine):
                                         f"has {released}")
 
     @precondition(lambda self: len(self.m.sessions) < MAX_SESSIONS)
-    @rule(data=st.data(), stream=st.booleans())
-    def lease_expiry(self, data, stream):
+    @rule(data=st.data(), stream=st.booleans(), ring=st.booleans())
+    def lease_expiry(self, data, stream, ring):
         """A session with a lease of a few milliseconds, given 100 bytes, then left alone: once
         the lease passed it is gone with its memory; a unary call naming it is NOT_FOUND and its
         stream ends NOT_FOUND (docs/api.md, "Sessions across invocations")."""
         lease = data.draw(st.sampled_from([1, 2, 10, 30]), label="lease_ms")
         if stream:
-            client = StreamClient(self.d.stream, session_pb.SessionRequest(
+            client = self.new_stream(ring, session_pb.SessionRequest(
                 open=session_pb.SessionRequest.Open(lease_ms=lease)))
             ev = self.stream_event(client, "stream open (short lease)")
             if ev[0] != "response" or ev[1].opened.lease_ms != lease:
@@ -816,13 +837,13 @@ class CubedMachine(RuleBasedStateMachine):
     # ---- session streams ----
 
     @precondition(lambda self: len(self.m.sessions) < MAX_SESSIONS)
-    @rule(data=st.data())
-    def stream_open(self, data):
+    @rule(data=st.data(), ring=st.booleans())
+    def stream_open(self, data, ring):
         device = data.draw(mostly(st.just(0), u32), label="device")
         lease = data.draw(mostly(st.just(0), st.sampled_from([M.MAX_LEASE_MS + 1, 2**64 - 1])),
                           label="lease_ms")
         RUN.steps += 1
-        client = StreamClient(self.d.stream, session_pb.SessionRequest(
+        client = self.new_stream(ring, session_pb.SessionRequest(
             open=session_pb.SessionRequest.Open(device=device, lease_ms=lease)))
         ev = self.stream_event(client, "stream open")
         expected = M.NF if device != 0 else M.IA if lease > M.MAX_LEASE_MS else M.OK
@@ -868,8 +889,28 @@ class CubedMachine(RuleBasedStateMachine):
                  "memory_usage", "read", "execute", "begin_graph", None]), label="then"))
         self.run_batch(data, plan)
 
-    def run_batch(self, data, plan):
+    @precondition(lambda self: self.streams and RUN.regions)
+    @rule(data=st.data())
+    def region_batch(self, data):
+        """A region registered for a stream's session, then a batch of creates from it, reads
+        into it (raw and tensor, checked byte for byte afterwards) and a release_region."""
         sid = data.draw(st.sampled_from(list(self.streams)), label="stream")
+        s = self.m.sessions[sid]
+        if not s.regions or data.draw(st.booleans(), label="another_region"):
+            self.register_region(data, "ok", sid)
+        plan = [data.draw(st.sampled_from(["create", "create_tensor", "read", "read",
+                                           "read_tensor", "read_tensor", "release_region",
+                                           "execute", None]), label="then")
+                for _ in range(data.draw(st.integers(1, 5), label="commands"))]
+        self.region_bias = 8
+        try:
+            self.run_batch(data, plan, sid)
+        finally:
+            self.region_bias = 3
+
+    def run_batch(self, data, plan, sid=None):
+        if sid is None:
+            sid = data.draw(st.sampled_from(list(self.streams)), label="stream")
         s = self.m.sessions[sid]
         client = self.streams[sid]
         commands, expected = [], []  # expected: (seq, kind, check) per reply, in order.
@@ -910,6 +951,7 @@ class CubedMachine(RuleBasedStateMachine):
             check(reply)
         RUN.count("Session.sync", M.CODE_NAME.get(replies[-1].code, replies[-1].code))
         sync_reply(replies[-1])
+        self.check_regions()
 
     def next_seq(self, data, s):
         last = -1 if s.last_seq is None else s.last_seq
@@ -940,7 +982,7 @@ class CubedMachine(RuleBasedStateMachine):
         kinds = ["create", "create_tensor", "empty", "empty_tensor", "execute", "execute",
                  "release", "read", "read_tensor", "flush", "memory_usage", "memory_cleanup",
                  "start_profile", "end_profile", "none", "begin_graph", "replay_graph",
-                 "replay_graph", "release_graph"]
+                 "replay_graph", "release_graph"] + (["release_region"] if RUN.regions else [])
         if s.recording is not None:  # Mostly executes to record, then end_graph.
             kinds += ["execute"] * 8 + ["end_graph"] * 4
         elif s.graphs:
@@ -955,6 +997,19 @@ class CubedMachine(RuleBasedStateMachine):
             return self.stream_allocation(data, s, seq, kind)
         if kind in ("begin_graph", "end_graph", "replay_graph", "release_graph"):
             return self.graph_command(data, s, seq, kind)
+        if kind == "release_region":
+            regions = list(s.regions)
+            rid = data.draw(st.sampled_from(regions) if regions and data.draw(
+                st.integers(0, 9), label="own_region") < 8 else st.sampled_from(
+                [0, 1, 64, M.U64_MAX]), label="region")
+            command = C(seq=seq, release_region=C.ReleaseRegion(region=rid))
+            status = self.seq_status(s, seq, None)
+            if status is None:
+                if s.regions.pop(rid, None) is None:
+                    status = M.Fail(M.NF)
+            if status is not None:
+                self.fail(s, seq, kind, status)
+            return command, None, None
         if kind == "execute" and s.recording is not None:
             return self.record_execute(data, s, seq)
         if kind == "execute":
@@ -1026,6 +1081,9 @@ class CubedMachine(RuleBasedStateMachine):
                 invalid = None
             except M.Fail as f:
                 invalid = f
+            if RUN.regions and data.draw(st.integers(0, 9), label="into_region") < (
+                    self.region_bias if s.regions else 1):
+                return self.read_into_region(data, s, seq, kind, command, bindings, invalid)
             status = self.seq_status(s, seq, invalid)
             try:
                 if status is not None:
@@ -1260,6 +1318,113 @@ class CubedMachine(RuleBasedStateMachine):
             self.poison_outputs(s, self.fail(s, seq, kind, status), written)
         return command, None, None
 
+    # ---- shared-memory regions (docs/api.md, "Shared-memory regions") ----
+
+    def draw_region_slice(self, data, s, want=None):
+        """(region, offset, size): mostly a range inside a region of the session (of `want`
+        bytes when given), else an unknown region, size 0 or a range past the end."""
+        regions = list(s.regions)
+        if regions and data.draw(st.integers(0, 9), label="own_region") < 9:
+            rid = data.draw(st.sampled_from(regions), label="region")
+            rsize = s.regions[rid].size
+        else:
+            rid = data.draw(st.one_of(st.sampled_from([0, 1, 2, 64, 65, M.U64_MAX]), u64),
+                            label="region")
+            rsize = 64
+        fits = want if want is not None and 1 <= want <= rsize else None
+        size = data.draw(mostly(st.just(fits) if fits else st.integers(1, rsize), st.sampled_from(
+            [0, rsize, rsize + 1, 2**63, M.U64_MAX]), 90), label="region_size")
+        room = max(rsize - size, 0) if size <= rsize else 0
+        offset = data.draw(mostly(st.integers(0, room), st.sampled_from(
+            [room + 1, rsize, rsize + 1, 2**63, M.U64_MAX]), 92), label="region_offset")
+        return rid, offset, size
+
+    def read_into_region(self, data, s, seq, kind, command, bindings, invalid):
+        """A read or read_tensor with `into`: its reply carries region_bytes; the bytes land in
+        the region (checked against the model after the batch, check_regions)."""
+        rid, offset, size = self.draw_region_slice(data, s)
+        into = types_pb.RegionSlice(region=rid, offset=offset, size=size)
+        getattr(command, kind).into.CopyFrom(into)
+        if invalid is None and size == 0:
+            invalid = M.Fail(M.IA)
+        status = self.seq_status(s, seq, invalid)
+        what = f"{kind} into a region"
+        try:
+            if status is not None:
+                raise status
+            r, total, parts = M.predict_read_into(self.m, s, kind, bindings, (rid, offset, size))
+        except M.Fail as f:
+            RUN.count(f"Session.{what}", f"expected {f.code}")
+            return command, (seq, what, self.reply_check(what, f)), None
+        RUN.count(f"Session.{what}", "expected OK")
+        if r.content is not None:
+            at = offset
+            for part in parts:
+                if part is None:
+                    r.content = None
+                    break
+                r.content[at:at + len(part)] = part
+                at += len(part)
+        self.regions_touched.add(s.id)
+
+        def check(reply):
+            self.reply_code(what, reply, M.OK)
+            if reply.WhichOneof("result") != "region_bytes" or reply.region_bytes != total:
+                diverge(f"stream {what}", f"reply {reply}, expected region_bytes {total}")
+        return command, (seq, what, check), None
+
+    def check_regions(self):
+        """After a batch's replies: every region a read wrote holds what the model has."""
+        for sid in self.regions_touched:
+            s = self.m.sessions.get(sid)
+            if s is None:
+                continue
+            for rid, r in s.regions.items():
+                mapped = self.region_maps.get((sid, rid))
+                if r.content is not None and mapped is not None and mapped[:] != bytes(r.content):
+                    got = mapped[:]
+                    first = next(i for i in range(len(got)) if got[i] != r.content[i])
+                    diverge("region", f"region {rid} of session {sid} differs from the model at "
+                                      f"byte {first}: {got[first:first + 16]!r}, the model has "
+                                      f"{bytes(r.content[first:first + 16])!r}")
+        self.regions_touched = set()
+
+    @precondition(lambda self: RUN.regions)
+    @rule(data=st.data(), how=st.sampled_from(["ok"] * 8 + ["unsealed", "write_sealed",
+                                                           "no_fd", "many"]))
+    def register_region(self, data, how, sid=None):
+        """Registers a memfd for a session over the region socket (region.proto): NOT_FOUND
+        for a session not open, RESOURCE_EXHAUSTED past 64 regions, INVALID_ARGUMENT for a
+        descriptor missing, not sealed against shrinking or sealed against writes."""
+        if sid is None and self.streams and data.draw(st.booleans(), label="stream_session"):
+            sid = data.draw(st.sampled_from(list(self.streams)), label="session")
+        if sid is None:
+            sid = self.pick_session(data)
+        s = self.m.sessions.get(sid)
+        if how != "ok" and (s is None or len(s.regions) >= M.MAX_REGIONS):
+            how = "ok"  # Which of two faults is reported first is not documented.
+        size = data.draw(st.sampled_from([1, 8, 64, 100, 4096, 65536, M.MIB]), label="bytes")
+        fill = data.draw(st.integers(0, 255), label="fill")
+        RUN.steps += 1
+        for _ in range(M.MAX_REGIONS + 1 if how == "many" else 1):
+            payload = bytes((fill + i) % 256 for i in range(min(size, 4096))) * (
+                -(-size // 4096))
+            code, region, got, mapped = register_region(
+                self.d.socket + ".regions", sid, payload[:size], how)
+            RUN.count("RegisterRegion", code)
+            expected = (M.NF if s is None else M.IA if how not in ("ok", "many") else
+                        M.RE if len(s.regions) >= M.MAX_REGIONS else M.OK)
+            if code != expected:
+                diverge("RegisterRegion", f"the model predicts {expected}, the daemon answered "
+                                          f"{code}: {got!r}")
+            if code != M.OK:
+                return
+            if region in s.regions or got != size:
+                diverge("RegisterRegion", f"region {region} ({got} bytes) is in use or not of "
+                                          f"{size} bytes")
+            s.regions[region] = M.Region(size, bytearray(payload[:size]))
+            self.region_maps[(sid, region)] = mapped
+
     def stream_allocation(self, data, s, seq, kind):
         C = session_pb.Command
         fresh = s.next_client_id
@@ -1270,8 +1435,41 @@ class CubedMachine(RuleBasedStateMachine):
         hid = data.draw(st.one_of(*choices), label="id")
         if hid == fresh:
             s.next_client_id += 1
-        tensor, invalid = None, None
-        if kind == "create":
+        tensor, invalid, late = None, None, None
+        # A create from a shared-memory region (docs/api.md, "Shared-memory regions").
+        use_region = RUN.regions and kind in ("create", "create_tensor") and data.draw(
+            st.integers(0, 9), label="from_region") < (self.region_bias if s.regions else 1)
+        if use_region:
+            shape, es, dense = None, None, None
+            if kind == "create_tensor":
+                shape = data.draw(shapes, label="shape")
+                es = data.draw(elem_sizes, label="elem_size")
+                dense = M.prod(shape) * es
+                tensor = (shape, [M.prod(shape[i + 1:]) for i in range(len(shape))], es)
+            rid, offset, size = self.draw_region_slice(data, s, dense)
+            into = types_pb.RegionSlice(region=rid, offset=offset, size=size)
+            if kind == "create":
+                command = C(seq=seq, create=C.Create(id=hid, region=into))
+            else:
+                command = C(seq=seq, create_tensor=C.CreateTensor(
+                    id=hid, region=into, shape=shape, elem_size=es))
+            try:
+                if kind == "create_tensor":
+                    M.check_tensor_shape(shape, es)
+                if size == 0 or (dense is not None and dense != size):
+                    raise M.Fail(M.IA)
+            except M.Fail as f:
+                invalid = f
+            content = None
+            try:
+                r = M.region_bytes(s, rid, offset, size)
+                if r.content is not None:
+                    content = bytearray(r.content[offset:offset + size])
+            except M.Fail as f:
+                late = f
+            RUN.count("Session.create from region", "expected " + (
+                "invalid" if invalid else late.code if late else "OK"))
+        elif kind == "create":
             payload = data.draw(payloads, label="data")
             command = C(seq=seq, create=C.Create(id=hid, data=payload))
             size, content = len(payload), bytearray(payload)
@@ -1311,8 +1509,8 @@ class CubedMachine(RuleBasedStateMachine):
             f = self.fail(s, seq, kind, M.Fail(M.IA))
         elif s.in_use(hid):  # Not entered; a bad seq is the error reported (docs/api.md).
             f = self.fail(s, seq, kind, status if seq_bad else M.Fail(M.FP))
-        elif status is not None:
-            f = self.fail(s, seq, kind, status)
+        elif status is not None or late is not None:
+            f = self.fail(s, seq, kind, status or late)
             s.poisoned[hid] = f
         else:
             try:
@@ -1478,20 +1676,26 @@ class CubedMachine(RuleBasedStateMachine):
 
 
 def main():
-    global RUN, pb, types_pb, session_pb
+    global RUN, pb, types_pb, session_pb, RING
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cubed", required=True, help="the daemon binary")
     ap.add_argument("--proto_dir", required=True, help="the repository's proto/ directory")
     ap.add_argument("--seconds", type=float, default=20, help="time budget (new sequences start "
                     "until it is spent; CUBED_STATEFUL_SECONDS overrides)")
     ap.add_argument("--steps", type=int, default=40, help="most steps per sequence")
+    ap.add_argument("--no_ring", action="store_true", help="session streams over gRPC only")
+    ap.add_argument("--no_regions", action="store_true", help="no shared-memory regions")
     args = ap.parse_args()
     seconds = float(os.environ.get("CUBED_STATEFUL_SECONDS", args.seconds))
     stub_dir = tempfile.mkdtemp(prefix="cubed-stateful-stubs-")
     load_stubs(args.proto_dir, stub_dir)
     from cubed.v1 import compute_pb2, session_pb2, types_pb2
     pb, types_pb, session_pb = compute_pb2, types_pb2, session_pb2
+    RING = None if args.no_ring else load_ring()
+    if RING is None and not args.no_ring:
+        print("stateful: client/python/cubed_client/_ring.py is missing: streams over gRPC only")
     RUN = Run(args.cubed, seconds)
+    RUN.regions = not args.no_regions
     CubedMachine.TestCase.settings = settings(
         max_examples=20, stateful_step_count=args.steps, deadline=None, database=None,
         suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
