@@ -319,10 +319,23 @@ bool StreamTransport::Resume(absl::Status& status) {
     wire_ = *std::move(wire);
     resumed = opened.resumed_seq();
     if (written > resumed) {
-      lost_commands_ = absl::UnavailableError(absl::StrCat(
+      const absl::Status lost = absl::UnavailableError(absl::StrCat(
           "commands ", resumed + 1, " .. ", written, " of session ", opened_.session(),
           " did not run: the daemon restarted before them (checkpoint and restore); the handles "
           "they would have made do not exist"));
+      // The first sync still queued reports it (one queued during the resume would otherwise
+      // answer OK); without one, the next sync sent.
+      bool reported = false;
+      for (const v1::Command& queued : queue_) {
+        auto it = queued.has_sync() ? pending_.find(queued.seq()) : pending_.end();
+        if (it == pending_.end()) continue;
+        it->second = [lost, inner = std::move(it->second)](absl::StatusOr<v1::Reply*> reply) {
+          inner(reply.ok() ? absl::StatusOr<v1::Reply*>(lost) : std::move(reply));
+        };
+        reported = true;
+        break;
+      }
+      if (!reported) lost_commands_ = lost;
     }
     // Replies still due for commands already written are lost with the old wire.
     for (auto it = pending_.begin(); it != pending_.end();) {
