@@ -758,8 +758,15 @@ def new_graph(s, gid, params):
 
 def predict_record(m, s, launch):
     """Device::RecordExecute after the request checks: PrepareLaunch (mode, cube count, bindings
-    resolved) and, for builtins, ValidateBuiltin (not CheckHostBuffers: alignment and overlap are
-    checked when a replay runs the step). Nothing runs. Returns (views, tensors)."""
+    resolved) and, for builtins, ValidateBuiltin. Nothing runs. Returns (views, tensors).
+
+    Known finding (docs/reliability.md, "Stateful fuzzing", 2026-12-03): docs/api.md says each
+    recorded execute is "checked as if it ran", but the daemon leaves out what the backend checks
+    when a launch runs: CheckHostBuffers (a binding misaligned for its elements, an output
+    overlapping an input), a client kernel on the CPU backend (UNIMPLEMENTED) and a dynamic cube
+    count's bytes. Such an execute is recorded, and every replay fails at that step. The model
+    predicts what the daemon does (predict_replay), so that the run stays green; the fuzzer
+    records dynamic counts as static ones (their bytes are not modelled at replay)."""
     if launch.mode == 2:
         raise Fail(PD)
     if launch.dynamic is not None:
