@@ -172,9 +172,18 @@ __device__ bool CombineSplits(const CudaBuiltinArgs& a, u64 group, u64 s, u64 sp
   if (!last) return false;
   __threadfence();
   if (active) {
+    // kInFlight partials loaded before any is combined: one L2 round trip per kInFlight slices,
+    // not per slice (a thread per output combines every slice alone, at the kernel's tail).
     acc = Red::Init();
-    for (u64 j = g.lane; j < splits; j += g.size) {
-      acc = Red::Combine(acc, LoadFromL2(&partials[j * a.count + o]));
+    for (u64 j = g.lane; j < splits; j += kInFlight * g.size) {
+      Acc part[kInFlight];
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        const u64 k = j + u * g.size;
+        part[u] = k < splits ? LoadFromL2(&partials[k * a.count + o]) : Red::Init();
+      }
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) acc = Red::Combine(acc, part[u]);
     }
     acc = GroupAllReduce<Red>(acc, a.variant);
   }
