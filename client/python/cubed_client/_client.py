@@ -128,10 +128,10 @@ def connect(address: Optional[str] = None, *, timeout: float = 60.0, device: int
             ``"grpc"``. The environment variable CUBED_CLIENT_CARRIER overrides it.
         spin: over the command ring, how long (seconds) a thread waiting for an answer polls
             the shared memory for it before it sleeps (an answer found so costs no thread
-            wake-up). None: what the daemon suggests when it opens the ring (its
+            wake-up). None: four times what the daemon suggests when it opens the ring (its
             --ring_spin_us: 50 µs on hosts with 8 cores or more, 0 on smaller ones, where
-            polling would take the CPU the daemon answers with). The environment variable
-            CUBED_CLIENT_SPIN (seconds) overrides it.
+            polling would take the CPU the daemon answers with), at most 1 ms. The environment
+            variable CUBED_CLIENT_SPIN (seconds) overrides it.
 
     Raises:
         UnavailableError: the daemon cannot be reached.

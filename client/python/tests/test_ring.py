@@ -141,11 +141,11 @@ def test_spin_is_checked(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> Non
 def test_the_waiting_thread_polls_as_long_as_the_daemon_suggests(
         request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CUBED_CLIENT_SPIN", raising=False)
-    d = Daemon(request.config.getoption("--cubed"), "--ring_spin_us=300")
+    d = Daemon(request.config.getoption("--cubed"), "--ring_spin_us=100")
     try:
         with cubed_client.connect(d.address) as c:
             assert c.carrier == "ring"
-            assert c._transport.spin == pytest.approx(300e-6)
+            assert c._transport.spin == pytest.approx(400e-6)  # Four times the suggestion.
             np.testing.assert_array_equal(c.read(c.create(np.arange(5))), np.arange(5))
         with cubed_client.connect(d.address, spin=0) as c:
             assert c._transport.spin == 0
