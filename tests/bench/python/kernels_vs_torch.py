@@ -1,7 +1,7 @@
 """Builtin kernels through the Python SDK against PyTorch on the same GPU, same run (issue 14):
 
   * add, 64M f32                          GB/s of inputs + output
-  * sum, 64M f32 (full reduction)         GB/s of input
+  * sum, mean, max, min, argmax of 64M f32 (full reductions)   GB/s of input
   * softmax over rows, 4096 x 4096 f32    GB/s of input + output
   * layer_norm (weight, bias) and rms_norm (weight) over rows, 4096 x 4096 f32 and bf16
                                           GB/s of input + output
@@ -170,6 +170,14 @@ def main() -> int:
                  lambda: c.add(cx, cy), lambda: torch.add(tx, ty)),
                 ("sum of 64M f32 (full reduction)", "GB/s", 4.0 * n / 1e9,
                  lambda: c.sum(cx), lambda: tx.sum()),
+                ("mean of 64M f32 (full reduction)", "GB/s", 4.0 * n / 1e9,
+                 lambda: c.mean(cx), lambda: tx.mean()),
+                ("max of 64M f32 (full reduction)", "GB/s", 4.0 * n / 1e9,
+                 lambda: c.max(cx), lambda: tx.amax()),
+                ("min of 64M f32 (full reduction)", "GB/s", 4.0 * n / 1e9,
+                 lambda: c.min(cx), lambda: tx.amin()),
+                ("argmax of 64M f32 (full reduction)", "GB/s", 4.0 * n / 1e9,
+                 lambda: c.argmax(cx), lambda: tx.argmax()),
                 ("softmax over rows, 4096 x 4096 f32", "GB/s", 8.0 * 4096 * 4096 / 1e9,
                  lambda: c.softmax(cs), lambda: torch.softmax(ts, -1)),
             ]
