@@ -30,10 +30,12 @@
 #include "cubed/v1/session.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tests/testing/daemon_process.h"
+#include "tests/testing/temp_dir.h"
 
 namespace {
 
 using ::cubed::testing::DaemonProcess;
+using ::cubed::testing::TempDir;
 namespace v1 = ::cubed::v1;
 namespace fs = std::filesystem;
 
@@ -81,23 +83,6 @@ mode_t Mode(const std::string& path) {
   if (stat(path.c_str(), &st) != 0) return 0;
   return st.st_mode & 0777;
 }
-
-// A fresh temporary directory, removed with everything in it at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/cubed-ckpt-XXXXXX";
-    path_ = mkdtemp(tmpl) != nullptr ? tmpl : "";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // The metadata and bindings of builtin "add" over three dense f32[kN] buffers.
 void SetAdd(v1::Bindings* b, uint64_t lhs, uint64_t rhs, uint64_t out) {
@@ -444,7 +429,7 @@ void MakeCheckpoint(const std::string& dir, Work* w = nullptr) {
 }
 
 TEST(CheckpointTest, SigtermWritesSessionsAndRestoreBringsThemBack) {
-  TempDir tmp;
+  TempDir tmp("cubed-ckpt");
   const std::string dir = tmp.path() + "/checkpoint";  // Made by the daemon.
   std::unique_ptr<DaemonProcess> a = StartDaemon({"--checkpoint_dir=" + dir});
   ASSERT_NE(a, nullptr);
@@ -477,7 +462,7 @@ TEST(CheckpointTest, SigtermWritesSessionsAndRestoreBringsThemBack) {
 }
 
 TEST(CheckpointTest, CubectlDrainCheckpointWritesAndExits) {
-  TempDir tmp;
+  TempDir tmp("cubed-ckpt");
   const std::string dir = tmp.path() + "/checkpoint";
   std::unique_ptr<DaemonProcess> a = StartDaemon({"--checkpoint_dir=" + dir});
   ASSERT_NE(a, nullptr);
@@ -518,7 +503,7 @@ TEST(CheckpointTest, DrainCheckpointWithoutDirectoryIsRefusedAndServesOn) {
 }
 
 TEST(CheckpointTest, CheckpointOverTheLimitIsRefusedWritingNothing) {
-  TempDir tmp;
+  TempDir tmp("cubed-ckpt");
   const std::string dir = tmp.path() + "/checkpoint";
   std::unique_ptr<DaemonProcess> a =
       StartDaemon({"--checkpoint_dir=" + dir, "--checkpoint_max_bytes=4KiB"});
@@ -547,7 +532,7 @@ TEST(CheckpointTest, CheckpointOverTheLimitIsRefusedWritingNothing) {
 
 // Restoring `dir` must fail, naming `file` and `what`.
 void ExpectRefused(const std::string& dir, const std::string& file, const std::string& what) {
-  TempDir run;
+  TempDir run("cubed-ckpt");
   absl::StatusOr<cubed::testing::ExitedProcess> p = cubed::testing::RunCubedToExit(
       {"--listen=" + run.path() + "/cubed.sock", "--backend=cpu", "--restore=" + dir}, run.path());
   ASSERT_TRUE(p.ok()) << p.status();
@@ -558,7 +543,7 @@ void ExpectRefused(const std::string& dir, const std::string& file, const std::s
 }
 
 TEST(CheckpointTest, FaultyCheckpointsAreRefusedAsAWhole) {
-  TempDir tmp;
+  TempDir tmp("cubed-ckpt");
   const std::string good = tmp.path() + "/good";
   MakeCheckpoint(good);
   ASSERT_FALSE(HasFatalFailure());
@@ -609,7 +594,7 @@ TEST(CheckpointTest, FaultyCheckpointsAreRefusedAsAWhole) {
 }
 
 TEST(CheckpointTest, FullDiskIsRefusedLeavingNothingAndServesOn) {
-  TempDir tmp;
+  TempDir tmp("cubed-ckpt");
   const std::string dir = tmp.path() + "/checkpoint";
   DaemonProcess::Options options;
   options.flags = {"--checkpoint_dir=" + dir};
@@ -635,7 +620,7 @@ TEST(CheckpointTest, FullDiskIsRefusedLeavingNothingAndServesOn) {
 }
 
 TEST(CheckpointTest, KernelLoopAcrossRestartEndsAsWithoutOne) {
-  TempDir tmp;
+  TempDir tmp("cubed-ckpt");
   const std::string dir = tmp.path() + "/checkpoint";
   constexpr int kSteps = 20;
   // x = x * 1 + one, kSteps times, in one session; the same on a daemon that is checkpointed,
@@ -673,7 +658,7 @@ TEST(CheckpointTest, KernelLoopAcrossRestartEndsAsWithoutOne) {
 }
 
 TEST(CheckpointTest, RestoredSessionsKeepTheirOwners) {
-  TempDir tmp;
+  TempDir tmp("cubed-ckpt");
   const std::string dir = tmp.path() + "/checkpoint";
   constexpr char kBobToken[] = "bob-token-0123456789abcdef";
   WriteWholeFile(tmp.path() + "/tokens", absl::StrCat("bob ", kBobToken, "\n"));
@@ -708,7 +693,7 @@ TEST(CheckpointTest, RestoredSessionsKeepTheirOwners) {
 
   // A daemon whose policy no longer has bob refuses the checkpoint as a whole.
   {
-    TempDir run;
+    TempDir run("cubed-ckpt");
     absl::StatusOr<cubed::testing::ExitedProcess> p =
         cubed::testing::RunCubedToExit({"--listen=" + run.path() + "/cubed.sock", "--backend=cpu",
                                         "--restore=" + dir, "--auth_config=" + config(false)},
@@ -742,7 +727,7 @@ TEST(CheckpointTest, RestoredSessionsKeepTheirOwners) {
 }
 
 TEST(CheckpointTest, RestoreOfAnEmptyDirectoryStartsEmpty) {
-  TempDir tmp;
+  TempDir tmp("cubed-ckpt");
   std::unique_ptr<DaemonProcess> a = StartDaemon({"--restore=" + tmp.path()});
   ASSERT_NE(a, nullptr);
   Unary u(a->unix_address());

@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -22,6 +21,7 @@
 #include "client/client.h"
 #include "gtest/gtest.h"
 #include "tests/testing/daemon_process.h"
+#include "tests/testing/temp_dir.h"
 
 namespace {
 
@@ -31,7 +31,7 @@ using ::cubed::ClientOptions;
 using ::cubed::ElemType;
 using ::cubed::Tensor;
 using ::cubed::testing::DaemonProcess;
-namespace fs = std::filesystem;
+using ::cubed::testing::TempDir;
 
 constexpr uint64_t kN = 256;
 
@@ -62,24 +62,8 @@ std::vector<uint8_t> Floats(const std::vector<float>& v) {
   return out;
 }
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/cubed-resume-XXXXXX";
-    path_ = mkdtemp(tmpl) != nullptr ? tmpl : "";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 TEST(SdkResumeTest, KernelLoopCarriesOnAcrossACheckpointedRestart) {
-  TempDir tmp;
+  TempDir tmp("cubed-resume");
   const std::string dir = tmp.path() + "/checkpoint";
   std::unique_ptr<DaemonProcess> a = StartDaemon({"--checkpoint_dir=" + dir});
   ASSERT_NE(a, nullptr);
@@ -140,7 +124,7 @@ TEST(SdkResumeTest, CommandsCutByTheRestartAreReportedNotLost) {
   // full count exactly when Sync reports lost commands.
   constexpr uint64_t kBig = uint64_t{1} << 20;
   constexpr int kAdds = 1000;
-  TempDir tmp;
+  TempDir tmp("cubed-resume");
   const std::string dir = tmp.path() + "/checkpoint";
   std::unique_ptr<DaemonProcess> a = StartDaemon({"--checkpoint_dir=" + dir});
   ASSERT_NE(a, nullptr);
