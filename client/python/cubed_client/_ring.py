@@ -264,15 +264,6 @@ class Ring:
         when the connection ended. Without ``read_lock``, or with it on a waiter's thread."""
         self._wait(self._reply_bell, _CLIENT_REPLY_WAITING, self.has_reply, timeout)
 
-    def read(self) -> Tuple[int, bytes]:
-        """The next whole message of the reply ring as (kind, bytes), waiting for it."""
-        while True:
-            with self.read_lock:
-                message = self.try_read()
-            if message is not None:
-                return message
-            self.wait_reply()
-
     # Note [Waiter reads]
     # A thread that waits for an answer first polls the reply ring itself for a while
     # (RingCall.serve_until; connect(spin=...)) instead of sleeping until the reader thread is
