@@ -11,7 +11,9 @@
 See client/python/README.md; the wire API is docs/api.md, the kernels docs/kernel-abi.md.
 """
 
-from ._client import Binding, Client, Profile, connect, default_address
+from ._address import default_address
+from ._client import Binding, Client, Profile
+from ._connect import connect
 from ._errors import (CubedError, DeadlineExceededError, FailedPreconditionError, InternalError,
                       InvalidArgumentError, NotFoundError, PermissionDeniedError,
                       ResourceExhaustedError, UnauthenticatedError, UnavailableError,

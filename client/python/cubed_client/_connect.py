@@ -1,0 +1,120 @@
+"""connect(): opens a Client, choosing the transport (session stream or unary calls) and what
+carries the stream (the command ring or gRPC) from the address and the daemon's answers."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import grpc
+
+from ._address import default_address, ring_socket_path, target_of
+from ._client import Client
+from ._errors import UnimplementedError
+from ._transport import StreamTransport, UnaryTransport
+
+PathOrBytes = Union[str, os.PathLike, bytes]
+
+
+def _pem(value: Optional[PathOrBytes]) -> Optional[bytes]:
+    if value is None or isinstance(value, bytes):
+        return value
+    return Path(value).read_bytes()
+
+
+def connect(address: Optional[str] = None, *, timeout: float = 60.0, device: int = 0,
+            lease: Optional[float] = None, transport: str = "auto", token: Optional[str] = None,
+            tls: Optional[bool] = None, root_certificates: Optional[PathOrBytes] = None,
+            certificate_chain: Optional[PathOrBytes] = None,
+            private_key: Optional[PathOrBytes] = None, server_name: Optional[str] = None,
+            max_message_bytes: int = 1 << 30, session: int = 0,
+            region_threshold: int = 1 << 20, carrier: str = "auto",
+            spin: Optional[float] = None) -> "Client":
+    """Connects to a cubed daemon and opens a session on ``device``.
+
+    Args:
+        address: ``"unix:/path/cubed.sock"``, a socket path starting with ``/``, or
+            ``"host:port"`` (TCP). Default: default_address().
+        timeout: deadline of each call and of each answer on the stream, seconds.
+        device: device index to open the session on.
+        lease: session lease in seconds (None: the daemon's --session_lease). The daemon frees
+            the session when this long passes without a command.
+        transport: ``"stream"`` (the pipelined session stream), ``"unary"`` (one RPC per call),
+            or ``"auto"``: the stream, falling back to unary calls when the daemon has no stream
+            (UNIMPLEMENTED). The environment variable CUBED_CLIENT_TRANSPORT overrides it.
+        token: sent as ``authorization: Bearer <token>`` metadata on every call.
+        tls: use TLS; implied by any of the three certificate arguments.
+        root_certificates: PEM (bytes or a file path) of the CA that signed the daemon's
+            certificate; None: the system's roots.
+        certificate_chain, private_key: PEM of a client certificate and its key (mutual TLS).
+        server_name: the name to check the daemon's certificate against, when it differs from
+            the address's host.
+        max_message_bytes: largest message sent or received.
+        session: join this existing session (e.g. from ``cubectl session open``) instead of
+            opening one; uses unary calls and does not close the session on close().
+        region_threshold: on the stream over a Unix socket (a daemon on this host), create()
+            and read() of this many bytes or more move them through a shared-memory region the
+            client registers with its session (docs/api.md, "Shared-memory regions"): one
+            memcpy on this side, none through gRPC. 0: never. Falls back to the stream when the
+            daemon has no region socket.
+        carrier: what carries the stream: ``"auto"`` (the daemon's command ring in shared
+            memory for a daemon on this host, docs/api.md "The command ring"; gRPC otherwise),
+            ``"ring"`` (the ring, or UnavailableError; for a ``unix:`` address, else as auto) or
+            ``"grpc"``. The environment variable CUBED_CLIENT_CARRIER overrides it.
+        spin: over the command ring, how long (seconds) a thread waiting for an answer polls
+            the shared memory for it before it sleeps (an answer found so costs no thread
+            wake-up). None: four times what the daemon suggests when it opens the ring (its
+            --ring_spin_us: 50 µs on hosts with 8 cores or more, 0 on smaller ones, where
+            polling would take the CPU the daemon answers with), at most 1 ms. The environment
+            variable CUBED_CLIENT_SPIN (seconds) overrides it.
+
+    Raises:
+        UnavailableError: the daemon cannot be reached.
+        CubedError: the daemon refused the session (e.g. NotFoundError for an unknown device).
+    """
+    spin_env = os.environ.get("CUBED_CLIENT_SPIN", "").strip()
+    if spin_env:
+        try:
+            spin = float(spin_env)
+        except ValueError:
+            raise ValueError(f"CUBED_CLIENT_SPIN must be a number of seconds, got {spin_env!r}")
+    if spin is not None and not 0.0 <= spin <= 1.0:
+        raise ValueError(f"spin must be between 0 and 1 second, got {spin!r}")
+    target = target_of(address or default_address())
+    options = [("grpc.max_send_message_length", max_message_bytes),
+               ("grpc.max_receive_message_length", max_message_bytes)]
+    if server_name:
+        options.append(("grpc.ssl_target_name_override", server_name))
+    if tls or root_certificates or certificate_chain or private_key:
+        creds = grpc.ssl_channel_credentials(root_certificates=_pem(root_certificates),
+                                             private_key=_pem(private_key),
+                                             certificate_chain=_pem(certificate_chain))
+        channel = grpc.secure_channel(target, creds, options=options)
+    else:
+        channel = grpc.insecure_channel(target, options=options)
+    metadata = [("authorization", f"Bearer {token}")] if token else []
+    lease_ms = 0 if lease is None else max(1, int(lease * 1000))
+    mode = os.environ.get("CUBED_CLIENT_TRANSPORT", "").strip().lower() or transport
+    if mode not in ("auto", "stream", "unary"):
+        raise ValueError(f"transport must be 'auto', 'stream' or 'unary', got {mode!r}")
+    carrier = os.environ.get("CUBED_CLIENT_CARRIER", "").strip().lower() or carrier
+    if carrier not in ("auto", "ring", "grpc"):
+        raise ValueError(f"carrier must be 'auto', 'ring' or 'grpc', got {carrier!r}")
+    ring = ring_socket_path(target) if carrier != "grpc" else None
+    try:
+        if session or mode == "unary":
+            t: Any = UnaryTransport(channel, metadata, timeout, device, lease_ms, session)
+        else:
+            try:
+                t = StreamTransport(channel, metadata, timeout, device, lease_ms, ring,
+                                    require_ring=carrier == "ring" and ring is not None,
+                                    spin=spin)
+            except UnimplementedError:
+                if mode == "stream":
+                    raise
+                t = UnaryTransport(channel, metadata, timeout, device, lease_ms)
+    except BaseException:
+        channel.close()
+        raise
+    return Client(channel, t, metadata, timeout, device, target, region_threshold)
