@@ -290,7 +290,7 @@ std::unique_ptr<DaemonProcess> StartDaemon(std::vector<std::string> flags,
                                            const std::string& socket = "") {
   DaemonProcess::Options options;
   options.flags = std::move(flags);
-  if (!socket.empty()) options.flags.push_back("--listen=" + socket);
+  options.socket = socket;
   absl::StatusOr<std::unique_ptr<DaemonProcess>> d = DaemonProcess::Start(options);
   EXPECT_TRUE(d.ok()) << d.status();
   return d.ok() ? *std::move(d) : nullptr;

@@ -46,7 +46,7 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(Options opti
   char tmpl[] = "/tmp/cubed-test-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) return absl::InternalError("mkdtemp failed");
   d->dir_ = tmpl;
-  const std::string socket = d->dir_ + "/cubed.sock";
+  const std::string socket = options.socket.empty() ? d->dir_ + "/cubed.sock" : options.socket;
   const std::string ready = d->dir_ + "/ready";
   const std::string log = d->dir_ + "/log";
   d->unix_address_ = "unix:" + socket;

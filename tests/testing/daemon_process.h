@@ -30,6 +30,9 @@ class DaemonProcess {
     // The daemon's RLIMIT_FSIZE in bytes, when set: a write past it fails EFBIG, as on a full
     // disk (its log file counts too).
     std::optional<uint64_t> file_size_limit;
+    // The Unix socket to listen on (e.g. a restart on the socket of a daemon that stopped);
+    // empty: a fresh one in the daemon's temporary directory.
+    std::string socket;
   };
 
   // Starts the daemon and waits for its ready file. The error carries the daemon's log.
@@ -39,7 +42,7 @@ class DaemonProcess {
   // Stops the daemon (SIGTERM, then SIGKILL after 10 s) if it still runs, and removes its files.
   ~DaemonProcess();
 
-  // "unix:/tmp/cubed-test-XXXXXX/cubed.sock"
+  // "unix:/tmp/cubed-test-XXXXXX/cubed.sock" (or "unix:" + Options::socket)
   const std::string& unix_address() const { return unix_address_; }
   // "127.0.0.1:PORT" when started with tcp, else empty.
   const std::string& tcp_address() const { return tcp_address_; }
