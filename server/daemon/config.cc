@@ -82,6 +82,11 @@ ABSL_FLAG(std::string, metrics_listen, "",
           "HOST:PORT to serve Prometheus metrics on over HTTP (GET /metrics; port 0 picks a free "
           "port; no authentication: bind loopback); empty = off.");
 
+ABSL_FLAG(std::string, health_listen, "",
+          "HOST:PORT to serve grpc.health.v1 alone on over plain-text gRPC (Kubernetes' grpc "
+          "probes, which cannot speak TLS; port 0 picks a free port; no other service there); "
+          "empty = off.");
+
 ABSL_FLAG(std::string, auth_config, "",
           "Principals, permissions and quotas (textproto of cubed.v1.AuthConfig, see "
           "docs/security.md); empty = Unix peers with the daemon's uid or root may do anything.");
@@ -294,6 +299,7 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   c.insecure_tcp = absl::GetFlag(FLAGS_insecure_tcp);
   RETURN_IF_ERROR(CheckTransportSecurity(c));
   c.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  c.health_listen = absl::GetFlag(FLAGS_health_listen);
   c.loop_stall_timeout = absl::GetFlag(FLAGS_loop_stall_timeout);
   if (c.loop_stall_timeout < absl::Milliseconds(10) || c.loop_stall_timeout > absl::Hours(1)) {
     return absl::InvalidArgumentError(

@@ -46,6 +46,9 @@ struct DaemonConfig {
   std::string tls_client_ca;   // PEM CA bundle: clients must present a certificate it signed.
   bool insecure_tcp = false;   // Plain TCP (no TLS) allowed on --tcp.
   std::string metrics_listen;  // HOST:PORT of the Prometheus endpoint; empty = off.
+  // HOST:PORT of the plain-text listener that serves grpc.health.v1 only (Note [Health
+  // listener], daemon.cc); empty = off.
+  std::string health_listen;
   // A device loop that has not run a task this long makes health NOT_SERVING (liveness_monitor.h).
   absl::Duration loop_stall_timeout = absl::Seconds(10);
 };

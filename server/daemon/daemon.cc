@@ -143,7 +143,7 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(
 }
 
 absl::Status WriteReadyFile(const std::string& path, const DaemonConfig& config, int tcp_port,
-                            const std::string& metrics_address) {
+                            const std::string& metrics_address, int health_port) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp);
@@ -153,6 +153,10 @@ absl::Status WriteReadyFile(const std::string& path, const DaemonConfig& config,
       out << "tcp=" << host << ":" << tcp_port << "\n";
     }
     if (!metrics_address.empty()) out << "metrics=" << metrics_address << "\n";
+    if (!config.health_listen.empty()) {
+      const std::string host = config.health_listen.substr(0, config.health_listen.rfind(':'));
+      out << "health=" << host << ":" << health_port << "\n";
+    }
     out.close();  // Flushes: a full disk or a file-size limit fails here.
     if (!out) {
       std::remove(tmp.c_str());
@@ -214,11 +218,13 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   RETURN_IF_ERROR(d->RestoreSessions());
   d->StartServices();
   RETURN_IF_ERROR(d->StartGrpc());
+  RETURN_IF_ERROR(d->StartHealthListener());
   d->StartLocalSockets();
   d->health_->SetServing(true);
   RETURN_IF_ERROR(d->StartMetricsHttp());
   if (!config.ready_file.empty()) {
-    RETURN_IF_ERROR(WriteReadyFile(config.ready_file, config, d->tcp_port_, d->metrics_address_));
+    RETURN_IF_ERROR(WriteReadyFile(config.ready_file, config, d->tcp_port_, d->metrics_address_,
+                                   d->health_port_));
   }
   d->StartLivenessAndNotify();
   return d;
@@ -315,6 +321,29 @@ absl::Status Daemon::StartGrpc() {
     spdlog::info("serving on unix:{}", config_.unix_socket);
   }
   if (tcp_port_ != 0) spdlog::info("serving on tcp port {}", tcp_port_);
+  return absl::OkStatus();
+}
+
+// Note [Health listener]: Kubernetes' grpc probes (deploy/k8s) connect in plain text and cannot
+// present TLS, a token or a Unix socket, so a daemon whose only TCP listener is TLS cannot be
+// probed there. --health_listen serves the same HealthService (so the same SERVING and
+// NOT_SERVING) on a second gRPC server that holds nothing else: no Compute, no session stream, no
+// authentication to bypass. Health answers anyone on the other listeners too (docs/security.md);
+// reflection, which every server of this process has, describes only what that server serves.
+absl::Status Daemon::StartHealthListener() {
+  if (config_.health_listen.empty()) return absl::OkStatus();
+  grpc::ServerBuilder builder;
+  builder.SetMaxReceiveMessageSize(4096);
+  builder.RegisterService(health_.get());
+  builder.AddListeningPort(config_.health_listen, grpc::InsecureServerCredentials(), &health_port_);
+  health_server_ = builder.BuildAndStart();
+  if (health_server_ == nullptr || health_port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("--health_listen: could not serve on ",
+                                               config_.health_listen,
+                                               " (address in use, or a bad host:port?)"));
+  }
+  spdlog::info("serving grpc.health.v1 alone on {} (plain text, port {})", config_.health_listen,
+               health_port_);
   return absl::OkStatus();
 }
 
@@ -453,6 +482,11 @@ void Daemon::Shutdown() {
   }
   drain.join();
   server_->Wait();
+  // Probes see NOT_SERVING until here; a probe holds no call open, so this takes no time.
+  if (health_server_ != nullptr) {
+    health_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    health_server_->Wait();
+  }
   for (auto& loop : loops_) loop->Stop();  // Closes every session, frees every page.
   loops_.clear();
   if (!config_.unix_socket.empty()) unlink(config_.unix_socket.c_str());
@@ -464,6 +498,7 @@ void Daemon::Shutdown() {
 Daemon::~Daemon() {
   if (server_ != nullptr) Shutdown();
   server_.reset();  // Before the services registered with it.
+  health_server_.reset();
 }
 
 }  // namespace cubed

@@ -79,6 +79,8 @@ class Daemon {
   absl::Status StartGrpc();
   // The region and ring sockets beside the Unix socket (warnings, not errors, when they fail).
   void StartLocalSockets();
+  // --health_listen: grpc.health.v1 alone, plain text (Note [Health listener], daemon.cc).
+  absl::Status StartHealthListener();
   absl::Status StartMetricsHttp();
   void StartLivenessAndNotify();
 
@@ -120,6 +122,8 @@ class Daemon {
   // After streams_, which its rings attach to.
   std::unique_ptr<RingListener> ring_listener_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<grpc::Server> health_server_;  // --health_listen; null when off.
+  int health_port_ = 0;                          // Its bound port; 0 when off.
   std::unique_ptr<LivenessMonitor> liveness_;
   std::unique_ptr<MetricsHttpServer> metrics_http_;  // --metrics_listen; null when off.
   bool shut_down_ = false;
