@@ -17,6 +17,7 @@ packages=(
   clang-format-14  # tests/format: the formatting check
   python3 python3-pip python3-grpcio python3-grpc-tools python3-protobuf python3-numpy
   python3-prometheus-client
+  python3-yaml  # tests/k8s: reads the manifests of deploy/k8s
   python3-hypothesis  # tests/stateful: the stateful fuzzer (RuleBasedStateMachine)
   python3-venv python3-pytest python3-setuptools python3-wheel
   ca-certificates openssl libssl-dev  # libcrypto: SHA-256 of the kernel cache keys
@@ -71,4 +72,12 @@ pip_packages=("ml_dtypes>=0.3,<0.5.2")
 if ! /usr/bin/python3 -c 'import ml_dtypes' 2>/dev/null; then
   $sudo /usr/bin/python3 -m pip install -q --break-system-packages "${pip_packages[@]}" ||
     echo "setup: ${pip_packages[*]} could not be installed; the SDK's bf16 needs it" >&2
+fi
+
+# kubernetes-validate (tests/k8s): the Kubernetes OpenAPI schemas, bundled in the package, that the
+# manifests of deploy/k8s are validated against, offline (nothing is downloaded when it runs). Its
+# jsonschema, referencing and rpds-py come from PyPI too: Debian 12 has none new enough.
+if ! /usr/bin/python3 -c 'import kubernetes_validate' 2>/dev/null; then
+  $sudo /usr/bin/python3 -m pip install -q --break-system-packages "kubernetes-validate>=1.30,<2" ||
+    echo "setup: kubernetes-validate could not be installed; tests/k8s skips its schema check" >&2
 fi
