@@ -467,6 +467,60 @@ TEST_F(CubectlTest, TopCountsTheKernelsRunMeanwhile) {
   Cubectl(absl::StrCat("session close ", session));
 }
 
+TEST_F(CubectlTest, TopSessionsCountsEachSessionsOwnKernels) {
+  // Two sessions; kernels run in one only while top samples: that session's rate is above zero,
+  // the other's is zero, and both are listed with their handles and principal (a Unix-socket
+  // peer without --auth_config is "local").
+  const std::string busy = OpenSession();
+  const std::string idle = OpenSession();
+  const std::string a = Create(busy, "busy.npy", NpyF32({-1, 1}, {2}));
+  Create(idle, "idle1.npy", NpyF32({1}, {1}));
+  Create(idle, "idle2.npy", NpyF32({2}, {1}));
+  const std::string command =
+      absl::StrCat(CubectlPrefix(), " --json top --sessions --count=1 --interval=2s >",
+                   Path("top_sessions.out"), " 2>", Path("top_sessions.err"));
+  int top_exit = -1;
+  std::atomic<bool> top_done{false};
+  std::thread top([&] {
+    top_exit = system(command.c_str());
+    top_done = true;
+  });
+  while (!top_done) {
+    Result r = Cubectl(
+        absl::StrCat("--session=", busy, " run relu --dtype=f32 --in=", a, ":2 --out=", a, ":2"));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+  }
+  top.join();
+  ASSERT_EQ(top_exit, 0) << ReadFile(Path("top_sessions.err"));
+  const std::string json = ReadFile(Path("top_sessions.out"));
+  // Sessions by serial: `busy` opened first, so it comes first.
+  auto entry = [](int handles, int bytes) {
+    return absl::StrCat("\\{\"serial\": [0-9]+, \"principal\": \"local\", \"handles\": ", handles,
+                        ", \"bytes\": ", bytes,
+                        ", \"kernels\": [0-9]+, \"kernels_per_s\": [0-9.]+, \"age_ns\": [0-9]+\\}");
+  };
+  const std::string busy_entry = entry(1, 8);
+  const std::string idle_entry = entry(2, 8);
+  EXPECT_THAT(json, ::testing::ContainsRegex(
+                        absl::StrCat("\"session_list\": \\[", busy_entry, ", ", idle_entry, "\\]")))
+      << json;
+  const size_t busy_at = json.find("\"kernels_per_s\": ", json.find("\"session_list\""));
+  ASSERT_NE(busy_at, std::string::npos) << json;
+  EXPECT_GT(std::stod(json.substr(busy_at + 17)), 0) << json;
+  const size_t idle_at = json.find("\"kernels_per_s\": ", busy_at + 1);
+  ASSERT_NE(idle_at, std::string::npos) << json;
+  EXPECT_EQ(std::stod(json.substr(idle_at + 17)), 0) << json;
+  // The table: a line per session under the device's, the busy one's rate above zero.
+  Result r = Cubectl("top --sessions --count=1 --interval=50ms");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out,
+              ::testing::ContainsRegex("\n +#[0-9]+ +1 +8 B +[0-9.]+  local\n +#[0-9]+ +2 +8 B +"
+                                       "0\\.0  local\n"))
+      << r.out;
+  Cubectl(absl::StrCat("session close ", busy));
+  Cubectl(absl::StrCat("session close ", idle));
+}
+
 TEST_F(CubectlTest, TraceRecordsWhatTheSessionRunsAsChromeJson) {
   const std::string session = OpenSession();
   const std::string trace_path = Path("trace.json");

@@ -23,9 +23,10 @@ commands:
   memory                        memory usage of the device
   stats                         request counts, latencies, memory, sessions, kernel cache
                                 (--json: the whole GetStatsResponse)
-  top [--count=N] [--interval=1s]
+  top [--count=N] [--interval=1s] [--sessions]
                                 sessions, handles, memory and kernels/s, one line per device
-                                every interval (like nvidia-smi dmon); --count=0: until killed
+                                every interval (like nvidia-smi dmon); --count=0: until killed;
+                                --sessions: also a line per session with its own kernels/s
   cleanup                       return free pages to the device, print the usage after
   drain [--checkpoint]          stop the daemon for a restart; --checkpoint: write every
                                 session to its --checkpoint_dir first (restore: --restore)

@@ -1,14 +1,17 @@
 // cubectl top: the daemon's load, sampled like `nvidia-smi dmon`. Every --interval it calls
 // GetStats and prints one line per device: the device's gauges (sessions, handles, queued tasks,
 // memory) and the daemon's rates since the previous sample (kernel launches, commands and bytes
-// per second, from the cumulative counters; GetStats calls, top's own, left out). The rates are
-// daemon-wide: GetStats counts calls by method, not by device or session. A header line comes
-// first and again every 20 samples.
+// per second, from the cumulative counters; GetStats calls, top's own, left out). Those rates are
+// daemon-wide: GetStats counts calls by method, not by device. With --sessions each device line
+// is followed by one line per open session (its serial, principal, handles, bytes and kernels
+// per second, from the session's own launch counter). A header line comes first and again every
+// 20 samples.
 
 #include <algorithm>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -77,7 +80,37 @@ struct Rates {
   double kernels, commands, bytes_in, bytes_out;
 };
 
-void PrintTable(const v1::GetStatsResponse& stats, const Rates& r, bool header, std::ostream& out) {
+// Sessions' launch counters at one sample, by (device, serial).
+using SessionKernels = absl::flat_hash_map<std::pair<uint32_t, uint64_t>, uint64_t>;
+
+SessionKernels KernelsBySession(const v1::GetStatsResponse& stats) {
+  SessionKernels out;
+  for (const v1::DeviceStats& d : stats.devices()) {
+    for (const v1::SessionStats& s : d.session_stats()) out[{d.device(), s.serial()}] = s.kernels();
+  }
+  return out;
+}
+
+// Kernels per second of session `s` of device `device` since `before` (a session that opened
+// since counts from zero).
+double SessionRate(const SessionKernels& before, uint32_t device, const v1::SessionStats& s,
+                   double seconds) {
+  auto it = before.find({device, s.serial()});
+  return Rate(s.kernels(), it == before.end() ? 0 : it->second, seconds);
+}
+
+void PrintSessions(const v1::DeviceStats& d, const SessionKernels& before, double seconds,
+                   std::ostream& out) {
+  for (const v1::SessionStats& s : d.session_stats()) {
+    out << absl::StrFormat("%-8s %3s %8s %8d %6s %10s %10s %10s %9.1f  %s\n", "",
+                           absl::StrCat("#", s.serial()), "", s.handles(), "", HumanSize(s.bytes()),
+                           "", "", SessionRate(before, d.device(), s, seconds),
+                           s.principal().empty() ? "-" : s.principal());
+  }
+}
+
+void PrintTable(const v1::GetStatsResponse& stats, const Rates& r, bool header,
+                const SessionKernels* sessions_before, double seconds, std::ostream& out) {
   if (header) {
     out << absl::StrFormat("%-8s %3s %8s %8s %6s %10s %10s %10s %9s %9s %10s %10s\n", "# time",
                            "dev", "sessions", "handles", "queued", "in_use", "reserved", "limit",
@@ -91,19 +124,33 @@ void PrintTable(const v1::GetStatsResponse& stats, const Rates& r, bool header, 
                            HumanSize(d.memory().bytes_reserved()), HumanSize(d.memory_limit()),
                            r.kernels, r.commands, HumanSize(static_cast<uint64_t>(r.bytes_in)),
                            HumanSize(static_cast<uint64_t>(r.bytes_out)));
+    if (sessions_before != nullptr) PrintSessions(d, *sessions_before, seconds, out);
   }
 }
 
 // One JSON object: the sample's time, the rates and the devices' gauges.
 void PrintJson(const v1::GetStatsResponse& stats, const Rates& r, absl::Duration interval,
-               std::ostream& out) {
+               const SessionKernels* sessions_before, std::ostream& out) {
   std::vector<std::string> devices;
+  const double seconds = absl::ToDoubleSeconds(interval);
   for (const v1::DeviceStats& d : stats.devices()) {
-    devices.push_back(
-        absl::StrFormat("{\"device\": %d, \"sessions\": %d, \"handles\": %d, \"queued_tasks\": %d, "
-                        "\"bytes_in_use\": %d, \"bytes_reserved\": %d, \"memory_limit\": %d}",
-                        d.device(), d.sessions(), d.handles(), d.queued_tasks(),
-                        d.memory().bytes_in_use(), d.memory().bytes_reserved(), d.memory_limit()));
+    std::string sessions;
+    if (sessions_before != nullptr) {
+      std::vector<std::string> each;
+      for (const v1::SessionStats& s : d.session_stats()) {
+        each.push_back(absl::StrFormat(
+            "{\"serial\": %d, \"principal\": %s, \"handles\": %d, \"bytes\": %d, "
+            "\"kernels\": %d, \"kernels_per_s\": %.3f, \"age_ns\": %d}",
+            s.serial(), JsonQuote(s.principal()), s.handles(), s.bytes(), s.kernels(),
+            SessionRate(*sessions_before, d.device(), s, seconds), s.age_us() * 1000));
+      }
+      sessions = absl::StrCat(", \"session_list\": [", absl::StrJoin(each, ", "), "]");
+    }
+    devices.push_back(absl::StrFormat(
+        "{\"device\": %d, \"sessions\": %d, \"handles\": %d, \"queued_tasks\": %d, "
+        "\"bytes_in_use\": %d, \"bytes_reserved\": %d, \"memory_limit\": %d%s}",
+        d.device(), d.sessions(), d.handles(), d.queued_tasks(), d.memory().bytes_in_use(),
+        d.memory().bytes_reserved(), d.memory_limit(), sessions));
   }
   out << absl::StrFormat(
       "{\"time\": %s, \"interval_ns\": %d, \"kernels_per_s\": %.3f, \"commands_per_s\": %.3f, "
@@ -127,6 +174,7 @@ absl::Status TopCommand(const Context& ctx) {
       return UsageError("--interval: must be at least 10ms");
     }
   }
+  const bool per_session = ctx.args.Has("sessions");
   auto stub = v1::Compute::NewStub(OpenChannel(ctx.global));
   ASSIGN_OR_RETURN(v1::GetStatsResponse before, Sample(ctx, *stub));
   absl::Time before_time = absl::Now();
@@ -139,10 +187,12 @@ absl::Status TopCommand(const Context& ctx) {
     const Rates rates{Rate(b.kernels, a.kernels, seconds), Rate(b.commands, a.commands, seconds),
                       Rate(b.bytes_in, a.bytes_in, seconds),
                       Rate(b.bytes_out, a.bytes_out, seconds)};
+    const SessionKernels sessions_before = KernelsBySession(before);
+    const SessionKernels* by_session = per_session ? &sessions_before : nullptr;
     if (ctx.global.json) {
-      PrintJson(now, rates, now_time - before_time, *ctx.out);
+      PrintJson(now, rates, now_time - before_time, by_session, *ctx.out);
     } else {
-      PrintTable(now, rates, i % kHeaderEvery == 0, *ctx.out);
+      PrintTable(now, rates, i % kHeaderEvery == 0, by_session, seconds, *ctx.out);
     }
     ctx.out->flush();
     before = std::move(now);

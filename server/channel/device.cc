@@ -451,6 +451,7 @@ absl::Status Device::Execute(SessionId session, ExecuteCommand& command, absl::T
   absl::Status status = server_->Execute(launch);
   if (marked) trace.set_marks(begin, server_->DeviceMark());
   command.kernel = std::move(launch.kernel);
+  if (status.ok()) s->CountKernels(1);
   return status;
 }
 

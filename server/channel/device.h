@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/random/random.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -76,6 +77,10 @@ class Device {
   // The earliest lease expiry, or InfiniteFuture when no session is open.
   absl::Time NextExpiry() const { return sessions_.NextExpiry(); }
   size_t session_count() const { return sessions_.size(); }
+  // Calls `visit` with every open session (for per-session gauges), in no particular order.
+  void ForEachSession(absl::FunctionRef<void(const Session&)> visit) const {
+    sessions_.ForEach(visit);
+  }
   // Whether `session` is open (does not renew its lease).
   bool HasSession(SessionId session) const { return sessions_.Get(session) != nullptr; }
   // Note [Session ownership]: whether `session` is open and was opened by `principal` (both may

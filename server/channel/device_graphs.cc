@@ -224,6 +224,7 @@ absl::Status Device::ReplayGraph(SessionId session, GraphId graph,
     return absl::Status(status.code(),
                         absl::StrCat("graph ", graph.value(), " ", status.message()));
   }
+  s->CountKernels(g->step_count());
   return absl::OkStatus();
 }
 

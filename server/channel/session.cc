@@ -24,6 +24,7 @@ Session::Session(SessionId id, absl::Duration lease, absl::Time now, uint64_t id
       memory_owner_(memory_owner),
       owner_(std::move(owner)),
       lease_(lease),
+      opened_(now),
       last_used_(now),
       id_key_(id_key) {}
 

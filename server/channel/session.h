@@ -63,6 +63,12 @@ class Session {
   void SubtractBytes(uint64_t n) { bytes_ -= n; }
   absl::Duration lease() const { return lease_; }
   absl::Time expiry() const { return last_used_ + lease_; }
+  // When the session opened (or was restored), on the loop's clock.
+  absl::Time opened() const { return opened_; }
+  // Kernels launched for the session so far (executes the backend accepted, and the steps of
+  // graph replays), for per-session rates (GetStats, `cubectl top --sessions`).
+  uint64_t kernels() const { return kernels_; }
+  void CountKernels(uint64_t n) { kernels_ += n; }
   void Touch(absl::Time now) { last_used_ = now; }
 
   // Adds a handle over `slice` with one reference and returns its new id (never 0, top bit
@@ -158,7 +164,9 @@ class Session {
   PrincipalPtr owner_;
   uint64_t bytes_ = 0;
   absl::Duration lease_;
+  absl::Time opened_;
   absl::Time last_used_;
+  uint64_t kernels_ = 0;
   uint64_t id_key_;  // Per-session key that scrambles handle ids.
   uint64_t next_serial_ = 1;
   absl::flat_hash_map<HandleId, HandleEntry> handles_;

@@ -137,6 +137,10 @@ uint64_t SessionTable::handle_count() const {
   return n;
 }
 
+void SessionTable::ForEach(absl::FunctionRef<void(const Session&)> visit) const {
+  for (const auto& [id, session] : sessions_) visit(*session);
+}
+
 uint64_t SessionTable::region_count() const {
   uint64_t n = 0;
   for (const auto& [id, session] : sessions_) n += session->regions().size();

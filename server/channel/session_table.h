@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/random/random.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -57,6 +58,8 @@ class SessionTable {
   uint64_t region_count() const;
   // Every open session id (for the Device's destructor).
   std::vector<SessionId> ids() const;
+  // Calls `visit` with every open session, in no particular order.
+  void ForEach(absl::FunctionRef<void(const Session&)> visit) const;
 
   // OK when one more handle of `bytes` fits the quotas of `session` and its owner; else
   // RESOURCE_EXHAUSTED naming the quota.

@@ -1,5 +1,6 @@
 #include "server/metrics/stats_collector.h"
 
+#include <algorithm>
 #include <memory>
 #include <utility>
 
@@ -8,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 
 namespace cubed {
 namespace {
@@ -23,6 +25,21 @@ DeviceGauges GaugesOf(const Device& d, size_t queued) {
   g.regions = d.region_traffic();
   g.queued_tasks = queued;
   g.kernel_cache = d.KernelCache();
+  const absl::Time now = absl::Now();
+  d.ForEachSession([&](const Session& s) {
+    SessionGauges& out = g.session_list.emplace_back();
+    out.serial = s.memory_owner();
+    if (s.owner() != nullptr) out.principal = s.owner()->name;
+    out.handles = s.handles().size();
+    out.bytes = s.bytes();
+    out.kernels = s.kernels();
+    out.graphs = s.graph_count();
+    out.regions = s.regions().size();
+    out.age_us =
+        static_cast<uint64_t>(std::max<int64_t>(0, absl::ToInt64Microseconds(now - s.opened())));
+  });
+  std::sort(g.session_list.begin(), g.session_list.end(),
+            [](const SessionGauges& a, const SessionGauges& b) { return a.serial < b.serial; });
   return g;
 }
 

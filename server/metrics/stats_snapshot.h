@@ -45,6 +45,20 @@ struct StreamCommandSnapshot {
   HistogramSnapshot execution;
 };
 
+// One session's gauges, read on its device's loop. `serial` names it in stats instead of its id
+// (an id lets unary calls use the session where no principal owns it; a serial does not): the
+// session's memory owner tag, unique on its device and never reused.
+struct SessionGauges {
+  uint64_t serial = 0;
+  std::string principal;  // Who opened it; empty for none (sessions of unit tests).
+  uint64_t handles = 0;
+  uint64_t bytes = 0;    // The handles' sizes as clients see them.
+  uint64_t kernels = 0;  // Launched since it opened (Session::kernels).
+  uint64_t graphs = 0;
+  uint64_t regions = 0;
+  uint64_t age_us = 0;  // Since it opened.
+};
+
 // One device's gauges, read on its loop.
 struct DeviceGauges {
   uint32_t device = 0;
@@ -55,6 +69,7 @@ struct DeviceGauges {
   uint64_t queued_tasks = 0;
   KernelCacheStats kernel_cache;
   RegionTraffic regions;
+  std::vector<SessionGauges> session_list;  // Every open session, by serial.
 };
 
 struct StatsSnapshot {

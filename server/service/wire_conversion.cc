@@ -90,6 +90,17 @@ void ToWire(const StatsSnapshot& stats, v1::GetStatsResponse* out) {
     k->set_misses(d.kernel_cache.misses);
     k->set_disk_hits(d.kernel_cache.disk_hits);
     k->set_compile_time_us(d.kernel_cache.compile_time_us);
+    for (const SessionGauges& s : d.session_list) {
+      v1::SessionStats* ws = w->add_session_stats();
+      ws->set_serial(s.serial);
+      ws->set_principal(s.principal);
+      ws->set_handles(s.handles);
+      ws->set_bytes(s.bytes);
+      ws->set_kernels(s.kernels);
+      ws->set_graphs(s.graphs);
+      ws->set_regions(s.regions);
+      ws->set_age_us(s.age_us);
+    }
   }
   out->set_uptime_us(stats.uptime_us);
   out->set_open_streams(stats.open_streams);
