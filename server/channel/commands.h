@@ -7,10 +7,15 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "common/ids.h"
 #include "server/compute/compute_server.h"
 
 namespace cubed {
+
+// Handle ids a command names (what an execute writes, say): inline up to four, so that a
+// typical command allocates none on its way to the loop.
+using HandleList = absl::InlinedVector<HandleId, 4>;
 
 // A wire Binding: a session handle id and byte offsets, not yet checked against the handle.
 struct BindingRef {
@@ -38,9 +43,9 @@ struct TensorRef {
 struct ExecuteCommand {
   KernelCall kernel;
   bool dynamic_count = false;
-  uint32_t count[3] = {1, 1, 1};  // Static count, checked against the device's limits.
-  BindingRef count_binding;       // Dynamic count.
-  std::vector<BindingRef> buffers;
+  uint32_t count[3] = {1, 1, 1};               // Static count, checked against the device's limits.
+  BindingRef count_binding;                    // Dynamic count.
+  absl::InlinedVector<BindingRef, 4> buffers;  // Inline: no allocation per command.
   bool unchecked = false;
 };
 

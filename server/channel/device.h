@@ -134,7 +134,7 @@ class Device {
   // INVALID_ARGUMENT (binding count or size), FAILED_PRECONDITION (recording), a poison, or the
   // backend's error for a step.
   absl::Status ReplayGraph(SessionId session, GraphId graph, absl::Span<const HandleId> bindings,
-                           absl::Time now, std::vector<HandleId>* written);
+                           absl::Time now, HandleList* written);
   // Frees a graph, and the slices it alone kept. NOT_FOUND for an unknown graph.
   absl::Status ReleaseGraph(SessionId session, GraphId graph, absl::Time now);
 

@@ -175,7 +175,7 @@ absl::StatusOr<uint64_t> Device::EndGraph(SessionId session, absl::Time now) {
 
 absl::Status Device::ReplayGraph(SessionId session, GraphId graph,
                                  absl::Span<const HandleId> bindings, absl::Time now,
-                                 std::vector<HandleId>* written) {
+                                 HandleList* written) {
   written->clear();
   ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
   if (s->recording() != nullptr) {

@@ -65,8 +65,8 @@ class GraphTest : public ::testing::Test {
   }
 
   absl::Status Replay(GraphId graph, std::vector<HandleId> bindings,
-                      std::vector<HandleId>* written = nullptr) {
-    std::vector<HandleId> ignored;
+                      HandleList* written = nullptr) {
+    HandleList ignored;
     return device_->ReplayGraph(session_, graph, bindings, now_,
                                 written != nullptr ? written : &ignored);
   }
@@ -91,10 +91,10 @@ TEST_F(GraphTest, RecordsWithoutRunningAndReplaysWithNewBindings) {
   EXPECT_EQ(*steps, 2u);
   EXPECT_FALSE(device_->Recording(session_));
 
-  std::vector<HandleId> written;
+  HandleList written;
   ASSERT_TRUE(Replay(GraphId(7), {x, out}, &written).ok());
   EXPECT_EQ(Values(out), std::vector<float>({12, 24, 36, 48}));
-  EXPECT_EQ(written, std::vector<HandleId>({out}));
+  EXPECT_EQ(written, HandleList({out}));
   const HandleId x2 = Floats({100, 200, 300, 400});
   const HandleId out2 = Floats({0, 0, 0, 0});
   ASSERT_TRUE(Replay(GraphId(7), {x2, out2}).ok());
@@ -204,9 +204,9 @@ TEST_F(GraphTest, ReplayChecksItsBindings) {
   EXPECT_EQ(Replay(GraphId(5), {x, HandleId(99)}).code(), absl::StatusCode::kNotFound);
   // A poisoned binding fails with its poison; the graph's outputs are named for poisoning.
   device_->PoisonHandles(session_, {x}, absl::DataLossError("x went bad"));
-  std::vector<HandleId> written;
+  HandleList written;
   EXPECT_EQ(Replay(GraphId(5), {x, out}, &written).code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(written, std::vector<HandleId>({out}));
+  EXPECT_EQ(written, HandleList({out}));
   // No replay while recording, and no graph id twice.
   device_->BeginGraph(session_, GraphId(6), {}, absl::OkStatus(), now_);
   EXPECT_EQ(Replay(GraphId(5), {out, out}).code(), absl::StatusCode::kFailedPrecondition);

@@ -54,7 +54,7 @@ struct StreamCommand {
   ExecuteCommand execute;
   // Handles an execute writes, poisoned when it fails: builtin kernels the last buffer, client
   // CUDA kernels every buffer. A replay_graph's: the bindings its graph writes (Device fills it).
-  std::vector<HandleId> outputs;
+  HandleList outputs;
   std::vector<HandleId> ids;           // release; begin_graph's parameters; replay's bindings.
   GraphId graph;                       // begin_graph, replay_graph, release_graph.
   std::vector<BindingRef> read;        // read.
