@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Optional, Sequence, Tuple, Union
 
 import grpc
 
@@ -30,7 +30,8 @@ def connect(address: Optional[str] = None, *, timeout: float = 60.0, device: int
             private_key: Optional[PathOrBytes] = None, server_name: Optional[str] = None,
             max_message_bytes: int = 1 << 30, session: int = 0,
             region_threshold: int = 1 << 20, carrier: str = "auto",
-            spin: Optional[float] = None) -> "Client":
+            spin: Optional[float] = None,
+            resume_timeout: Optional[float] = None) -> "Client":
     """Connects to a cubed daemon and opens a session on ``device``.
 
     Args:
@@ -68,6 +69,18 @@ def connect(address: Optional[str] = None, *, timeout: float = 60.0, device: int
             --ring_spin_us: 50 µs on hosts with 8 cores or more, 0 on smaller ones, where
             polling would take the CPU the daemon answers with), at most 1 ms. The environment
             variable CUBED_CLIENT_SPIN (seconds) overrides it.
+        resume_timeout: on the session stream, when the daemon ends the stream UNAVAILABLE (it
+            drained with a checkpoint: ``cubectl drain --checkpoint``, or SIGTERM with
+            --checkpoint_dir), keep trying this long (seconds) to take the session back on the
+            daemon that restores it (--restore) on the same address; the client then carries
+            on with the same session and tensors. Commands awaiting an answer then raise
+            UnavailableError saying whether they ran, the next sync raises UnavailableError
+            naming the commands that did not run, and commands sent meanwhile go out once the
+            session is back (over the command ring the sender waits for it). Unary calls
+            made while the daemon is unreachable wait for it (up to ``timeout``). Turns
+            ``region_threshold`` off (regions were the old daemon's mappings). None or 0:
+            the stream's end loses the session (UnavailableError "session N lost"). See
+            Note [Resume in Python] in _resume.py and docs/reliability.md.
 
     Raises:
         UnavailableError: the daemon cannot be reached.
@@ -81,18 +94,35 @@ def connect(address: Optional[str] = None, *, timeout: float = 60.0, device: int
             raise ValueError(f"CUBED_CLIENT_SPIN must be a number of seconds, got {spin_env!r}")
     if spin is not None and not 0.0 <= spin <= 1.0:
         raise ValueError(f"spin must be between 0 and 1 second, got {spin!r}")
+    if resume_timeout is not None and not 0.0 <= resume_timeout <= 7 * 86400:
+        raise ValueError(f"resume_timeout must be between 0 and 7 days, got {resume_timeout!r}")
+    resume = float(resume_timeout or 0.0)
     target = target_of(address or default_address())
     options = [("grpc.max_send_message_length", max_message_bytes),
                ("grpc.max_receive_message_length", max_message_bytes)]
     if server_name:
         options.append(("grpc.ssl_target_name_override", server_name))
+    if resume:
+        # Note [Resume in Python]: unary calls find the restarted daemon sooner than after
+        # gRPC's default backoff (1 s growing to 120 s).
+        options += [("grpc.initial_reconnect_backoff_ms", 50),
+                    ("grpc.max_reconnect_backoff_ms", 250)]
+        region_threshold = 0  # Regions do not survive a restart.
+    creds = None
     if tls or root_certificates or certificate_chain or private_key:
         creds = grpc.ssl_channel_credentials(root_certificates=_pem(root_certificates),
                                              private_key=_pem(private_key),
                                              certificate_chain=_pem(certificate_chain))
-        channel = grpc.secure_channel(target, creds, options=options)
-    else:
-        channel = grpc.insecure_channel(target, options=options)
+
+    def make_channel(extra: Sequence[Tuple[str, Any]] = ()) -> grpc.Channel:
+        if creds is not None:
+            return grpc.secure_channel(target, creds, options=[*options, *extra])
+        return grpc.insecure_channel(target, options=[*options, *extra])
+
+    channel = make_channel()
+    # Each resume attempt on a fresh channel with subchannels of its own, so that it connects
+    # at once instead of answering from the old channel's reconnect backoff (as in C++).
+    reconnect = (lambda: make_channel([("grpc.use_local_subchannel_pool", 1)])) if resume else None
     metadata = [("authorization", f"Bearer {token}")] if token else []
     lease_ms = 0 if lease is None else max(1, int(lease * 1000))
     mode = os.environ.get("CUBED_CLIENT_TRANSPORT", "").strip().lower() or transport
@@ -104,16 +134,18 @@ def connect(address: Optional[str] = None, *, timeout: float = 60.0, device: int
     ring = ring_socket_path(target) if carrier != "grpc" else None
     try:
         if session or mode == "unary":
-            t: Any = UnaryTransport(channel, metadata, timeout, device, lease_ms, session)
+            t: Any = UnaryTransport(channel, metadata, timeout, device, lease_ms, session,
+                                    wait_for_ready=bool(resume))
         else:
             try:
                 t = StreamTransport(channel, metadata, timeout, device, lease_ms, ring,
                                     require_ring=carrier == "ring" and ring is not None,
-                                    spin=spin)
+                                    spin=spin, reconnect=reconnect, resume_timeout=resume)
             except UnimplementedError:
                 if mode == "stream":
                     raise
-                t = UnaryTransport(channel, metadata, timeout, device, lease_ms)
+                t = UnaryTransport(channel, metadata, timeout, device, lease_ms,
+                                   wait_for_ready=bool(resume))
     except BaseException:
         channel.close()
         raise

@@ -396,6 +396,32 @@ class RingCall:
         finally:
             ring.cancel()
 
+    def first_response(self, timeout: float) -> session_pb2.SessionResponse:
+        """The stream's first SessionResponse (its `opened`), read before any reader thread
+        serves the ring; CubedError when the daemon ended the stream instead (its code: e.g.
+        NOT_FOUND for a refused resume) or sent nothing within ``timeout`` seconds
+        (UNAVAILABLE)."""
+        ring = self._ring
+        give_up = time.monotonic() + timeout
+        try:
+            while True:
+                with ring.read_lock:
+                    message = ring.try_read()
+                if message is not None:
+                    kind, data = message
+                    if kind == RESPONSE:
+                        return session_pb2.SessionResponse.FromString(data)
+                    if self._handle(kind, data, lambda _: None):  # The end record, code 0.
+                        raise error_for(grpc.StatusCode.UNAVAILABLE,
+                                        "SessionStream: the daemon ended the stream at open")
+                left = give_up - time.monotonic()
+                if left <= 0:
+                    raise error_for(grpc.StatusCode.UNAVAILABLE,
+                                    f"SessionStream: no `opened` within {timeout} s")
+                ring.wait_reply(min(left, 1.0))
+        except RingClosed as e:
+            raise self._closed(e) from None
+
     def serve_until(self, handle: Callable[[session_pb2.SessionResponse], None],
                     done: Callable[[], bool], spin: float) -> None:
         """A waiting thread polls the reply ring in the reader thread's place (Note [Waiter

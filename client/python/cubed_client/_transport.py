@@ -7,7 +7,7 @@ Stream batching: commands are queued; a request generator (run by gRPC on its ow
 them as one SessionRequest when BATCH_COMMANDS are queued, as soon as an answering command is
 queued, or BATCH_DELAY_S after the first queued one. A reader thread resolves answering commands
 by seq. When the stream ends, every pending future gets the stream's error, and so does every
-later command.
+later command (unless it resumes: Note [Resume in Python] in _resume.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import grpc
 
 from ._errors import CubedError, error_for, error_from_number, error_from_rpc
 from ._proto import compute_pb2, compute_pb2_grpc, session_pb2, types_pb2
-from . import _wire
+from . import _resume, _wire
 from ._ring import open_ring_call
 
 Metadata = Sequence[Tuple[str, str]]
@@ -47,6 +47,14 @@ def _resolved(value: object) -> Future:
     return f
 
 
+def _raiser(error: CubedError) -> Callable[[session_pb2.Reply], object]:
+    """A reply converter that raises ``error`` whatever the reply (Note [Resume in Python])."""
+    def convert(reply: session_pb2.Reply) -> object:
+        raise error
+
+    return convert
+
+
 def _from_grpc_future(call: grpc.Future, convert: Callable[[object], object], what: str) -> Future:
     out: Future = Future()
 
@@ -68,10 +76,14 @@ class UnaryTransport:
     kind = "unary"
 
     def __init__(self, channel: grpc.Channel, metadata: Metadata, timeout: float, device: int,
-                 lease_ms: int, session: int = 0) -> None:
+                 lease_ms: int, session: int = 0, wait_for_ready: bool = False) -> None:
+        """``wait_for_ready``: a call made while the daemon cannot be reached waits for it (up
+        to the call's deadline) instead of failing UNAVAILABLE; nothing was sent, so nothing
+        runs twice (Note [Resume in Python] in _resume.py)."""
         self._stub = compute_pb2_grpc.ComputeStub(channel)
         self._md = list(metadata)
         self._timeout = timeout
+        self._ready = False  # connect() fails at once when no daemon listens.
         self._joined = session != 0
         self.lease_ms = 0
         if session:
@@ -81,6 +93,7 @@ class UnaryTransport:
                                                                          lease_ms=lease_ms))
             self.session = r.session
             self.lease_ms = r.lease_ms
+        self._ready = wait_for_ready
 
     @staticmethod
     def wait(future: Future, timeout: float) -> Any:
@@ -89,12 +102,14 @@ class UnaryTransport:
 
     def _call(self, method: str, request: object) -> object:
         try:
-            return getattr(self._stub, method)(request, timeout=self._timeout, metadata=self._md)
+            return getattr(self._stub, method)(request, timeout=self._timeout, metadata=self._md,
+                                               wait_for_ready=self._ready)
         except grpc.RpcError as e:
             raise error_from_rpc(e, method) from None
 
     def _future(self, method: str, request: object, convert: Callable[[object], object]) -> Future:
-        call = getattr(self._stub, method).future(request, timeout=self._timeout, metadata=self._md)
+        call = getattr(self._stub, method).future(request, timeout=self._timeout, metadata=self._md,
+                                                  wait_for_ready=self._ready)
         return _from_grpc_future(call, convert, method)
 
     def create(self, data: bytes) -> int:
@@ -165,12 +180,33 @@ class StreamTransport:
 
     def __init__(self, channel: grpc.Channel, metadata: Metadata, timeout: float, device: int,
                  lease_ms: int, ring_socket: Optional[str] = None,
-                 require_ring: bool = False, spin: Optional[float] = None) -> None:
+                 require_ring: bool = False, spin: Optional[float] = None,
+                 reconnect: Optional[Callable[[], grpc.Channel]] = None,
+                 resume_timeout: float = 0.0) -> None:
         """``ring_socket``: carry the stream through the daemon's command ring there
         (cubed_client/_ring.py) when it opens one, gRPC otherwise (an error when
         ``require_ring``). ``spin``: seconds a thread waiting for an answer polls the ring
-        before it sleeps (None: what the daemon suggests when it opened the ring)."""
+        before it sleeps (None: what the daemon suggests when it opened the ring).
+        ``resume_timeout`` > 0: resume the session for that long when the daemon ends the
+        stream (Note [Resume in Python] in _resume.py), over gRPC on channels ``reconnect``
+        makes, one per attempt."""
         self._timeout = timeout
+        self._metadata = list(metadata)
+        self._ring_socket = ring_socket
+        self._reconnect = reconnect
+        self._resume_timeout = resume_timeout if reconnect is not None else 0.0
+        # For Note [Resume in Python] (_resume.py): a resume in progress; the stream broke (the
+        # gRPC writer parks); the generation of the gRPC request generator that may send; the
+        # highest seq handed to the wire; the error the next sync reports; resumes so far;
+        # rings a resume replaced and channels it opened (closed with the transport).
+        self._resuming = False
+        self._broken = False
+        self._wire_gen = 0
+        self._written_seq = 0
+        self._lost: Optional[CubedError] = None
+        self.resumes = 0
+        self._retired: List[Any] = []
+        self._half_closed: Any = None  # The ring close() half-closed.
         self._cv = threading.Condition()
         # gRPC carrier: numbered commands on the wire (_wire.numbered), waiting for the writer.
         self._queue: List[bytes] = []
@@ -205,7 +241,8 @@ class StreamTransport:
             session = channel.stream_stream(
                 "/cubed.v1.SessionStream/Session", request_serializer=_as_bytes,
                 response_deserializer=session_pb2.SessionResponse.FromString)
-            self._call = session(self._requests(), metadata=list(metadata))
+            self._call = session(self._requests(0, self._open.SerializeToString()),
+                                 metadata=list(metadata))
         self._reader = threading.Thread(target=self._read_loop, name="cubed-stream-reader",
                                         daemon=True)
         self._reader.start()
@@ -227,21 +264,26 @@ class StreamTransport:
 
     # --- threads -------------------------------------------------------------------------------
 
-    def _requests(self):  # noqa: ANN202 - serialized SessionRequests, consumed by gRPC
-        yield self._open.SerializeToString()
+    def _requests(self, gen: int, first: bytes):  # noqa: ANN202 - consumed by gRPC
+        """The serialized SessionRequests of the stream of wire generation ``gen``: ``first``
+        (the open), then batches of the queue while ``gen`` is the live generation (Note
+        [Resume in Python]: parked while a resume decides, ended once replaced)."""
+        yield first
         while True:
             with self._cv:
-                while not self._queue and not self._closing and not self._ended:
-                    self._cv.wait()
-                if self._ended or (not self._queue and self._closing):
+                if not self._may_take(gen):
                     return
                 if not self._closing and not self._push_now and len(self._queue) < BATCH_COMMANDS:
                     due = self._first_queued + BATCH_DELAY_S
                     now = time.monotonic()
                     if now < due:
                         self._cv.wait(due - now)
+                        if not self._may_take(gen):
+                            return
                 batch = self._queue[:MAX_PER_REQUEST]
                 del self._queue[:MAX_PER_REQUEST]
+                # Seqs are consecutive in the queue: the last one taken is written.
+                self._written_seq = self._next_seq - 1 - len(self._queue)
                 self._queued_bytes -= sum(len(c) for c in batch)
                 if self._queue:
                     self._first_queued = time.monotonic()
@@ -249,6 +291,19 @@ class StreamTransport:
                     self._push_now = False
                 self._cv.notify_all()
             yield b"".join(batch)
+
+    def _may_take(self, gen: int) -> bool:
+        """With _cv held: waits until the generator of ``gen`` may take queued commands (True)
+        or must end (False: the stream ended, was replaced, or closes with nothing queued)."""
+        while True:
+            if self._ended or self._wire_gen != gen:
+                return False
+            if not self._broken:
+                if self._queue:
+                    return True
+                if self._closing:
+                    return False
+            self._cv.wait()
 
     def _on_response(self, response: session_pb2.SessionResponse) -> None:
         """Completes the Futures ``response`` answers; on the thread that reads the stream."""
@@ -267,8 +322,9 @@ class StreamTransport:
             except CubedError as e:
                 future.set_exception(e)
 
-    def _read_loop(self) -> None:
-        error: Optional[CubedError] = None
+    def _read_wire(self) -> CubedError:
+        """Hands the responses of the current wire to _on_response until it ends; why it
+        ended."""
         try:
             if self._direct:
                 self._call.serve(self._on_response)
@@ -276,11 +332,17 @@ class StreamTransport:
                 for response in self._call:
                     self._on_response(response)
         except grpc.RpcError as e:
-            error = error_from_rpc(e, "SessionStream")
+            return error_from_rpc(e, "SessionStream")
         except CubedError as e:  # The command ring's end (cubed_client/_ring.py).
-            error = e
-        if error is None:
-            error = error_for(grpc.StatusCode.FAILED_PRECONDITION, "the session stream is closed")
+            return e
+        return error_for(grpc.StatusCode.FAILED_PRECONDITION, "the session stream is closed")
+
+    def _read_loop(self) -> None:
+        while True:
+            error = self._read_wire()
+            resumed, error = self._resume(error)
+            if not resumed:
+                break
         with self._cv:
             # Note [Session lost] (client/stream_transport.cc): an end the client did not ask for.
             session = getattr(self, "session", 0)  # Set once `opened` arrived.
@@ -290,6 +352,7 @@ class StreamTransport:
                                   "ended the stream: it stopped or restarted, and the session's "
                                   "tensors are gone; connect again)")
             self._ended = True
+            self._resuming = False  # Senders waiting for a resume see the end.
             self._end_error = error
             pending, self._pending = self._pending, {}
             self._cv.notify_all()
@@ -299,6 +362,90 @@ class StreamTransport:
             future, _ = pending[seq]
             if not future.done():
                 future.set_exception(error)
+
+    def _resume(self, error: CubedError) -> Tuple[bool, CubedError]:
+        """Note [Resume in Python]: after the wire ended with ``error``, (True, error) when a new
+        wire carries the session on (then it is self._call), else (False, why the stream ends:
+        ``error``, with why the resume failed when it was tried)."""
+        session = getattr(self, "session", 0)
+        if self._resume_timeout <= 0 or not session or error.code != grpc.StatusCode.UNAVAILABLE:
+            return False, error
+        with self._write_lock:  # A ring sender writing now finishes first: its seq is written.
+            with self._cv:
+                if self._closing:
+                    return False, error
+                self._resuming = True
+                self._broken = True  # The gRPC request generator parks.
+                written = self._written_seq
+                self._cv.notify_all()
+        give_up = time.monotonic() + self._resume_timeout
+        while True:
+            try:
+                call, opened = self._resume_once(session)
+                break
+            except CubedError as e:
+                with self._cv:
+                    self._wire_gen += 1  # The attempt's request generator ends.
+                    self._cv.notify_all()
+                    closing = (e.code in _resume.RETRIED and time.monotonic() < give_up and
+                               self._cv.wait_for(lambda: self._closing, _resume.RETRY_S))
+                if e.code not in _resume.RETRIED or time.monotonic() >= give_up or closing:
+                    return False, error_for(
+                        grpc.StatusCode.UNAVAILABLE,
+                        f"{error.message}; resuming the session for {self._resume_timeout:g} s "
+                        f"failed: {e.message}")
+        resumed = opened.resumed_seq
+        with self._write_lock, self._cv:
+            if self._direct:
+                self._retired.append(self._call)  # Waiters may still look at its memory.
+            self._call = call
+            if self._closing and self._direct:  # close() half-closed the old ring.
+                self._half_close()
+            self.resumes += 1
+            self.lease_ms = opened.lease_ms
+            if written > resumed:
+                self._report_lost(_resume.lost_commands(resumed + 1, written, session), written)
+            cut = sorted((seq, entry) for seq, entry in self._pending.items() if seq <= written)
+            for seq, _ in cut:
+                del self._pending[seq]
+            self._broken = False
+            self._resuming = False
+            self._cv.notify_all()
+        for seq, (future, _) in cut:
+            if not future.done():
+                future.set_exception(_resume.cut_reply(seq, resumed))
+        return True, error
+
+    def _resume_once(self, session: int) -> Tuple[Any, session_pb2.SessionResponse.Opened]:
+        """One attempt of _resume: a new wire (a ring over a ring, a gRPC stream on a fresh
+        channel otherwise) that took ``session`` back, and its `opened`; CubedError when it
+        failed."""
+        if self._direct:
+            return _resume.open_ring(self._ring_socket, self._timeout,  # type: ignore[arg-type]
+                                     session)
+        with self._cv:
+            self._wire_gen += 1
+            gen = self._wire_gen
+        channel = self._reconnect()  # type: ignore[misc]
+        first = _resume.resume_request(session).SerializeToString()
+        try:
+            call, opened = _resume.open_grpc(channel, self._requests(gen, first), self._metadata,
+                                             self._timeout, session)
+        except BaseException:
+            channel.close()
+            raise
+        self._retired.append(channel)  # Closed with the transport.
+        return call, opened
+
+    def _report_lost(self, lost: CubedError, written: int) -> None:
+        """With _cv held: the first sync queued after ``written`` reports ``lost`` (one queued
+        during the resume would otherwise answer OK); without one, the next sync sent."""
+        for seq in sorted(self._pending):
+            future, convert = self._pending[seq]
+            if seq > written and convert is self._sync_reply:
+                self._pending[seq] = (future, _raiser(lost))
+                return
+        self._lost = lost
 
     # --- sending -------------------------------------------------------------------------------
 
@@ -320,22 +467,33 @@ class StreamTransport:
     def _send_direct(self, command: Union[session_pb2.Command, bytes],
                      convert: Optional[Callable[[session_pb2.Reply], object]]) -> Optional[Future]:
         """Writes ``command`` (a message, or its wire bytes without seq: Note [Hand-encoded
-        commands]) after the held ones, in one ring message."""
-        with self._write_lock:
-            self._check_writable()
-            commands, self._held = self._held, []
-            commands.append(command if isinstance(command, bytes) else command.SerializeToString())
-            request = _wire.session_request(commands, self._next_seq)
-            self._next_seq += len(commands)
-            future: Optional[Future] = None
-            if convert is not None:
-                future = Future()
-                with self._cv:  # The reader fails what is pending when the stream ends.
-                    self._check_open()
-                    self._pending[self._next_seq - 1] = (future, convert)
-            # A failed write means the ring ended: the reader fails what is pending.
-            self._call.write_bytes(request)
-            return future
+        commands]) after the held ones, in one ring message. While a resume is in progress,
+        waits for its end first (Note [Resume in Python])."""
+        while True:
+            if self._resuming:
+                with self._cv:
+                    self._cv.wait_for(lambda: not self._resuming)
+            with self._write_lock:
+                if self._resuming:  # Began after the look above.
+                    continue
+                self._check_writable()
+                commands, self._held = self._held, []
+                commands.append(command if isinstance(command, bytes)
+                                else command.SerializeToString())
+                request = _wire.session_request(commands, self._next_seq)
+                self._next_seq += len(commands)
+                self._written_seq = self._next_seq - 1
+                future: Optional[Future] = None
+                if convert is not None:
+                    future = Future()
+                    with self._cv:  # The reader fails what is pending when the stream ends.
+                        self._check_open()
+                        self._pending[self._next_seq - 1] = (future,
+                                                             self._with_lost(convert))
+                # A failed write means the ring ended: the reader fails what is pending (or a
+                # resume reports it: Note [Resume in Python]).
+                self._call.write_bytes(request)
+                return future
 
     # Note [Held commands]
     # Over the ring, an empty or a release (which answer nothing, and which the device needs only
@@ -384,10 +542,19 @@ class StreamTransport:
             future: Optional[Future] = None
             if convert is not None:
                 future = Future()
-                self._pending[seq] = (future, convert)
+                self._pending[seq] = (future, self._with_lost(convert))
                 self._push_now = True
             self._cv.notify_all()
             return future
+
+    def _with_lost(self, convert: Callable[[session_pb2.Reply], object]
+                   ) -> Callable[[session_pb2.Reply], object]:
+        """With _cv held: ``convert``, or for a sync while commands a resume found lost are
+        unreported, what reports them (Note [Resume in Python])."""
+        if self._lost is None or convert is not self._sync_reply:
+            return convert
+        lost, self._lost = self._lost, None
+        return _raiser(lost)
 
     def wait(self, future: Future, timeout: float) -> Any:
         """``future.result(timeout)``; over the ring the calling thread first polls for the
@@ -403,6 +570,11 @@ class StreamTransport:
     def _check(reply: session_pb2.Reply) -> None:
         if reply.code != 0:
             raise error_from_number(reply.code, reply.message, reply.failed_commands)
+
+    @staticmethod
+    def _sync_reply(reply: session_pb2.Reply) -> None:
+        """A sync's reply (_check under its own name: a resume finds queued syncs by it)."""
+        StreamTransport._check(reply)
 
     @classmethod
     def _data(cls, reply: session_pb2.Reply) -> List[bytes]:
@@ -509,7 +681,7 @@ class StreamTransport:
 
     def sync(self) -> Future:
         return self._send(session_pb2.Command(sync=session_pb2.Command.Sync()),
-                          self._check)  # type: ignore[return-value]
+                          self._sync_reply)  # type: ignore[return-value]
 
     def memory_usage(self, device: int) -> Future:
         def convert(reply: session_pb2.Reply) -> types_pb2.MemoryUsage:
@@ -542,10 +714,18 @@ class StreamTransport:
             self._cv.notify_all()
         if self._direct:
             with self._write_lock:
-                self._call.done_writing()
+                self._half_close()
         self._reader.join(timeout)
         if self._reader.is_alive():
             self._call.cancel()
             self._reader.join(5)
         if self._direct:
             self._call.close()
+        for retired in self._retired:  # Rings and channels a resume replaced or opened.
+            retired.close()
+
+    def _half_close(self) -> None:
+        """Over the ring, with _write_lock held: no more requests on the current ring (once)."""
+        if self._half_closed is not self._call:
+            self._half_closed = self._call
+            self._call.done_writing()

@@ -37,12 +37,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 class Daemon:
-    """cubed on a temporary Unix socket (and TCP, given --tcp=...); stopped with SIGTERM by
-    close()."""
+    """cubed on a temporary Unix socket (and TCP, given --tcp=...), or on ``socket`` (a restart
+    on another daemon's socket: close this one before that one, whose folder holds it); stopped
+    with SIGTERM by close()."""
 
-    def __init__(self, binary: str, *flags: str) -> None:
+    def __init__(self, binary: str, *flags: str, socket: Optional[str] = None) -> None:
         self.dir = tempfile.mkdtemp(prefix="cubed-pysdk-")
-        self.socket = os.path.join(self.dir, "cubed.sock")
+        self.socket = socket or os.path.join(self.dir, "cubed.sock")
         self.address = f"unix:{self.socket}"
         self.tcp_address: Optional[str] = None
         """HOST:PORT of the TCP listener (given --tcp=...), from the ready file; else None."""
