@@ -9,7 +9,7 @@ from typing import Any, Optional, Sequence, Tuple, Union
 
 import grpc
 
-from ._address import default_address, ring_socket_path, target_of
+from ._address import channel_options, default_address, ring_socket_path, target_of
 from ._client import Client
 from ._errors import UnimplementedError
 from ._transport import StreamTransport, UnaryTransport
@@ -35,8 +35,11 @@ def connect(address: Optional[str] = None, *, timeout: float = 60.0, device: int
     """Connects to a cubed daemon and opens a session on ``device``.
 
     Args:
-        address: ``"unix:/path/cubed.sock"``, a socket path starting with ``/``, or
-            ``"host:port"`` (TCP). Default: default_address().
+        address: ``"unix:/path/cubed.sock"``, a socket path starting with ``/``,
+            ``"host:port"`` (TCP), or any gRPC target, e.g. one name for several daemons
+            (``"ipv4:10.0.0.1:50051,10.0.0.2:50051"``, ``"dns:///cubed-headless:50051"``):
+            the client then connects to one of them, picked at random, and every call of its
+            session goes there (docs/operations.md, "A fleet"). Default: default_address().
         timeout: deadline of each call and of each answer on the stream, seconds.
         device: device index to open the session on.
         lease: session lease in seconds (None: the daemon's --session_lease). The daemon frees
@@ -98,8 +101,10 @@ def connect(address: Optional[str] = None, *, timeout: float = 60.0, device: int
         raise ValueError(f"resume_timeout must be between 0 and 7 days, got {resume_timeout!r}")
     resume = float(resume_timeout or 0.0)
     target = target_of(address or default_address())
+    # Note [One connection per session] in _address.py.
     options = [("grpc.max_send_message_length", max_message_bytes),
-               ("grpc.max_receive_message_length", max_message_bytes)]
+               ("grpc.max_receive_message_length", max_message_bytes),
+               *channel_options(target, join=bool(session))]
     if server_name:
         options.append(("grpc.ssl_target_name_override", server_name))
     if resume:

@@ -130,3 +130,25 @@ def test_session_stays_on_its_daemon(pair: Tuple[Daemon, Daemon], transport: str
             c.close()
     assert [sessions_on(d) for d in pair] == before
 
+
+def test_clients_spread_over_the_daemons(pair: Tuple[Daemon, Daemon]) -> None:
+    """New sessions through the one name land on both daemons: each client shuffles the
+    addresses before it connects (Note [One connection per session] in _address.py)."""
+    config = json.dumps({"loadBalancingConfig": [{"pick_first": {"shuffleAddressList": True}}]})
+    landed = set()
+    for _ in range(16):
+        with grpc.insecure_channel(one_name(pair), options=[("grpc.service_config", config)]) as ch:
+            s = compute_pb2_grpc.ComputeStub(ch).OpenSession(compute_pb2.OpenSessionRequest(),
+                                                             timeout=TIMEOUT).session
+        landed.add([holds(d, s) for d in pair].index(True))
+    if len(landed) < 2:
+        pytest.skip(f"grpcio {grpc.__version__} ignores pick_first's shuffleAddressList (gRFC A62)")
+    clients = [cubed_client.connect(one_name(pair), transport="unary", timeout=TIMEOUT)
+               for _ in range(16)]
+    try:
+        where = [[holds(d, c.session) for d in pair].index(True) for c in clients]
+        # All 16 on one daemon by chance: 2 in 65536.
+        assert set(where) == {0, 1}, where
+    finally:
+        for c in clients:
+            c.close()
