@@ -201,7 +201,8 @@ absl::Duration BulkDeadline(absl::Duration timeout, uint64_t bytes) {
 
 absl::Status BulkUpload(const std::shared_ptr<grpc::Channel>& channel, uint64_t session,
                         uint64_t seq, absl::Span<const uint8_t> data, uint64_t chunk,
-                        absl::Duration timeout) {
+                        absl::Duration timeout,
+                        const std::function<void(uint64_t, uint64_t)>& progress) {
   grpc::ClientContext context;
   SetBulkDeadline(&context, timeout, data.size());
   v1::UploadDone done;
@@ -227,6 +228,7 @@ absl::Status BulkUpload(const std::shared_ptr<grpc::Channel>& channel, uint64_t 
     grpc::ByteBuffer message(slices, 2);
     if (!writer->Write(message)) break;  // The daemon ended the upload: Finish says why.
     offset += n;
+    if (progress) progress(offset, data.size());
     if (offset == n) header.Clear();  // Only the first chunk names the command.
   }
   writer->WritesDone();

@@ -6,6 +6,7 @@
 // larger than ClientOptions::bulk_threshold.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,10 +27,12 @@ absl::Duration BulkDeadline(absl::Duration timeout, uint64_t bytes);
 // bytes (1 .. 4 MiB), straight from `data`: each chunk's bytes go to gRPC as a slice pointing
 // into `data`, without a copy (Note [Bulk wire format], bulk_transfer.cc). Blocks until the
 // daemon wrote every byte and answered; returns its status (the command's error when the create
-// failed).
+// failed). `progress` (may be empty) is told (bytes written, data.size()) after each chunk gRPC
+// accepted, on this thread.
 absl::Status BulkUpload(const std::shared_ptr<grpc::Channel>& channel, uint64_t session,
                         uint64_t seq, absl::Span<const uint8_t> data, uint64_t chunk,
-                        absl::Duration timeout);
+                        absl::Duration timeout,
+                        const std::function<void(uint64_t, uint64_t)>& progress = nullptr);
 
 // Receives the bytes of bulk read `seq` of `session`: one string per binding, each allocated
 // once at its final size (large ones advised to transparent huge pages). Blocks until the

@@ -1,8 +1,10 @@
 #include "client/client.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <utility>
 
@@ -29,6 +31,23 @@ Handle Client::Impl::MakeHandle(uint64_t id, uint64_t size) const {
 }
 
 namespace {
+
+// Copies `data` to `to` in 64 MiB pieces, telling `progress` (when set) after each
+// (ClientOptions::upload_progress).
+void CopyReporting(uint8_t* to, absl::Span<const uint8_t> data,
+                   const std::function<void(uint64_t, uint64_t)>& progress) {
+  if (!progress) {
+    std::memcpy(to, data.data(), data.size());
+    return;
+  }
+  constexpr uint64_t kPiece = uint64_t{64} << 20;
+  for (uint64_t done = 0; done < data.size();) {
+    const uint64_t n = std::min<uint64_t>(kPiece, data.size() - done);
+    std::memcpy(to + done, data.data() + done, n);
+    done += n;
+    progress(done, data.size());
+  }
+}
 
 // Note [Commands on the stack]: an Execute on the stream is built on a protobuf arena whose first
 // block is on the caller's stack, and a direct wire (the command ring) serializes it from there:
@@ -277,7 +296,7 @@ absl::StatusOr<Handle> Client::Create(absl::Span<const uint8_t> data) {
     if (data.empty()) return absl::InvalidArgumentError("create: data is empty (need >= 1 byte)");
     if (impl_->UsesRegion(data.size())) {
       if (const Region* region = impl_->staging->Acquire(data.size())) {
-        std::memcpy(region->memory->bytes().data(), data.data(), data.size());
+        CopyReporting(region->memory->bytes().data(), data, impl_->options.upload_progress);
         absl::StatusOr<Handle> h = CreateFromRegion(*region, 0, data.size());
         // The staging bytes are free once the create ran: a later answer says so (the barrier
         // answers in order and leaves sync's failures alone).
@@ -295,8 +314,9 @@ absl::StatusOr<Handle> Client::Create(absl::Span<const uint8_t> data) {
       uint64_t seq = 0;
       RETURN_IF_ERROR(impl_->stream->Send(std::move(command), nullptr, &seq));
       impl_->stream->Push();
-      absl::Status uploaded = BulkUpload(impl_->channel, impl_->session, seq, data,
-                                         impl_->options.bulk_chunk, impl_->options.timeout);
+      absl::Status uploaded =
+          BulkUpload(impl_->channel, impl_->session, seq, data, impl_->options.bulk_chunk,
+                     impl_->options.timeout, impl_->options.upload_progress);
       if (!uploaded.ok()) {
         impl_->ReleasePoisoned(id);
         return uploaded;
@@ -334,7 +354,7 @@ absl::StatusOr<Tensor> Client::CreateTensor(absl::Span<const uint8_t> data,
     // A length that does not match the shape goes the ordinary way, to get the daemon's error.
     if (impl_->UsesRegion(data.size()) && DenseBytes(shape, elem_size) == data.size()) {
       if (const Region* region = impl_->staging->Acquire(data.size())) {
-        std::memcpy(region->memory->bytes().data(), data.data(), data.size());
+        CopyReporting(region->memory->bytes().data(), data, impl_->options.upload_progress);
         // The layout reply comes after the create ran: the staging bytes are free then.
         absl::StatusOr<Tensor> t = CreateTensorFromRegion(*region, 0, std::move(shape), elem_size);
         impl_->staging->Release();
@@ -610,7 +630,8 @@ absl::StatusOr<Tensor> Client::Impl::StreamTensor(v1::Command command, uint64_t 
       bulk.empty() ? absl::ZeroDuration() : BulkDeadline(options.timeout, bulk.size()));
   absl::Status uploaded;
   if (!bulk.empty()) {
-    uploaded = BulkUpload(channel, session, seq, bulk, options.bulk_chunk, options.timeout);
+    uploaded = BulkUpload(channel, session, seq, bulk, options.bulk_chunk, options.timeout,
+                          options.upload_progress);
   }
   absl::Status status = answer.get();
   if (status.ok()) status = uploaded;

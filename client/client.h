@@ -15,6 +15,7 @@
 // the session they belong to ends with it.
 
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -100,6 +101,12 @@ struct ClientOptions {
   // say, and turns region_threshold off (regions do not survive a restart). 0 = never:
   // the stream's end loses the session (Note [Session lost]).
   absl::Duration resume_timeout = absl::ZeroDuration();
+  // Told how far a Create / CreateTensor has moved its bytes, as (bytes done, total): after each
+  // chunk of a bulk upload (bulk_threshold) that gRPC accepted, and after each 64 MiB of the
+  // copy into the staging region (region_threshold), the last call with done == total. Called on
+  // the thread of the Create, before it returns; not called for creates sent in one message.
+  // Empty: no calls. For progress bars of applications on the session stream.
+  std::function<void(uint64_t done, uint64_t total)> upload_progress;
   // Releases are sent in one RPC once this many are queued ...
   size_t release_batch = 64;
   // ... or this long after the first of a batch was queued.

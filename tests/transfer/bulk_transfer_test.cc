@@ -235,6 +235,44 @@ TEST_F(BulkTransferTest, OddSizesRoundTrip) {
   EXPECT_EQ(BytesInUse(), 0u);
 }
 
+TEST_F(BulkTransferTest, UploadProgressReportsEveryChunkInOrder) {
+  // ClientOptions::upload_progress: one call per chunk, increasing, the last with every byte, on
+  // the thread of the Create; creates below the threshold report nothing.
+  cubed::ClientOptions o;
+  o.address = daemon_->unix_address();
+  o.bulk_threshold = kMiB;
+  o.region_threshold = 0;
+  o.bulk_chunk = 256 << 10;
+  std::vector<std::pair<uint64_t, uint64_t>> calls;
+  const std::thread::id caller = std::this_thread::get_id();
+  bool other_thread = false;
+  o.upload_progress = [&](uint64_t done, uint64_t total) {
+    calls.emplace_back(done, total);
+    other_thread |= std::this_thread::get_id() != caller;
+  };
+  absl::StatusOr<std::unique_ptr<cubed::Client>> client = cubed::Client::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const std::string data = Pattern(kMiB + 1000, 3);
+  absl::StatusOr<cubed::Handle> h = (*client)->Create(Bytes(data));
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_FALSE(other_thread);
+  ASSERT_EQ(calls.size(), 5u);  // Four chunks of 256 KiB and the 1000 bytes after them.
+  for (size_t i = 0; i < calls.size(); ++i) {
+    EXPECT_EQ(calls[i].first, std::min<uint64_t>((i + 1) * (256 << 10), data.size()));
+    EXPECT_EQ(calls[i].second, data.size());
+  }
+  calls.clear();
+  const std::vector<uint64_t> shape = {2, kMiB / 4};
+  absl::StatusOr<cubed::Tensor> t = (*client)->CreateTensor(Bytes(Pattern(2 * kMiB, 5)), shape, 4);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(calls.size(), 8u);
+  EXPECT_EQ(calls.back(), std::make_pair(2 * kMiB, 2 * kMiB));
+  calls.clear();
+  ASSERT_TRUE((*client)->Create(Bytes(Pattern(1000, 1))).ok());  // One message: no calls.
+  EXPECT_TRUE(calls.empty());
+  ASSERT_TRUE((*client)->Sync().get().ok());
+}
+
 TEST_F(BulkTransferTest, OneGiBRoundTripStaysBelowTwoCopies) {
   constexpr uint64_t kSize = uint64_t{1} << 30;
   std::unique_ptr<cubed::Client> client = Connect(4 * kMiB, 4 * kMiB);
