@@ -125,6 +125,48 @@ __device__ __forceinline__ typename Red::Acc FoldSlice(typename Red::Acc acc, co
     for (u64 k = first + packs * kV + g.lane; k < end; k += g.size) acc = Red::Step(acc, p[k], k);
     return acc;
   }
+  typedef typename Red::Acc Acc;
+  if (g.size == 1 && sizeof(Acc) <= 4 && end - begin >= 2 * kInFlight) {
+    // Note [Chained columns]: a thread folding a column alone keeps kChains accumulators, each
+    // over a contiguous part of [begin, end), so that successive steps do not all wait on each
+    // other (a max step is a compare, two NaN tests and a select). The parts are combined in
+    // order, so the first of equal values (-0 before +0, the first NaN) still wins. Each chain
+    // takes kInFlight / kChains consecutive rows a step: kInFlight loads in flight, and few
+    // enough accumulators and pointers to stay within the 64 registers of 1024 threads (8-byte
+    // accumulators, f32 means for one, spill: they keep the single chain). Measured (GPU run 54,
+    // axis 0 of 4096 x 16384 f32): max/min 2780 -> 2838 GB/s (0.74 -> 0.75x of torch), sum
+    // unchanged: the chain was a small part; what bounds axis 0 is not found yet. The same for
+    // the vectorized path (element e of each pack into accumulator e % 4, run 57): full max and
+    // argmax of 64M unchanged (0.71x, 0.69x), sum 0.83 -> 0.79x: not kept.
+    constexpr int kChains = 4, kRows = kInFlight / kChains;
+    const u64 part = (end - begin) / kChains / kRows * kRows;
+    Acc chains[kChains];
+#pragma unroll
+    for (int u = 0; u < kChains; ++u) chains[u] = Red::Init();
+    for (u64 i = 0; i < part; i += kRows) {
+      T v[kChains][kRows];
+#pragma unroll
+      for (int u = 0; u < kChains; ++u) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r)
+          v[u][r] = Load(x, base + (begin + u * part + i + r) * stride);
+      }
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+        for (int u = 0; u < kChains; ++u) {
+          chains[u] = Red::Step(chains[u], v[u][r], begin + u * part + i + r);
+        }
+      }
+    }
+    // The rows after the last part's follow it directly: they extend the last chain.
+    for (u64 k = begin + kChains * part; k < end; ++k) {
+      chains[kChains - 1] = Red::Step(chains[kChains - 1], Load(x, base + k * stride), k);
+    }
+#pragma unroll
+    for (int u = 0; u < kChains; ++u) acc = Red::Combine(acc, chains[u]);
+    return acc;
+  }
   u64 k = begin + g.lane;
   for (; k + (kInFlight - 1) * g.size < end; k += kInFlight * g.size) {
     T v[kInFlight];
