@@ -233,8 +233,13 @@ CudaLaunchDims BuiltinLaunchDims(const BuiltinCall& call, CudaBuiltinArgs* args,
     case CudaFamily::kBinary:
     case CudaFamily::kCompare:
     case CudaFamily::kWhere: {
+      // Elements a thread takes a step on the dense path (where: always 4). A cast's output may
+      // be wider than its input; a comparison's (bool) never is.
+      const uint64_t wider = std::max<uint64_t>(
+          ElemSize(call.dtype), *family == CudaFamily::kCast ? ElemSize(call.out_dtype) : 0);
+      const uint64_t pack = *family == CudaFamily::kWhere ? 4 : CUBED_CUDA_DENSE_PACK(wider);
       const uint64_t items =
-          (args->flags & CUBED_CUDA_DENSE) != 0 ? CeilDiv(args->count, 4) : args->count;
+          (args->flags & CUBED_CUDA_DENSE) != 0 ? CeilDiv(args->count, pack) : args->count;
       blocks = CeilDiv(items, kBlock);
       break;
     }

@@ -2,9 +2,9 @@
 // gelu gelu_tanh silu), binary with broadcasting (add sub mul div max min pow) and the comparisons
 // (eq ne lt le gt ge, bool out). One grid-stride loop over the output's elements; when every
 // buffer is dense with the output's shape (CUBED_CUDA_DENSE) all buffers share the linear index
-// and, when aligned, move 4 elements per load and store; when the inputs are dense blocks of the
-// output's trailing dims (CUBED_CUDA_SUFFIX: a bias row, a scalar) each reads index i modulo its
-// size, also 4 at a time.
+// and, when aligned, move CUBED_CUDA_DENSE_PACK elements per load and store (Note [Dense packs]);
+// when the inputs are dense blocks of the output's trailing dims (CUBED_CUDA_SUFFIX: a bias row,
+// a scalar) each reads index i modulo its size, 4 at a time.
 #include "common.cuh"
 
 namespace cubed {
@@ -31,6 +31,15 @@ struct Cyclic {
     if (k >= n) k -= n;
   }
 };
+
+// Note [Dense packs]: on the dense path a thread moves 16 bytes a step of the wider of its input
+// and output elements, and at least 4 elements. 4 elements of 1 or 2 bytes kept too few bytes in
+// flight (GPU run 55: add of i8 at 0.84x of torch, i8 -> u8 at 0.66x of copy bandwidth; run 56
+// with 16 bytes: 1.17x and 0.90x). Sizing by the input alone made widening casts far slower
+// (run 56: i8 -> f64 0.49 -> 0.12x of copy bandwidth): 128 bytes a thread means a warp's store
+// instruction touches 32 lines. Two packs a step (more loads in flight) was tried in run 56 too:
+// adds of 8-byte types fell to 0.71-0.78x of torch, so one. The launch sizes its grid by the
+// same count (CUBED_CUDA_DENSE_PACK, builtin_args.h).
 
 // Elements of a buffer's tensor (the product of its shape).
 __device__ __forceinline__ u64 Elements(const CudaTensorArg& t) {
@@ -84,7 +93,8 @@ __device__ __forceinline__ void Map(const CudaBuiltinArgs& a, const F& f) {
   const u64 first = GlobalThread(), step = GridThreads();
   const bool in_bounds = count <= y.n && (kIn < 1 || count <= x0.n) && (kIn < 2 || count <= x1.n);
   if ((a.flags & CUBED_CUDA_DENSE) != 0 && in_bounds) {
-    constexpr int V = 4;
+    constexpr int V =
+        CUBED_CUDA_DENSE_PACK(kIn > 0 && sizeof(In) > sizeof(Out) ? sizeof(In) : sizeof(Out));
     u64 done = 0;
     if (Aligned(y.p, sizeof(Out) * V) && (kIn < 1 || Aligned(x0.p, sizeof(In) * V)) &&
         (kIn < 2 || Aligned(x1.p, sizeof(In) * V))) {
