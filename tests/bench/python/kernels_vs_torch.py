@@ -12,6 +12,10 @@
   * batched matmul f16 and bf16, 32 x 1024 x 1024 x 64   TFLOP/s
   * matmul bf16 and f16, 4096^3 and 8192^3 (f32 accumulation, tensor cores)   TFLOP/s
   * add, 64M f16 and bf16; cast f32 -> bf16 and bf16 -> f32, 64M   GB/s of inputs + output
+  * --types: add of 64M in every other type, and casts of 64M between every pair of the twelve
+    types, each also against torch's device-to-device copy of 64M f32 (the issue's bar:
+    elementwise and casts >= 0.9x of copy bandwidth); sum, max, argmax of 64M and along axis 1
+    of 4096 x 16384, and softmax over rows of 4096 x 4096, in bf16 and f16
 
 Device time on both sides: cubed's start_profile()/end_profile() (CUDA events on the daemon's
 stream) against torch.cuda.Event pairs. Each measurement queues a long filler kernel first, so
@@ -95,6 +99,8 @@ def main() -> int:
     ap.add_argument("--backend", default="cuda")
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--batch", type=int, default=10)
+    ap.add_argument("--types", action="store_true", help="add the every-type rows (elementwise, "
+                    "casts between every pair, half-type reductions and softmax)")
     ap.add_argument("--rows", default="", help="only rows whose name holds one of these "
                     "comma-separated strings")
     args = ap.parse_args()
@@ -267,14 +273,22 @@ def main() -> int:
                          lambda: c.cast(cx, ml_dtypes.bfloat16), lambda: tx.to(torch.bfloat16)))
             rows.append(("cast 64M bf16 -> f32", "GB/s", 6.0 * n / 1e9,
                          lambda: c.cast(cbf, np.float32), lambda: tbf.to(torch.float32)))
+            if args.types:
+                rows += type_rows(c, torch, rng, n)
             table = []
             for name, unit, work, ours, theirs in rows:
                 if args.rows and not any(r in name for r in args.rows.split(",")):
                     continue
                 a = [work / t for t in time_cubed(c, cubed_filler, ours, args.batch, args.repeats)]
-                b = [work / t for t in time_torch(torch, torch_filler, theirs, args.batch,
-                                                  args.repeats)]
+                b = [] if theirs is None else [
+                    work / t for t in time_torch(torch, torch_filler, theirs, args.batch,
+                                                 args.repeats)]
                 table.append((name, unit, a, b))
+            copy_src = tx
+            copy_dst = torch.empty_like(tx)
+            copy = [8.0 * n / 1e9 / t for t in
+                    time_torch(torch, torch_filler, lambda: copy_dst.copy_(copy_src), args.batch,
+                               args.repeats)]
     finally:
         daemon.terminate()
         daemon.wait()
@@ -284,9 +298,105 @@ def main() -> int:
     print("| kernel | cubed | PyTorch | ratio |")
     print("| --- | --- | --- | --- |")
     for name, unit, a, b in table:
-        ratio = statistics.median(a) / statistics.median(b)
-        print(f"| {name} | {summary(a)} {unit} | {summary(b)} {unit} | {ratio:.2f}x |")
+        ratio = statistics.median(a) / statistics.median(b) if b else float("nan")
+        theirs = f"{summary(b)} {unit}" if b else "(not in torch)"
+        print(f"| {name} | {summary(a)} {unit} | {theirs} | {ratio:.2f}x |")
+    bar = statistics.median(copy)
+    print(f"\ntorch device-to-device copy of 64M f32: {summary(copy)} GB/s (read + write)\n")
+    print("| elementwise or cast | cubed GB/s | / copy bandwidth | goal >= 0.9x |")
+    print("| --- | --- | --- | --- |")
+    for name, unit, a, b in table:
+        if name.startswith(("add, 64M", "cast 64M", "copy, 64M", "fill 64M")):
+            r = statistics.median(a) / bar
+            print(f"| {name} | {statistics.median(a):.4g} | {r:.2f}x | "
+                  f"{'met' if r >= 0.9 else 'MISSED'} |")
     return 0
+
+
+# numpy dtype, torch dtype name (None: torch has no such CUDA type), short name.
+TYPES = (("f64", "float64", "float64"), ("f32", "float32", "float32"),
+         ("f16", "float16", "float16"), ("bf16", "bfloat16", "bfloat16"),
+         ("i64", "int64", "int64"), ("i32", "int32", "int32"), ("u32", "uint32", "uint32"),
+         ("i16", "int16", "int16"), ("u16", "uint16", "uint16"), ("i8", "int8", "int8"),
+         ("u8", "uint8", "uint8"), ("bool", "bool", "bool"))
+
+
+def type_rows(c, torch, rng, n):
+    """The --types rows: every type's add, every pair's cast, half-type reductions/softmax."""
+    def np_type(name):
+        return ml_dtypes.bfloat16 if name == "bfloat16" else np.dtype(name)
+
+    base = rng.integers(0, 100, n, dtype=np.int64)  # Representable in every type but bool.
+    made = {}
+    for short, npn, tn in TYPES:
+        v = (base & 1).astype(np.bool_) if short == "bool" else base.astype(np_type(npn))
+        made[short] = (c.create(v), torch.from_numpy(v.view(np.uint16) if short == "bf16" else v)
+                       .cuda())
+        if short == "bf16":
+            made[short] = (made[short][0], made[short][1].view(torch.bfloat16))
+    cv, tv = made["f32"]
+    copy_dst = torch.empty_like(tv)
+    rows = [("copy, 64M f32 (device to device)", "GB/s", 8.0 * n / 1e9,
+             lambda cv=cv: c.copy(cv), lambda tv=tv: copy_dst.copy_(tv))]
+
+    # Write-only bandwidth: the bar casts that widen (mostly writes) may be held to.
+    for short, npn in (("f64", "float64"), ("f32", "float32"), ("i8", "int8")):
+        tbuf = torch.empty(n, dtype=getattr(torch, npn), device="cuda")
+        rows.append((f"fill 64M {short} (write only)", "GB/s",
+                     1.0 * np.dtype(npn).itemsize * n / 1e9,
+                     lambda npn=npn: c.full((n,), 1, np.dtype(npn)),
+                     lambda tbuf=tbuf: tbuf.fill_(1)))
+
+    def torch_or_none(fn):
+        # None when torch cannot run it on CUDA (uint16/uint32 arithmetic, for example).
+        try:
+            fn()
+            torch.cuda.synchronize()
+            return fn
+        except (RuntimeError, TypeError):
+            return None
+
+    for short, npn, tn in TYPES:
+        if short in ("f32", "f16", "bf16"):
+            continue  # Rows of their own above.
+        cv, tv = made[short]
+        size = np.dtype(np_type(npn)).itemsize
+        if short == "bool":  # No add of bools: their elementwise op is maximum (logical or).
+            rows.append(("add, 64M bool (maximum: logical or)", "GB/s", 3.0 * n / 1e9,
+                         lambda cv=cv: c.maximum(cv, cv),
+                         torch_or_none(lambda tv=tv: torch.logical_or(tv, tv))))
+            continue
+        rows.append((f"add, 64M {short}", "GB/s", 3.0 * size * n / 1e9,
+                     lambda cv=cv: c.add(cv, cv),
+                     torch_or_none(lambda tv=tv: torch.add(tv, tv))))
+    for src, snp, _ in TYPES:
+        for dst, dnp, dtn in TYPES:
+            if src == dst:
+                continue
+            cv, tv = made[src]
+            size = np.dtype(np_type(snp)).itemsize + np.dtype(np_type(dnp)).itemsize
+            tdt = getattr(torch, dtn)
+            rows.append((f"cast 64M {src} -> {dst}", "GB/s", 1.0 * size * n / 1e9,
+                         lambda cv=cv, d=np_type(dnp): c.cast(cv, d),
+                         torch_or_none(lambda tv=tv, tdt=tdt: tv.to(tdt))))
+    m = rng.standard_normal((4096, 16384), dtype=np.float32)
+    sm = rng.standard_normal((4096, 4096), dtype=np.float32)
+    for short, npt, tt in (("bf16", ml_dtypes.bfloat16, torch.bfloat16),
+                           ("f16", np.float16, torch.float16)):
+        cm, tm = c.create(m.astype(npt)), torch.from_numpy(m).cuda().to(tt)
+        cs, ts = c.create(sm.astype(npt)), torch.from_numpy(sm).cuda().to(tt)
+        flat_c, flat_t = cm.reshape(4096 * 16384), tm.view(-1)
+        for op, theirs in (("sum", torch.sum), ("max", torch.amax), ("argmax", torch.argmax)):
+            ours = getattr(c, op)
+            rows.append((f"{op} of 64M {short} (full reduction)", "GB/s", 2.0 * n / 1e9,
+                         lambda ours=ours, x=flat_c: ours(x),
+                         lambda theirs=theirs, x=flat_t: theirs(x)))
+            rows.append((f"{op} of 4096 x 16384 {short} along axis 1", "GB/s", 2.0 * n / 1e9,
+                         lambda ours=ours, x=cm: ours(x, axis=1),
+                         lambda theirs=theirs, x=tm: theirs(x, dim=1)))
+        rows.append((f"softmax over rows, 4096 x 4096 {short}", "GB/s", 4.0 * 4096 * 4096 / 1e9,
+                     lambda x=cs: c.softmax(x), lambda x=ts: torch.softmax(x, -1)))
+    return rows
 
 
 if __name__ == "__main__":
