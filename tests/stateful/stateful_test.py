@@ -38,13 +38,16 @@ Run by hand (30 minutes against the plain build; the sanitizer build's daemon wo
 
 ctest runs it as `stateful.fuzz` for CUBED_STATEFUL_SECONDS (CMake variable; 60 s in the
 sanitizer configuration, 20 s otherwise); the environment variable CUBED_STATEFUL_SECONDS
-overrides --seconds. Exits 0 when no finding, 1 on a finding (the shrunk steps are printed
+overrides --seconds; --seed (or CUBED_STATEFUL_SEED) makes the sequences drawn repeatable. The
+first finding is printed when it happens ("first finding after N s"), before Hypothesis shrinks it,
+which may take minutes. Exits 0 when no finding, 1 on a finding (the shrunk steps are printed
 above), 77 when Hypothesis is missing.
 """
 
 import argparse
 import os
 import queue
+import random
 import shutil
 import sys
 import tempfile
@@ -115,6 +118,18 @@ class Run:
         self.restarts = 0
         self.codes = {}
         self.regions = True  # Shared-memory regions (off with --no_regions).
+        self.start = time.monotonic()
+        self.first_finding = None  # (seconds into the run, sequence, what): before shrinking.
+
+    def note_finding(self, what):
+        """Remembers and prints the first finding when it happens: Hypothesis then shrinks it,
+        which may take minutes, so the run's end says nothing of how soon it was found."""
+        if self.first_finding is not None:
+            return
+        self.first_finding = (time.monotonic() - self.start, self.sequences,
+                              what.splitlines()[0][:300])
+        print("stateful: first finding after {:.1f} s, in sequence {}: {}".format(
+            *self.first_finding), flush=True)
 
     def count(self, what, code):
         key = f"{what}:{code}"
@@ -150,6 +165,7 @@ class Divergence(AssertionError):
 
 
 def diverge(what, detail):
+    RUN.note_finding(f"{what}: {detail}")
     raise Divergence(f"{what}: {detail}")
 
 
@@ -1685,8 +1701,18 @@ def main():
     ap.add_argument("--steps", type=int, default=40, help="most steps per sequence")
     ap.add_argument("--no_ring", action="store_true", help="session streams over gRPC only")
     ap.add_argument("--no_regions", action="store_true", help="no shared-memory regions")
+    ap.add_argument("--seed", type=int, default=None, help="seeds the sequences Hypothesis "
+                    "draws (CUBED_STATEFUL_SEED overrides; random when unset); a daemon's "
+                    "timing may still make two runs differ")
     args = ap.parse_args()
     seconds = float(os.environ.get("CUBED_STATEFUL_SECONDS", args.seconds))
+    seed = os.environ.get("CUBED_STATEFUL_SEED", args.seed)
+    if seed is not None:
+        # Each round of run_state_machine_as_test takes its seed from this generator
+        # (hypothesis.core, 6.x); Hypothesis has no public knob for a run of several rounds.
+        import hypothesis.core
+        hypothesis.core._hypothesis_global_random = random.Random(int(seed))
+        print(f"stateful: seed {int(seed)}")
     stub_dir = tempfile.mkdtemp(prefix="cubed-stateful-stubs-")
     load_stubs(args.proto_dir, stub_dir)
     from cubed.v1 import compute_pb2, session_pb2, types_pb2
@@ -1700,14 +1726,15 @@ def main():
         max_examples=20, stateful_step_count=args.steps, deadline=None, database=None,
         suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
         print_blob=False)
-    start = time.monotonic()
+    start = RUN.start = time.monotonic()
     status = 0
     rounds = 0
     try:
         while time.monotonic() - start < seconds:
             rounds += 1
             run_state_machine_as_test(CubedMachine, settings=CubedMachine.TestCase.settings)
-    except Exception:  # A finding: Hypothesis printed the shrunk steps.
+    except Exception as e:  # A finding: Hypothesis printed the shrunk steps.
+        RUN.note_finding(f"{type(e).__name__}: {e}")
         traceback.print_exc()
         status = 1
     finally:
@@ -1716,6 +1743,9 @@ def main():
         print(f"stateful: {elapsed:.0f} s, {RUN.sequences} sequences, {RUN.steps} steps "
               f"(requests and stream commands), {RUN.restarts} daemon restarts, daemon exit "
               f"{exit_code}")
+        if RUN.first_finding is not None:
+            print("stateful: first finding after {:.1f} s, in sequence {}: {}".format(
+                *RUN.first_finding))
         for key in sorted(RUN.codes):
             print(f"  {key} {RUN.codes[key]}")
         if RUN.daemon is not None:
