@@ -117,7 +117,8 @@ def main() -> int:
     n = len(latencies)
     print(json.dumps({"counts": counts, "reads": n,
                       "p50_us": latencies[n // 2] * 1e6 if n else None,
-                      "p99_us": latencies[min(n - 1, n * 99 // 100)] * 1e6 if n else None}),
+                      "p99_us": latencies[min(n - 1, n * 99 // 100)] * 1e6 if n else None,
+                      "latencies_us": [round(x * 1e6) for x in latencies]}),
           flush=True)
     return 0
 

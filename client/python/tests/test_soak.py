@@ -44,6 +44,23 @@ def rss_kb(pid: int) -> int:
     raise RuntimeError("no VmRSS")
 
 
+def rss_profile(samples: list, rss_end: int) -> str:
+    """The daemon's RSS at a few points of the run, and its growth over each half: a leak grows in
+    the second half as in the first, warm-up (allocator arenas, gRPC's pools) does not."""
+    if not samples:
+        return "soak: no RSS samples"
+    total = samples[-1][0]
+
+    def at(fraction: float) -> int:
+        return next(kb for t, kb in samples if t >= fraction * total)
+
+    first, mid = samples[0][1], at(0.5)
+    points = ", ".join(f"{f * total:.0f} s {at(f)}" for f in (0.1, 0.25, 0.5, 0.75))
+    return (f"soak: RSS kB: {samples[0][0]:.0f} s {first}, {points}, end {rss_end}, max "
+            f"{max(kb for _, kb in samples)}; growth first half {100 * (mid / first - 1):+.1f} %, "
+            f"second half {100 * (rss_end / mid - 1):+.1f} %")
+
+
 def sanitized(pid: int) -> bool:
     """Whether the daemon runs with AddressSanitizer, whose quarantine of freed memory (256 MiB by
     default) grows RSS by design."""
@@ -74,10 +91,12 @@ def test_soak(request: pytest.FixtureRequest) -> None:
         for _ in range(CLIENTS):
             spawn(SECONDS)
         rss_warm = None
+        rss_samples = []  # (seconds into the run, kB): the growth's shape, printed at the end.
         while time.monotonic() < end - 1:
             time.sleep(rng.uniform(0.3, 1.5))
+            rss_samples.append((time.monotonic() - start, rss_kb(d.proc.pid)))
             if rss_warm is None and time.monotonic() - start > SECONDS / 2:
-                rss_warm = rss_kb(d.proc.pid)
+                rss_warm = rss_samples[-1][1]
             running = [w for w in workers if w[0].poll() is None and not w[2]]
             if running and time.monotonic() < end - 3:
                 victim = rng.choice(running)
@@ -116,6 +135,12 @@ def test_soak(request: pytest.FixtureRequest) -> None:
         for carrier, r in results:
             print(f"  {carrier}: p50 read {r['p50_us']:.0f} us, p99 {r['p99_us']:.0f} us, "
                   f"{r['counts']}")
+        print(rss_profile(rss_samples, rss_end))
+        pooled = sorted(x for _, r in results for x in r["latencies_us"])
+        if pooled:
+            print(f"soak: reads of the {len(results)} workers that ran to the end, pooled: "
+                  f"{len(pooled)}, p50 {pooled[len(pooled) // 2] / 1e3:.1f} ms, p99 "
+                  f"{pooled[min(len(pooled) - 1, len(pooled) * 99 // 100)] / 1e3:.1f} ms")
         assert rss_warm is not None
         if not sanitized(d.proc.pid):
             assert rss_end <= rss_warm * (1 + RSS_GROWTH) + RSS_SLACK_KB, (
