@@ -8,22 +8,21 @@
 #include <string>
 #include <vector>
 
-#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
-#include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "common/ids.h"
 #include "server/auth/principal.h"
+#include "server/compute/compute_server.h"
 
 namespace cubed {
 
-// One live handle: its table entry and its bytes (the whole allocation, as a raw read returns
-// them).
+// One live handle's table entry; its bytes (the whole allocation, as a raw read returns them)
+// travel separately, as HostChunks (Note [Checkpoint I/O], device.h).
 struct CheckpointedHandle {
   HandleId id;
   uint64_t size = 0;
   uint32_t refcount = 1;
-  std::string bytes;  // `size` bytes.
 };
 
 // One poisoned id (Note [Poisoned handles], session.h) and its error (carrying kPoisonPayload
@@ -44,8 +43,16 @@ struct CheckpointedSession {
   std::vector<CheckpointedPoison> poisons;
 };
 
-// Receives a device's sessions, or why they could not be read.
-using CheckpointCallback =
-    absl::AnyInvocable<void(absl::StatusOr<std::vector<CheckpointedSession>>)>;
+// Where a restored session's bytes come from (Note [Checkpoint I/O], device.h). Used on the
+// device's loop thread during Device::RestoreSession.
+class CheckpointSource {
+ public:
+  virtual ~CheckpointSource() = default;
+  // Fills `chunks` of the session's handles (HostChunk::index: the position in
+  // CheckpointedSession::handles), handed out in order; an error fails the restore.
+  virtual absl::Status Fill(absl::Span<const HostChunk> chunks) = 0;
+  // After the last Fill: OK only when every handle was filled whole and its bytes verified.
+  virtual absl::Status Finish() = 0;
+};
 
 }  // namespace cubed

@@ -38,14 +38,29 @@ struct DeviceOptions {
 // Note [Checkpoint and restore]: a daemon that drains with a checkpoint (cubectl drain
 // --checkpoint, or SIGTERM with --checkpoint_dir) freezes each Device on its loop, after every
 // task posted before: from then on every call naming a session, and every open, fails
-// UNAVAILABLE, so nothing runs that the checkpoint would miss. Capture then reads every live
-// handle's whole allocation through ComputeServer::Read (after all queued device work, in stream
-// order) with the handle table (ids, sizes, refcounts) and the poisoned ids. A daemon started
-// with --restore recreates each session with RestoreSession before it serves: same session id,
-// handle ids, sizes, refcounts, bytes and poisons; a fresh lease from `now`; accounted like any
-// allocation of that size. What a checkpoint does not keep: recorded graphs (and the slices only
-// they held), shared-memory regions, an open profile, stream seq numbers. A failed checkpoint
-// thaws the Device and the daemon serves on. docs/reliability.md describes the promise.
+// UNAVAILABLE, so nothing runs that the checkpoint would miss. CaptureTables then gives the
+// handle tables (ids, sizes, refcounts) and poisoned ids, which size the checkpoint against its
+// limit before anything is written, and Capture the same with every live handle's whole
+// allocation, read after all queued device work, in stream order (Note [Checkpoint I/O]). A
+// daemon started with --restore recreates each session with RestoreSession before it serves:
+// same session id, handle ids, sizes, refcounts, bytes and poisons; a fresh lease from `now`;
+// accounted like any allocation of that size. What a checkpoint does not keep: recorded graphs
+// (and the slices only they held), shared-memory regions, an open profile, stream seq numbers. A
+// failed checkpoint thaws the Device and the daemon serves on. docs/reliability.md describes the
+// promise.
+//
+// Note [Checkpoint I/O]: a checkpoint's bytes cross host memory once each way. Capture hands the
+// allocations to the daemon's writer through ComputeServer::ReadToHost, in batches of HostChunks
+// that are the allocations' own memory (CPU) or a pinned staging chunk the device copied into
+// (CUDA); the writer writev()s each batch to the data file while a second thread computes the
+// SHA-256 digests from the same memory (server/daemon/checkpoint_file.h). RestoreSession has
+// ComputeServer::CreateFromHost reserve the allocations and hand them out the same way for a
+// CheckpointSource to preadv() the file into, again hashed beside the read, and keeps the session
+// only when the source's Finish says every byte matched. Before, capture and restore went through
+// Read and Create with a string per handle: two extra copies of every byte and as many bytes of
+// fresh pages to fault in, which cost more than the file I/O itself (docs/benchmarks.md, ninth
+// session). Both run on the loop thread, which waits for the device and the disk meanwhile: the
+// device is frozen (capture) or not serving yet (restore).
 struct SessionGrant {
   SessionId session;
   absl::Duration lease;
@@ -222,20 +237,25 @@ class Device {
                             const RegionRange& into, absl::Time now, RegionReadCallback done);
 
   // Note [Checkpoint and restore]. Freeze: every later call naming a session, and every open,
-  // fails UNAVAILABLE until Thaw. Capture: every session, each handle's bytes read after all
-  // earlier work; `done` runs once, on the loop or a backend completion thread. RestoreSession:
-  // opens `session` under its id with its handles and poisons, all or nothing (INVALID_ARGUMENT
-  // or FAILED_PRECONDITION for a bad id, size or lease; RESOURCE_EXHAUSTED over the memory
-  // limit; nothing is left behind on error); a stream may resume it (Session::resumable).
+  // fails UNAVAILABLE until Thaw. CaptureTables: every session's handle table and poisons.
+  // Capture: the same, and every handle's bytes, handed to `sink` (HostChunk::index counts the
+  // handles of all sessions in the order returned) after all earlier work; blocks the loop
+  // thread until the sink has them all; the first error, the sink's or the backend's.
+  // RestoreSession: opens `session` under its id with its handles (bytes from `source`) and
+  // poisons, all or nothing (INVALID_ARGUMENT or FAILED_PRECONDITION for a bad id, size or lease;
+  // RESOURCE_EXHAUSTED over the memory limit; the source's error; nothing is left behind on
+  // error); a stream may resume it (Session::resumable).
   void Freeze() { frozen_ = true; }
   void Thaw() { frozen_ = false; }
-  void Capture(CheckpointCallback done);
+  std::vector<CheckpointedSession> CaptureTables() const;
+  absl::StatusOr<std::vector<CheckpointedSession>> Capture(HostChunkCallback sink);
   // For a stream resuming `session`: renews its lease, clears Session::resumable and returns the
   // lease. NOT_FOUND (as FindSession), FAILED_PRECONDITION when it is not resumable.
   absl::StatusOr<absl::Duration> TakeResumable(SessionId session, absl::Time now);
   // The session's Session::stream_seq cell; null when it is not open.
   std::shared_ptr<uint64_t> StreamSeqOf(SessionId session) const;
-  absl::Status RestoreSession(CheckpointedSession session, absl::Time now);
+  absl::Status RestoreSession(CheckpointedSession session, CheckpointSource& source,
+                              absl::Time now);
 
   MemoryUsage Usage() const { return server_->Usage(); }
   KernelCacheStats KernelCache() const { return server_->KernelCache(); }

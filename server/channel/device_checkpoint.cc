@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
@@ -14,34 +15,46 @@
 namespace cubed {
 namespace {
 
-// Recreates the handles and poisons of `c` in `s`, which is empty. On error the caller frees
-// the session, and with it whatever was added.
+// Recreates the handles (bytes from `source`) and poisons of `c` in `s`, which is empty. On
+// error the caller frees the session, and with it whatever was added.
 absl::Status RestoreContents(ComputeServer& server, SessionTable& table, Session& s,
-                             CheckpointedSession& c) {
-  for (CheckpointedHandle& h : c.handles) {
-    if (h.id.value() == 0 || s.InUse(h.id)) {
+                             CheckpointedSession& c, CheckpointSource& source) {
+  std::vector<uint64_t> sizes;
+  sizes.reserve(c.handles.size());
+  absl::flat_hash_set<uint64_t> ids;
+  for (const CheckpointedHandle& h : c.handles) {
+    if (h.id.value() == 0 || !ids.insert(h.id.value()).second) {
       return absl::InvalidArgumentError(absl::StrCat("session ", c.id.value(), ": handle id ",
                                                      h.id.value(), " is 0 or appears twice"));
     }
-    if (h.size == 0 || h.bytes.size() != h.size || h.refcount == 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("session ", c.id.value(), ": handle ", h.id.value(), " has size ", h.size,
-                       ", ", h.bytes.size(), " bytes and refcount ", h.refcount));
+    if (h.size == 0 || h.refcount == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("session ", c.id.value(), ": handle ",
+                                                     h.id.value(), " has size ", h.size,
+                                                     " and refcount ", h.refcount));
     }
-    ASSIGN_OR_RETURN(
-        Allocation allocation,
-        server.Create(
-            absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(h.bytes.data()), h.bytes.size()),
-            s.memory_owner()));
-    if (allocation.size != h.size) {
-      server.Free(allocation.slice);
-      return absl::InternalError(absl::StrCat("handle ", h.id.value(), ": allocated ",
-                                              allocation.size, " bytes for ", h.size));
+    sizes.push_back(h.size);
+  }
+  ASSIGN_OR_RETURN(
+      std::vector<Allocation> allocations,
+      server.CreateFromHost(sizes, s.memory_owner(), [&source](absl::Span<const HostChunk> chunks) {
+        return source.Fill(chunks);
+      }));
+  absl::Status status = source.Finish();
+  for (size_t i = 0; i < allocations.size() && status.ok(); ++i) {
+    if (allocations[i].size != sizes[i]) {
+      status = absl::InternalError(absl::StrCat("handle ", c.handles[i].id.value(), ": allocated ",
+                                                allocations[i].size, " bytes for ", sizes[i]));
     }
-    s.AddHandleWithId(h.id, allocation.slice, h.size);
+  }
+  if (!status.ok()) {
+    for (const Allocation& a : allocations) server.Free(a.slice);
+    return status;
+  }
+  for (size_t i = 0; i < allocations.size(); ++i) {
+    const CheckpointedHandle& h = c.handles[i];
+    s.AddHandleWithId(h.id, allocations[i].slice, h.size);
     s.Find(h.id)->refcount = h.refcount;
     table.Account(s, h.size, +1);
-    std::string().swap(h.bytes);  // The device has them now.
   }
   *s.stream_seq() = c.stream_seq;
   for (CheckpointedPoison& p : c.poisons) {
@@ -57,9 +70,8 @@ absl::Status RestoreContents(ComputeServer& server, SessionTable& table, Session
 
 }  // namespace
 
-void Device::Capture(CheckpointCallback done) {
-  auto sessions = std::make_shared<std::vector<CheckpointedSession>>();
-  std::vector<ResolvedBinding> bindings;
+std::vector<CheckpointedSession> Device::CaptureTables() const {
+  std::vector<CheckpointedSession> sessions;
   for (SessionId id : sessions_.ids()) {
     const Session& s = *sessions_.Get(id);
     CheckpointedSession c;
@@ -69,32 +81,27 @@ void Device::Capture(CheckpointCallback done) {
     c.lease = s.lease();
     c.stream_seq = *s.stream_seq();
     for (const auto& [handle, entry] : s.handles()) {
-      c.handles.push_back(CheckpointedHandle{handle, entry.size, entry.refcount, ""});
-      bindings.push_back(ResolvedBinding{entry.slice, 0, entry.size});
+      c.handles.push_back(CheckpointedHandle{handle, entry.size, entry.refcount});
     }
     for (const auto& [handle, error] : s.poisons()) {
       c.poisons.push_back(CheckpointedPoison{handle, error});
     }
-    sessions->push_back(std::move(c));
+    sessions.push_back(std::move(c));
   }
-  if (bindings.empty()) {  // Nothing to read: still wait for the work queued before.
-    server_->Sync([sessions, done = std::move(done)](absl::Status status) mutable {
-      if (!status.ok()) return done(status);
-      done(std::move(*sessions));
-    });
-    return;
+  return sessions;
+}
+
+absl::StatusOr<std::vector<CheckpointedSession>> Device::Capture(HostChunkCallback sink) {
+  std::vector<CheckpointedSession> sessions = CaptureTables();
+  std::vector<ResolvedBinding> bindings;
+  for (const CheckpointedSession& c : sessions) {
+    Session& s = *sessions_.Get(c.id);
+    for (const CheckpointedHandle& h : c.handles) {
+      bindings.push_back(ResolvedBinding{s.Find(h.id)->slice, 0, h.size});
+    }
   }
-  auto bytes = std::make_shared<std::vector<std::string>>();
-  std::vector<std::string>* out = bytes.get();
-  server_->Read(std::move(bindings), out,
-                [sessions, bytes, done = std::move(done)](absl::Status status) mutable {
-                  if (!status.ok()) return done(status);
-                  size_t next = 0;
-                  for (CheckpointedSession& c : *sessions) {
-                    for (CheckpointedHandle& h : c.handles) h.bytes = std::move((*bytes)[next++]);
-                  }
-                  done(std::move(*sessions));
-                });
+  RETURN_IF_ERROR(server_->ReadToHost(bindings, sink));
+  return sessions;
 }
 
 std::shared_ptr<uint64_t> Device::StreamSeqOf(SessionId session) const {
@@ -113,9 +120,11 @@ absl::StatusOr<absl::Duration> Device::TakeResumable(SessionId session, absl::Ti
   return s->lease();
 }
 
-absl::Status Device::RestoreSession(CheckpointedSession session, absl::Time now) {
+absl::Status Device::RestoreSession(CheckpointedSession session, CheckpointSource& source,
+                                    absl::Time now) {
   ASSIGN_OR_RETURN(Session * s, sessions_.Restore(session.id, session.lease, now, session.owner));
-  if (absl::Status status = RestoreContents(*server_, sessions_, *s, session); !status.ok()) {
+  if (absl::Status status = RestoreContents(*server_, sessions_, *s, session, source);
+      !status.ok()) {
     Free(*sessions_.Remove(session.id));
     return status;
   }

@@ -12,6 +12,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/functional/any_invocable.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -123,6 +124,19 @@ struct KernelCacheStats {
   uint64_t compile_time_us = 0;  // Spent compiling, microseconds.
 };
 
+// A piece of one allocation's bytes in host memory, for a checkpoint's capture or restore
+// (Note [Checkpoint I/O], server/channel/device.h): bytes [offset, offset + bytes.size()) of the
+// call's allocation `index`; `last` when the piece ends that allocation.
+struct HostChunk {
+  size_t index = 0;
+  uint64_t offset = 0;
+  absl::Span<uint8_t> bytes;
+  bool last = false;
+};
+// Gets batches of chunks, in allocation order, each valid only during the call; an error stops
+// the transfer and is returned by it.
+using HostChunkCallback = absl::FunctionRef<absl::Status(absl::Span<const HostChunk>)>;
+
 // Completion callbacks run on the loop thread or on a backend completion thread; they must not
 // block.
 using DoneCallback = absl::AnyInvocable<void(absl::Status)>;
@@ -205,6 +219,29 @@ class ComputeServer {
     return absl::OkStatus();
   }
   virtual void UnregisterHostMemory(absl::Span<uint8_t> memory) { (void)memory; }
+
+  // Optional (a checkpoint's capture: Note [Checkpoint I/O], server/channel/device.h): after all
+  // earlier work, hands every byte of bindings[0], then of bindings[1], ... to `sink` in batches
+  // of chunks, and returns after the last batch (the loop thread waits for the device meanwhile).
+  // Stops at the first error, the sink's or the backend's, and returns it.
+  virtual absl::Status ReadToHost(absl::Span<const ResolvedBinding> bindings,
+                                  HostChunkCallback sink) {
+    (void)bindings;
+    (void)sink;
+    return absl::UnimplementedError("this backend cannot hand its memory to a checkpoint");
+  }
+  // Optional (a checkpoint's restore): reserves sizes[i] bytes for `owner` (laid out as Empty
+  // lays them out) and has `fill` write every byte of them, in chunks as ReadToHost hands them
+  // out; returns once later work sees the bytes. Errors: Empty's, or the first of `fill`; then
+  // nothing stays reserved.
+  virtual absl::StatusOr<std::vector<Allocation>> CreateFromHost(absl::Span<const uint64_t> sizes,
+                                                                 MemoryOwner owner,
+                                                                 HostChunkCallback fill) {
+    (void)sizes;
+    (void)owner;
+    (void)fill;
+    return absl::UnimplementedError("this backend cannot restore memory from a checkpoint");
+  }
 
   // trait: get_resource.
   virtual absl::StatusOr<ResourceDescription> GetResource(const ResolvedBinding& binding) = 0;

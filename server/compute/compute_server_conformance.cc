@@ -237,6 +237,91 @@ TEST_P(ComputeServerConformance, BadSizesAreRefusedAndLeaveNothing) {
   EXPECT_EQ(after.bytes_reserved, before.bytes_reserved);
 }
 
+// Sizes that cross a checkpoint batch (16 MiB on both backends) and fall inside one.
+const std::vector<uint64_t>& CheckpointSizes() {
+  static const std::vector<uint64_t> sizes = {1, 4096, (uint64_t{17} << 20) + 3, 100, 1 << 20};
+  return sizes;
+}
+
+// Gathers what ReadToHost hands out, checking that chunks come in order.
+struct Gathered {
+  std::vector<std::string> bytes;
+  size_t last_count = 0;
+  absl::Status Take(absl::Span<const HostChunk> chunks) {
+    for (const HostChunk& c : chunks) {
+      if (c.offset == 0) bytes.emplace_back();
+      if (c.index + 1 != bytes.size() || c.offset != bytes.back().size() || c.bytes.empty()) {
+        return absl::InternalError("chunk out of order");
+      }
+      bytes.back().append(reinterpret_cast<const char*>(c.bytes.data()), c.bytes.size());
+      last_count += c.last ? 1 : 0;
+    }
+    return absl::OkStatus();
+  }
+};
+
+TEST_P(ComputeServerConformance, ReadToHostHandsOutEveryByteInOrder) {
+  std::vector<std::string> data;
+  std::vector<ResolvedBinding> bindings;
+  for (size_t i = 0; i < CheckpointSizes().size(); ++i) {
+    data.push_back(Pattern(CheckpointSizes()[i], static_cast<int>(i)));
+    absl::StatusOr<Allocation> a = server_->Create(Bytes(data.back()), kOwnerA);
+    ASSERT_TRUE(a.ok()) << a.status();
+    bindings.push_back(Whole(*a));
+  }
+  Gathered got;
+  absl::Status s = server_->ReadToHost(
+      bindings, [&got](absl::Span<const HostChunk> chunks) { return got.Take(chunks); });
+  if (s.code() == absl::StatusCode::kUnimplemented) GTEST_SKIP() << s;
+  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_EQ(got.bytes.size(), data.size());
+  EXPECT_EQ(got.last_count, data.size());
+  for (size_t i = 0; i < data.size(); ++i) EXPECT_TRUE(got.bytes[i] == data[i]) << "binding " << i;
+  // The sink's error stops the transfer and is returned.
+  int calls = 0;
+  s = server_->ReadToHost(bindings, [&calls](absl::Span<const HostChunk>) {
+    ++calls;
+    return absl::DataLossError("sink refuses");
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_EQ(calls, 1);
+  for (const ResolvedBinding& b : bindings) server_->Free(b.slice);
+}
+
+TEST_P(ComputeServerConformance, CreateFromHostHoldsWhatTheFillWrote) {
+  const MemoryUsage before = server_->Usage();
+  std::vector<std::string> data;
+  for (size_t i = 0; i < CheckpointSizes().size(); ++i) {
+    data.push_back(Pattern(CheckpointSizes()[i], static_cast<int>(i) + 20));
+  }
+  absl::StatusOr<std::vector<Allocation>> made = server_->CreateFromHost(
+      CheckpointSizes(), kOwnerA, [&data](absl::Span<const HostChunk> chunks) {
+        for (const HostChunk& c : chunks) {
+          std::memcpy(c.bytes.data(), data[c.index].data() + c.offset, c.bytes.size());
+        }
+        return absl::OkStatus();
+      });
+  if (made.status().code() == absl::StatusCode::kUnimplemented) GTEST_SKIP() << made.status();
+  ASSERT_TRUE(made.ok()) << made.status();
+  ASSERT_EQ(made->size(), data.size());
+  for (size_t i = 0; i < data.size(); ++i) {
+    EXPECT_EQ((*made)[i].size, data[i].size());
+    absl::StatusOr<std::string> got = ReadAll(*server_, Whole((*made)[i]));
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(*got == data[i]) << "allocation " << i;
+    server_->Free((*made)[i].slice);
+  }
+  // A failing fill leaves nothing allocated.
+  int calls = 0;
+  made = server_->CreateFromHost(CheckpointSizes(), kOwnerA, [&calls](absl::Span<const HostChunk>) {
+    return ++calls == 2 ? absl::DataLossError("bad bytes") : absl::OkStatus();
+  });
+  EXPECT_EQ(made.status().code(), absl::StatusCode::kDataLoss) << made.status();
+  const MemoryUsage after = server_->Usage();
+  EXPECT_EQ(after.number_allocs, before.number_allocs);
+  EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
+}
+
 TEST_P(ComputeServerConformance, ExecuteAddThenSyncThenRead) {
   constexpr uint64_t n = 1000;
   std::vector<float> x(n), y(n);

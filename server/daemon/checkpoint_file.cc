@@ -1,11 +1,13 @@
 #include "server/daemon/checkpoint_file.h"
 
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -20,6 +22,7 @@
 #include "common/checked_math.h"
 #include "common/status_macros.h"
 #include "cubed/v1/checkpoint.pb.h"
+#include "server/daemon/checkpoint_digest.h"
 
 namespace cubed {
 namespace {
@@ -31,14 +34,6 @@ constexpr uint32_t kFormatVersion = 1;
 constexpr uint64_t kMaxManifestBytes = uint64_t{256} << 20;
 constexpr size_t kDigestBytes = 32;
 constexpr size_t kMaxPoisonMessage = 64 << 10;
-
-std::string Sha256(absl::string_view data) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  // Fails only when libcrypto is out of memory: the digest then matches nothing.
-  if (EVP_Digest(data.data(), data.size(), digest, &length, EVP_sha256(), nullptr) != 1) return "";
-  return std::string(reinterpret_cast<const char*>(digest), length);
-}
 
 std::string ErrnoText(int error) { return std::strerror(error); }
 
@@ -76,6 +71,29 @@ class OutFile {
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) return WriteError(path_, n < 0 ? errno : ENOSPC);
       data.remove_prefix(static_cast<size_t>(n));
+    }
+    return absl::OkStatus();
+  }
+  // Writes the chunks' bytes, in order, with as few writev calls as IOV_MAX allows.
+  absl::Status Write(absl::Span<const HostChunk> chunks) {
+    std::vector<iovec> iov;
+    iov.reserve(std::min<size_t>(chunks.size(), IOV_MAX));
+    for (size_t next = 0; next < chunks.size();) {
+      iov.clear();
+      for (; next < chunks.size() && iov.size() < IOV_MAX; ++next) {
+        iov.push_back(iovec{chunks[next].bytes.data(), chunks[next].bytes.size()});
+      }
+      for (size_t first = 0; first < iov.size();) {
+        const ssize_t n = writev(fd_, iov.data() + first, static_cast<int>(iov.size() - first));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return WriteError(path_, n < 0 ? errno : ENOSPC);
+        size_t done = static_cast<size_t>(n);  // Skip what was written, splitting a partial one.
+        while (first < iov.size() && done >= iov[first].iov_len) done -= iov[first++].iov_len;
+        if (first < iov.size()) {
+          iov[first].iov_base = static_cast<uint8_t*>(iov[first].iov_base) + done;
+          iov[first].iov_len -= done;
+        }
+      }
     }
     return absl::OkStatus();
   }
@@ -136,13 +154,15 @@ void SyncDirectory(const std::string& dir) {
   close(fd);
 }
 
-// The manifest of `sessions`, their handles laid out one after the other in the data file.
+// The manifest of `sessions`, their handles laid out one after the other in the data file, with
+// `digests` (one per handle, in order; null: placeholders of the same size, for sizing).
 absl::StatusOr<v1::CheckpointManifest> BuildManifest(
-    const std::vector<CheckpointedSession>& sessions) {
+    const std::vector<CheckpointedSession>& sessions, const std::vector<std::string>* digests) {
   v1::CheckpointManifest manifest;
   manifest.set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
   manifest.set_daemon_version(CUBED_VERSION);
   uint64_t offset = 0;
+  size_t next = 0;
   for (const CheckpointedSession& s : sessions) {
     v1::CheckpointSession* out = manifest.add_sessions();
     out->set_id(s.id.value());
@@ -151,16 +171,16 @@ absl::StatusOr<v1::CheckpointManifest> BuildManifest(
     out->set_lease_ms(static_cast<uint64_t>(absl::ToInt64Milliseconds(s.lease)));
     out->set_stream_seq(s.stream_seq);
     for (const CheckpointedHandle& h : s.handles) {
-      if (h.bytes.size() != h.size) {
-        return absl::InternalError(absl::StrCat("checkpoint: handle ", h.id.value(), " read ",
-                                                h.bytes.size(), " bytes of ", h.size));
+      if (digests != nullptr && next >= digests->size()) {
+        return absl::InternalError(
+            absl::StrCat("checkpoint: handle ", h.id.value(), " was not written"));
       }
       v1::CheckpointHandle* handle = out->add_handles();
       handle->set_id(h.id.value());
       handle->set_size(h.size);
       handle->set_refcount(h.refcount);
       handle->set_data_offset(offset);
-      handle->set_sha256(Sha256(h.bytes));
+      handle->set_sha256(digests != nullptr ? (*digests)[next++] : std::string(kDigestBytes, '\0'));
       offset += h.size;  // Bytes held in memory: their sum fits.
     }
     for (const CheckpointedPoison& p : s.poisons) {
@@ -174,51 +194,130 @@ absl::StatusOr<v1::CheckpointManifest> BuildManifest(
   return manifest;
 }
 
-}  // namespace
-
-absl::StatusOr<CheckpointStats> WriteCheckpoint(const std::string& dir,
-                                                const std::vector<CheckpointedSession>& sessions,
-                                                uint64_t max_bytes) {
-  ASSIGN_OR_RETURN(const v1::CheckpointManifest manifest, BuildManifest(sessions));
+// The manifest file's bytes for `manifest`.
+std::string ManifestFileBytes(const v1::CheckpointManifest& manifest) {
   v1::CheckpointFile file;
   file.set_version(kFormatVersion);
   file.set_manifest(manifest.SerializeAsString());
   file.set_manifest_sha256(Sha256(file.manifest()));
-  const std::string manifest_bytes = file.SerializeAsString();
-  CheckpointStats stats;
-  stats.sessions = sessions.size();
-  for (const CheckpointedSession& s : sessions) stats.handles += s.handles.size();
-  stats.bytes = manifest.data_size() + manifest_bytes.size();  // Both in memory: no overflow.
-  if (stats.bytes > max_bytes) {
+  return file.SerializeAsString();
+}
+
+}  // namespace
+
+struct CheckpointWriter::State {
+  std::string dir;
+  std::string data_path;
+  std::string data_temp;
+  std::string manifest_path;
+  std::string manifest_temp;
+  std::optional<OutFile> data;
+  DigestThread hasher;
+  std::vector<std::string> digests;  // One per handle written whole, in order.
+  std::vector<uint64_t> written;     // Bytes written of each handle begun.
+  bool committed = false;
+};
+
+CheckpointWriter::CheckpointWriter(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+CheckpointWriter::~CheckpointWriter() {
+  if (state_->committed) return;
+  state_->data.reset();
+  unlink(state_->data_temp.c_str());
+  unlink(state_->manifest_temp.c_str());
+}
+
+absl::StatusOr<std::unique_ptr<CheckpointWriter>> CheckpointWriter::Create(
+    const std::string& dir, const std::vector<CheckpointedSession>& tables, uint64_t max_bytes) {
+  // Digests have a fixed size: the placeholders' manifest is as large as the final one.
+  ASSIGN_OR_RETURN(const v1::CheckpointManifest manifest, BuildManifest(tables, nullptr));
+  uint64_t handles = 0;
+  for (const CheckpointedSession& s : tables) handles += s.handles.size();
+  const uint64_t bytes = manifest.data_size() + ManifestFileBytes(manifest).size();
+  if (bytes > max_bytes) {  // Both in memory: no overflow.
     return absl::ResourceExhaustedError(absl::StrCat(
-        "checkpoint of ", stats.sessions, " sessions (", stats.handles, " handles) takes ",
-        stats.bytes, " bytes, more than --checkpoint_max_bytes=", max_bytes, ": nothing written"));
+        "checkpoint of ", tables.size(), " sessions (", handles, " handles) takes ", bytes,
+        " bytes, more than --checkpoint_max_bytes=", max_bytes, ": nothing written"));
   }
   RETURN_IF_ERROR(PrepareDirectory(dir));
-  const std::string data_path = absl::StrCat(dir, "/", kDataName);
-  const std::string manifest_path = absl::StrCat(dir, "/", kManifestName);
-  const std::string data_temp = data_path + kTempSuffix;
-  const std::string manifest_temp = manifest_path + kTempSuffix;
-  absl::Cleanup remove_temps = [&] {
-    unlink(data_temp.c_str());
-    unlink(manifest_temp.c_str());
-  };
-  {
-    ASSIGN_OR_RETURN(OutFile data, OutFile::Create(data_temp));
-    for (const CheckpointedSession& s : sessions) {
-      for (const CheckpointedHandle& h : s.handles) RETURN_IF_ERROR(data.Write(h.bytes));
+  auto state = std::make_unique<State>();
+  state->dir = dir;
+  state->data_path = absl::StrCat(dir, "/", kDataName);
+  state->manifest_path = absl::StrCat(dir, "/", kManifestName);
+  state->data_temp = state->data_path + kTempSuffix;
+  state->manifest_temp = state->manifest_path + kTempSuffix;
+  std::unique_ptr<CheckpointWriter> writer(new CheckpointWriter(std::move(state)));
+  ASSIGN_OR_RETURN(OutFile data, OutFile::Create(writer->state_->data_temp));
+  writer->state_->data.emplace(std::move(data));
+  return writer;
+}
+
+absl::Status CheckpointWriter::Write(absl::Span<const HostChunk> chunks) {
+  State& st = *state_;
+  if (!st.data.has_value()) return absl::InternalError("checkpoint: written after an error");
+  for (const HostChunk& c : chunks) {
+    if (c.offset == 0) st.written.push_back(0);
+    if (st.written.empty() || st.written.back() != c.offset) {
+      return absl::InternalError(
+          absl::StrCat("checkpoint: a chunk at ", c.offset, " does not continue its handle"));
     }
-    RETURN_IF_ERROR(data.Close());
-    ASSIGN_OR_RETURN(OutFile out, OutFile::Create(manifest_temp));
-    RETURN_IF_ERROR(out.Write(manifest_bytes));
+    st.written.back() += c.bytes.size();
+    st.hasher.Add(c.bytes, c.offset == 0, c.last);
+  }
+  // The digests are computed from the same memory while it is written.
+  absl::Status status = st.data->Write(chunks);
+  absl::StatusOr<std::vector<std::string>> digests = st.hasher.Wait();
+  if (status.ok()) status = digests.status();
+  if (!status.ok()) {
+    st.data.reset();
+    return status;
+  }
+  for (std::string& d : *digests) st.digests.push_back(std::move(d));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CheckpointStats> CheckpointWriter::Commit(
+    const std::vector<CheckpointedSession>& sessions) {
+  State& st = *state_;
+  if (!st.data.has_value()) return absl::InternalError("checkpoint: committed after an error");
+  CheckpointStats stats;
+  stats.sessions = sessions.size();
+  size_t next = 0;
+  for (const CheckpointedSession& s : sessions) {
+    for (const CheckpointedHandle& h : s.handles) {
+      if (next >= st.written.size() || st.written[next] != h.size) {
+        return absl::InternalError(absl::StrCat("checkpoint: handle ", h.id.value(), " of ", h.size,
+                                                " bytes was written with ",
+                                                next < st.written.size() ? st.written[next] : 0));
+      }
+      ++next;
+    }
+  }
+  stats.handles = next;
+  if (next != st.written.size() || next != st.digests.size()) {
+    return absl::InternalError(absl::StrCat("checkpoint: ", st.written.size(),
+                                            " handles written and ", st.digests.size(),
+                                            " digested for ", next));
+  }
+  ASSIGN_OR_RETURN(const v1::CheckpointManifest manifest, BuildManifest(sessions, &st.digests));
+  const std::string manifest_bytes = ManifestFileBytes(manifest);
+  stats.bytes = manifest.data_size() + manifest_bytes.size();
+  absl::Status closed = st.data->Close();
+  st.data.reset();
+  RETURN_IF_ERROR(closed);
+  {
+    ASSIGN_OR_RETURN(OutFile out, OutFile::Create(st.manifest_temp));
+    RETURN_IF_ERROR(out.Write(absl::string_view(manifest_bytes)));
     RETURN_IF_ERROR(out.Close());
   }
   // Manifest last: a reader never pairs the new manifest with old data (the digests would say).
-  if (std::rename(data_temp.c_str(), data_path.c_str()) != 0 ||
-      std::rename(manifest_temp.c_str(), manifest_path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("checkpoint: rename in ", dir, ": ", ErrnoText(errno)));
+  if (std::rename(st.data_temp.c_str(), st.data_path.c_str()) != 0 ||
+      std::rename(st.manifest_temp.c_str(), st.manifest_path.c_str()) != 0) {
+    return absl::InternalError(
+        absl::StrCat("checkpoint: rename in ", st.dir, ": ", ErrnoText(errno)));
   }
-  SyncDirectory(dir);
+  st.committed = true;
+  SyncDirectory(st.dir);
   return stats;
 }
 
@@ -256,6 +355,25 @@ class InFile {
     if (fd_ >= 0) close(fd_);
   }
   uint64_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+  // Exactly the bytes of `iov` (at most IOV_MAX) from `offset` on; the caller checked the range
+  // against size(). Adjusts `iov` on a partial read.
+  absl::Status Read(uint64_t offset, std::vector<iovec>& iov) const {
+    for (size_t first = 0; first < iov.size();) {
+      const ssize_t got = preadv(fd_, iov.data() + first, static_cast<int>(iov.size() - first),
+                                 static_cast<off_t>(offset));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) return Corrupt(path_, got < 0 ? ErrnoText(errno) : "shorter than its size");
+      offset += static_cast<uint64_t>(got);
+      size_t done = static_cast<size_t>(got);
+      while (first < iov.size() && done >= iov[first].iov_len) done -= iov[first++].iov_len;
+      if (first < iov.size()) {
+        iov[first].iov_base = static_cast<uint8_t*>(iov[first].iov_base) + done;
+        iov[first].iov_len -= done;
+      }
+    }
+    return absl::OkStatus();
+  }
   // Exactly `n` bytes from `offset`; the caller checked the range against size().
   absl::StatusOr<std::string> Read(uint64_t offset, uint64_t n) const {
     std::string out(n, '\0');
@@ -291,13 +409,22 @@ absl::StatusOr<PrincipalPtr> FindPrincipal(const AuthPolicy& policy, const std::
                    "', which this daemon's auth policy does not define"));
 }
 
-// Checks one session of the manifest and reads its handles' bytes; `offset` is where its first
-// handle must start, and moves past its last.
+// Where a handle's bytes are in the data file, and their digest.
+struct HandleBytes {
+  uint64_t id = 0;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+  std::string sha256;
+};
+
+// Checks one session of the manifest and appends where its handles' bytes are to `bytes`;
+// `offset` is where its first handle must start, and moves past its last.
 absl::StatusOr<CheckpointedSession> ReadSession(const v1::CheckpointSession& in, const InFile& data,
                                                 const std::string& data_path,
                                                 const std::string& where, uint64_t& offset,
                                                 const AuthPolicy& policy, uint32_t devices,
-                                                absl::Duration max_lease) {
+                                                absl::Duration max_lease,
+                                                std::vector<HandleBytes>& bytes) {
   CheckpointedSession s;
   s.id = SessionId(in.id());
   s.device = in.device();
@@ -331,14 +458,9 @@ absl::StatusOr<CheckpointedSession> ReadSession(const v1::CheckpointSession& in,
                                          ") are not the next ones of ", data_path, " (at ", offset,
                                          " of ", data.size(), " bytes)"));
     }
-    ASSIGN_OR_RETURN(std::string bytes, data.Read(h.data_offset(), h.size()));
-    if (Sha256(bytes) != h.sha256()) {
-      return Corrupt(data_path, absl::StrCat(what, "bytes [", h.data_offset(), ", +", h.size(),
-                                             ") do not match their SHA-256"));
-    }
     offset = *end;
-    s.handles.push_back(
-        CheckpointedHandle{HandleId(h.id()), h.size(), h.refcount(), std::move(bytes)});
+    s.handles.push_back(CheckpointedHandle{HandleId(h.id()), h.size(), h.refcount()});
+    bytes.push_back(HandleBytes{h.id(), h.data_offset(), h.size(), h.sha256()});
   }
   for (const v1::CheckpointPoison& p : in.poisons()) {
     if (p.id() == 0 || p.code() == 0 || p.code() > 16 || p.message().size() > kMaxPoisonMessage) {
@@ -351,12 +473,122 @@ absl::StatusOr<CheckpointedSession> ReadSession(const v1::CheckpointSession& in,
   return s;
 }
 
+// Reads into the chunks of one session's handles as a restore hands them out, in order, and
+// checks each handle's digest: preadv()s of up to kReadPieceBytes, each hashed on the digest
+// thread while the next is read (Note [Checkpoint I/O], server/channel/device.h).
+class FileSource final : public CheckpointSource {
+ public:
+  FileSource(const InFile& data, uint64_t session, const std::vector<HandleBytes>& handles)
+      : data_(data), session_(session), handles_(handles) {}
+
+  absl::Status Fill(absl::Span<const HostChunk> chunks) override {
+    absl::Status status = Read(chunks);
+    // The digest thread may still be reading pieces queued before an error: the caller frees
+    // their memory once this returns.
+    absl::StatusOr<std::vector<std::string>> digests = hasher_.Wait();
+    if (status.ok()) status = digests.status();
+    if (!status.ok()) return status;
+    for (const std::string& digest : *digests) {
+      const HandleBytes& h = handles_[verified_++];
+      if (digest != h.sha256) {
+        return Corrupt(data_.path(),
+                       absl::StrCat("session ", session_, " handle ", h.id, ": bytes [", h.offset,
+                                    ", +", h.size, ") do not match their SHA-256"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Finish() override {
+    if (next_ != handles_.size() || verified_ != handles_.size()) {
+      return absl::InternalError(absl::StrCat("restore of session ", session_, ": ", verified_,
+                                              " of its ", handles_.size(), " handles filled"));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  static constexpr uint64_t kReadPieceBytes = uint64_t{1} << 20;
+
+  // Reads the chunks' bytes and queues them on the digest thread, piece by piece.
+  absl::Status Read(absl::Span<const HostChunk> chunks) {
+    std::vector<iovec> iov;
+    uint64_t start = 0;  // File offset of iov's first byte.
+    uint64_t end = 0;    // ... and past its last.
+    size_t first = 0;    // chunks[first] is iov[0].
+    auto read = [&](size_t upto) -> absl::Status {
+      if (iov.empty()) return absl::OkStatus();
+      RETURN_IF_ERROR(data_.Read(start, iov));
+      for (size_t k = first; k < upto; ++k) {
+        const HostChunk& c = chunks[k];
+        hasher_.Add(c.bytes, c.offset == 0, c.offset + c.bytes.size() == handles_[c.index].size);
+      }
+      iov.clear();
+      first = upto;
+      return absl::OkStatus();
+    };
+    for (size_t k = 0; k < chunks.size(); ++k) {
+      const HostChunk& c = chunks[k];
+      RETURN_IF_ERROR(Follows(c));
+      const uint64_t at = handles_[c.index].offset + c.offset;  // Inside the file: checked.
+      if (!iov.empty() && (at != end || iov.size() == IOV_MAX || end - start >= kReadPieceBytes)) {
+        RETURN_IF_ERROR(read(k));
+      }
+      if (iov.empty()) start = end = at;
+      iov.push_back(iovec{c.bytes.data(), c.bytes.size()});
+      end += c.bytes.size();
+    }
+    return read(chunks.size());
+  }
+
+  // Whether `c` is the next piece of the session's bytes (the backend hands them out in order).
+  absl::Status Follows(const HostChunk& c) {
+    const std::optional<uint64_t> end = CheckedAdd(c.offset, c.bytes.size());
+    if (next_ >= handles_.size() || c.index != next_ || c.offset != next_offset_ ||
+        c.bytes.empty() || !end || *end > handles_[next_].size) {
+      return absl::InternalError(absl::StrCat("restore of session ", session_,
+                                              ": chunk of handle #", c.index, " at ", c.offset,
+                                              " out of order"));
+    }
+    next_offset_ = *end;
+    if (next_offset_ == handles_[next_].size) {
+      ++next_;
+      next_offset_ = 0;
+    }
+    return absl::OkStatus();
+  }
+
+  const InFile& data_;
+  const uint64_t session_;
+  const std::vector<HandleBytes>& handles_;
+  DigestThread hasher_;
+  size_t next_ = 0;           // The handle the next chunk belongs to.
+  uint64_t next_offset_ = 0;  // ... and its offset there.
+  size_t verified_ = 0;       // Handles whose digest matched.
+};
+
 }  // namespace
 
-absl::StatusOr<std::vector<CheckpointedSession>> ReadCheckpoint(const std::string& dir,
-                                                                const AuthPolicy& policy,
-                                                                uint32_t devices,
-                                                                absl::Duration max_lease) {
+struct CheckpointReader::State {
+  std::optional<InFile> data;
+  std::vector<CheckpointedSession> sessions;
+  std::vector<uint64_t> ids;                    // sessions[i]'s id (they may be moved out).
+  std::vector<std::vector<HandleBytes>> bytes;  // sessions[i]'s handles.
+};
+
+CheckpointReader::CheckpointReader(std::unique_ptr<State> state) : state_(std::move(state)) {}
+CheckpointReader::~CheckpointReader() = default;
+
+std::vector<CheckpointedSession>& CheckpointReader::sessions() { return state_->sessions; }
+
+std::unique_ptr<CheckpointSource> CheckpointReader::Source(size_t i) {
+  return std::make_unique<FileSource>(*state_->data, state_->ids[i], state_->bytes[i]);
+}
+
+absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(const std::string& dir,
+                                                                         const AuthPolicy& policy,
+                                                                         uint32_t devices,
+                                                                         absl::Duration max_lease) {
   const std::string manifest_path = absl::StrCat(dir, "/", kManifestName);
   const std::string data_path = absl::StrCat(dir, "/", kDataName);
   ASSIGN_OR_RETURN(const InFile manifest_file, InFile::Open(manifest_path));
@@ -380,27 +612,31 @@ absl::StatusOr<std::vector<CheckpointedSession>> ReadCheckpoint(const std::strin
   if (!manifest.ParseFromString(file.manifest())) {
     return Corrupt(manifest_path, "the manifest does not parse");
   }
-  ASSIGN_OR_RETURN(const InFile data, InFile::Open(data_path));
+  auto state = std::make_unique<State>();
+  ASSIGN_OR_RETURN(InFile data_file, InFile::Open(data_path));
+  const InFile& data = state->data.emplace(std::move(data_file));
   if (data.size() != manifest.data_size()) {
     return Corrupt(data_path, absl::StrCat(data.size(), " bytes, but the manifest says ",
                                            manifest.data_size(), " (truncated or replaced)"));
   }
-  std::vector<CheckpointedSession> sessions;
   absl::flat_hash_set<uint64_t> ids;
   uint64_t offset = 0;
   for (const v1::CheckpointSession& in : manifest.sessions()) {
     if (!ids.insert(in.id()).second) {
       return Corrupt(manifest_path, absl::StrCat("session ", in.id(), " appears twice"));
     }
+    std::vector<HandleBytes> bytes;
     ASSIGN_OR_RETURN(CheckpointedSession s, ReadSession(in, data, data_path, manifest_path, offset,
-                                                        policy, devices, max_lease));
-    sessions.push_back(std::move(s));
+                                                        policy, devices, max_lease, bytes));
+    state->sessions.push_back(std::move(s));
+    state->ids.push_back(in.id());
+    state->bytes.push_back(std::move(bytes));
   }
   if (offset != data.size()) {
     return Corrupt(data_path,
                    absl::StrCat("the handles cover ", offset, " of its ", data.size(), " bytes"));
   }
-  return sessions;
+  return std::unique_ptr<CheckpointReader>(new CheckpointReader(std::move(state)));
 }
 
 }  // namespace cubed

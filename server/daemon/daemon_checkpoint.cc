@@ -8,6 +8,7 @@
 #include <memory>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -74,22 +75,26 @@ absl::Status Daemon::RestoreSessions() {
     return absl::OkStatus();
   }
   const absl::Time start = absl::Now();
-  ASSIGN_OR_RETURN(std::vector<CheckpointedSession> sessions,
-                   ReadCheckpoint(config_.restore_dir, policy_,
-                                  static_cast<uint32_t>(loops_.size()), DeviceOptions{}.max_lease));
+  ASSIGN_OR_RETURN(
+      std::shared_ptr<CheckpointReader> reader,
+      CheckpointReader::Open(config_.restore_dir, policy_, static_cast<uint32_t>(loops_.size()),
+                             DeviceOptions{}.max_lease));
+  const size_t sessions = reader->sessions().size();
   uint64_t handles = 0;
   uint64_t bytes = 0;
-  for (const CheckpointedSession& s : sessions) {
+  for (const CheckpointedSession& s : reader->sessions()) {
     handles += s.handles.size();
     for (const CheckpointedHandle& h : s.handles) bytes += h.size;
   }
-  for (CheckpointedSession& s : sessions) {
-    const uint64_t id = s.id.value();
-    DeviceLoop& loop = *loops_[s.device];  // ReadCheckpoint checked the device.
+  // Each session's bytes are read and verified as its allocations fill (Note [Checkpoint I/O]);
+  // any fault fails the start, so a half-restored daemon never serves.
+  for (size_t i = 0; i < sessions; ++i) {
+    const uint64_t id = reader->sessions()[i].id.value();
+    DeviceLoop& loop = *loops_[reader->sessions()[i].device];  // The reader checked the device.
     absl::StatusOr<bool> restored = RunOnLoop<bool>(
-        loop, kCaptureTimeout,
-        [session = std::move(s), now = absl::Now()](Device& d, auto handoff) mutable {
-          absl::Status status = d.RestoreSession(std::move(session), now);
+        loop, kCaptureTimeout, [reader, i, now = absl::Now()](Device& d, auto handoff) mutable {
+          std::unique_ptr<CheckpointSource> source = reader->Source(i);
+          absl::Status status = d.RestoreSession(std::move(reader->sessions()[i]), *source, now);
           if (status.ok()) {
             handoff->result = true;
           } else {
@@ -108,26 +113,45 @@ absl::Status Daemon::RestoreSessions() {
   if (std::rename(manifest.c_str(), consumed.c_str()) != 0) {
     spdlog::warn("--restore: cannot rename {} to {}", manifest, consumed);
   }
-  spdlog::info("restored {} sessions ({} handles, {} bytes) from {} in {}", sessions.size(),
-               handles, bytes, config_.restore_dir, absl::FormatDuration(absl::Now() - start));
+  spdlog::info("restored {} sessions ({} handles, {} bytes) from {} in {}", sessions, handles,
+               bytes, config_.restore_dir, absl::FormatDuration(absl::Now() - start));
   return absl::OkStatus();
 }
 
 namespace {
 
-// Freezes every device after its queued work and reads every session.
-absl::StatusOr<std::vector<CheckpointedSession>> CaptureSessions(
+// Freezes every device after its queued work; returns their sessions' tables.
+absl::StatusOr<std::vector<CheckpointedSession>> FreezeDevices(
     const std::vector<std::unique_ptr<DeviceLoop>>& loops) {
+  std::vector<CheckpointedSession> all;
+  for (const auto& loop : loops) {
+    absl::StatusOr<std::vector<CheckpointedSession>> tables =
+        RunOnLoop<std::vector<CheckpointedSession>>(*loop, kCaptureTimeout,
+                                                    [](Device& d, auto handoff) {
+                                                      d.Freeze();
+                                                      handoff->result = d.CaptureTables();
+                                                      handoff->done.Notify();
+                                                    });
+    if (!tables.ok()) return tables.status();
+    for (CheckpointedSession& s : *tables) all.push_back(std::move(s));
+  }
+  return all;
+}
+
+// Has every device hand its sessions' bytes to `writer` (Note [Checkpoint I/O]); returns the
+// sessions written. Each device's tables are taken again with its bytes: a session may have
+// ended (lease, stream) since FreezeDevices, which only sized the checkpoint.
+absl::StatusOr<std::vector<CheckpointedSession>> CaptureSessions(
+    const std::vector<std::unique_ptr<DeviceLoop>>& loops,
+    const std::shared_ptr<CheckpointWriter>& writer) {
   std::vector<CheckpointedSession> all;
   for (const auto& loop : loops) {
     absl::StatusOr<std::vector<CheckpointedSession>> sessions =
         RunOnLoop<std::vector<CheckpointedSession>>(
-            *loop, kCaptureTimeout, [](Device& d, auto handoff) {
-              d.Freeze();
-              d.Capture([handoff](absl::StatusOr<std::vector<CheckpointedSession>> captured) {
-                handoff->result = std::move(captured);
-                handoff->done.Notify();
-              });
+            *loop, kCaptureTimeout, [writer](Device& d, auto handoff) {
+              handoff->result = d.Capture(
+                  [&writer](absl::Span<const HostChunk> chunks) { return writer->Write(chunks); });
+              handoff->done.Notify();
             });
     if (!sessions.ok()) return sessions.status();
     for (CheckpointedSession& s : *sessions) all.push_back(std::move(s));
@@ -135,17 +159,36 @@ absl::StatusOr<std::vector<CheckpointedSession>> CaptureSessions(
   return all;
 }
 
+// Writes the checkpoint of the frozen devices' sessions to `dir`.
+absl::StatusOr<CheckpointStats> WriteSessions(const std::vector<std::unique_ptr<DeviceLoop>>& loops,
+                                              const std::string& dir, uint64_t max_bytes) {
+  ASSIGN_OR_RETURN(const std::vector<CheckpointedSession> tables, FreezeDevices(loops));
+  ASSIGN_OR_RETURN(std::shared_ptr<CheckpointWriter> writer,
+                   CheckpointWriter::Create(dir, tables, max_bytes));
+  ASSIGN_OR_RETURN(std::vector<CheckpointedSession> sessions, CaptureSessions(loops, writer));
+  // What ran is what the freeze saw: a command refused after it still takes its stream seq
+  // number (stream_runner.cc), and may poison the id it would have created; a resuming client
+  // must learn that it did not run. Only the handles (unchanged while frozen) come from Capture.
+  absl::flat_hash_map<uint64_t, const CheckpointedSession*> at_freeze;
+  for (const CheckpointedSession& s : tables) at_freeze[s.id.value()] = &s;
+  for (CheckpointedSession& s : sessions) {
+    auto it = at_freeze.find(s.id.value());
+    if (it == at_freeze.end()) {
+      return absl::InternalError(
+          absl::StrCat("checkpoint: session ", s.id.value(), " appeared while frozen"));
+    }
+    s.stream_seq = it->second->stream_seq;
+    s.poisons = it->second->poisons;
+  }
+  return writer->Commit(sessions);
+}
+
 }  // namespace
 
 absl::StatusOr<DrainSummary> Daemon::WriteCheckpointLocked() {
   const absl::Time start = absl::Now();
-  absl::StatusOr<CheckpointStats> stats = absl::UnknownError("not written");
-  absl::StatusOr<std::vector<CheckpointedSession>> sessions = CaptureSessions(loops_);
-  if (sessions.ok()) {
-    stats = WriteCheckpoint(config_.checkpoint_dir, *sessions, config_.checkpoint_max_bytes);
-  } else {
-    stats = sessions.status();
-  }
+  absl::StatusOr<CheckpointStats> stats =
+      WriteSessions(loops_, config_.checkpoint_dir, config_.checkpoint_max_bytes);
   if (!stats.ok()) {
     for (auto& loop : loops_) loop->Post([](Device& d) { d.Thaw(); });
     spdlog::error("checkpoint to {} failed: {}", config_.checkpoint_dir,

@@ -2,8 +2,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
@@ -251,6 +253,78 @@ void CpuServer::ReadTensorInto(std::vector<ResolvedTensor> tensors,
     return absl::OkStatus();
   });
   done(std::move(status));
+}
+
+namespace {
+
+// A checkpoint batch (Note [Checkpoint I/O]): large enough that a batch costs its I/O, not its
+// call; within one writev/preadv (IOV_MAX = 1024).
+constexpr uint64_t kHostBatchBytes = uint64_t{16} << 20;
+constexpr size_t kHostBatchChunks = 1024;
+
+// Cuts allocations at `bases` (sizes[i] bytes each) into chunks and hands them to `sink` in
+// batches of at most kHostBatchBytes and kHostBatchChunks.
+absl::Status HandOut(absl::Span<uint8_t* const> bases, absl::Span<const uint64_t> sizes,
+                     HostChunkCallback sink) {
+  std::vector<HostChunk> batch;
+  uint64_t batch_bytes = 0;
+  for (size_t i = 0; i < bases.size(); ++i) {
+    for (uint64_t offset = 0; offset < sizes[i];) {
+      const uint64_t n = std::min(sizes[i] - offset, kHostBatchBytes - batch_bytes);
+      batch.push_back(
+          HostChunk{i, offset, absl::MakeSpan(bases[i] + offset, n), offset + n == sizes[i]});
+      offset += n;
+      batch_bytes += n;
+      if (batch_bytes == kHostBatchBytes || batch.size() == kHostBatchChunks) {
+        RETURN_IF_ERROR(sink(batch));
+        batch.clear();
+        batch_bytes = 0;
+      }
+    }
+  }
+  if (!batch.empty()) RETURN_IF_ERROR(sink(batch));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CpuServer::ReadToHost(absl::Span<const ResolvedBinding> bindings,
+                                   HostChunkCallback sink) {
+  std::vector<uint8_t*> bases(bindings.size());
+  std::vector<uint64_t> sizes(bindings.size());
+  for (size_t i = 0; i < bindings.size(); ++i) {
+    ASSIGN_OR_RETURN(bases[i], Address(bindings[i]));
+    sizes[i] = bindings[i].size;
+  }
+  return Timed([&] { return HandOut(bases, sizes, sink); });
+}
+
+absl::StatusOr<std::vector<Allocation>> CpuServer::CreateFromHost(absl::Span<const uint64_t> sizes,
+                                                                  MemoryOwner owner,
+                                                                  HostChunkCallback fill) {
+  std::vector<Allocation> out;
+  std::vector<uint8_t*> bases;
+  out.reserve(sizes.size());
+  bases.reserve(sizes.size());
+  auto free_all = [&] {
+    for (const Allocation& a : out) memory_->FreeUninitialized(a.slice);
+  };
+  for (uint64_t size : sizes) {
+    absl::StatusOr<SliceId> slice = Reserve(size, owner, /*covered=*/size);
+    absl::StatusOr<uint8_t*> base =
+        slice.ok() ? Address({*slice, 0, size}) : absl::StatusOr<uint8_t*>(slice.status());
+    if (slice.ok()) out.push_back(Allocation{*slice, size, {}});
+    if (!base.ok()) {
+      free_all();
+      return base.status();
+    }
+    bases.push_back(*base);
+  }
+  if (absl::Status s = Timed([&] { return HandOut(bases, sizes, fill); }); !s.ok()) {
+    free_all();
+    return s;
+  }
+  return out;
 }
 
 absl::StatusOr<ResourceDescription> CpuServer::GetResource(const ResolvedBinding& binding) {

@@ -45,6 +45,14 @@ class CpuServer final : public ComputeServer {
                   DoneCallback done) override;
   void ReadTensorInto(std::vector<ResolvedTensor> tensors, std::vector<absl::Span<uint8_t>> out,
                       DoneCallback done) override;
+  // Hands out the allocations' own memory, in batches of up to 16 MiB (Note [Checkpoint I/O]).
+  absl::Status ReadToHost(absl::Span<const ResolvedBinding> bindings,
+                          HostChunkCallback sink) override;
+  // `fill` writes straight into the new allocations, which are zeroed only where it does not
+  // write (a dirty slice's padding).
+  absl::StatusOr<std::vector<Allocation>> CreateFromHost(absl::Span<const uint64_t> sizes,
+                                                         MemoryOwner owner,
+                                                         HostChunkCallback fill) override;
   absl::StatusOr<ResourceDescription> GetResource(const ResolvedBinding& binding) override;
   absl::Status Execute(const Launch& launch) override;
   absl::Status Flush() override { return absl::OkStatus(); }

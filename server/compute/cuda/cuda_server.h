@@ -102,6 +102,14 @@ class CudaServer final : public ComputeServer {
   absl::Status RegisterHostMemory(absl::Span<uint8_t> memory) override;
   // Waits for the stream (copies queued from or into `memory` complete), then unregisters it.
   void UnregisterHostMemory(absl::Span<uint8_t> memory) override;
+  // Through one pinned staging chunk (16 MiB), waited for on the loop thread batch by batch
+  // (Note [Checkpoint staging] in cuda_checkpoint.cc).
+  absl::Status ReadToHost(absl::Span<const ResolvedBinding> bindings,
+                          HostChunkCallback sink) override;
+  // `fill` writes into pinned staging chunks whose uploads are queued as each batch is filled.
+  absl::StatusOr<std::vector<Allocation>> CreateFromHost(absl::Span<const uint64_t> sizes,
+                                                         MemoryOwner owner,
+                                                         HostChunkCallback fill) override;
   // The binding's device pointer and the page's IPC handle (empty where CUDA IPC is refused).
   absl::StatusOr<ResourceDescription> GetResource(const ResolvedBinding& binding) override;
   // Builtin: ValidateBuiltin, address checks, then f32/f64 matmul through cuBLAS where it can
