@@ -21,6 +21,10 @@ enum class BackendChoice { kAuto, kCpu, kCuda };
 struct BackendOptions {
   BackendChoice backend = BackendChoice::kAuto;
   uint32_t device = 0;           // The device's ordinal (CUDA); the CPU backend has only 0.
+  uint32_t index = 0;            // The device's index in this daemon (DeviceDescription::index).
+  // CPU: how many CPU devices the daemon serves; with memory_limit 0 each gets that share of
+  // the default (half of RAM).
+  uint32_t cpu_devices = 1;
   uint64_t memory_limit = 0;     // Bytes; 0 = the backend's default.
   std::string kernel_cache_dir;  // On-disk cache of compiled kernels (CUDA); empty = memory only.
   // CUDA: how long the completion thread polls before it sleeps (Note [Completion spin]).

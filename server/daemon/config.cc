@@ -30,6 +30,10 @@ ABSL_FLAG(std::string, tcp, "",
           "host:port to also serve on over TCP (port 0 picks a free port); empty for none.");
 ABSL_FLAG(std::string, backend, "auto", "auto, cpu or cuda.");
 ABSL_FLAG(uint32_t, device, 0, "Ordinal of the device to serve (cuda).");
+ABSL_FLAG(uint32_t, cpu_devices, 1,
+          "Devices the cpu backend serves, 1 .. 16: each its own device loop, memory pool "
+          "(--memory_limit each; 0 = half of RAM shared equally) and sessions; clients pick one "
+          "when they open a session. --backend=cpu only.");
 ABSL_FLAG(std::string, memory_limit, "0",
           "Most device memory the pools may hold, e.g. 8GiB; 0 = half of RAM on cpu.");
 ABSL_FLAG(absl::Duration, session_lease, absl::Seconds(60),
@@ -248,6 +252,17 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
         absl::StrCat("--backend=", backend, ": expected auto, cpu or cuda"));
   }
   c.device = absl::GetFlag(FLAGS_device);
+  c.cpu_devices = absl::GetFlag(FLAGS_cpu_devices);
+  if (c.cpu_devices < 1 || c.cpu_devices > kMaxCpuDevices) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cpu_devices=", c.cpu_devices, ": expected 1 .. ", kMaxCpuDevices));
+  }
+  if (c.cpu_devices > 1 && c.backend != BackendChoice::kCpu) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cpu_devices=", c.cpu_devices,
+                     " needs --backend=cpu (the cuda backend serves one "
+                     "device, --device)"));
+  }
   absl::StatusOr<uint64_t> limit = ParseByteSize(absl::GetFlag(FLAGS_memory_limit));
   if (!limit.ok())
     return absl::InvalidArgumentError(absl::StrCat("--memory_limit: ", limit.status().message()));

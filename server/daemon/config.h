@@ -14,12 +14,17 @@
 
 namespace cubed {
 
+// Most devices --cpu_devices may ask for (session ids carry the device in their low byte).
+inline constexpr uint32_t kMaxCpuDevices = 16;
+
 struct DaemonConfig {
   std::string unix_socket;  // Path (--listen without its unix: prefix); empty = no Unix listener.
   std::string tcp_address;  // host:port; empty = no TCP listener.
   BackendChoice backend = BackendChoice::kAuto;
   uint32_t device = 0;
-  uint64_t memory_limit = 0;  // Bytes; 0 = backend default.
+  // Devices the CPU backend serves (--cpu_devices), each with its own loop, pool and sessions.
+  uint32_t cpu_devices = 1;
+  uint64_t memory_limit = 0;  // Bytes, per device; 0 = backend default.
   absl::Duration session_lease = absl::Seconds(60);
   std::string log_level = "info";
   int max_message_bytes = 512 << 20;

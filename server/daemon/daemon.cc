@@ -231,29 +231,35 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
 }
 
 absl::Status Daemon::StartDevices() {
-  BackendOptions backend_options;
-  backend_options.backend = config_.backend;
-  backend_options.device = config_.device;
-  backend_options.memory_limit = config_.memory_limit;
-  backend_options.kernel_cache_dir = config_.kernel_cache_dir;
-  backend_options.completion_spin = config_.completion_spin;
-  backend_options.on_device_lost = [this](const absl::Status& status) {
-    ExitAfterDeviceLost(health_.get(), config_.unix_socket, status);
-  };
-  ASSIGN_OR_RETURN(std::unique_ptr<ComputeServer> backend,
-                   CreateBackend(std::move(backend_options)));
-  const DeviceDescription& desc = backend->Description();
-  spdlog::info("device {}: {} ({} MiB limit, alignment {})", desc.index, desc.name,
-               desc.memory_limit >> 20, desc.alignment);
-  DeviceOptions device_options;
-  device_options.default_lease = config_.session_lease;
-  device_options.allow_unchecked = config_.allow_unchecked;
-  // Note [Read framing]: a read may return --max_message_bytes of payload (what one Create can
-  // bring); its response's framing travels in the send limit's slack.
-  device_options.max_read_bytes = static_cast<uint64_t>(config_.max_message_bytes);
-  device_options.max_region_bytes = config_.max_region_bytes;
-  loops_.push_back(std::make_unique<DeviceLoop>(
-      std::make_unique<Device>(0, std::move(backend), device_options), config_.loop_spin));
+  // One device, or --cpu_devices of the CPU backend: each its own backend, Device and loop
+  // (issue 17's devices in one daemon; sessions carry their device in their id's low byte).
+  for (uint32_t index = 0; index < config_.cpu_devices; ++index) {
+    BackendOptions backend_options;
+    backend_options.backend = config_.backend;
+    backend_options.device = config_.device;
+    backend_options.index = index;
+    backend_options.cpu_devices = config_.cpu_devices;
+    backend_options.memory_limit = config_.memory_limit;
+    backend_options.kernel_cache_dir = config_.kernel_cache_dir;
+    backend_options.completion_spin = config_.completion_spin;
+    backend_options.on_device_lost = [this](const absl::Status& status) {
+      ExitAfterDeviceLost(health_.get(), config_.unix_socket, status);
+    };
+    ASSIGN_OR_RETURN(std::unique_ptr<ComputeServer> backend,
+                     CreateBackend(std::move(backend_options)));
+    const DeviceDescription& desc = backend->Description();
+    spdlog::info("device {}: {} ({} MiB limit, alignment {})", desc.index, desc.name,
+                 desc.memory_limit >> 20, desc.alignment);
+    DeviceOptions device_options;
+    device_options.default_lease = config_.session_lease;
+    device_options.allow_unchecked = config_.allow_unchecked;
+    // Note [Read framing]: a read may return --max_message_bytes of payload (what one Create
+    // can bring); its response's framing travels in the send limit's slack.
+    device_options.max_read_bytes = static_cast<uint64_t>(config_.max_message_bytes);
+    device_options.max_region_bytes = config_.max_region_bytes;
+    loops_.push_back(std::make_unique<DeviceLoop>(
+        std::make_unique<Device>(index, std::move(backend), device_options), config_.loop_spin));
+  }
   return absl::OkStatus();
 }
 
