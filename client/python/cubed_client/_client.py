@@ -133,6 +133,12 @@ class Client(KernelMethods):
         return self._transport.session
 
     @property
+    def device(self) -> int:
+        """The index of the device this client's session lives on (``connect(device=...)``);
+        every tensor of the client is on it."""
+        return self._device
+
+    @property
     def transport(self) -> str:
         """``"stream"`` or ``"unary"``: how this client talks to the daemon."""
         return self._transport.kind

@@ -59,6 +59,7 @@ def test_each_device_runs_its_own_sessions(daemon: Daemon, transport: str) -> No
             assert (info.devices, info.device, info.backend) == (DEVICES, i, "cpu")
             assert info.memory_limit == 64 << 20  # --memory_limit applies to each device.
             assert c.session & 0xFF == i  # The id's low byte names the device.
+            assert c.device == i
         xs = [c.create(np.arange(8, dtype=np.float32) * (i + 1)) for i, c in enumerate(clients)]
         outs = [c.add(x, x) for c, x in zip(clients, xs)]
         for i, (c, out) in enumerate(zip(clients, outs)):
