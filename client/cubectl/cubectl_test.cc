@@ -130,6 +130,30 @@ class CubectlTest : public ::testing::Test {
     return JsonString(r.out, "handle");
   }
 
+  // Runs `cubectl --json top ARGS` for one sample while this thread runs relu on `handle` of
+  // `session` until top has printed, so that some kernels fall inside its interval however
+  // slowly the processes start (sanitizer builds). Returns top's output.
+  static std::string TopWhileRunning(const std::string& args, const std::string& session,
+                                     const std::string& handle) {
+    const std::string out = Path("top.out"), err = Path("top.err");
+    const std::string command =
+        absl::StrCat(CubectlPrefix(), " --json top ", args, " >", out, " 2>", err);
+    int top_exit = -1;
+    std::atomic<bool> top_done{false};
+    std::thread top([&] {
+      top_exit = system(command.c_str());
+      top_done = true;
+    });
+    while (!top_done) {
+      Result r = Cubectl(absl::StrCat("--session=", session, " run relu --dtype=f32 --in=", handle,
+                                      ":2 --out=", handle, ":2"));
+      EXPECT_EQ(r.exit_code, 0) << r.err;
+    }
+    top.join();
+    EXPECT_EQ(top_exit, 0) << ReadFile(err);
+    return ReadFile(out);
+  }
+
   static testing::DaemonProcess* daemon_;
   static std::string* dir_;
 };
@@ -439,24 +463,7 @@ TEST_F(CubectlTest, TopCountsTheKernelsRunMeanwhile) {
   // One sample over 3 s while this thread runs kernels: a rate above zero.
   const std::string session = OpenSession();
   const std::string a = Create(session, "top.npy", NpyF32({-1, 1}, {2}));
-  const std::string command = absl::StrCat(CubectlPrefix(), " --json top --count=1 --interval=3s >",
-                                           Path("top.out"), " 2>", Path("top.err"));
-  int top_exit = -1;
-  std::atomic<bool> top_done{false};
-  std::thread top([&] {
-    top_exit = system(command.c_str());
-    top_done = true;
-  });
-  // Kernels run until top has printed, so that some fall inside its interval however slowly
-  // the processes start (sanitizer builds).
-  while (!top_done) {
-    r = Cubectl(absl::StrCat("--session=", session, " run relu --dtype=f32 --in=", a,
-                             ":2 --out=", a, ":2"));
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-  }
-  top.join();
-  ASSERT_EQ(top_exit, 0) << ReadFile(Path("top.err"));
-  const std::string json = ReadFile(Path("top.out"));
+  const std::string json = TopWhileRunning("--count=1 --interval=3s", session, a);
   EXPECT_THAT(json,
               MatchesRegex("\\{\"time\": \"[0-9-]+T[0-9:]+\\.[0-9]{3}Z\", \"interval_ns\": [0-9]+, "
                            "\"kernels_per_s\": [0-9.]+, .*\"devices\": \\[\\{\"device\": 0, "
@@ -476,23 +483,7 @@ TEST_F(CubectlTest, TopSessionsCountsEachSessionsOwnKernels) {
   const std::string a = Create(busy, "busy.npy", NpyF32({-1, 1}, {2}));
   Create(idle, "idle1.npy", NpyF32({1}, {1}));
   Create(idle, "idle2.npy", NpyF32({2}, {1}));
-  const std::string command =
-      absl::StrCat(CubectlPrefix(), " --json top --sessions --count=1 --interval=2s >",
-                   Path("top_sessions.out"), " 2>", Path("top_sessions.err"));
-  int top_exit = -1;
-  std::atomic<bool> top_done{false};
-  std::thread top([&] {
-    top_exit = system(command.c_str());
-    top_done = true;
-  });
-  while (!top_done) {
-    Result r = Cubectl(
-        absl::StrCat("--session=", busy, " run relu --dtype=f32 --in=", a, ":2 --out=", a, ":2"));
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-  }
-  top.join();
-  ASSERT_EQ(top_exit, 0) << ReadFile(Path("top_sessions.err"));
-  const std::string json = ReadFile(Path("top_sessions.out"));
+  const std::string json = TopWhileRunning("--sessions --count=1 --interval=2s", busy, a);
   // Sessions by serial: `busy` opened first, so it comes first.
   auto entry = [](int handles, int bytes) {
     return absl::StrCat("\\{\"serial\": [0-9]+, \"principal\": \"local\", \"handles\": ", handles,
