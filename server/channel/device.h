@@ -52,8 +52,9 @@ struct DeviceOptions {
 // Note [Checkpoint I/O]: a checkpoint's bytes cross host memory once each way. Capture hands the
 // allocations to the daemon's writer through ComputeServer::ReadToHost, in batches of HostChunks
 // that are the allocations' own memory (CPU) or a pinned staging chunk the device copied into
-// (CUDA); the writer writev()s each batch to the data file while a second thread computes the
-// SHA-256 digests from the same memory (server/daemon/checkpoint_file.h). RestoreSession has
+// (CUDA); the writer write()s each batch to the data file (in pieces: Note [Small writes],
+// server/daemon/checkpoint_file.cc) while a second thread computes the SHA-256 digests from the
+// same memory (server/daemon/checkpoint_file.h). RestoreSession has
 // ComputeServer::CreateFromHost reserve the allocations and hand them out the same way for a
 // CheckpointSource to preadv() the file into, again hashed beside the read, and keeps the session
 // only when the source's Finish says every byte matched. Before, capture and restore went through

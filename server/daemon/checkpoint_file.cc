@@ -35,6 +35,14 @@ constexpr uint64_t kMaxManifestBytes = uint64_t{256} << 20;
 constexpr size_t kDigestBytes = 32;
 constexpr size_t kMaxPoisonMessage = 64 << 10;
 
+// Note [Small writes]: the data file is written at most 256 KiB per write(). ext4 (Linux 6.16
+// and later) backs a buffered write with page-cache folios as large as the write; a 16 MiB
+// write() or writev() takes 2 MiB folios from high-order free blocks, and on the development VM
+// those are the blocks the balloon's free page reporting returned to the host, so copying into
+// them faults at the host: 1 GiB took 1.7-2.8 s in 16 MiB writes and 0.28-0.41 s in 64-256 KiB
+// ones, every time (docs/benchmarks.md, ninth session). 4096 calls a GiB cost nothing next to it.
+constexpr size_t kWriteBytes = size_t{256} << 10;
+
 std::string ErrnoText(int error) { return std::strerror(error); }
 
 // ENOSPC and EFBIG (a file-size limit) are a full disk to the caller; the rest is I/O trouble.
@@ -74,25 +82,14 @@ class OutFile {
     }
     return absl::OkStatus();
   }
-  // Writes the chunks' bytes, in order, with as few writev calls as IOV_MAX allows.
+  // Writes the chunks' bytes, in order, at most kWriteBytes per call (Note [Small writes]).
   absl::Status Write(absl::Span<const HostChunk> chunks) {
-    std::vector<iovec> iov;
-    iov.reserve(std::min<size_t>(chunks.size(), IOV_MAX));
-    for (size_t next = 0; next < chunks.size();) {
-      iov.clear();
-      for (; next < chunks.size() && iov.size() < IOV_MAX; ++next) {
-        iov.push_back(iovec{chunks[next].bytes.data(), chunks[next].bytes.size()});
-      }
-      for (size_t first = 0; first < iov.size();) {
-        const ssize_t n = writev(fd_, iov.data() + first, static_cast<int>(iov.size() - first));
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return WriteError(path_, n < 0 ? errno : ENOSPC);
-        size_t done = static_cast<size_t>(n);  // Skip what was written, splitting a partial one.
-        while (first < iov.size() && done >= iov[first].iov_len) done -= iov[first++].iov_len;
-        if (first < iov.size()) {
-          iov[first].iov_base = static_cast<uint8_t*>(iov[first].iov_base) + done;
-          iov[first].iov_len -= done;
-        }
+    for (const HostChunk& c : chunks) {
+      for (size_t at = 0; at < c.bytes.size();) {
+        const size_t n = std::min<size_t>(c.bytes.size() - at, kWriteBytes);
+        RETURN_IF_ERROR(
+            Write(absl::string_view(reinterpret_cast<const char*>(c.bytes.data() + at), n)));
+        at += n;
       }
     }
     return absl::OkStatus();
