@@ -20,8 +20,8 @@ enum class BackendChoice { kAuto, kCpu, kCuda };
 
 struct BackendOptions {
   BackendChoice backend = BackendChoice::kAuto;
-  uint32_t device = 0;           // The device's ordinal (CUDA); the CPU backend has only 0.
-  uint32_t index = 0;            // The device's index in this daemon (DeviceDescription::index).
+  uint32_t device = 0;  // The device's ordinal (CUDA); the CPU backend has only 0.
+  uint32_t index = 0;   // The device's index in this daemon (DeviceDescription::index).
   // CPU: how many CPU devices the daemon serves; with memory_limit 0 each gets that share of
   // the default (half of RAM).
   uint32_t cpu_devices = 1;
