@@ -1,10 +1,5 @@
 #include "server/compute/backend_registry.h"
 
-#include <unistd.h>
-
-#include <algorithm>
-#include <cstdint>
-
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "server/compute/cpu/cpu_server.h"
@@ -20,12 +15,7 @@ std::unique_ptr<ComputeServer> CreateCpu(const BackendOptions& config) {
   CpuServerOptions options;
   options.index = config.index;
   options.memory_limit = config.memory_limit;
-  if (options.memory_limit == 0 && config.cpu_devices > 1) {
-    // The default, half of RAM, shared equally (CpuServer's default for one device).
-    const uint64_t physical = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
-                              static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-    options.memory_limit = std::max<uint64_t>(physical / 2 / config.cpu_devices, 1);
-  }
+  options.devices_sharing = config.cpu_devices;
   return std::make_unique<CpuServer>(options);
 }
 

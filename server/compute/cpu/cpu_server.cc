@@ -68,7 +68,10 @@ auto CpuServer::Timed(F&& work) -> decltype(work()) {
 
 CpuServer::CpuServer(CpuServerOptions options) {
   const uint64_t physical = PhysicalMemoryBytes();
-  const uint64_t limit = options.memory_limit != 0 ? options.memory_limit : physical / 2;
+  const uint64_t limit =
+      options.memory_limit != 0
+          ? options.memory_limit
+          : std::max<uint64_t>(physical / 2 / std::max<uint32_t>(options.devices_sharing, 1), 1);
   storage_ = std::make_unique<HostStorage>();
   MemoryManagerOptions mm;
   mm.memory_limit = limit;

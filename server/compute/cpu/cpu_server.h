@@ -14,8 +14,9 @@ namespace cubed {
 
 struct CpuServerOptions {
   uint32_t index = 0;
-  uint64_t memory_limit = 0;    // Bytes; 0 = half of physical memory.
-  uint64_t max_allocation = 0;  // Bytes; 0 = the memory limit.
+  uint64_t memory_limit = 0;     // Bytes; 0 = half of physical memory / devices_sharing.
+  uint32_t devices_sharing = 1;  // CPU devices of the daemon that share the host (--cpu_devices).
+  uint64_t max_allocation = 0;   // Bytes; 0 = the memory limit.
 };
 
 // Profiles measure busy time: the time the device spent running commands (copies and kernels)
