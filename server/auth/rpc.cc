@@ -7,7 +7,7 @@ constexpr absl::string_view kMethodNames[] = {
     "OpenSession", "CloseSession",  "Create",       "CreateTensor", "Empty",   "EmptyTensor",
     "Read",        "ReadTensor",    "GetResource",  "Execute",      "Flush",   "Sync",
     "MemoryUsage", "MemoryCleanup", "StartProfile", "EndProfile",   "GetInfo", "Release",
-    "GetStats",    "Drain",         "Session"};
+    "GetStats",    "Drain",         "ImportMemory", "Session"};
 static_assert(sizeof(kMethodNames) / sizeof(kMethodNames[0]) ==
               static_cast<size_t>(Method::kCount));
 

@@ -30,6 +30,7 @@ enum class Method {
   kRelease,
   kGetStats,
   kDrain,
+  kImportMemory,
   kSession,
   kCount,  // Not a method: the number of them.
 };
