@@ -7,7 +7,7 @@ constexpr absl::string_view kMethodNames[] = {
     "OpenSession", "CloseSession",  "Create",       "CreateTensor", "Empty",   "EmptyTensor",
     "Read",        "ReadTensor",    "GetResource",  "Execute",      "Flush",   "Sync",
     "MemoryUsage", "MemoryCleanup", "StartProfile", "EndProfile",   "GetInfo", "Release",
-    "GetStats",    "Drain",         "ImportMemory", "Session"};
+    "GetStats",    "Drain",         "ImportMemory", "CopyToDevice", "Session"};
 static_assert(sizeof(kMethodNames) / sizeof(kMethodNames[0]) ==
               static_cast<size_t>(Method::kCount));
 

@@ -31,6 +31,7 @@ enum class Method {
   kGetStats,
   kDrain,
   kImportMemory,
+  kCopyToDevice,
   kSession,
   kCount,  // Not a method: the number of them.
 };
