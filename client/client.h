@@ -28,6 +28,7 @@
 #include "common/elem_type.h"
 #include "common/memory_usage.h"
 #include "cubed/v1/compute.pb.h"
+#include "cubed/v1/session.pb.h"
 #include "cubed/v1/types.pb.h"
 
 namespace cubed {
@@ -367,6 +368,17 @@ class Client {
   absl::StatusOr<Graph> EndGraph();
   absl::Status ReplayGraph(const Graph& graph, const std::vector<Handle>& bindings);
   absl::Status ReleaseGraph(const Graph& graph);
+
+  // For SDKs of other languages built on this one (client/c_api, Note [One client core] in
+  // client/c_api/cubed_client_c.h); session stream only (FAILED_PRECONDITION otherwise).
+  // NewStreamId: a fresh client id of the stream (for a create / empty / *_tensor the binding
+  // builds itself). SendStreamCommand: queues `command` (a session.proto Command; its seq is set
+  // here) behind every command sent before; `on_reply`, when set, receives its reply, or the
+  // stream's error when the stream ended first, on the stream's reader thread (the Reply may be
+  // moved from). Returns the stream's error once it ended (`on_reply` is then not called).
+  using StreamReplyCallback = std::function<void(absl::StatusOr<v1::Reply*>)>;
+  absl::StatusOr<uint64_t> NewStreamId();
+  absl::Status SendStreamCommand(v1::Command command, StreamReplyCallback on_reply = nullptr);
 
   // Sends the batched releases now and waits until every release sent so far (also those in
   // flight on the background flusher) has been answered. Returns the first release error since

@@ -52,11 +52,12 @@ ALLOWED = {
                       "common", "proto"],
     "client": ["common", "proto"],
     "client/cubectl": ["client", "common", "proto"],
+    "client/c_api": ["client", "common", "proto"],
 }
 # Folders where gRPC and generated protobuf may appear.
 PROTO_OK = {"server/service", "server/service/stream", "server/service/ring", "server/daemon",
             "client",
-            "client/cubectl"}
+            "client/cubectl", "client/c_api"}
 # The only file of server/compute allowed to include a backend: the registry.
 REGISTRY = "server/compute/backend_registry.cc"
 

@@ -1,0 +1,592 @@
+// The C ABI (cubed_client_c.h) over cubed::Client: Note [One client core].
+
+#include "client/c_api/cubed_client_c.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "client/client.h"
+#include "cubed/v1/session.pb.h"
+
+namespace {
+
+using cubed::v1::Command;
+using cubed::v1::Reply;
+
+// Tags of replies that completed with no waiter (cubed_client_next_done), shared by a client and
+// the callbacks of its replies, which may run while the client closes.
+struct DoneQueue {
+  absl::Mutex mu;
+  std::deque<uint64_t> tags ABSL_GUARDED_BY(mu);
+  bool closed ABSL_GUARDED_BY(mu) = false;
+  int pollers ABSL_GUARDED_BY(mu) = 0;  // Calls inside cubed_client_next_done.
+};
+
+// One command's answer, filled once by the stream's reader thread.
+struct ReplyState {
+  absl::Mutex mu;
+  bool done ABSL_GUARDED_BY(mu) = false;
+  bool waited ABSL_GUARDED_BY(mu) = false;  // A cubed_reply_wait asked before it completed.
+  // Written before `done` is set, read only after: no lock needed then.
+  absl::Status stream_status;  // Not OK: the stream's error, no answer.
+  Reply reply;                 // Its read data moved to `data`.
+  std::vector<std::string> data;
+  std::string bytes;  // `reply` serialized, on first cubed_reply_bytes (under mu).
+  bool serialized ABSL_GUARDED_BY(mu) = false;
+  uint64_t tag = 0;
+
+  bool Done() {
+    absl::MutexLock lock(&mu);
+    return done;
+  }
+};
+
+int32_t Fail(cubed_error* error, const absl::Status& status) {
+  const int32_t code = static_cast<int32_t>(status.code());
+  if (error != nullptr) {
+    std::free(error->message);
+    error->code = code;
+    error->message = strdup(std::string(status.message()).c_str());
+  }
+  return code;
+}
+
+int32_t Invalid(cubed_error* error, absl::string_view what) {
+  return Fail(error, absl::InvalidArgumentError(what));
+}
+
+// Whether the daemon answers `command` (session.proto): those need a reply to be asked for.
+bool Answers(const Command& command) {
+  switch (command.kind_case()) {
+    case Command::kCreateTensor:
+    case Command::kEmptyTensor:
+    case Command::kRead:
+    case Command::kReadTensor:
+    case Command::kSync:
+    case Command::kMemoryUsage:
+    case Command::kEndProfile:
+    case Command::kEndGraph:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+struct cubed_client {
+  // Guards `client` against cubed_client_close: calls hold it shared, close exclusive.
+  absl::Mutex mu;
+  std::unique_ptr<cubed::Client> client ABSL_GUARDED_BY(mu);  // Null once closed.
+  std::shared_ptr<DoneQueue> queue = std::make_shared<DoneQueue>();
+  uint64_t session = 0;
+  int64_t lease_ms = 0;
+  int32_t transport = 0;
+  int32_t carrier = 2;
+};
+
+struct cubed_reply {
+  std::shared_ptr<ReplyState> state;
+};
+
+namespace {
+
+absl::Status Closed() { return absl::FailedPreconditionError("the client is closed"); }
+
+// Queues `command` on `c`'s stream; with `reply`, a new cubed_reply tagged `tag` gets its answer.
+int32_t Send(cubed_client* c, Command command, uint64_t tag, cubed_reply** reply,
+             cubed_error* error) {
+  std::shared_ptr<ReplyState> state;
+  cubed::Client::StreamReplyCallback on_reply;
+  if (reply != nullptr) {
+    state = std::make_shared<ReplyState>();
+    state->tag = tag;
+    on_reply = [state, queue = c->queue](absl::StatusOr<Reply*> r) {
+      bool to_queue = false;
+      {
+        absl::MutexLock lock(&state->mu);
+        if (r.ok()) {
+          Reply& answer = **r;
+          if (answer.has_read()) {
+            auto* data = answer.mutable_read()->mutable_data();
+            state->data.reserve(data->size());
+            for (std::string& bytes : *data) state->data.push_back(std::move(bytes));
+            data->Clear();
+          }
+          state->reply.Swap(&answer);
+        } else {
+          state->stream_status = r.status();
+        }
+        state->done = true;
+        to_queue = !state->waited;
+      }
+      if (to_queue) {
+        absl::MutexLock lock(&queue->mu);
+        queue->tags.push_back(state->tag);
+      }
+    };
+  }
+  absl::Status sent;
+  {
+    absl::ReaderMutexLock lock(&c->mu);
+    if (c->client == nullptr) return Fail(error, Closed());
+    sent = c->client->SendStreamCommand(std::move(command), std::move(on_reply));
+  }
+  if (!sent.ok()) return Fail(error, sent);
+  if (reply != nullptr) *reply = new cubed_reply{std::move(state)};
+  return 0;
+}
+
+absl::Duration Timeout(int64_t timeout_ms) {
+  return timeout_ms < 0 ? absl::InfiniteDuration() : absl::Milliseconds(timeout_ms);
+}
+
+}  // namespace
+
+extern "C" {
+
+int32_t cubed_c_api_version(void) { return CUBED_C_API_VERSION; }
+
+void cubed_error_clear(cubed_error* error) {
+  if (error == nullptr) return;
+  std::free(error->message);
+  error->message = nullptr;
+  error->code = 0;
+}
+
+void cubed_connect_options_init(cubed_connect_options* options) {
+  if (options == nullptr) return;
+  const cubed::ClientOptions d;
+  *options = cubed_connect_options{};
+  options->struct_size = sizeof(cubed_connect_options);
+  options->timeout_ms = absl::ToInt64Milliseconds(d.timeout);
+  options->device = d.device;
+  options->lease_ms = absl::ToInt64Milliseconds(d.lease);
+  options->max_message_bytes = d.max_message_bytes;
+  options->session = d.session;
+  options->transport = 0;
+  options->carrier = 0;
+  options->bulk_threshold = d.bulk_threshold;
+  options->bulk_chunk = d.bulk_chunk;
+  options->region_threshold = d.region_threshold;
+  options->resume_timeout_ms = absl::ToInt64Milliseconds(d.resume_timeout);
+}
+
+int32_t cubed_client_connect(const cubed_connect_options* options, cubed_client** client,
+                             cubed_error* error) {
+  if (options == nullptr) return Invalid(error, "cubed_client_connect: options is NULL");
+  if (client == nullptr) return Invalid(error, "cubed_client_connect: client is NULL");
+  *client = nullptr;
+  const cubed_connect_options& o = *options;
+  if (o.struct_size < sizeof(cubed_connect_options)) {
+    return Invalid(error, absl::StrCat("cubed_connect_options.struct_size is ", o.struct_size,
+                                       ", this library needs ", sizeof(cubed_connect_options),
+                                       " (call cubed_connect_options_init)"));
+  }
+  if (o.address == nullptr || o.address[0] == '\0') {
+    return Invalid(error, "cubed_connect_options.address is empty");
+  }
+  if (o.timeout_ms <= 0) {
+    return Invalid(
+        error, absl::StrCat("cubed_connect_options.timeout_ms must be > 0, got ", o.timeout_ms));
+  }
+  if (o.lease_ms < 0) {
+    return Invalid(error,
+                   absl::StrCat("cubed_connect_options.lease_ms must be >= 0, got ", o.lease_ms));
+  }
+  if (o.max_message_bytes <= 0 || o.max_message_bytes > INT32_MAX) {
+    return Invalid(error, absl::StrCat("cubed_connect_options.max_message_bytes must be 1 .. ",
+                                       INT32_MAX, ", got ", o.max_message_bytes));
+  }
+  if (o.transport != 0 && o.transport != 1) {
+    return Invalid(error, absl::StrCat("cubed_connect_options.transport must be 0 (stream) or 1 "
+                                       "(unary), got ",
+                                       o.transport));
+  }
+  if (o.carrier < 0 || o.carrier > 2) {
+    return Invalid(error, absl::StrCat("cubed_connect_options.carrier must be 0 (auto), 1 (ring) "
+                                       "or 2 (grpc), got ",
+                                       o.carrier));
+  }
+  if (o.bulk_chunk < 1 || o.bulk_chunk > (uint64_t{4} << 20)) {
+    return Invalid(error, absl::StrCat("cubed_connect_options.bulk_chunk must be 1 .. 4194304, "
+                                       "got ",
+                                       o.bulk_chunk));
+  }
+  if (o.resume_timeout_ms < 0) {
+    return Invalid(error, absl::StrCat("cubed_connect_options.resume_timeout_ms must be >= 0, "
+                                       "got ",
+                                       o.resume_timeout_ms));
+  }
+  auto text = [](const char* s) { return s == nullptr ? std::string() : std::string(s); };
+  cubed::ClientOptions options_cc;
+  options_cc.address = o.address;
+  options_cc.timeout = absl::Milliseconds(o.timeout_ms);
+  options_cc.device = o.device;
+  options_cc.lease = absl::Milliseconds(o.lease_ms);
+  options_cc.max_message_bytes = static_cast<int>(o.max_message_bytes);
+  options_cc.token = text(o.token);
+  options_cc.tls_ca_file = text(o.tls_ca_file);
+  options_cc.tls_cert_file = text(o.tls_cert_file);
+  options_cc.tls_key_file = text(o.tls_key_file);
+  options_cc.tls_server_name = text(o.tls_server_name);
+  options_cc.session = o.session;
+  options_cc.transport = o.transport == 1 ? cubed::Transport::kUnary : cubed::Transport::kStream;
+  options_cc.stream_carrier = o.carrier == 1   ? cubed::StreamCarrier::kRing
+                              : o.carrier == 2 ? cubed::StreamCarrier::kGrpc
+                                               : cubed::StreamCarrier::kAuto;
+  options_cc.bulk_threshold = o.bulk_threshold;
+  options_cc.bulk_chunk = o.bulk_chunk;
+  options_cc.region_threshold = o.region_threshold;
+  options_cc.resume_timeout = absl::Milliseconds(o.resume_timeout_ms);
+  absl::StatusOr<std::unique_ptr<cubed::Client>> connected =
+      cubed::Client::Connect(std::move(options_cc));
+  if (!connected.ok()) return Fail(error, connected.status());
+  auto c = std::make_unique<cubed_client>();
+  cubed::Client& cc = **connected;
+  c->session = cc.session();
+  c->lease_ms = absl::ToInt64Milliseconds(cc.lease());
+  c->transport = cc.transport() == cubed::Transport::kUnary ? 1 : 0;
+  c->carrier = cc.transport() == cubed::Transport::kStream &&
+                       cc.stream_carrier() == cubed::StreamCarrier::kRing
+                   ? 1
+                   : 2;
+  {
+    absl::MutexLock lock(&c->mu);
+    c->client = *std::move(connected);
+  }
+  *client = c.release();
+  return 0;
+}
+
+void cubed_client_close(cubed_client* client) {
+  if (client == nullptr) return;
+  std::unique_ptr<cubed::Client> closing;
+  {
+    absl::MutexLock lock(&client->mu);
+    closing = std::move(client->client);
+  }
+  closing.reset();  // Ends the session; fails the replies still awaited (their callbacks run).
+  absl::MutexLock lock(&client->queue->mu);
+  client->queue->closed = true;
+}
+
+void cubed_client_free(cubed_client* client) {
+  if (client == nullptr) return;
+  cubed_client_close(client);
+  {
+    DoneQueue* q = client->queue.get();
+    absl::MutexLock lock(&q->mu);
+    q->mu.Await(absl::Condition(
+        +[](DoneQueue* queue)
+             ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue->mu) { return queue->pollers == 0; },
+        q));
+  }
+  delete client;
+}
+
+uint64_t cubed_client_session(const cubed_client* client) {
+  return client == nullptr ? 0 : client->session;
+}
+
+int64_t cubed_client_lease_ms(const cubed_client* client) {
+  return client == nullptr ? 0 : client->lease_ms;
+}
+
+int32_t cubed_client_transport(const cubed_client* client) {
+  return client == nullptr ? 0 : client->transport;
+}
+
+int32_t cubed_client_carrier(const cubed_client* client) {
+  return client == nullptr ? 2 : client->carrier;
+}
+
+int32_t cubed_client_next_id(cubed_client* client, uint64_t* id, cubed_error* error) {
+  if (client == nullptr || id == nullptr) {
+    return Invalid(error, "cubed_client_next_id: client or id is NULL");
+  }
+  absl::StatusOr<uint64_t> next;
+  {
+    absl::ReaderMutexLock lock(&client->mu);
+    if (client->client == nullptr) return Fail(error, Closed());
+    next = client->client->NewStreamId();
+  }
+  if (!next.ok()) return Fail(error, next.status());
+  *id = *next;
+  return 0;
+}
+
+int32_t cubed_client_send(cubed_client* client, const void* command, size_t size, uint64_t tag,
+                          cubed_reply** reply, cubed_error* error) {
+  if (client == nullptr) return Invalid(error, "cubed_client_send: client is NULL");
+  if (command == nullptr && size != 0) return Invalid(error, "cubed_client_send: command is NULL");
+  if (size > INT32_MAX) {
+    return Invalid(error, absl::StrCat("cubed_client_send: a command of ", size,
+                                       " bytes (at most 2^31 - 1; use cubed_client_create for "
+                                       "large data)"));
+  }
+  Command parsed;
+  if (!parsed.ParseFromArray(command, static_cast<int>(size))) {
+    return Invalid(
+        error, absl::StrCat("cubed_client_send: ", size, " bytes that are not a cubed.v1.Command"));
+  }
+  if (parsed.kind_case() == Command::KIND_NOT_SET) {
+    return Invalid(error, "cubed_client_send: a Command with no command set");
+  }
+  if ((parsed.has_create() && parsed.create().bulk_size() != 0) ||
+      (parsed.has_create_tensor() && parsed.create_tensor().bulk()) ||
+      (parsed.has_read() && parsed.read().bulk()) ||
+      (parsed.has_read_tensor() && parsed.read_tensor().bulk())) {
+    return Invalid(error,
+                   "cubed_client_send: bulk transfers need their Upload / Download "
+                   "(use cubed_client_create; the C++ SDK picks bulk by size)");
+  }
+  if (Answers(parsed) != (reply != nullptr)) {
+    return Invalid(error, absl::StrCat("cubed_client_send: command #", parsed.kind_case(),
+                                       Answers(parsed) ? " answers: pass a reply"
+                                                       : " does not answer: pass no reply"));
+  }
+  return Send(client, std::move(parsed), tag, reply, error);
+}
+
+int32_t cubed_client_create(cubed_client* client, const void* data, uint64_t size, uint64_t* id,
+                            cubed_error* error) {
+  if (client == nullptr || id == nullptr) {
+    return Invalid(error, "cubed_client_create: client or id is NULL");
+  }
+  if (size == 0) return Invalid(error, "cubed_client_create: size is 0 (need >= 1 byte)");
+  if (data == nullptr) return Invalid(error, "cubed_client_create: data is NULL");
+  absl::StatusOr<cubed::Handle> handle;
+  {
+    absl::ReaderMutexLock lock(&client->mu);
+    if (client->client == nullptr) return Fail(error, Closed());
+    handle = client->client->Create(absl::MakeConstSpan(static_cast<const uint8_t*>(data), size));
+  }
+  if (!handle.ok()) return Fail(error, handle.status());
+  *id = handle->Detach();  // The caller releases it.
+  return 0;
+}
+
+int32_t cubed_client_empty(cubed_client* client, uint64_t size, uint64_t* id, cubed_error* error) {
+  if (client == nullptr || id == nullptr) {
+    return Invalid(error, "cubed_client_empty: client or id is NULL");
+  }
+  if (size == 0) return Invalid(error, "cubed_client_empty: size is 0 (need >= 1 byte)");
+  absl::StatusOr<cubed::Handle> handle;
+  {
+    absl::ReaderMutexLock lock(&client->mu);
+    if (client->client == nullptr) return Fail(error, Closed());
+    handle = client->client->Empty(size);
+  }
+  if (!handle.ok()) return Fail(error, handle.status());
+  *id = handle->Detach();
+  return 0;
+}
+
+int32_t cubed_client_execute(cubed_client* client, const void* command, size_t size,
+                             cubed_error* error) {
+  if (client == nullptr) return Invalid(error, "cubed_client_execute: client is NULL");
+  if (command == nullptr || size == 0 || size > INT32_MAX) {
+    return Invalid(error, absl::StrCat("cubed_client_execute: need a serialized Command, got ",
+                                       size, " bytes"));
+  }
+  Command parsed;
+  if (!parsed.ParseFromArray(command, static_cast<int>(size)) || !parsed.has_execute()) {
+    return Invalid(error,
+                   "cubed_client_execute: the bytes are not a cubed.v1.Command with "
+                   "`execute` set");
+  }
+  return Send(client, std::move(parsed), 0, nullptr, error);
+}
+
+int32_t cubed_client_release(cubed_client* client, const uint64_t* ids, size_t count,
+                             cubed_error* error) {
+  if (client == nullptr) return Invalid(error, "cubed_client_release: client is NULL");
+  if (count == 0) return 0;
+  if (ids == nullptr) return Invalid(error, "cubed_client_release: ids is NULL");
+  if (client->transport == 1) {  // Unary: the C++ SDK's batched Release RPCs, sent now.
+    absl::ReaderMutexLock lock(&client->mu);
+    if (client->client == nullptr) return Fail(error, Closed());
+    for (size_t i = 0; i < count; ++i) client->client->Adopt(ids[i], 0);  // Dropped: released.
+    const absl::Status released = client->client->FlushReleases();
+    return released.ok() ? 0 : Fail(error, released);
+  }
+  constexpr size_t kPerCommand = 65536;
+  for (size_t start = 0; start < count; start += kPerCommand) {
+    const size_t n = std::min(kPerCommand, count - start);
+    Command command;
+    command.mutable_release()->mutable_ids()->Add(ids + start, ids + start + n);
+    if (int32_t code = Send(client, std::move(command), 0, nullptr, error); code != 0) {
+      return code;
+    }
+  }
+  return 0;
+}
+
+int32_t cubed_client_read(cubed_client* client, uint64_t id, uint64_t offset_start,
+                          uint64_t offset_end, uint64_t tag, cubed_reply** reply,
+                          cubed_error* error) {
+  if (client == nullptr || reply == nullptr) {
+    return Invalid(error, "cubed_client_read: client or reply is NULL");
+  }
+  if (id == 0) return Invalid(error, "cubed_client_read: handle id 0");
+  Command command;
+  cubed::v1::Binding* b = command.mutable_read()->add_bindings();
+  b->set_handle(id);
+  b->set_offset_start(offset_start);
+  b->set_offset_end(offset_end);
+  return Send(client, std::move(command), tag, reply, error);
+}
+
+int32_t cubed_client_flush(cubed_client* client, cubed_error* error) {
+  if (client == nullptr) return Invalid(error, "cubed_client_flush: client is NULL");
+  absl::Status flushed;
+  {
+    absl::ReaderMutexLock lock(&client->mu);
+    if (client->client == nullptr) return Fail(error, Closed());
+    flushed = client->client->Flush();
+  }
+  return flushed.ok() ? 0 : Fail(error, flushed);
+}
+
+int32_t cubed_client_sync(cubed_client* client, uint64_t tag, cubed_reply** reply,
+                          cubed_error* error) {
+  if (client == nullptr || reply == nullptr) {
+    return Invalid(error, "cubed_client_sync: client or reply is NULL");
+  }
+  Command command;
+  command.mutable_sync();
+  return Send(client, std::move(command), tag, reply, error);
+}
+
+int32_t cubed_client_memory_usage(cubed_client* client, cubed_memory_usage* usage,
+                                  cubed_error* error) {
+  if (client == nullptr || usage == nullptr) {
+    return Invalid(error, "cubed_client_memory_usage: client or usage is NULL");
+  }
+  absl::StatusOr<cubed::MemoryUsage> got;
+  {
+    absl::ReaderMutexLock lock(&client->mu);
+    if (client->client == nullptr) return Fail(error, Closed());
+    got = client->client->GetMemoryUsage();
+  }
+  if (!got.ok()) return Fail(error, got.status());
+  usage->number_allocs = got->number_allocs;
+  usage->bytes_in_use = got->bytes_in_use;
+  usage->bytes_padding = got->bytes_padding;
+  usage->bytes_reserved = got->bytes_reserved;
+  return 0;
+}
+
+int32_t cubed_client_next_done(cubed_client* client, int64_t timeout_ms, uint64_t* tag,
+                               cubed_error* error) {
+  if (client == nullptr || tag == nullptr) {
+    return Invalid(error, "cubed_client_next_done: client or tag is NULL");
+  }
+  DoneQueue* q = client->queue.get();
+  absl::MutexLock lock(&q->mu);
+  ++q->pollers;
+  auto ready = [q]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) { return !q->tags.empty() || q->closed; };
+  q->mu.AwaitWithTimeout(absl::Condition(&ready), Timeout(timeout_ms));
+  --q->pollers;
+  if (!q->tags.empty()) {
+    *tag = q->tags.front();
+    q->tags.pop_front();
+    return 0;
+  }
+  if (q->closed) return Fail(error, Closed());
+  return Fail(error, absl::DeadlineExceededError(
+                         absl::StrCat("no reply completed within ", timeout_ms, " ms")));
+}
+
+int32_t cubed_reply_wait(cubed_reply* reply, int64_t timeout_ms, cubed_error* error) {
+  if (reply == nullptr) return Invalid(error, "cubed_reply_wait: reply is NULL");
+  ReplyState* s = reply->state.get();
+  absl::MutexLock lock(&s->mu);
+  s->waited = true;
+  if (!s->mu.AwaitWithTimeout(absl::Condition(&s->done), Timeout(timeout_ms))) {
+    s->waited = false;  // Nobody waits any more: when it completes, cubed_client_next_done says.
+    return Fail(error,
+                absl::DeadlineExceededError(absl::StrCat("no reply within ", timeout_ms, " ms")));
+  }
+  return 0;
+}
+
+int32_t cubed_reply_done(const cubed_reply* reply) {
+  return reply != nullptr && reply->state->Done() ? 1 : 0;
+}
+
+int32_t cubed_reply_status(const cubed_reply* reply, cubed_error* error) {
+  if (reply == nullptr) return Invalid(error, "cubed_reply_status: reply is NULL");
+  ReplyState* s = reply->state.get();
+  if (!s->Done()) return Fail(error, absl::FailedPreconditionError("the reply has not come yet"));
+  if (!s->stream_status.ok()) return Fail(error, s->stream_status);
+  if (s->reply.code() == 0) return 0;
+  const absl::StatusCode code = s->reply.code() >= 1 && s->reply.code() <= 16
+                                    ? static_cast<absl::StatusCode>(s->reply.code())
+                                    : absl::StatusCode::kUnknown;
+  return Fail(error, absl::Status(code, s->reply.message()));
+}
+
+uint64_t cubed_reply_failed_commands(const cubed_reply* reply) {
+  if (reply == nullptr || !reply->state->Done()) return 0;
+  return reply->state->reply.failed_commands();
+}
+
+int32_t cubed_reply_bytes(cubed_reply* reply, const uint8_t** data, size_t* size,
+                          cubed_error* error) {
+  if (reply == nullptr || data == nullptr || size == nullptr) {
+    return Invalid(error, "cubed_reply_bytes: reply, data or size is NULL");
+  }
+  ReplyState* s = reply->state.get();
+  absl::MutexLock lock(&s->mu);
+  if (!s->done) return Fail(error, absl::FailedPreconditionError("the reply has not come yet"));
+  if (!s->stream_status.ok()) {
+    return Fail(error, absl::FailedPreconditionError(
+                           absl::StrCat("no answer came: ", s->stream_status.ToString())));
+  }
+  if (!s->serialized) {
+    s->bytes = s->reply.SerializeAsString();
+    s->serialized = true;
+  }
+  *data = reinterpret_cast<const uint8_t*>(s->bytes.data());
+  *size = s->bytes.size();
+  return 0;
+}
+
+size_t cubed_reply_data_count(const cubed_reply* reply) {
+  if (reply == nullptr || !reply->state->Done()) return 0;
+  return reply->state->data.size();
+}
+
+int32_t cubed_reply_data(const cubed_reply* reply, size_t index, const uint8_t** data,
+                         uint64_t* size, cubed_error* error) {
+  if (reply == nullptr || data == nullptr || size == nullptr) {
+    return Invalid(error, "cubed_reply_data: reply, data or size is NULL");
+  }
+  const size_t count = cubed_reply_data_count(reply);
+  if (index >= count) {
+    return Invalid(error,
+                   absl::StrCat("cubed_reply_data: entry ", index, " of a reply with ", count));
+  }
+  const std::string& bytes = reply->state->data[index];
+  *data = reinterpret_cast<const uint8_t*>(bytes.data());
+  *size = bytes.size();
+  return 0;
+}
+
+void cubed_reply_free(cubed_reply* reply) { delete reply; }
+
+}  // extern "C"

@@ -1,0 +1,229 @@
+#pragma once
+
+// The C ABI of the cubed client (libcubed_client_c.so): the C++ SDK (client/client.h) behind
+// opaque handles, for SDKs of other languages. The Python SDK loads it with ctypes
+// (client/python/cubed_client/_native.py).
+//
+// Note [One client core]
+// The session stream's protocol (proto/cubed/v1/session.proto: client ids, seqs, batching, the
+// command ring, replies matched to commands, deadlines, resume, bulk transfers) is implemented
+// once, by the C++ SDK. A binding does not speak it: it builds the stream's Commands (a
+// session.proto `Command`, serialized, its `seq` unset; a binding that has protobuf builds them
+// as before, or encodes them by hand) and hands their bytes to cubed_client_send, which queues
+// them on the C++ StreamTransport in the order sent. What crosses this ABI:
+//   * Opaque handles: a cubed_client (one session), a cubed_reply (the answer of one command).
+//     Each is created by this library and freed by the caller with its free function, once.
+//   * Errors: every fallible function returns a status code (google.rpc.Code / grpc::StatusCode
+//     numbers: 0 OK, 3 INVALID_ARGUMENT, 9 FAILED_PRECONDITION, 14 UNAVAILABLE, ...), and when
+//     `error` is not NULL and the code is not 0, fills it with the code and a message the caller
+//     frees with cubed_error_clear. Bindings map the codes to their exceptions (Python: the
+//     CubedError subclasses). A reply's own failure (the daemon's code and message, a sync's
+//     failed-command count) comes from cubed_reply_status.
+//   * Bytes: inputs (a command, a create's data) are read during the call only; the library
+//     copies what it keeps. Outputs (a reply's bytes, a read's data) are owned by the cubed_reply
+//     and stay valid until cubed_reply_free; the caller copies them out.
+//   * Threads: every function may be called from any thread, and none calls back into the
+//     caller: replies arrive on the C++ SDK's reader thread, which only stores them and wakes
+//     whoever waits. A binding either waits for one reply (cubed_reply_wait, blocking the
+//     calling thread, no other thread involved: the 4-byte read path) or, for replies nobody
+//     waits on, takes their tags from cubed_client_next_done on a thread of its own (the Python
+//     SDK's futures with callbacks). A reply a waiter asked for before it arrived is not queued
+//     for cubed_client_next_done; one that arrived first is queued, and also waitable: the
+//     binding claims each reply once (Python: popping it from a dict) and ignores the other.
+//   * Blocking calls (connect, create, wait, next_done, close) release nothing of the caller's:
+//     a binding with a global lock (Python's GIL) drops it around them (ctypes does for CDLL).
+// Versioning: cubed_connect_options starts with its own size, and CUBED_C_API_VERSION grows with
+// every change; cubed_c_api_version() says which one the library implements.
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CUBED_C_API_VERSION 1
+
+#if defined(__GNUC__)
+#define CUBED_C_EXPORT __attribute__((visibility("default")))
+#else
+#define CUBED_C_EXPORT
+#endif
+
+// The version of this ABI the library implements (CUBED_C_API_VERSION when it was built).
+CUBED_C_EXPORT int32_t cubed_c_api_version(void);
+
+// A failure: `code` as the function returned, `message` (NUL-terminated, malloc'ed, NULL when
+// code is 0) owned by the caller until cubed_error_clear.
+typedef struct cubed_error {
+  int32_t code;
+  char* message;
+} cubed_error;
+
+// Frees `error`'s message and zeroes it. NULL is a no-op.
+CUBED_C_EXPORT void cubed_error_clear(cubed_error* error);
+
+// How to connect (cubed::ClientOptions of client/client.h, field for field). Fill it with
+// cubed_connect_options_init, then set what differs. Strings are read during connect only;
+// NULL or "" means "none".
+typedef struct cubed_connect_options {
+  uint32_t struct_size;         // sizeof(cubed_connect_options); set by _init.
+  const char* address;          // "unix:/path/cubed.sock" or "host:port"; required.
+  int64_t timeout_ms;           // Deadline of each call and of each reply; > 0.
+  uint32_t device;              // Device to open the session on.
+  int64_t lease_ms;             // Session lease; 0 = the daemon's default.
+  int64_t max_message_bytes;    // Largest message sent or received; 1 .. 2^31 - 1.
+  const char* token;            // Bearer token.
+  const char* tls_ca_file;      // TLS: PEM file of the CA of the daemon's certificate.
+  const char* tls_cert_file;    // mTLS: this client's certificate chain (PEM file).
+  const char* tls_key_file;     // mTLS: its key (PEM file).
+  const char* tls_server_name;  // Name the daemon's certificate is checked against.
+  uint64_t session;             // Join this session (unary transport) instead of opening one.
+  int32_t transport;            // 0: the session stream; 1: unary calls.
+  int32_t carrier;              // 0: auto; 1: the command ring (or fail); 2: gRPC.
+  uint64_t bulk_threshold;      // Creates of this many bytes or more go over Upload; 0 never.
+  uint64_t bulk_chunk;          // Their chunk size, 1 byte .. 4 MiB.
+  uint64_t region_threshold;    // Creates through a staging region from here; 0 never.
+  int64_t resume_timeout_ms;    // Resume the stream after a checkpointed restart; 0 never.
+} cubed_connect_options;
+
+// The C++ SDK's defaults (cubed::ClientOptions), address NULL, struct_size set.
+CUBED_C_EXPORT void cubed_connect_options_init(cubed_connect_options* options);
+
+typedef struct cubed_client cubed_client;
+
+// Connects and opens a session (cubed::Client::Connect; the environment variables
+// CUBED_CLIENT_TRANSPORT and CUBED_CLIENT_CARRIER apply as there). On success *client is a new
+// client the caller ends with cubed_client_close and frees with cubed_client_free. Errors:
+// INVALID_ARGUMENT (a NULL or bad option, naming it), UNAVAILABLE (no daemon), the daemon's.
+CUBED_C_EXPORT int32_t cubed_client_connect(const cubed_connect_options* options,
+                                            cubed_client** client, cubed_error* error);
+
+// Closes the session (as cubed::Client's destructor: the daemon runs what was sent, then frees
+// the session; waits up to the timeout) and fails the replies still awaited with the stream's
+// end. Wakes cubed_client_next_done. Idempotent. Afterwards only cubed_client_next_done,
+// cubed_client_free and the cubed_reply functions may be called.
+CUBED_C_EXPORT void cubed_client_close(cubed_client* client);
+
+// Closes `client` when not closed, waits for calls still inside cubed_client_next_done to
+// return, and frees it. NULL is a no-op. Replies outlive it.
+CUBED_C_EXPORT void cubed_client_free(cubed_client* client);
+
+// The session id; the lease the daemon granted, ms (0 for a joined session).
+CUBED_C_EXPORT uint64_t cubed_client_session(const cubed_client* client);
+CUBED_C_EXPORT int64_t cubed_client_lease_ms(const cubed_client* client);
+// 0: the session stream; 1: unary calls (cubed_connect_options.transport after the environment
+// and joining applied).
+CUBED_C_EXPORT int32_t cubed_client_transport(const cubed_client* client);
+// What carries the stream: 1 the command ring, 2 gRPC (2 for unary calls too).
+CUBED_C_EXPORT int32_t cubed_client_carrier(const cubed_client* client);
+
+// A fresh client id of the session stream (the id a binding puts in a create / empty /
+// create_tensor / empty_tensor it builds). FAILED_PRECONDITION on unary calls or once closed.
+CUBED_C_EXPORT int32_t cubed_client_next_id(cubed_client* client, uint64_t* id, cubed_error* error);
+
+typedef struct cubed_reply cubed_reply;
+
+// Queues the serialized session.proto Command `command` (`size` bytes, its seq unset) on the
+// session stream behind everything sent before. When `reply` is not NULL the command must be
+// one that answers (read, read_tensor, sync, memory_usage, end_profile, end_graph,
+// create_tensor, empty_tensor, ...): *reply is then a new cubed_reply (freed by the caller)
+// that completes with its answer, and `tag` is what cubed_client_next_done gives for it.
+// INVALID_ARGUMENT for bytes that are not a Command or a Command with nothing set;
+// FAILED_PRECONDITION on unary calls or once closed; the stream's error once it ended.
+CUBED_C_EXPORT int32_t cubed_client_send(cubed_client* client, const void* command, size_t size,
+                                         uint64_t tag, cubed_reply** reply, cubed_error* error);
+
+// trait: create. Stores the `size` bytes at `data` (1 byte or more; read during the call only)
+// and sets *id to the new handle's id, which the caller releases (cubed_client_release). Goes
+// through the C++ SDK's Client::Create: inline, or in chunks over Upload from
+// bulk_threshold bytes (then it returns once every byte is on the daemon, with the daemon's
+// error), or through a staging region from region_threshold bytes. On the stream, other errors
+// of the create (a full pool) surface at the next read or sync of the handle.
+CUBED_C_EXPORT int32_t cubed_client_create(cubed_client* client, const void* data, uint64_t size,
+                                           uint64_t* id, cubed_error* error);
+
+// trait: empty. *id: a handle of `size` (>= 1) uninitialized bytes, released by the caller.
+CUBED_C_EXPORT int32_t cubed_client_empty(cubed_client* client, uint64_t size, uint64_t* id,
+                                          cubed_error* error);
+
+// trait: execute. `command` is a serialized Command whose `execute` is set (kernel, count,
+// bindings, mode: what the Python SDK builds); INVALID_ARGUMENT otherwise. Returns once queued;
+// kernel errors poison the outputs and come back from the next sync and their reads.
+CUBED_C_EXPORT int32_t cubed_client_execute(cubed_client* client, const void* command, size_t size,
+                                            cubed_error* error);
+
+// Releases one reference of each of the `count` handles `ids`, behind the commands sent before.
+// count 0 is a no-op. On the stream unknown ids fail at the next sync; on unary calls the
+// releases are sent now and their first error returned.
+CUBED_C_EXPORT int32_t cubed_client_release(cubed_client* client, const uint64_t* ids, size_t count,
+                                            cubed_error* error);
+
+// trait: read. Queues a read of handle `id` without `offset_start` bytes at the front and
+// `offset_end` at the back; *reply completes with one data entry (cubed_reply_data), or the
+// error that read (or the command that poisoned the handle) failed with.
+CUBED_C_EXPORT int32_t cubed_client_read(cubed_client* client, uint64_t id, uint64_t offset_start,
+                                         uint64_t offset_end, uint64_t tag, cubed_reply** reply,
+                                         cubed_error* error);
+
+// trait: flush.
+CUBED_C_EXPORT int32_t cubed_client_flush(cubed_client* client, cubed_error* error);
+
+// trait: sync. *reply completes once every earlier command ran; cubed_reply_status then gives
+// the first failure since the previous sync and cubed_reply_failed_commands their count.
+CUBED_C_EXPORT int32_t cubed_client_sync(cubed_client* client, uint64_t tag, cubed_reply** reply,
+                                         cubed_error* error);
+
+// trait: memory_usage of the session's device, waited for (up to the timeout), after every
+// command sent before.
+typedef struct cubed_memory_usage {
+  uint64_t number_allocs;   // Live allocations.
+  uint64_t bytes_in_use;    // Sum of their sizes, bytes.
+  uint64_t bytes_padding;   // What the pools add to those sizes, bytes.
+  uint64_t bytes_reserved;  // Bytes held from the storage.
+} cubed_memory_usage;
+CUBED_C_EXPORT int32_t cubed_client_memory_usage(cubed_client* client, cubed_memory_usage* usage,
+                                                 cubed_error* error);
+
+// Waits up to `timeout_ms` (< 0: without end) for the tag of a reply that completed while no
+// cubed_reply_wait waited for it, in the order they completed, and sets *tag. 0 when one came;
+// DEADLINE_EXCEEDED when none came in time; FAILED_PRECONDITION once the client is closed and
+// every such tag was taken.
+CUBED_C_EXPORT int32_t cubed_client_next_done(cubed_client* client, int64_t timeout_ms,
+                                              uint64_t* tag, cubed_error* error);
+
+// Waits up to `timeout_ms` (< 0: without end) for `reply`: 0 once it completed (with an answer
+// or the stream's error: see cubed_reply_status), DEADLINE_EXCEEDED when it did not in time (it
+// may still complete, and is then queued for cubed_client_next_done as if never waited for; the
+// stream's own deadline resolves every reply eventually).
+CUBED_C_EXPORT int32_t cubed_reply_wait(cubed_reply* reply, int64_t timeout_ms, cubed_error* error);
+
+// Whether `reply` completed (no wait).
+CUBED_C_EXPORT int32_t cubed_reply_done(const cubed_reply* reply);
+
+// A completed reply's outcome: 0 when the command succeeded; otherwise its code, with `error`
+// filled with the daemon's message (or the stream's error when no answer came). FAILED_PRECONDITION
+// when it has not completed.
+CUBED_C_EXPORT int32_t cubed_reply_status(const cubed_reply* reply, cubed_error* error);
+
+// A sync's count of commands that failed since the previous sync (0 for other replies).
+CUBED_C_EXPORT uint64_t cubed_reply_failed_commands(const cubed_reply* reply);
+
+// The completed reply as a serialized session.proto Reply, its read data left out (see
+// cubed_reply_data). *data is owned by `reply`. FAILED_PRECONDITION when not completed or when
+// no answer came (the stream's error).
+CUBED_C_EXPORT int32_t cubed_reply_bytes(cubed_reply* reply, const uint8_t** data, size_t* size,
+                                         cubed_error* error);
+
+// A read's data: the number of entries (one per binding; 0 for other replies), and entry
+// `index`'s bytes, owned by `reply`. INVALID_ARGUMENT for an index past the end.
+CUBED_C_EXPORT size_t cubed_reply_data_count(const cubed_reply* reply);
+CUBED_C_EXPORT int32_t cubed_reply_data(const cubed_reply* reply, size_t index,
+                                        const uint8_t** data, uint64_t* size, cubed_error* error);
+
+// Frees `reply` (its answer may still arrive; it is dropped). NULL is a no-op.
+CUBED_C_EXPORT void cubed_reply_free(cubed_reply* reply);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif

@@ -1,0 +1,477 @@
+// The C ABI (cubed_client_c.h) against the real daemon, through the shared library: each
+// function, its bad inputs, and the reply / next_done contract of Note [One client core].
+// Commands are encoded by hand here: this test does not link the generated protobuf code (the
+// library holds its own copy, and two copies may not register in one process).
+
+#include "client/c_api/cubed_client_c.h"
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/kernel_metadata.h"
+#include "gtest/gtest.h"
+#include "tests/testing/daemon_process.h"
+
+namespace {
+
+using ::cubed::testing::DaemonProcess;
+
+constexpr int32_t kInvalidArgument = 3;
+constexpr int32_t kDeadlineExceeded = 4;
+constexpr int32_t kNotFound = 5;
+constexpr int32_t kFailedPrecondition = 9;
+constexpr int32_t kUnavailable = 14;
+
+// Protobuf wire encoding, enough for the commands below.
+void Varint(std::string* out, uint64_t v) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>(v | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+void U64(std::string* out, int field, uint64_t v) {
+  Varint(out, static_cast<uint64_t>(field) << 3);
+  Varint(out, v);
+}
+void Message(std::string* out, int field, const std::string& bytes) {
+  Varint(out, (static_cast<uint64_t>(field) << 3) | 2);
+  Varint(out, bytes.size());
+  out->append(bytes);
+}
+
+std::string SyncCommand() {
+  std::string c;
+  Message(&c, 11, "");
+  return c;
+}
+std::string MemoryUsageCommand() {
+  std::string c;
+  Message(&c, 12, "");
+  return c;
+}
+std::string FlushCommand() {
+  std::string c;
+  Message(&c, 10, "");
+  return c;
+}
+
+// out = lhs + rhs over `n` dense f32 elements (builtin "add"), as a serialized Command.
+std::string AddCommand(uint64_t lhs, uint64_t rhs, uint64_t out, uint64_t n) {
+  std::string builtin, kernel, count, dims, bindings, execute, command;
+  Message(&builtin, 1, "add");
+  U64(&builtin, 2, 1);  // ELEM_TYPE_F32
+  Message(&kernel, 1, builtin);
+  U64(&dims, 1, (n + 255) / 256);
+  U64(&dims, 2, 1);
+  U64(&dims, 3, 1);
+  Message(&count, 1, dims);
+  for (uint64_t h : {lhs, rhs, out}) {
+    std::string b;
+    U64(&b, 1, h);
+    Message(&bindings, 1, b);
+  }
+  const cubed::TensorLayout t = cubed::TensorLayout::Contiguous({n});
+  absl::StatusOr<std::vector<uint32_t>> words = cubed::EncodeKernelMetadata({n, n, n}, {t, t, t});
+  EXPECT_TRUE(words.ok()) << words.status();
+  if (words.ok()) {
+    for (uint32_t w : *words) U64(&bindings, 2, w);
+  }
+  Message(&execute, 1, kernel);
+  Message(&execute, 2, count);
+  Message(&execute, 3, bindings);
+  Message(&command, 6, execute);
+  return command;
+}
+
+std::string Floats(const std::vector<float>& v) {
+  std::string s(v.size() * sizeof(float), '\0');
+  std::memcpy(s.data(), v.data(), s.size());
+  return s;
+}
+
+// Frees an error's message at scope end.
+struct Error : cubed_error {
+  Error() : cubed_error{0, nullptr} {}
+  ~Error() { cubed_error_clear(this); }
+  std::string text() const { return message == nullptr ? "" : message; }
+};
+
+struct ClientDeleter {
+  void operator()(cubed_client* c) const { cubed_client_free(c); }
+};
+struct ReplyDeleter {
+  void operator()(cubed_reply* r) const { cubed_reply_free(r); }
+};
+using ClientPtr = std::unique_ptr<cubed_client, ClientDeleter>;
+using ReplyPtr = std::unique_ptr<cubed_reply, ReplyDeleter>;
+
+class CApiTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    DaemonProcess::Options options;
+    options.tcp = true;
+    auto d = DaemonProcess::Start(options);
+    ASSERT_TRUE(d.ok()) << d.status();
+    daemon_ = d->release();
+  }
+  static void TearDownTestSuite() {
+    delete daemon_;
+    daemon_ = nullptr;
+  }
+
+  // A client of the daemon's Unix socket (carrier 0 auto: the ring), or of `address`.
+  ClientPtr Connect(int32_t carrier = 0, const std::string& address = "",
+                    uint64_t bulk_threshold = 0, int32_t transport = 0) {
+    cubed_connect_options o;
+    cubed_connect_options_init(&o);
+    const std::string a = address.empty() ? daemon_->unix_address() : address;
+    o.address = a.c_str();
+    o.timeout_ms = 20000;
+    o.carrier = carrier;
+    o.transport = transport;
+    if (bulk_threshold != 0) o.bulk_threshold = bulk_threshold;
+    cubed_client* c = nullptr;
+    Error e;
+    EXPECT_EQ(cubed_client_connect(&o, &c, &e), 0) << e.text();
+    return ClientPtr(c);
+  }
+
+  // Waits for `reply` and returns its first data entry ("" on failure, with a test failure).
+  static std::string ReadData(cubed_reply* reply) {
+    Error e;
+    EXPECT_EQ(cubed_reply_wait(reply, 20000, &e), 0) << e.text();
+    EXPECT_EQ(cubed_reply_status(reply, &e), 0) << e.text();
+    const uint8_t* data = nullptr;
+    uint64_t size = 0;
+    if (cubed_reply_data(reply, 0, &data, &size, &e) != 0) {
+      ADD_FAILURE() << e.text();
+      return "";
+    }
+    return std::string(reinterpret_cast<const char*>(data), size);
+  }
+
+  static std::string Read(cubed_client* c, uint64_t id) {
+    cubed_reply* r = nullptr;
+    Error e;
+    EXPECT_EQ(cubed_client_read(c, id, 0, 0, 0, &r, &e), 0) << e.text();
+    ReplyPtr reply(r);
+    return r == nullptr ? "" : ReadData(r);
+  }
+
+  static DaemonProcess* daemon_;
+};
+
+DaemonProcess* CApiTest::daemon_ = nullptr;
+
+TEST_F(CApiTest, VersionAndDefaults) {
+  EXPECT_EQ(cubed_c_api_version(), CUBED_C_API_VERSION);
+  cubed_connect_options o;
+  std::memset(&o, 0xff, sizeof(o));
+  cubed_connect_options_init(&o);
+  EXPECT_EQ(o.struct_size, sizeof(o));
+  EXPECT_EQ(o.address, nullptr);
+  EXPECT_EQ(o.timeout_ms, 60000);
+  EXPECT_EQ(o.bulk_threshold, uint64_t{4} << 20);
+  EXPECT_EQ(o.region_threshold, uint64_t{1} << 20);
+  EXPECT_EQ(o.transport, 0);
+  EXPECT_EQ(o.carrier, 0);
+}
+
+TEST_F(CApiTest, ConnectRefusesBadOptionsNamingThem) {
+  cubed_client* c = nullptr;
+  Error e;
+  EXPECT_EQ(cubed_client_connect(nullptr, &c, &e), kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(e.text(), "options is NULL")) << e.text();
+  cubed_connect_options o;
+  cubed_connect_options_init(&o);
+  EXPECT_EQ(cubed_client_connect(&o, nullptr, &e), kInvalidArgument);
+  EXPECT_EQ(cubed_client_connect(&o, &c, &e), kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(e.text(), "address is empty")) << e.text();
+  const std::string address = daemon_->unix_address();
+  struct Case {
+    const char* field;
+    void (*set)(cubed_connect_options*);
+  };
+  const Case cases[] = {
+      {"struct_size", [](cubed_connect_options* p) { p->struct_size = 8; }},
+      {"timeout_ms", [](cubed_connect_options* p) { p->timeout_ms = 0; }},
+      {"lease_ms", [](cubed_connect_options* p) { p->lease_ms = -1; }},
+      {"max_message_bytes", [](cubed_connect_options* p) { p->max_message_bytes = 0; }},
+      {"transport", [](cubed_connect_options* p) { p->transport = 7; }},
+      {"carrier", [](cubed_connect_options* p) { p->carrier = 3; }},
+      {"bulk_chunk", [](cubed_connect_options* p) { p->bulk_chunk = 0; }},
+      {"resume_timeout_ms", [](cubed_connect_options* p) { p->resume_timeout_ms = -5; }},
+  };
+  for (const Case& k : cases) {
+    cubed_connect_options_init(&o);
+    o.address = address.c_str();
+    k.set(&o);
+    EXPECT_EQ(cubed_client_connect(&o, &c, &e), kInvalidArgument) << k.field;
+    EXPECT_TRUE(absl::StrContains(e.text(), k.field)) << k.field << ": " << e.text();
+    EXPECT_EQ(c, nullptr);
+  }
+  cubed_error_clear(nullptr);  // A no-op.
+}
+
+TEST_F(CApiTest, ConnectToNoDaemonIsUnavailable) {
+  cubed_connect_options o;
+  cubed_connect_options_init(&o);
+  o.address = "unix:/nonexistent/cubed.sock";
+  o.timeout_ms = 3000;
+  cubed_client* c = nullptr;
+  Error e;
+  EXPECT_EQ(cubed_client_connect(&o, &c, &e), kUnavailable) << e.text();
+  EXPECT_EQ(c, nullptr);
+  EXPECT_FALSE(e.text().empty());
+}
+
+TEST_F(CApiTest, CreateExecuteReadOnEveryCarrier) {
+  for (int32_t carrier : {1, 2}) {
+    SCOPED_TRACE(carrier);
+    ClientPtr c = Connect(carrier);
+    ASSERT_NE(c, nullptr);
+    EXPECT_NE(cubed_client_session(c.get()), 0u);
+    EXPECT_GT(cubed_client_lease_ms(c.get()), 0);
+    EXPECT_EQ(cubed_client_transport(c.get()), 0);
+    EXPECT_EQ(cubed_client_carrier(c.get()), carrier);
+    const std::string a = Floats({1, 2, 3, 4}), b = Floats({10, 20, 30, 40});
+    uint64_t ia = 0, ib = 0, out = 0;
+    Error e;
+    ASSERT_EQ(cubed_client_create(c.get(), a.data(), a.size(), &ia, &e), 0) << e.text();
+    ASSERT_EQ(cubed_client_create(c.get(), b.data(), b.size(), &ib, &e), 0) << e.text();
+    ASSERT_EQ(cubed_client_empty(c.get(), a.size(), &out, &e), 0) << e.text();
+    EXPECT_NE(ia, ib);
+    const std::string add = AddCommand(ia, ib, out, 4);
+    ASSERT_EQ(cubed_client_execute(c.get(), add.data(), add.size(), &e), 0) << e.text();
+    EXPECT_EQ(Read(c.get(), out), Floats({11, 22, 33, 44}));
+    // A read of a slice: 4 bytes off the front, 8 off the back.
+    cubed_reply* r = nullptr;
+    ASSERT_EQ(cubed_client_read(c.get(), ia, 4, 8, 0, &r, &e), 0) << e.text();
+    ReplyPtr slice(r);
+    EXPECT_EQ(ReadData(r), Floats({2}));
+    const uint64_t ids[] = {ia, ib, out};
+    EXPECT_EQ(cubed_client_release(c.get(), ids, 3, &e), 0) << e.text();
+    EXPECT_EQ(cubed_client_flush(c.get(), &e), 0) << e.text();
+    ASSERT_EQ(cubed_client_sync(c.get(), 0, &r, &e), 0) << e.text();
+    ReplyPtr sync(r);
+    ASSERT_EQ(cubed_reply_wait(r, 20000, &e), 0) << e.text();
+    EXPECT_EQ(cubed_reply_status(r, &e), 0) << e.text();
+    EXPECT_EQ(cubed_reply_failed_commands(r), 0u);
+  }
+}
+
+TEST_F(CApiTest, BulkCreateOverTcpRoundTrips) {
+  ClientPtr c = Connect(2, daemon_->tcp_address(), /*bulk_threshold=*/1024);
+  ASSERT_NE(c, nullptr);
+  std::string data(3 * 1024 * 1024 + 7, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 131 + 7);
+  uint64_t id = 0;
+  Error e;
+  ASSERT_EQ(cubed_client_create(c.get(), data.data(), data.size(), &id, &e), 0) << e.text();
+  EXPECT_EQ(Read(c.get(), id), data);
+}
+
+TEST_F(CApiTest, CreateAndEmptyRefuseBadInputs) {
+  ClientPtr c = Connect();
+  ASSERT_NE(c, nullptr);
+  uint64_t id = 0;
+  Error e;
+  const char byte = 1;
+  EXPECT_EQ(cubed_client_create(c.get(), &byte, 0, &id, &e), kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(e.text(), "size is 0")) << e.text();
+  EXPECT_EQ(cubed_client_create(c.get(), nullptr, 4, &id, &e), kInvalidArgument);
+  EXPECT_EQ(cubed_client_create(c.get(), &byte, 1, nullptr, &e), kInvalidArgument);
+  EXPECT_EQ(cubed_client_create(nullptr, &byte, 1, &id, &e), kInvalidArgument);
+  EXPECT_EQ(cubed_client_empty(c.get(), 0, &id, &e), kInvalidArgument);
+  EXPECT_EQ(cubed_client_release(c.get(), nullptr, 2, &e), kInvalidArgument);
+  EXPECT_EQ(cubed_client_release(c.get(), nullptr, 0, &e), 0);
+  EXPECT_EQ(cubed_client_read(c.get(), 0, 0, 0, 0, nullptr, &e), kInvalidArgument);
+  cubed_reply* r = nullptr;
+  EXPECT_EQ(cubed_client_read(c.get(), 0, 0, 0, 0, &r, &e), kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(e.text(), "handle id 0")) << e.text();
+}
+
+TEST_F(CApiTest, SendRefusesWhatIsNotACommandOrMismatchesItsReply) {
+  ClientPtr c = Connect();
+  ASSERT_NE(c, nullptr);
+  Error e;
+  cubed_reply* r = nullptr;
+  const std::string garbage = "\xff\xff\xff\xff";
+  EXPECT_EQ(cubed_client_send(c.get(), garbage.data(), garbage.size(), 0, nullptr, &e),
+            kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(e.text(), "not a cubed.v1.Command")) << e.text();
+  EXPECT_EQ(cubed_client_send(c.get(), "", 0, 0, nullptr, &e), kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(e.text(), "no command set")) << e.text();
+  const std::string sync = SyncCommand(), flush = FlushCommand();
+  EXPECT_EQ(cubed_client_send(c.get(), sync.data(), sync.size(), 0, nullptr, &e), kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(e.text(), "pass a reply")) << e.text();
+  EXPECT_EQ(cubed_client_send(c.get(), flush.data(), flush.size(), 0, &r, &e), kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(e.text(), "pass no reply")) << e.text();
+  EXPECT_EQ(r, nullptr);
+  EXPECT_EQ(cubed_client_execute(c.get(), sync.data(), sync.size(), &e), kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(e.text(), "`execute` set")) << e.text();
+  std::string bulk_read;  // read { bindings { handle: 5 } bulk: true }
+  {
+    std::string read, binding;
+    U64(&binding, 1, 5);
+    Message(&read, 1, binding);
+    U64(&read, 2, 1);
+    Message(&bulk_read, 8, read);
+  }
+  EXPECT_EQ(cubed_client_send(c.get(), bulk_read.data(), bulk_read.size(), 0, &r, &e),
+            kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(e.text(), "bulk")) << e.text();
+  // The stream still works after every refusal.
+  ASSERT_EQ(cubed_client_send(c.get(), sync.data(), sync.size(), 0, &r, &e), 0) << e.text();
+  ReplyPtr reply(r);
+  ASSERT_EQ(cubed_reply_wait(r, 20000, &e), 0);
+  EXPECT_EQ(cubed_reply_status(r, &e), 0) << e.text();
+}
+
+TEST_F(CApiTest, ErrorsComeBackFromTheReplyThatTouchesThem) {
+  ClientPtr c = Connect();
+  ASSERT_NE(c, nullptr);
+  Error e;
+  uint64_t unknown = 0;
+  ASSERT_EQ(cubed_client_next_id(c.get(), &unknown, &e), 0) << e.text();
+  cubed_reply* r = nullptr;
+  ASSERT_EQ(cubed_client_read(c.get(), unknown, 0, 0, 0, &r, &e), 0) << e.text();
+  ReplyPtr read(r);
+  ASSERT_EQ(cubed_reply_wait(r, 20000, &e), 0);
+  EXPECT_EQ(cubed_reply_status(r, &e), kNotFound);
+  EXPECT_FALSE(e.text().empty());
+  EXPECT_EQ(cubed_reply_data_count(r), 0u);
+  const uint8_t* data = nullptr;
+  uint64_t size = 0;
+  EXPECT_EQ(cubed_reply_data(r, 0, &data, &size, &e), kInvalidArgument);
+  // A release of an unknown id fails the next sync, which counts it.
+  ASSERT_EQ(cubed_client_release(c.get(), &unknown, 1, &e), 0) << e.text();
+  ASSERT_EQ(cubed_client_sync(c.get(), 0, &r, &e), 0) << e.text();
+  ReplyPtr sync(r);
+  ASSERT_EQ(cubed_reply_wait(r, 20000, &e), 0);
+  EXPECT_EQ(cubed_reply_status(r, &e), kNotFound) << e.text();
+  EXPECT_GE(cubed_reply_failed_commands(r), 1u);
+}
+
+TEST_F(CApiTest, RepliesNobodyWaitsForComeFromNextDone) {
+  ClientPtr c = Connect();
+  ASSERT_NE(c, nullptr);
+  Error e;
+  uint64_t tag = 0;
+  EXPECT_EQ(cubed_client_next_done(c.get(), 10, &tag, &e), kDeadlineExceeded);
+  const std::string sync = SyncCommand();
+  cubed_reply* r1 = nullptr;
+  cubed_reply* r2 = nullptr;
+  ASSERT_EQ(cubed_client_send(c.get(), sync.data(), sync.size(), 41, &r1, &e), 0);
+  ASSERT_EQ(cubed_client_send(c.get(), sync.data(), sync.size(), 42, &r2, &e), 0);
+  ReplyPtr p1(r1), p2(r2);
+  ASSERT_EQ(cubed_client_next_done(c.get(), 20000, &tag, &e), 0) << e.text();
+  EXPECT_EQ(tag, 41u);
+  ASSERT_EQ(cubed_client_next_done(c.get(), 20000, &tag, &e), 0) << e.text();
+  EXPECT_EQ(tag, 42u);
+  EXPECT_EQ(cubed_reply_done(r1), 1);
+  EXPECT_EQ(cubed_reply_status(r2, &e), 0) << e.text();
+  // A reply waited for before it came is not queued.
+  cubed_reply* r3 = nullptr;
+  ASSERT_EQ(cubed_client_send(c.get(), sync.data(), sync.size(), 43, &r3, &e), 0);
+  ReplyPtr p3(r3);
+  ASSERT_EQ(cubed_reply_wait(r3, 20000, &e), 0);
+  // (It may have come before the wait began; then it is queued too: both are allowed.)
+  const int32_t next = cubed_client_next_done(c.get(), 50, &tag, &e);
+  EXPECT_TRUE(next == kDeadlineExceeded || (next == 0 && tag == 43u)) << next;
+  // A poller blocked in next_done wakes when the client closes.
+  std::thread poller([&] {
+    uint64_t t = 0;
+    Error pe;
+    EXPECT_EQ(cubed_client_next_done(c.get(), -1, &t, &pe), kFailedPrecondition);
+  });
+  absl::SleepFor(absl::Milliseconds(50));
+  cubed_client_close(c.get());
+  poller.join();
+}
+
+TEST_F(CApiTest, ReplyBytesAndMemoryUsage) {
+  ClientPtr c = Connect();
+  ASSERT_NE(c, nullptr);
+  Error e;
+  cubed_memory_usage before{}, during{}, after{};
+  ASSERT_EQ(cubed_client_memory_usage(c.get(), &before, &e), 0) << e.text();
+  std::string data(1 << 20, 'x');
+  uint64_t id = 0;
+  ASSERT_EQ(cubed_client_create(c.get(), data.data(), data.size(), &id, &e), 0) << e.text();
+  ASSERT_EQ(cubed_client_memory_usage(c.get(), &during, &e), 0) << e.text();
+  EXPECT_GE(during.bytes_in_use, before.bytes_in_use + data.size());
+  EXPECT_EQ(during.number_allocs, before.number_allocs + 1);
+  ASSERT_EQ(cubed_client_release(c.get(), &id, 1, &e), 0);
+  ASSERT_EQ(cubed_client_memory_usage(c.get(), &after, &e), 0) << e.text();
+  EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
+  // memory_usage through send: the Reply's bytes hold field 7 (memory_usage).
+  const std::string command = MemoryUsageCommand();
+  cubed_reply* r = nullptr;
+  ASSERT_EQ(cubed_client_send(c.get(), command.data(), command.size(), 0, &r, &e), 0);
+  ReplyPtr reply(r);
+  const uint8_t* bytes = nullptr;
+  size_t size = 0;
+  ASSERT_EQ(cubed_reply_wait(r, 20000, &e), 0);
+  ASSERT_EQ(cubed_reply_bytes(r, &bytes, &size, &e), 0) << e.text();
+  const std::string wire(reinterpret_cast<const char*>(bytes), size);
+  EXPECT_NE(wire.find(static_cast<char>((7 << 3) | 2)), std::string::npos);
+  EXPECT_EQ(cubed_client_memory_usage(c.get(), nullptr, &e), kInvalidArgument);
+}
+
+TEST_F(CApiTest, CloseFailsLaterCallsAndKeepsRepliesReadable) {
+  ClientPtr c = Connect();
+  ASSERT_NE(c, nullptr);
+  Error e;
+  const std::string data = Floats({5});
+  uint64_t id = 0;
+  ASSERT_EQ(cubed_client_create(c.get(), data.data(), data.size(), &id, &e), 0);
+  cubed_reply* r = nullptr;
+  ASSERT_EQ(cubed_client_read(c.get(), id, 0, 0, 0, &r, &e), 0);
+  ReplyPtr reply(r);
+  cubed_client_close(c.get());
+  cubed_client_close(c.get());                   // Idempotent.
+  ASSERT_EQ(cubed_reply_wait(r, 20000, &e), 0);  // Answered before the end, or failed by it.
+  const int32_t status = cubed_reply_status(r, &e);
+  EXPECT_TRUE(status == 0 || status == kUnavailable || status == 1) << status << e.text();
+  EXPECT_EQ(cubed_client_create(c.get(), data.data(), data.size(), &id, &e), kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(e.text(), "closed")) << e.text();
+  EXPECT_EQ(cubed_client_next_id(c.get(), &id, &e), kFailedPrecondition);
+  EXPECT_EQ(cubed_client_sync(c.get(), 0, &r, &e), kFailedPrecondition);
+  EXPECT_EQ(cubed_client_flush(c.get(), &e), kFailedPrecondition);
+  // The read's tag is queued when it completed before the wait began; then the end.
+  uint64_t tag = 99;
+  int32_t next = cubed_client_next_done(c.get(), 0, &tag, &e);
+  if (next == 0) {
+    EXPECT_EQ(tag, 0u);
+    next = cubed_client_next_done(c.get(), 0, &tag, &e);
+  }
+  EXPECT_EQ(next, kFailedPrecondition);
+}
+
+TEST_F(CApiTest, UnaryTransportCreatesButHasNoStream) {
+  ClientPtr c = Connect(0, "", 0, /*transport=*/1);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(cubed_client_transport(c.get()), 1);
+  EXPECT_EQ(cubed_client_carrier(c.get()), 2);
+  Error e;
+  uint64_t id = 0;
+  const std::string data = Floats({1});
+  EXPECT_EQ(cubed_client_create(c.get(), data.data(), data.size(), &id, &e), 0) << e.text();
+  EXPECT_NE(id, 0u);
+  EXPECT_EQ(cubed_client_next_id(c.get(), &id, &e), kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(e.text(), "session stream only")) << e.text();
+  const std::string sync = SyncCommand();
+  cubed_reply* r = nullptr;
+  EXPECT_EQ(cubed_client_send(c.get(), sync.data(), sync.size(), 0, &r, &e), kFailedPrecondition);
+  EXPECT_EQ(cubed_client_release(c.get(), &id, 1, &e), 0) << e.text();
+}
+
+}  // namespace
