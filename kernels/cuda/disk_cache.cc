@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -12,6 +13,11 @@
 
 namespace cubed::kernels {
 namespace {
+
+// Numbers temporary files across every DiskCache of the process: the devices of one daemon
+// (--devices) each have their own cache over the same directory, and may write the same
+// kernel at once.
+std::atomic<uint64_t> temp_counter{0};
 
 constexpr absl::string_view kMagic = "CUBEDNV1";
 constexpr size_t kDigestBytes = 32;
@@ -162,7 +168,8 @@ std::optional<NvrtcOutput> DiskCache::Read(absl::string_view key) const {
 absl::Status DiskCache::Write(absl::string_view key, const NvrtcOutput& output) {
   if (absl::Status s = MakeDirs(dir_); !s.ok()) return s;
   const std::string path = PathFor(key);
-  const std::string temp = absl::StrCat(path, ".tmp.", getpid(), ".", temp_counter_++);
+  const std::string temp = absl::StrCat(path, ".tmp.", getpid(), ".",
+                                        temp_counter.fetch_add(1, std::memory_order_relaxed));
   const std::string bytes = EncodeCacheRecord(key, output);
   if (bytes.size() > max_record_bytes_) {
     return absl::InvalidArgumentError(absl::StrCat("kernel cache record of ", bytes.size(),

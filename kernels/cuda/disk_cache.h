@@ -45,7 +45,6 @@ class DiskCache {
  private:
   std::string dir_;
   uint64_t max_record_bytes_;
-  uint64_t temp_counter_ = 0;
 };
 
 }  // namespace cubed::kernels
