@@ -71,6 +71,7 @@ Device::~Device() {
 absl::StatusOr<SessionGrant> Device::OpenSession(uint64_t lease_ms, absl::Time now,
                                                  PrincipalPtr owner) {
   if (frozen_) return DrainingError();
+  RETURN_IF_ERROR(server_->Lost());
   ASSIGN_OR_RETURN(Session * s, sessions_.Open(lease_ms, now, std::move(owner)));
   return SessionGrant{s->id(), s->lease()};
 }
@@ -136,6 +137,8 @@ absl::Status Device::WatchSession(SessionId session, Session::ClosedCallback on_
 
 absl::StatusOr<Session*> Device::FindSession(SessionId session, absl::Time now) {
   if (frozen_) return DrainingError();
+  // Note [Lost devices] (server/daemon/daemon.cc): nothing more runs on a lost device.
+  RETURN_IF_ERROR(server_->Lost());
   absl::StatusOr<Session*> s = sessions_.Find(session, now);
   // NoteArrival's time goes to this command's trace event; a unary call's gets none.
   if (s.ok() && (*s)->trace() != nullptr) {

@@ -258,6 +258,9 @@ class Device {
   absl::Status RestoreSession(CheckpointedSession session, CheckpointSource& source,
                               absl::Time now);
 
+  // UNAVAILABLE "device lost: ..." once the backend lost the device (Note [Lost devices],
+  // server/daemon/daemon.cc), else OK; every call naming a session fails with it then.
+  absl::Status Lost() const { return server_->Lost(); }
   MemoryUsage Usage() const { return server_->Usage(); }
   KernelCacheStats KernelCache() const { return server_->KernelCache(); }
   // Live handles across every open session (for metrics; O(sessions)).

@@ -5,18 +5,22 @@
 #include "server/compute/cpu/cpu_server.h"
 #include "spdlog/spdlog.h"
 #ifdef CUBED_WITH_CUDA
+#include "common/cuda/cuda_driver.h"
 #include "server/compute/cuda/cuda_server.h"
 #endif
 
 namespace cubed {
 namespace {
 
-std::unique_ptr<ComputeServer> CreateCpu(const BackendOptions& config) {
+std::unique_ptr<ComputeServer> CreateCpu(BackendOptions& config) {
   CpuServerOptions options;
+  options.test_lost_file = config.test_lost_file;
   options.index = config.index;
   options.memory_limit = config.memory_limit;
   options.devices_sharing = config.cpu_devices;
-  return std::make_unique<CpuServer>(options);
+  auto server = std::make_unique<CpuServer>(options);
+  if (config.on_device_lost != nullptr) server->SetLostCallback(std::move(config.on_device_lost));
+  return server;
 }
 
 absl::StatusOr<std::unique_ptr<ComputeServer>> CreateCuda(BackendOptions& config) {
@@ -42,6 +46,19 @@ absl::StatusOr<std::unique_ptr<ComputeServer>> CreateCuda(BackendOptions& config
 
 }  // namespace
 
+absl::StatusOr<uint32_t> CudaDeviceCount() {
+#ifdef CUBED_WITH_CUDA
+  absl::StatusOr<const CudaDriver*> driver = LoadCudaDriver();
+  if (!driver.ok()) return driver.status();
+  int count = 0;
+  CU_RETURN_IF_ERROR((*driver)->DeviceGetCount(&count));
+  return static_cast<uint32_t>(count);
+#else
+  return absl::FailedPreconditionError(
+      "this build of cubed has no cuda backend (built without the CUDA toolkit's headers)");
+#endif
+}
+
 absl::StatusOr<std::unique_ptr<ComputeServer>> CreateBackend(BackendOptions config) {
   switch (config.backend) {
     case BackendChoice::kCuda: {
@@ -63,8 +80,12 @@ absl::StatusOr<std::unique_ptr<ComputeServer>> CreateBackend(BackendOptions conf
       [[fallthrough]];
     }
     case BackendChoice::kCpu:
-      if (config.device != 0) {
-        return absl::InvalidArgumentError("--device: the cpu backend has one device, 0");
+      if (config.device >= config.cpu_devices) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "device ", config.device, ": the cpu backend has ",
+            config.cpu_devices == 1 ? "one device, 0"
+                                    : absl::StrCat("devices 0 .. ", config.cpu_devices - 1),
+            " (--cpu_devices)"));
       }
       return CreateCpu(config);
   }

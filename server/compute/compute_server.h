@@ -297,6 +297,11 @@ class ComputeServer {
 
   // Optional: kernel cache statistics; zeros by default.
   virtual KernelCacheStats KernelCache() const { return {}; }
+
+  // Optional: UNAVAILABLE "device lost: ..." once the device became unusable (Note [Device
+  // lost], server/compute/cuda/cuda_server.h; Note [Lost devices], server/daemon/daemon.cc),
+  // else OK. Thread-safe. The default never loses its device.
+  virtual absl::Status Lost() const { return absl::OkStatus(); }
 };
 
 }  // namespace cubed

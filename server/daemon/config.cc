@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -20,6 +21,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
 
@@ -29,13 +31,20 @@ ABSL_FLAG(std::string, listen, cubed::DefaultUnixSocket(),
 ABSL_FLAG(std::string, tcp, "",
           "host:port to also serve on over TCP (port 0 picks a free port); empty for none.");
 ABSL_FLAG(std::string, backend, "auto", "auto, cpu or cuda.");
-ABSL_FLAG(uint32_t, device, 0, "Ordinal of the device to serve (cuda).");
+ABSL_FLAG(uint32_t, device, 0,
+          "Ordinal of the one device to serve (cuda); the same as --devices=N.");
+ABSL_FLAG(std::string, devices, "",
+          "CUDA devices to serve: all, or ordinals separated by commas (0,1), at most 16: each "
+          "its own device loop, stream, memory pool (--memory_limit each), kernel cache and "
+          "sessions; clients pick one by its index in this list when they open a session. "
+          "Empty: --device alone. Not with --backend=cpu (use --cpu_devices).");
 ABSL_FLAG(uint32_t, cpu_devices, 1,
           "Devices the cpu backend serves, 1 .. 16: each its own device loop, memory pool "
           "(--memory_limit each; 0 = half of RAM shared equally) and sessions; clients pick one "
           "when they open a session. --backend=cpu only.");
 ABSL_FLAG(std::string, memory_limit, "0",
-          "Most device memory the pools may hold, e.g. 8GiB; 0 = half of RAM on cpu.");
+          "Most device memory each device's pool may hold, e.g. 8GiB; 0 = half of RAM on cpu "
+          "(shared by --cpu_devices), 90% of the free memory on cuda.");
 ABSL_FLAG(absl::Duration, session_lease, absl::Seconds(60),
           "Default session lease: a session idle this long is closed and its memory freed.");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off.");
@@ -133,6 +142,42 @@ absl::StatusOr<absl::Duration> SpinFlag(absl::string_view name, int32_t us) {
   return std::thread::hardware_concurrency() >= 8 ? absl::Microseconds(50) : absl::ZeroDuration();
 }
 
+// Note [Device selection]: --devices, --device and --cpu_devices into one list of ordinals.
+absl::StatusOr<DeviceSelection> DeviceSelectionFromFlags(BackendChoice backend) {
+  const std::string devices = absl::GetFlag(FLAGS_devices);
+  const uint32_t device = absl::GetFlag(FLAGS_device);
+  const uint32_t cpu_devices = absl::GetFlag(FLAGS_cpu_devices);
+  if (cpu_devices < 1 || cpu_devices > kMaxDevices) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cpu_devices=", cpu_devices, ": expected 1 .. ", kMaxDevices));
+  }
+  if (cpu_devices > 1 && backend != BackendChoice::kCpu) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--cpu_devices=", cpu_devices,
+        " needs --backend=cpu (for several cuda devices use --devices=all or --devices=0,1)"));
+  }
+  DeviceSelection selection;
+  if (devices.empty()) {
+    selection.ordinals.clear();
+    if (backend == BackendChoice::kCpu) {
+      for (uint32_t i = 0; i < cpu_devices; ++i) selection.ordinals.push_back(i);
+    } else {
+      selection.ordinals.push_back(device);
+    }
+    return selection;
+  }
+  if (backend == BackendChoice::kCpu) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--devices=", devices, " is for the cuda backend; the cpu backend takes --cpu_devices=N"));
+  }
+  if (device != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--devices=", devices, " and --device=", device,
+                                                   ": choose one (--devices=", device,
+                                                   " is --device=", device, ")"));
+  }
+  return ParseDevicesFlag(devices);
+}
+
 }  // namespace
 
 std::optional<int> ParseFlags(int argc, char** argv) {
@@ -186,6 +231,39 @@ std::string DefaultUnixSocket() {
   const char* runtime = std::getenv("XDG_RUNTIME_DIR");
   if (runtime != nullptr && runtime[0] != '\0') return absl::StrCat(runtime, "/cubed.sock");
   return absl::StrCat("/tmp/cubed-", getuid(), "/cubed.sock");
+}
+
+absl::StatusOr<DeviceSelection> ParseDevicesFlag(absl::string_view value) {
+  const auto refuse = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--devices=", value, ": ", why,
+                     "; expected all, or device ordinals separated by commas (0,1)"));
+  };
+  DeviceSelection selection;
+  if (absl::AsciiStrToLower(absl::StripAsciiWhitespace(value)) == "all") {
+    selection.all = true;
+    selection.ordinals.clear();
+    return selection;
+  }
+  selection.ordinals.clear();
+  for (absl::string_view entry : absl::StrSplit(value, ',')) {
+    entry = absl::StripAsciiWhitespace(entry);
+    uint32_t ordinal = 0;
+    if (entry.empty()) return refuse("an empty entry");
+    if (!absl::SimpleAtoi(entry, &ordinal) || entry[0] == '-' || entry[0] == '+') {
+      return refuse(absl::StrCat("'", entry, "' is not a device ordinal"));
+    }
+    if (std::find(selection.ordinals.begin(), selection.ordinals.end(), ordinal) !=
+        selection.ordinals.end()) {
+      return refuse(absl::StrCat("device ", ordinal, " is listed twice"));
+    }
+    selection.ordinals.push_back(ordinal);
+    if (selection.ordinals.size() > kMaxDevices) {
+      return refuse(absl::StrCat("more than ", kMaxDevices, " devices (one daemon serves at most ",
+                                 kMaxDevices, ")"));
+    }
+  }
+  return selection;
 }
 
 absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text) {
@@ -251,18 +329,7 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--backend=", backend, ": expected auto, cpu or cuda"));
   }
-  c.device = absl::GetFlag(FLAGS_device);
-  c.cpu_devices = absl::GetFlag(FLAGS_cpu_devices);
-  if (c.cpu_devices < 1 || c.cpu_devices > kMaxCpuDevices) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--cpu_devices=", c.cpu_devices, ": expected 1 .. ", kMaxCpuDevices));
-  }
-  if (c.cpu_devices > 1 && c.backend != BackendChoice::kCpu) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--cpu_devices=", c.cpu_devices,
-                     " needs --backend=cpu (the cuda backend serves one "
-                     "device, --device)"));
-  }
+  ASSIGN_OR_RETURN(c.devices, DeviceSelectionFromFlags(c.backend));
   absl::StatusOr<uint64_t> limit = ParseByteSize(absl::GetFlag(FLAGS_memory_limit));
   if (!limit.ok())
     return absl::InvalidArgumentError(absl::StrCat("--memory_limit: ", limit.status().message()));

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -14,16 +15,25 @@
 
 namespace cubed {
 
-// Most devices --cpu_devices may ask for (session ids carry the device in their low byte).
-inline constexpr uint32_t kMaxCpuDevices = 16;
+// Most devices one daemon serves, whatever the backend (--devices, --cpu_devices; session ids
+// carry the device's index in their low byte).
+inline constexpr uint32_t kMaxDevices = 16;
+
+// Note [Device selection]: the devices a daemon serves are one list of backend ordinals, device
+// index i (what OpenSession, GetInfo and session ids name) serving ordinal ordinals[i], each with
+// its own backend (memory pool, kernel cache, stream), Device and loop. --devices=all|0,1,...
+// (CUDA), --device=N (the same as --devices=N) and --cpu_devices=N (CPU ordinals 0 .. N-1) only
+// fill that list; the daemon builds every device the same way from it (Daemon::StartDevices).
+struct DeviceSelection {
+  bool all = false;                      // Every device the backend has, counted at start (CUDA).
+  std::vector<uint32_t> ordinals = {0};  // Without `all`: distinct, 1 .. kMaxDevices of them.
+};
 
 struct DaemonConfig {
   std::string unix_socket;  // Path (--listen without its unix: prefix); empty = no Unix listener.
   std::string tcp_address;  // host:port; empty = no TCP listener.
   BackendChoice backend = BackendChoice::kAuto;
-  uint32_t device = 0;
-  // Devices the CPU backend serves (--cpu_devices), each with its own loop, pool and sessions.
-  uint32_t cpu_devices = 1;
+  DeviceSelection devices;    // Note [Device selection].
   uint64_t memory_limit = 0;  // Bytes, per device; 0 = backend default.
   absl::Duration session_lease = absl::Seconds(60);
   std::string log_level = "info";
@@ -77,6 +87,11 @@ absl::Status CheckTransportSecurity(const DaemonConfig& config);
 // "" stays "" (no socket). INVALID_ARGUMENT naming the flag, the value and the accepted forms for
 // any other scheme (tcp:, dns:, unix-abstract:, http://...) or a host:port.
 absl::StatusOr<std::string> ParseUnixSocketFlag(absl::string_view flag, absl::string_view value);
+
+// Parses --devices: "all", or ordinals separated by commas ("0", "0,1,3"). INVALID_ARGUMENT
+// naming the flag, the value and what is wrong: an empty or non-numeric entry, an ordinal listed
+// twice, more than kMaxDevices of them.
+absl::StatusOr<DeviceSelection> ParseDevicesFlag(absl::string_view value);
 
 // Parses "1048576", "64MiB", "8GiB", "512KiB", "1.5GiB" into bytes. INVALID_ARGUMENT otherwise.
 absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text);

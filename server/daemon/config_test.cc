@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <utility>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 
 namespace cubed {
@@ -50,6 +53,40 @@ TEST(ParseUnixSocketFlagTest, RefusesOtherSchemesNamingTheFlagAndTheValue) {
         << r.status();
     EXPECT_NE(r.status().message().find("PATH or unix:PATH"), absl::string_view::npos);
     EXPECT_NE(r.status().message().find("--tcp=HOST:PORT"), absl::string_view::npos);
+  }
+}
+
+TEST(ParseDevicesFlagTest, TakesAllOrDistinctOrdinals) {
+  absl::StatusOr<DeviceSelection> all = ParseDevicesFlag("all");
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_TRUE(all->all);
+  EXPECT_TRUE(all->ordinals.empty());
+  absl::StatusOr<DeviceSelection> two = ParseDevicesFlag("1, 0");
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_FALSE(two->all);
+  EXPECT_EQ(two->ordinals, (std::vector<uint32_t>{1, 0}));  // Index 0 serves ordinal 1.
+  absl::StatusOr<DeviceSelection> most = ParseDevicesFlag("0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15");
+  ASSERT_TRUE(most.ok()) << most.status();
+  EXPECT_EQ(most->ordinals.size(), kMaxDevices);
+}
+
+TEST(ParseDevicesFlagTest, RefusesBadListsNamingWhatIsWrong) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"", "an empty entry"},
+      {"0,,1", "an empty entry"},
+      {"0,", "an empty entry"},
+      {"zero", "'zero' is not a device ordinal"},
+      {"-1", "'-1' is not a device ordinal"},
+      {"0,1,0", "device 0 is listed twice"},
+      {"0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16", "more than 16 devices"},
+  };
+  for (const auto& [value, why] : cases) {
+    absl::StatusOr<DeviceSelection> r = ParseDevicesFlag(value);
+    ASSERT_FALSE(r.ok()) << value;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(absl::StrCat("--devices=", value, ": ", why)),
+              absl::string_view::npos)
+        << r.status();
   }
 }
 

@@ -230,25 +230,66 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   return d;
 }
 
+absl::StatusOr<std::vector<uint32_t>> Daemon::DeviceOrdinals() const {
+  if (!config_.devices.all) return config_.devices.ordinals;
+  // --devices=all: every CUDA device (the cpu backend has --cpu_devices instead).
+  absl::StatusOr<uint32_t> count = CudaDeviceCount();
+  if (!count.ok() && config_.backend == BackendChoice::kAuto) {
+    spdlog::info("--devices=all: no cuda ({}); one cpu device",
+                 std::string(count.status().message()));
+    return std::vector<uint32_t>{0};
+  }
+  if (!count.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("--devices=all: ", count.status().message()));
+  }
+  if (*count == 0) return absl::FailedPreconditionError("--devices=all: no cuda device here");
+  if (*count > kMaxDevices) {
+    spdlog::warn("--devices=all: this machine has {} cuda devices; serving the first {}", *count,
+                 kMaxDevices);
+  }
+  std::vector<uint32_t> ordinals;
+  for (uint32_t i = 0; i < std::min(*count, kMaxDevices); ++i) ordinals.push_back(i);
+  return ordinals;
+}
+
 absl::Status Daemon::StartDevices() {
-  // One device, or --cpu_devices of the CPU backend: each its own backend, Device and loop
-  // (issue 17's devices in one daemon; sessions carry their device in their id's low byte).
-  for (uint32_t index = 0; index < config_.cpu_devices; ++index) {
+  // Note [Device selection] (config.h): one backend, Device and loop per ordinal; sessions carry
+  // their device's index in their id's low byte.
+  ASSIGN_OR_RETURN(const std::vector<uint32_t> ordinals, DeviceOrdinals());
+  BackendChoice backend = config_.backend;
+  // TEST ONLY (Note [Lost devices]): an environment variable, never a flag or an RPC.
+  const char* lost_file = std::getenv("CUBED_TEST_LOSE_DEVICE_FILE");
+  for (uint32_t index = 0; index < ordinals.size(); ++index) {
     BackendOptions backend_options;
-    backend_options.backend = config_.backend;
-    backend_options.device = config_.device;
+    backend_options.backend = backend;
+    backend_options.device = ordinals[index];
     backend_options.index = index;
-    backend_options.cpu_devices = config_.cpu_devices;
+    backend_options.cpu_devices =
+        config_.backend == BackendChoice::kCpu ? static_cast<uint32_t>(ordinals.size()) : 1;
     backend_options.memory_limit = config_.memory_limit;
     backend_options.kernel_cache_dir = config_.kernel_cache_dir;
     backend_options.completion_spin = config_.completion_spin;
-    backend_options.on_device_lost = [this](const absl::Status& status) {
-      ExitAfterDeviceLost(health_.get(), config_.unix_socket, status);
+    if (lost_file != nullptr) backend_options.test_lost_file = absl::StrCat(lost_file, ".", index);
+    backend_options.on_device_lost = [this, index](const absl::Status& status) {
+      OnDeviceLost(index, status);
     };
-    ASSIGN_OR_RETURN(std::unique_ptr<ComputeServer> backend,
-                     CreateBackend(std::move(backend_options)));
-    const DeviceDescription& desc = backend->Description();
-    spdlog::info("device {}: {} ({} MiB limit, alignment {})", desc.index, desc.name,
+    absl::StatusOr<std::unique_ptr<ComputeServer>> created =
+        CreateBackend(std::move(backend_options));
+    if (!created.ok()) {
+      if (ordinals.size() == 1) return created.status();
+      return absl::Status(created.status().code(),
+                          absl::StrCat("device ", index, " (ordinal ", ordinals[index],
+                                       "): ", created.status().message()));
+    }
+    std::unique_ptr<ComputeServer> server = *std::move(created);
+    const DeviceDescription& desc = server->Description();
+    // `auto` decides once, on the first device; the others get the same backend.
+    backend = desc.backend == DeviceDescription::Backend::kCuda ? BackendChoice::kCuda
+                                                                : BackendChoice::kCpu;
+    spdlog::info("device {}: {}{} ({} MiB limit, alignment {})", desc.index, desc.name,
+                 backend == BackendChoice::kCuda
+                     ? absl::StrCat(" (cuda ordinal ", ordinals[index], ")")
+                     : "",
                  desc.memory_limit >> 20, desc.alignment);
     DeviceOptions device_options;
     device_options.default_lease = config_.session_lease;
@@ -258,9 +299,37 @@ absl::Status Daemon::StartDevices() {
     device_options.max_read_bytes = static_cast<uint64_t>(config_.max_message_bytes);
     device_options.max_region_bytes = config_.max_region_bytes;
     loops_.push_back(std::make_unique<DeviceLoop>(
-        std::make_unique<Device>(index, std::move(backend), device_options), config_.loop_spin));
+        std::make_unique<Device>(index, std::move(server), device_options), config_.loop_spin));
   }
+  absl::MutexLock lock(&lost_mu_);
+  lost_.assign(loops_.size(), false);
   return absl::OkStatus();
+}
+
+// Note [Lost devices]: a device whose backend reports itself lost (Note [Device lost],
+// server/compute/cuda/cuda_server.h) fails every later call naming it UNAVAILABLE (Device checks
+// its backend), and its health name ("device/N", health_service.h) and its metric
+// cubed_device_up turn NOT_SERVING and 0; the other devices and their sessions carry on, and the
+// daemon as a whole stays SERVING. Once every device is lost the daemon is of no use any more:
+// health NOT_SERVING, and exit non-zero so that the supervisor restarts it with fresh contexts.
+// Tests lose a CPU device through CUBED_TEST_LOSE_DEVICE_FILE (the environment, never a flag or
+// an RPC: BackendOptions::test_lost_file).
+void Daemon::OnDeviceLost(uint32_t index, const absl::Status& status) {
+  bool all_lost = false;
+  {
+    absl::MutexLock lock(&lost_mu_);
+    if (index < lost_.size()) lost_[index] = true;
+    all_lost = std::all_of(lost_.begin(), lost_.end(), [](bool lost) { return lost; });
+  }
+  if (health_ != nullptr) health_->SetDeviceServing(index, false);
+  if (all_lost) {
+    ExitAfterDeviceLost(health_.get(), config_.unix_socket, status);
+    return;
+  }
+  spdlog::critical("device {} lost ({}): its health NOT_SERVING; the other devices serve on", index,
+                   std::string(status.message()));
+  (void)SystemdNotifier::FromEnvironment().Notify(
+      absl::StrCat("STATUS=device ", index, " lost: ", status.message(), "; serving the others"));
 }
 
 void Daemon::StartServices() {
@@ -279,7 +348,7 @@ void Daemon::StartServices() {
   compute_ = std::make_unique<ComputeService>(loops, RequestLimits{}, metrics_.get(), stats_.get());
   compute_->SetDrainHandler(
       [this](bool checkpoint, auto done) { OnDrain(checkpoint, std::move(done)); });
-  health_ = std::make_unique<HealthService>();
+  health_ = std::make_unique<HealthService>(static_cast<uint32_t>(loops_.size()));
   streams_ = std::make_unique<SessionStreamService>(loops, RequestLimits{}, SessionStreamLimits{},
                                                     metrics_.get());
 }

@@ -71,6 +71,10 @@ class Daemon {
   // services over them; the gRPC server with its listeners and authentication; the Prometheus
   // endpoint; the liveness monitor and systemd's READY=1.
   absl::Status StartDevices();
+  // The backend ordinals to serve (Note [Device selection], config.h), --devices=all counted.
+  absl::StatusOr<std::vector<uint32_t>> DeviceOrdinals() const;
+  // Note [Lost devices] (daemon.cc): called once per device, from a backend thread.
+  void OnDeviceLost(uint32_t index, const absl::Status& status);
   // The auth policy (--auth_config or the default), before the restore that needs its principals.
   absl::Status LoadPolicy();
   // --restore: verifies the checkpoint as a whole, then restores every session on its device.
@@ -103,7 +107,9 @@ class Daemon {
   absl::Mutex drain_mu_;
   bool stopping_ ABSL_GUARDED_BY(drain_mu_) = false;  // Shutdown began: no drain starts.
   std::thread drain_thread_ ABSL_GUARDED_BY(drain_mu_);
-  int tcp_port_ = 0;             // The bound TCP port; 0 without --tcp.
+  absl::Mutex lost_mu_;
+  std::vector<bool> lost_ ABSL_GUARDED_BY(lost_mu_);  // By device index (Note [Lost devices]).
+  int tcp_port_ = 0;                                  // The bound TCP port; 0 without --tcp.
   std::string metrics_address_;  // HOST:PORT of --metrics_listen once serving; empty when off.
   // Before the loops: tasks the loops still run at their end may report to these.
   std::unique_ptr<Metrics> metrics_;

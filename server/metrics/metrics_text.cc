@@ -117,6 +117,10 @@ std::string PrometheusText(const StatsSnapshot& stats) {
   using D = const DeviceGauges&;
   PerDevice(out, stats, "cubed_memory_allocations", "gauge", "Live allocations (slices).",
             [](D d) { return d.memory.number_allocs; });
+  PerDevice(out, stats, "cubed_device_up", "gauge",
+            "1 while the device serves, 0 once it is lost (its health name device/N is "
+            "NOT_SERVING then).",
+            [](D d) { return d.up ? 1 : 0; });
   PerDevice(out, stats, "cubed_memory_in_use_bytes", "gauge",
             "Sum of the requested sizes of live allocations, bytes.",
             [](D d) { return d.memory.bytes_in_use; });

@@ -18,6 +18,7 @@ namespace {
 DeviceGauges GaugesOf(const Device& d, size_t queued) {
   DeviceGauges g;
   g.device = d.index();
+  g.up = d.Lost().ok();
   g.memory = d.Usage();
   g.memory_limit = d.Description().memory_limit;
   g.sessions = d.session_count();

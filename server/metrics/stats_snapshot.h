@@ -62,6 +62,7 @@ struct SessionGauges {
 // One device's gauges, read on its loop.
 struct DeviceGauges {
   uint32_t device = 0;
+  bool up = true;  // False once lost (Note [Lost devices], server/daemon/daemon.cc).
   MemoryUsage memory;
   uint64_t memory_limit = 0;
   uint64_t sessions = 0;

@@ -1,11 +1,18 @@
 #include "server/service/health_service.h"
 
+#include <algorithm>
 #include <optional>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 namespace cubed {
 
 using grpc::health::v1::HealthCheckRequest;
 using grpc::health::v1::HealthCheckResponse;
+
+constexpr absl::string_view kDevicePrefix = "device/";
 
 // One Watch stream: writes the current status, then every change, until cancelled or shut down.
 // At most one write is in flight; a change seen meanwhile is written when it completes.
@@ -82,14 +89,37 @@ class HealthService::Watcher final : public grpc::ServerWriteReactor<HealthCheck
   const std::string& name() const { return name_; }
 };
 
+HealthService::HealthService(uint32_t devices) : device_serving_(devices, true) {}
+
 HealthService::~HealthService() { Shutdown(); }
 
+std::string HealthService::DeviceServiceName(uint32_t index) {
+  return absl::StrCat(kDevicePrefix, index);
+}
+
 HealthCheckResponse::ServingStatus HealthService::StatusOf(const std::string& service) const {
+  const bool up = serving_ && loops_responsive_;
   if (service.empty() || service == "cubed.v1.Compute") {
-    return serving_ && loops_responsive_ ? HealthCheckResponse::SERVING
-                                         : HealthCheckResponse::NOT_SERVING;
+    const bool any_device =
+        std::find(device_serving_.begin(), device_serving_.end(), true) != device_serving_.end();
+    return up && any_device ? HealthCheckResponse::SERVING : HealthCheckResponse::NOT_SERVING;
+  }
+  absl::string_view rest = service;
+  uint32_t index = 0;
+  if (absl::ConsumePrefix(&rest, kDevicePrefix) && !rest.empty() && rest[0] != '+' &&
+      absl::SimpleAtoi(rest, &index) && index < device_serving_.size() &&
+      service == DeviceServiceName(index)) {
+    return up && device_serving_[index] ? HealthCheckResponse::SERVING
+                                        : HealthCheckResponse::NOT_SERVING;
   }
   return HealthCheckResponse::SERVICE_UNKNOWN;
+}
+
+void HealthService::SetDeviceServing(uint32_t index, bool serving) {
+  absl::MutexLock lock(&mu_);
+  if (index >= device_serving_.size()) return;
+  device_serving_[index] = serving;
+  for (Watcher* w : watchers_) w->Update(StatusOf(w->name()));
 }
 
 void HealthService::SetServing(bool serving) {
@@ -123,9 +153,11 @@ grpc::ServerUnaryReactor* HealthService::Check(grpc::CallbackServerContext* ctx,
   absl::ReaderMutexLock lock(&mu_);
   const HealthCheckResponse::ServingStatus status = StatusOf(req->service());
   if (status == HealthCheckResponse::SERVICE_UNKNOWN) {
-    reactor->Finish(grpc::Status(
-        grpc::StatusCode::NOT_FOUND,
-        "unknown service '" + req->service() + "' (known: \"\" and \"cubed.v1.Compute\")"));
+    reactor->Finish(
+        grpc::Status(grpc::StatusCode::NOT_FOUND,
+                     absl::StrCat("unknown service '", req->service(),
+                                  "' (known: \"\", \"cubed.v1.Compute\" and \"", kDevicePrefix,
+                                  "0\" .. \"", kDevicePrefix, device_serving_.size() - 1, "\")")));
   } else {
     resp->set_status(status);
     reactor->Finish(grpc::Status::OK);

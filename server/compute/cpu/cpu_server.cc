@@ -66,7 +66,7 @@ auto CpuServer::Timed(F&& work) -> decltype(work()) {
   return work();
 }
 
-CpuServer::CpuServer(CpuServerOptions options) {
+CpuServer::CpuServer(CpuServerOptions options) : test_lost_file_(options.test_lost_file) {
   const uint64_t physical = PhysicalMemoryBytes();
   const uint64_t limit =
       options.memory_limit != 0
@@ -340,6 +340,13 @@ absl::StatusOr<ResourceDescription> CpuServer::GetResource(const ResolvedBinding
 }
 
 absl::Status CpuServer::Execute(const Launch& launch) {
+  if (!lost_.ok()) return lost_;
+  if (!test_lost_file_.empty() && access(test_lost_file_.c_str(), F_OK) == 0) {
+    lost_ = absl::UnavailableError(
+        absl::StrCat("device lost: ", test_lost_file_, " exists (a test lost this device)"));
+    if (on_lost_ != nullptr) on_lost_(lost_);
+    return lost_;
+  }
   if (!launch.kernel.is_builtin) {
     return absl::UnimplementedError(
         "the cpu backend runs builtin kernels only; cuda_source and ptx kernels need the cuda "

@@ -17,6 +17,11 @@ struct CpuServerOptions {
   uint64_t memory_limit = 0;     // Bytes; 0 = half of physical memory / devices_sharing.
   uint32_t devices_sharing = 1;  // CPU devices of the daemon that share the host (--cpu_devices).
   uint64_t max_allocation = 0;   // Bytes; 0 = the memory limit.
+  // TEST ONLY (Note [Lost devices], server/daemon/daemon.cc): once this file exists, the next
+  // Execute loses the device, as a sticky CUDA error would: it and every later Execute fail
+  // UNAVAILABLE "device lost: ...", Lost() says so, and the lost callback runs once. Empty:
+  // never.
+  std::string test_lost_file;
 };
 
 // Profiles measure busy time: the time the device spent running commands (copies and kernels)
@@ -62,6 +67,12 @@ class CpuServer final : public ComputeServer {
   void Cleanup() override { memory_->Cleanup(); }
   absl::StatusOr<ProfileToken> StartProfile() override;
   void EndProfile(ProfileToken token, DurationCallback done) override;
+  absl::Status Lost() const override { return lost_; }
+  // Called once, on the loop thread, when the device is lost (CpuServerOptions::test_lost_file);
+  // must not block. Set before the server is used.
+  void SetLostCallback(absl::AnyInvocable<void(const absl::Status&)> callback) {
+    on_lost_ = std::move(callback);
+  }
 
  private:
   // Host address of a binding's first byte.
@@ -83,6 +94,9 @@ class CpuServer final : public ComputeServer {
   absl::Duration busy_;  // Total time spent running commands.
   absl::flat_hash_map<ProfileToken, absl::Duration> profiles_;  // Token -> busy_ at start.
   ProfileToken next_profile_ = 1;
+  std::string test_lost_file_;  // CpuServerOptions::test_lost_file.
+  absl::AnyInvocable<void(const absl::Status&)> on_lost_;
+  absl::Status lost_;  // Not OK once lost.
 };
 
 }  // namespace cubed

@@ -67,6 +67,7 @@ class CudaServer final : public ComputeServer {
   void SetDeviceLostCallback(DeviceLostCallback callback);
   // True once a sticky error was seen. Thread-safe.
   bool lost() const { return lost_.load(std::memory_order_acquire); }
+  absl::Status Lost() const override { return LostStatus(); }
 
   const DeviceDescription& Description() const override { return description_; }
   // A dirty reservation (Note [Owner-tagged memory]) is zeroed with cuMemset*Async on the
