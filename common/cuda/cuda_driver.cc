@@ -88,6 +88,8 @@ absl::StatusOr<CudaDriver> OpenCudaDriver(const std::string& library_name) {
   need("cuIpcGetMemHandle", &d.IpcGetMemHandle);
   need("cuIpcOpenMemHandle_v2", &d.IpcOpenMemHandle);
   need("cuIpcCloseMemHandle", &d.IpcCloseMemHandle);
+  need("cuMemGetAddressRange_v2", &d.MemGetAddressRange);
+  need("cuPointerGetAttribute", &d.PointerGetAttribute);
   bool graphs = Resolve(library, "cuStreamBeginCapture_v2", &d.StreamBeginCapture);
   graphs = Resolve(library, "cuStreamEndCapture", &d.StreamEndCapture) && graphs;
   graphs = Resolve(library, "cuGraphInstantiateWithFlags", &d.GraphInstantiate) && graphs;

@@ -67,6 +67,10 @@ struct CudaDriver {
   decltype(&::cuIpcGetMemHandle) IpcGetMemHandle = nullptr;
   decltype(&::cuIpcOpenMemHandle_v2) IpcOpenMemHandle = nullptr;
   decltype(&::cuIpcCloseMemHandle) IpcCloseMemHandle = nullptr;
+  // Imported memory (Note [Imported memory], server/compute/compute_server.h): the extent of an
+  // opened IPC mapping and the device it lives on.
+  decltype(&::cuMemGetAddressRange_v2) MemGetAddressRange = nullptr;
+  decltype(&::cuPointerGetAttribute) PointerGetAttribute = nullptr;
   // CUDA graphs (Note [CUDA graph replays], server/compute/cuda/cuda_graph.cc). Optional: null
   // when the driver lacks one, and recorded graphs then replay launch by launch.
   decltype(&::cuStreamBeginCapture_v2) StreamBeginCapture = nullptr;

@@ -5,6 +5,7 @@
 // session's handles.
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
@@ -47,6 +48,18 @@ struct ExecuteCommand {
   BindingRef count_binding;                    // Dynamic count.
   absl::InlinedVector<BindingRef, 4> buffers;  // Inline: no allocation per command.
   bool unchecked = false;
+};
+
+// A wire ImportMemoryRequest's source (Note [Imported memory], compute_server.h): a range of
+// one of the session's regions (`from_region`) or of another process's CUDA allocation; not yet
+// checked beyond the presence of one of them.
+struct ImportCommand {
+  bool from_region = false;
+  RegionRange region;
+  std::string ipc_handle;  // CUDA: cuIpcGetMemHandle's 64 bytes.
+  uint64_t offset = 0;     // CUDA: bytes into the allocation.
+  uint64_t size = 0;       // CUDA: bytes of the range.
+  std::string device_uuid;
 };
 
 // A new handle as returned to the client.

@@ -237,6 +237,15 @@ class Device {
   void ReadTensorIntoRegion(SessionId session, const std::vector<TensorRef>& tensors,
                             const RegionRange& into, absl::Time now, RegionReadCallback done);
 
+  // Note [Imported memory] (compute_server.h): a new handle over memory another process
+  // allocated, used in place: a range of one of the session's regions (the handle keeps it
+  // mapped after a ReleaseRegion) or a CUDA IPC allocation's range. Counted in the session's
+  // quotas like any handle, but not in MemoryUsage. NOT_FOUND (region), INVALID_ARGUMENT (a
+  // range outside the region), the quotas' RESOURCE_EXHAUSTED, or the backend's Import error
+  // (UNIMPLEMENTED for a kind it cannot import); nothing stays mapped on error.
+  absl::StatusOr<NewHandle> ImportMemory(SessionId session, const ImportCommand& command,
+                                         absl::Time now);
+
   // Note [Checkpoint and restore]. Freeze: every later call naming a session, and every open,
   // fails UNAVAILABLE until Thaw. CaptureTables: every session's handle table and poisons.
   // Capture: the same, and every handle's bytes, handed to `sink` (HostChunk::index counts the

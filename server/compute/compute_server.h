@@ -112,6 +112,47 @@ struct ResourceDescription {
   std::string ipc_handle;
 };
 
+// Note [Imported memory]: a handle may stand for memory the daemon did not allocate: another
+// local process's CUDA allocation, opened through its CUDA IPC handle (cuIpcOpenMemHandle with
+// lazy peer access, on the device's loop thread, in the device's context), or on the CPU backend
+// a range of a shared-memory region the client mapped (Note [Shared-memory regions]). The
+// backend gives each import a slice id of its own, with kImportedSlice set (the pools never hand
+// out such ids), and every path that turns a slice into an address (kernels, copies, reads,
+// writes, GetResource, a checkpoint's capture) resolves it like any other. Such memory is not
+// the pool's: MemoryUsage and the memory limit never count it, Cleanup never touches it, and
+// Free of its slice drops the mapping instead of returning anything to a pool: on CUDA once the
+// work queued before it completed (the loop waits for the stream), with one cuIpcCloseMemHandle
+// per import (the driver counts the opens of one allocation in a context, returns the same
+// address to each, and unmaps with the last close). The producer's memory itself belongs to the
+// producer: the client SDK keeps the producer's object alive as long as the handle lives
+// (docs/api.md, "Importing memory"), and the daemon frees the slice when the handle's last
+// reference goes or the session closes. Ordering between the producer's stream and the
+// daemon's is the user's, as for exported memory. Owner tags (Note [Owner-tagged memory]) do not
+// apply: nothing is zeroed, since the bytes are the importer's own. Like a region, imported
+// memory may change under the daemon at any moment (the producer writes it): it is kernel data
+// only, and what the daemon interprets from any buffer (a dynamic cube count) it reads once and
+// checks. Two imports of one range alias each other, as two views of one handle do. A
+// checkpoint keeps an imported handle's bytes; a restore recreates it as ordinary pool memory.
+inline constexpr SliceId kImportedSlice = SliceId{1} << 63;
+inline constexpr bool IsImportedSlice(SliceId slice) { return (slice & kImportedSlice) != 0; }
+
+// What ComputeServer::Import maps (Note [Imported memory]); the Device checked nothing but the
+// presence of one kind.
+struct ImportSource {
+  enum class Kind { kCudaIpc, kHost };
+  Kind kind = Kind::kCudaIpc;
+  // kCudaIpc: the 64 bytes of cuIpcGetMemHandle of the producer's allocation, the range's byte
+  // offset in that allocation and its size, and the GPU the producer names (DeviceInfo.uuid).
+  std::string ipc_handle;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+  std::string device_uuid;
+  // kHost: the bytes (a checked range of a region), and what keeps them mapped while the slice
+  // lives (the region).
+  absl::Span<uint8_t> host_bytes;
+  std::shared_ptr<const void> keep_alive;
+};
+
 // Identifies an open profile (trait: start_profile / end_profile); many may be open at once.
 using ProfileToken = uint64_t;
 
@@ -245,6 +286,15 @@ class ComputeServer {
 
   // trait: get_resource.
   virtual absl::StatusOr<ResourceDescription> GetResource(const ResolvedBinding& binding) = 0;
+
+  // Optional (Note [Imported memory]): a slice over memory another process allocated, which
+  // Free later unmaps. INVALID_ARGUMENT naming what is wrong with `source` (handle bytes, a zero
+  // size, a range beyond the allocation, another device); UNIMPLEMENTED naming the backend when
+  // it cannot import that kind; on error nothing stays mapped.
+  virtual absl::StatusOr<Allocation> Import(const ImportSource& source) {
+    (void)source;
+    return absl::UnimplementedError("this backend cannot import memory");
+  }
 
   // trait: execute. Validates the launch fully before anything runs; on error nothing changed.
   // `launch` is only read during the call.

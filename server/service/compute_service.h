@@ -89,6 +89,9 @@ class ComputeService final : public v1::Compute::CallbackService {
   Reactor* GetStats(Context* ctx, const v1::GetStatsRequest* req,
                     v1::GetStatsResponse* resp) override;
   Reactor* Drain(Context* ctx, const v1::DrainRequest* req, v1::DrainResponse* resp) override;
+  // Note [Imported memory] (server/compute/compute_server.h): INVALID_ARGUMENT without a source.
+  Reactor* ImportMemory(Context* ctx, const v1::ImportMemoryRequest* req,
+                        v1::ImportMemoryResponse* resp) override;
 
  private:
   // Posts `work` (void(Device&, Reactor*)) to the loop of `device`; finishes the call with

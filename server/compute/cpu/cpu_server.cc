@@ -103,6 +103,18 @@ CpuServer::CpuServer(CpuServerOptions options) : test_lost_file_(options.test_lo
 CpuServer::~CpuServer() = default;
 
 absl::StatusOr<uint8_t*> CpuServer::Address(const ResolvedBinding& binding) const {
+  if (IsImportedSlice(binding.slice)) {
+    auto it = imports_.find(binding.slice);
+    if (it == imports_.end()) {
+      return absl::NotFoundError(absl::StrCat("no imported slice ", binding.slice));
+    }
+    if (binding.offset + binding.size > it->second.bytes.size()) {
+      return absl::InternalError(absl::StrCat("binding [", binding.offset, ", +", binding.size,
+                                              ") exceeds its imported range of ",
+                                              it->second.bytes.size(), " bytes"));
+    }
+    return it->second.bytes.data() + binding.offset;
+  }
   ASSIGN_OR_RETURN(SliceLocation where, memory_->Locate(binding.slice));
   ASSIGN_OR_RETURN(StorageResource resource, storage_->Resource(where.storage));
   // Device checked the view against the slice; this guards the invariant against bugs.
@@ -183,7 +195,27 @@ absl::StatusOr<Allocation> CpuServer::CreateTensor(absl::Span<const uint8_t> dat
   return a;
 }
 
-void CpuServer::Free(SliceId slice) { memory_->Free(slice); }
+void CpuServer::Free(SliceId slice) {
+  if (IsImportedSlice(slice)) {
+    imports_.erase(slice);  // Its keep_alive goes: the region may unmap now.
+    return;
+  }
+  memory_->Free(slice);
+}
+
+absl::StatusOr<Allocation> CpuServer::Import(const ImportSource& source) {
+  if (source.kind != ImportSource::Kind::kHost) {
+    return absl::UnimplementedError(
+        "the cpu backend cannot import CUDA memory (cuda_ipc); import a range of a "
+        "shared-memory region instead, or use a daemon with --backend=cuda");
+  }
+  if (source.host_bytes.empty()) {
+    return absl::InvalidArgumentError("import: the range is empty (size 0)");
+  }
+  const SliceId slice = kImportedSlice | next_import_++;
+  imports_[slice] = Imported{source.host_bytes, source.keep_alive};
+  return Allocation{slice, source.host_bytes.size(), {}};
+}
 
 void CpuServer::Write(const ResolvedTensor& target, uint64_t dense_offset,
                       absl::Span<const uint8_t> bytes, DoneCallback done) {
@@ -331,6 +363,13 @@ absl::StatusOr<std::vector<Allocation>> CpuServer::CreateFromHost(absl::Span<con
 }
 
 absl::StatusOr<ResourceDescription> CpuServer::GetResource(const ResolvedBinding& binding) {
+  if (IsImportedSlice(binding.slice)) {  // Not a page of the pools: no storage id.
+    RETURN_IF_ERROR(Address(binding).status());
+    ResourceDescription r;
+    r.offset = binding.offset;
+    r.size = binding.size;
+    return r;
+  }
   ASSIGN_OR_RETURN(SliceLocation where, memory_->Locate(binding.slice));
   ResourceDescription r;
   r.storage_id = where.storage;

@@ -60,6 +60,9 @@ class CpuServer final : public ComputeServer {
                                                          MemoryOwner owner,
                                                          HostChunkCallback fill) override;
   absl::StatusOr<ResourceDescription> GetResource(const ResolvedBinding& binding) override;
+  // Note [Imported memory]: kHost sources only (a region's range, used in place); UNIMPLEMENTED
+  // for CUDA memory.
+  absl::StatusOr<Allocation> Import(const ImportSource& source) override;
   absl::Status Execute(const Launch& launch) override;
   absl::Status Flush() override { return absl::OkStatus(); }
   void Sync(DoneCallback done) override { done(absl::OkStatus()); }
@@ -90,6 +93,14 @@ class CpuServer final : public ComputeServer {
   // Runs `work` and adds its duration to busy_.
   template <typename F>
   auto Timed(F&& work) -> decltype(work());
+
+  // Imported ranges by slice id (Note [Imported memory]), each kept mapped by its keep_alive.
+  struct Imported {
+    absl::Span<uint8_t> bytes;
+    std::shared_ptr<const void> keep_alive;
+  };
+  absl::flat_hash_map<SliceId, Imported> imports_;
+  uint64_t next_import_ = 1;
 
   absl::Duration busy_;  // Total time spent running commands.
   absl::flat_hash_map<ProfileToken, absl::Duration> profiles_;  // Token -> busy_ at start.

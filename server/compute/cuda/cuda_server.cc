@@ -148,6 +148,7 @@ CudaServer::~CudaServer() {
   completion_.reset();  // Runs every pending callback.
   for (auto& [token, event] : profiles_) Cu().EventDestroy(event);
   for (auto& [id, event] : marks_) Cu().EventDestroy(event);
+  for (auto& [slice, imported] : imports_) Cu().IpcCloseMemHandle(imported.base);
   compiler_.reset();
   modules_.reset();
   memory_.reset();   // Returns every page to the storage...
@@ -188,6 +189,7 @@ absl::Status CudaServer::Check(absl::Status status) {
 }
 
 absl::StatusOr<CUdeviceptr> CudaServer::DevicePointer(const ResolvedBinding& binding) const {
+  if (IsImportedSlice(binding.slice)) return ImportedPointer(binding);
   ASSIGN_OR_RETURN(SliceLocation where, memory_->Locate(binding.slice));
   ASSIGN_OR_RETURN(StorageResource resource, storage_->Resource(where.storage));
   // Device checked the view against the slice; this guards the invariant against bugs.
@@ -403,7 +405,13 @@ absl::StatusOr<Allocation> CudaServer::CreateTensor(absl::Span<const uint8_t> da
   return Allocation{r.slice, layout->bytes, std::move(layout->strides)};
 }
 
-void CudaServer::Free(SliceId slice) { memory_->Free(slice); }
+void CudaServer::Free(SliceId slice) {
+  if (IsImportedSlice(slice)) {
+    FreeImport(slice);
+    return;
+  }
+  memory_->Free(slice);
+}
 
 void CudaServer::Write(const ResolvedTensor& target, uint64_t dense_offset,
                        absl::Span<const uint8_t> bytes, DoneCallback done) {
@@ -599,6 +607,14 @@ void CudaServer::ReadTensorsTo(const std::vector<ResolvedTensor>& tensors,
 
 absl::StatusOr<ResourceDescription> CudaServer::GetResource(const ResolvedBinding& binding) {
   RETURN_IF_ERROR(LostStatus());
+  if (IsImportedSlice(binding.slice)) {  // Another process's memory: no page, no IPC handle.
+    ASSIGN_OR_RETURN(CUdeviceptr ptr, ImportedPointer(binding));
+    ResourceDescription r;
+    r.offset = binding.offset;
+    r.size = binding.size;
+    r.device_pointer = ptr;
+    return r;
+  }
   ASSIGN_OR_RETURN(SliceLocation where, memory_->Locate(binding.slice));
   ASSIGN_OR_RETURN(CUdeviceptr ptr, DevicePointer(binding));
   ResourceDescription r;

@@ -113,6 +113,9 @@ class CudaServer final : public ComputeServer {
                                                          HostChunkCallback fill) override;
   // The binding's device pointer and the page's IPC handle (empty where CUDA IPC is refused).
   absl::StatusOr<ResourceDescription> GetResource(const ResolvedBinding& binding) override;
+  // Note [Imported memory]: opens a CUDA IPC handle of another process's allocation on this GPU
+  // (cuda_import.cc); Free of its slice waits for the stream, then closes the mapping.
+  absl::StatusOr<Allocation> Import(const ImportSource& source) override;
   // Builtin: ValidateBuiltin, address checks, then f32/f64 matmul through cuBLAS where it can
   // (cublas_matmul.h), everything else NVRTC (cached) with one by-value argument. cuda_source
   // and ptx: docs/kernel-abi.md, "CUDA kernels". Returns once the launch is queued.
@@ -156,6 +159,9 @@ class CudaServer final : public ComputeServer {
   // Marks the server lost when `status` is a device-lost error; returns `status`. Thread-safe.
   absl::Status Check(absl::Status status);
   absl::StatusOr<CUdeviceptr> DevicePointer(const ResolvedBinding& binding) const;
+  // Imported slices (Note [Imported memory]): the binding's address, and the unmapping.
+  absl::StatusOr<CUdeviceptr> ImportedPointer(const ResolvedBinding& binding) const;
+  void FreeImport(SliceId slice);
 
   // A reserved slice: its device address and extent, and whether it must be zeroed.
   struct Reserved {
@@ -227,6 +233,16 @@ class CudaServer final : public ComputeServer {
   // Note [cuBLAS matmul] in cublas_matmul.h; declines everything when cuBLAS did not load or
   // CUBED_DISABLE_CUBLAS is set.
   std::unique_ptr<CublasMatmul> cublas_;
+
+  // Imported slices (Note [Imported memory]): the opened mapping's base (what
+  // cuIpcCloseMemHandle takes), the range's first byte and its size.
+  struct Imported {
+    CUdeviceptr base = 0;
+    CUdeviceptr ptr = 0;
+    uint64_t size = 0;
+  };
+  absl::flat_hash_map<SliceId, Imported> imports_;
+  uint64_t next_import_ = 1;
 
   // Registered host memory by start address: its size (Note [Registered host memory]).
   std::map<const uint8_t*, uint64_t> registered_;
