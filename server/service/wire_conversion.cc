@@ -81,6 +81,7 @@ void ToWire(const StatsSnapshot& stats, v1::GetStatsResponse* out) {
     w->set_sessions(d.sessions);
     w->set_handles(d.handles);
     w->set_queued_tasks(d.queued_tasks);
+    w->set_lost(!d.up);
     w->set_regions(d.regions.live);
     w->set_regions_registered(d.regions.registered);
     w->set_region_bytes_created(d.regions.bytes_created);
