@@ -5,7 +5,6 @@
 #include "server/compute/cpu/cpu_server.h"
 #include "spdlog/spdlog.h"
 #ifdef CUBED_WITH_CUDA
-#include "common/cuda/cuda_driver.h"
 #include "server/compute/cuda/cuda_server.h"
 #endif
 
@@ -48,11 +47,7 @@ absl::StatusOr<std::unique_ptr<ComputeServer>> CreateCuda(BackendOptions& config
 
 absl::StatusOr<uint32_t> CudaDeviceCount() {
 #ifdef CUBED_WITH_CUDA
-  absl::StatusOr<const CudaDriver*> driver = LoadCudaDriver();
-  if (!driver.ok()) return driver.status();
-  int count = 0;
-  CU_RETURN_IF_ERROR((*driver)->DeviceGetCount(&count));
-  return static_cast<uint32_t>(count);
+  return CudaServer::DeviceCount();
 #else
   return absl::FailedPreconditionError(
       "this build of cubed has no cuda backend (built without the CUDA toolkit's headers)");

@@ -23,6 +23,13 @@ struct CudaServer::PendingRead {
   DoneCallback done;
 };
 
+absl::StatusOr<uint32_t> CudaServer::DeviceCount() {
+  RETURN_IF_ERROR(LoadCudaDriver().status());
+  int count = 0;
+  CU_RETURN_IF_ERROR(Cu().DeviceGetCount(&count));
+  return static_cast<uint32_t>(count);
+}
+
 absl::StatusOr<std::unique_ptr<CudaServer>> CudaServer::Create(CudaServerOptions options) {
   std::unique_ptr<CudaServer> server(new CudaServer(std::move(options)));
   RETURN_IF_ERROR(server->Init());

@@ -59,6 +59,9 @@ class CudaServer final : public ComputeServer {
   // Retains the device's primary context, creates the stream, the pools and the NVRTC compiler.
   // FAILED_PRECONDITION saying why when there is no usable driver, device or NVRTC.
   static absl::StatusOr<std::unique_ptr<CudaServer>> Create(CudaServerOptions options);
+  // How many CUDA devices this machine has (cuDeviceGetCount; --devices=all). FAILED_PRECONDITION
+  // saying why when the driver cannot load.
+  static absl::StatusOr<uint32_t> DeviceCount();
   // Waits for the stream, runs every pending callback and frees everything.
   ~CudaServer() override;
 
