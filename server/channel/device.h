@@ -67,6 +67,29 @@ struct SessionGrant {
   absl::Duration lease;
 };
 
+// Note [Copies between devices]: CopyToDevice (compute.proto) copies a binding of one of a
+// caller's sessions into another of its sessions, on any device of the daemon, from one
+// connection. The source's loop runs the first half after every task posted to it before: on
+// the same device the whole copy, one ComputeServer::CopyWithin in stream order (CUDA:
+// cuMemcpyDtoDAsync on the device's one stream; CPU: memcpy); on another device the source's
+// backend reads the bytes into host memory (ComputeServer::Read, after all earlier work on the
+// source's stream; CUDA completes it on its completion thread), and the completion posts the
+// second half to the target's loop, which allocates the target (or resolves the given range) and
+// queues the bytes' upload (ComputeServer::Write) in the target's stream order, and only then
+// answers. No loop thread ever waits for the other device: each half is a task of its own loop,
+// and the hand-over is a Post. So a client that waits for the answer before it sends more work
+// (the SDKs do) finds every later command on the source after the bytes were taken and every
+// later command on the target after they landed. The target's session and handle are checked on
+// the target's loop, after the read: an error there frees the staging bytes and allocates
+// nothing, so a failed copy leaves both devices as they were. The CUDA peer path
+// (cuMemcpyPeerAsync between two devices' streams, ordered with events) is not built yet: two
+// devices always stage through host memory (docs/api.md, "Several devices").
+struct CopyTarget {
+  SessionId session;
+  HandleId handle;      // Zero: a new handle of the copy's size.
+  uint64_t offset = 0;  // Bytes into `handle` where the copy lands.
+};
+
 // Owned by the device's server-loop thread (device_loop.h); not thread-safe. Callbacks passed
 // in complete on the loop thread or a backend completion thread.
 class Device {
@@ -270,6 +293,23 @@ class Device {
   // UNAVAILABLE "device lost: ..." once the backend lost the device (Note [Lost devices],
   // server/daemon/daemon.cc), else OK; every call naming a session fails with it then.
   absl::Status Lost() const { return server_->Lost(); }
+  // Copies between sessions (Note [Copies between devices]); the target is a session of the
+  // caller, checked by the edge. CopyBetweenSessions: both sessions on this device, one task:
+  // `binding` of `source` into `target` (ComputeServer::CopyWithin, in stream order); the target
+  // handle (new, or target.handle) and the bytes copied. CopyOut, on the source's device: the
+  // binding's bytes into (*out)[0] after all earlier work (`out` outlives `done`). CopyIn, on the
+  // target's: `bytes` into `target` in stream order, then `done` with the target handle
+  // (`bytes` outlive `done`). Errors: FindSession's and Resolve's (NOT_FOUND, INVALID_ARGUMENT),
+  // a target range outside its handle or overlapping the source (INVALID_ARGUMENT), quotas and
+  // the memory limit (RESOURCE_EXHAUSTED), the backend's; nothing is left allocated on error.
+  absl::StatusOr<NewHandle> CopyBetweenSessions(SessionId source, const BindingRef& binding,
+                                                const CopyTarget& target, absl::Time now);
+  void CopyOut(SessionId source, const BindingRef& binding, absl::Time now,
+               std::vector<std::string>* out, DoneCallback done);
+  using CopyInCallback = absl::AnyInvocable<void(absl::StatusOr<NewHandle>)>;
+  void CopyIn(const CopyTarget& target, absl::Span<const uint8_t> bytes, absl::Time now,
+              CopyInCallback done);
+
   MemoryUsage Usage() const { return server_->Usage(); }
   KernelCacheStats KernelCache() const { return server_->KernelCache(); }
   // Live handles across every open session (for metrics; O(sessions)).
@@ -307,6 +347,18 @@ class Device {
   // The range of a region of `session`, and the region (to keep it mapped while work uses it).
   absl::StatusOr<std::pair<std::shared_ptr<SharedRegion>, absl::Span<uint8_t>>> RegionBytes(
       const Session& session, const RegionRange& range, absl::string_view field) const;
+  // Where a copy lands (Note [Copies between devices]): the target handle as answered, its bytes
+  // as resolved, and whether the handle is the copy's own (freed again when the copy fails).
+  struct CopyDestination {
+    NewHandle handle;
+    ResolvedBinding binding;
+    bool fresh = false;
+  };
+  // A new handle of `size` bytes (target.handle zero) or target.handle's range; errors as CopyIn.
+  absl::StatusOr<CopyDestination> PrepareCopyTarget(const CopyTarget& target, uint64_t size,
+                                                    absl::Time now);
+  // Releases a fresh destination after a failed copy.
+  void DropCopyTarget(const CopyTarget& target, const CopyDestination& d, absl::Time now);
   // Gives back what a session that left the table held: its open profile, its slices, its
   // regions.
   void Free(Session& session);

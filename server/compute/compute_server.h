@@ -345,12 +345,21 @@ class ComputeServer {
     done(absl::UnimplementedError("this backend records no device marks"));
   }
 
+  // Optional: copies from.size bytes of `from` over `to` (same size, not overlapping; both of
+  // this device) in stream order: after every earlier command, before every later one (Note
+  // [Copies between devices], server/channel/device.h). The default is UNIMPLEMENTED.
+  virtual absl::Status CopyWithin(const ResolvedBinding& from, const ResolvedBinding& to) {
+    (void)from;
+    (void)to;
+    return absl::UnimplementedError("this backend cannot copy between its own allocations");
+  }
+
   // Optional: kernel cache statistics; zeros by default.
   virtual KernelCacheStats KernelCache() const { return {}; }
 
   // Optional: UNAVAILABLE "device lost: ..." once the device became unusable (Note [Device
   // lost], server/compute/cuda/cuda_server.h; Note [Lost devices], server/daemon/daemon.cc),
-  // else OK. Thread-safe. The default never loses its device.
+  // else OK. The default never loses its device.
   virtual absl::Status Lost() const { return absl::OkStatus(); }
 };
 

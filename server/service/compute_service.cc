@@ -308,6 +308,87 @@ Reactor* ComputeService::ReadTensor(Context* ctx, const v1::ReadTensorRequest* r
                    });
 }
 
+void ComputeService::PostStep(Reactor* call, uint32_t device,
+                              absl::AnyInvocable<void(Device&)> step) {
+  auto* reactor = static_cast<MeteredReactor*>(call);
+  reactor->Ref();  // The step's; dropped when it ran or threw.
+  const bool posted = loops_[device]->Post(
+      [reactor, step = std::move(step)](Device& d) mutable {
+        step(d);
+        reactor->Unref();
+      },
+      [reactor](absl::Status error) {  // Note [Loop task exceptions].
+        Finish(reactor, error);
+        reactor->Unref();
+      });
+  if (!posted) {
+    Finish(reactor, absl::UnavailableError("the daemon is shutting down"));
+    reactor->Unref();
+  }
+}
+
+Reactor* ComputeService::CopyToDevice(Context* ctx, const v1::CopyToDeviceRequest* req,
+                                      v1::CopyToDeviceResponse* resp) {
+  Reactor* call = StartCall(ctx, Method::kCopyToDevice, *req, resp);
+  const CopyTarget target{SessionId(req->target_session()), HandleId(req->target_handle()),
+                          req->target_offset()};
+  if (req->target_handle() == 0 && req->target_offset() != 0) {
+    return FinishNow(call, absl::InvalidArgumentError(absl::StrCat(
+                               "target_offset ", req->target_offset(),
+                               " without a target_handle (a new handle starts at 0)")));
+  }
+  const uint32_t target_device = DeviceOfSession(target.session);
+  return OnSession(
+      call, SessionId(req->session()),
+      [this, req, resp, target, target_device](Device& d, Reactor* r, const PrincipalPtr& p) {
+        const SessionId source(req->session());
+        const BindingRef binding = ToBindingRef(req->source());
+        auto answer = [resp, r](absl::StatusOr<NewHandle> h) {
+          if (h.ok()) {
+            resp->set_handle(h->handle.value());
+            resp->set_size(h->size);
+          }
+          Finish(r, h.status());
+        };
+        // Note [Session ownership]: a target session of another principal is an unknown one.
+        if (target_device >= loops_.size()) {
+          Finish(r, SessionNotOpen(target.session));
+          return;
+        }
+        if (target_device == d.index()) {
+          if (!d.IsOwnedBy(target.session, p.get())) {
+            Finish(r, SessionNotOpen(target.session));
+            return;
+          }
+          answer(d.CopyBetweenSessions(source, binding, target, absl::Now()));
+          return;
+        }
+        // Note [Copies between devices]: the bytes leave the source after its earlier work,
+        // then the target's loop takes them; neither loop waits for the other.
+        auto staged = std::make_shared<std::vector<std::string>>();
+        d.CopyOut(source, binding, absl::Now(), staged.get(),
+                  [this, r, p, staged, target, target_device,
+                   answer = std::move(answer)](absl::Status s) mutable {
+                    if (!s.ok()) {
+                      Finish(r, s);
+                      return;
+                    }
+                    PostStep(r, target_device,
+                             [r, p, staged, target, answer = std::move(answer)](Device& t) mutable {
+                               if (!t.IsOwnedBy(target.session, p.get())) {
+                                 Finish(r, SessionNotOpen(target.session));
+                                 return;
+                               }
+                               t.CopyIn(target, Bytes((*staged)[0]), absl::Now(),
+                                        [staged, answer = std::move(answer)](
+                                            absl::StatusOr<NewHandle> h) mutable {
+                                          answer(std::move(h));
+                                        });
+                             });
+                  });
+      });
+}
+
 Reactor* ComputeService::GetResource(Context* ctx, const v1::GetResourceRequest* req,
                                      v1::GetResourceResponse* resp) {
   Reactor* call = StartCall(ctx, Method::kGetResource, *req, resp);

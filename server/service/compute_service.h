@@ -89,6 +89,10 @@ class ComputeService final : public v1::Compute::CallbackService {
   Reactor* GetStats(Context* ctx, const v1::GetStatsRequest* req,
                     v1::GetStatsResponse* resp) override;
   Reactor* Drain(Context* ctx, const v1::DrainRequest* req, v1::DrainResponse* resp) override;
+  // Note [Copies between devices] (server/channel/device.h): the source's loop first, then, on
+  // another device, the target's.
+  Reactor* CopyToDevice(Context* ctx, const v1::CopyToDeviceRequest* req,
+                        v1::CopyToDeviceResponse* resp) override;
   // Note [Imported memory] (server/compute/compute_server.h): INVALID_ARGUMENT without a source.
   Reactor* ImportMemory(Context* ctx, const v1::ImportMemoryRequest* req,
                         v1::ImportMemoryResponse* resp) override;
@@ -109,6 +113,10 @@ class ComputeService final : public v1::Compute::CallbackService {
   // and, when finished, its code, latency and the size of `response` (may be null).
   Reactor* StartCall(Context* ctx, Method method, const google::protobuf::MessageLite& request,
                      const google::protobuf::MessageLite* response);
+  // Posts a later step of a call a loop already started (a copy's second half) to the loop of
+  // `device` (< loops_.size()); `step` must finish the call. Finishes it UNAVAILABLE when the
+  // loop no longer takes tasks. Thread-safe (a backend's completion thread calls it).
+  void PostStep(Reactor* call, uint32_t device, absl::AnyInvocable<void(Device&)> step);
 
   std::vector<DeviceLoop*> loops_;
   RequestLimits limits_;

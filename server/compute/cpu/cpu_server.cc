@@ -378,6 +378,17 @@ absl::StatusOr<ResourceDescription> CpuServer::GetResource(const ResolvedBinding
   return r;
 }
 
+absl::Status CpuServer::CopyWithin(const ResolvedBinding& from, const ResolvedBinding& to) {
+  if (from.size != to.size) {
+    return absl::InternalError(
+        absl::StrCat("copy of ", from.size, " bytes into a binding of ", to.size));
+  }
+  ASSIGN_OR_RETURN(uint8_t * src, Address(from));
+  ASSIGN_OR_RETURN(uint8_t * dst, Address(to));
+  Timed([&] { std::memmove(dst, src, from.size); });
+  return absl::OkStatus();
+}
+
 absl::Status CpuServer::Execute(const Launch& launch) {
   if (!lost_.ok()) return lost_;
   if (!test_lost_file_.empty() && access(test_lost_file_.c_str(), F_OK) == 0) {

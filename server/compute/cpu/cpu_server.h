@@ -71,6 +71,8 @@ class CpuServer final : public ComputeServer {
   absl::StatusOr<ProfileToken> StartProfile() override;
   void EndProfile(ProfileToken token, DurationCallback done) override;
   absl::Status Lost() const override { return lost_; }
+  // A memcpy, done before returning.
+  absl::Status CopyWithin(const ResolvedBinding& from, const ResolvedBinding& to) override;
   // Called once, on the loop thread, when the device is lost (CpuServerOptions::test_lost_file);
   // must not block. Set before the server is used.
   void SetLostCallback(absl::AnyInvocable<void(const absl::Status&)> callback) {

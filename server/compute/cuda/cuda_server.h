@@ -71,6 +71,8 @@ class CudaServer final : public ComputeServer {
   // True once a sticky error was seen. Thread-safe.
   bool lost() const { return lost_.load(std::memory_order_acquire); }
   absl::Status Lost() const override { return LostStatus(); }
+  // cuMemcpyDtoDAsync on the stream (cuda_copy.cc); returns once it is queued.
+  absl::Status CopyWithin(const ResolvedBinding& from, const ResolvedBinding& to) override;
 
   const DeviceDescription& Description() const override { return description_; }
   // A dirty reservation (Note [Owner-tagged memory]) is zeroed with cuMemset*Async on the
