@@ -23,6 +23,7 @@ import numpy as np
 from ._errors import (CubedError, InvalidArgumentError, UnimplementedError, error_for,
                       error_from_rpc)
 from ._graph import Graph
+from . import _devices
 from . import _interop, _wire
 from ._proto import compute_pb2, compute_pb2_grpc, session_pb2, types_pb2
 from ._address import region_socket_path
@@ -350,6 +351,20 @@ class Client(KernelMethods):
 
         raw.add_done_callback(convert)
         return out
+
+    def copy_to_device(self, tensor: Tensor, target: "Client",
+                       out: Optional[Tensor] = None) -> Tensor:
+        """Copies ``tensor`` of this client into ``target``'s session, a client of the same
+        daemon, usually on another device (``connect(address, device=1)``; the same device
+        works too): into a new tensor of the same shape, dtype and strides, or over ``out``
+        (a contiguous tensor of ``target`` with as many bytes). The daemon copies the bytes
+        (docs/api.md, "Several devices"); nothing goes through this process. Ordered as the
+        clients' commands are: every command either client sent before runs before the copy,
+        every command sent after it runs after. Both sessions must belong to the caller's
+        principal. Blocks until the daemon answered; raises its error (NotFoundError for an
+        unknown or foreign session or handle, ResourceExhaustedError over the target's memory
+        limit, UnavailableError for a lost device), after which nothing was allocated."""
+        return _devices.copy_to_device(self, tensor, target, out)
 
     @staticmethod
     def _read_binding(t: Tensor, start: int) -> types_pb2.Binding:

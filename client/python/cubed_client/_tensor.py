@@ -370,6 +370,11 @@ class Tensor:
         """A dense copy (the ``copy`` kernel)."""
         return self._client.copy(self)
 
+    def to(self, target: "Client", out: Optional["Tensor"] = None) -> "Tensor":
+        """A copy on ``target``'s session, usually on another device of the same daemon
+        (``client.copy_to_device(self, target, out)``)."""
+        return self._client.copy_to_device(self, target, out)
+
     def sum(self, axis: Any = None, keepdims: bool = False) -> "Tensor":
         """Client.sum(self, ...)."""
         return self._client.sum(self, axis=axis, keepdims=keepdims)
