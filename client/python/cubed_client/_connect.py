@@ -13,6 +13,7 @@ from ._address import channel_options, default_address, ring_socket_path, target
 from ._client import Client
 from ._errors import UnimplementedError
 from ._transport import StreamTransport, UnaryTransport
+from . import _native
 
 PathOrBytes = Union[str, os.PathLike, bytes]
 
@@ -31,7 +32,7 @@ def connect(address: Optional[str] = None, *, timeout: float = 60.0, device: int
             max_message_bytes: int = 1 << 30, session: int = 0,
             region_threshold: int = 1 << 20, carrier: str = "auto",
             spin: Optional[float] = None,
-            resume_timeout: Optional[float] = None) -> "Client":
+            resume_timeout: Optional[float] = None, core: str = "python") -> "Client":
     """Connects to a cubed daemon and opens a session on ``device``.
 
     Args:
@@ -84,6 +85,14 @@ def connect(address: Optional[str] = None, *, timeout: float = 60.0, device: int
             ``region_threshold`` off (regions were the old daemon's mappings). None or 0:
             the stream's end loses the session (UnavailableError "session N lost"). See
             Note [Resume in Python] in _resume.py and docs/reliability.md.
+        core: what speaks the session stream: ``"python"`` (this package's own implementation),
+            ``"native"`` (the C++ SDK through libcubed_client_c.so: Note [One client core] in
+            client/c_api/cubed_client_c.h; FailedPreconditionError when the library is not
+            found, see client/python/README.md) or ``"auto"`` (native when the library loads).
+            Unary calls (``transport="unary"``, a joined ``session``) always use the Python
+            core, and so does TLS without ``root_certificates``; with the native core ``spin``
+            has no effect. The environment variable
+            CUBED_CLIENT_CORE overrides it.
 
     Raises:
         UnavailableError: the daemon cannot be reached.
@@ -137,9 +146,29 @@ def connect(address: Optional[str] = None, *, timeout: float = 60.0, device: int
     if carrier not in ("auto", "ring", "grpc"):
         raise ValueError(f"carrier must be 'auto', 'ring' or 'grpc', got {carrier!r}")
     ring = ring_socket_path(target) if carrier != "grpc" else None
+    core = os.environ.get("CUBED_CLIENT_CORE", "").strip().lower() or core
+    if core not in ("python", "native", "auto"):
+        raise ValueError(f"core must be 'python', 'native' or 'auto', got {core!r}")
+    # The Python core serves what the native one does not: unary calls (below), and TLS with
+    # the system's root certificates (the C++ SDK reads a CA file only).
+    native = (core == "native" or (core == "auto" and _native.available())) and \
+        not (tls and not root_certificates)
+    t: Any
     try:
-        if session or mode == "unary":
-            t: Any = UnaryTransport(channel, metadata, timeout, device, lease_ms, session,
+        if native and not session and mode != "unary":
+            try:
+                t = _native.NativeTransport(
+                    target, timeout, device, lease_ms, carrier, token=token,
+                    root_certificates=root_certificates, certificate_chain=certificate_chain,
+                    private_key=private_key, server_name=server_name,
+                    max_message_bytes=max_message_bytes, resume_timeout=resume)
+            except UnimplementedError:
+                if mode == "stream":
+                    raise
+                t = UnaryTransport(channel, metadata, timeout, device, lease_ms,
+                                   wait_for_ready=bool(resume))
+        elif session or mode == "unary":
+            t = UnaryTransport(channel, metadata, timeout, device, lease_ms, session,
                                     wait_for_ready=bool(resume))
         else:
             try:

@@ -1,0 +1,503 @@
+"""The native client core: the C++ SDK's session stream through its C ABI
+(libcubed_client_c.so, client/c_api/cubed_client_c.h; Note [One client core] there), loaded with
+ctypes. NativeTransport has the methods of StreamTransport (_transport.py), so the Client above
+is the same whichever core carries its commands; connect(core="native") picks it.
+
+Where the library is found (first that exists): $CUBED_CLIENT_LIBRARY (a path); next to this
+package (cubed_client/libcubed_client_c.so, as `pip install` copies it from $CUBED_BUILD_DIR or a
+build/ folder of the source tree); the dynamic loader's search (`cmake --install`, ldconfig).
+
+Futures: an answering command's Future is resolved by the thread that waits for it
+(NativeTransport.wait: the C library blocks that thread, without the GIL, until the answer is
+in: no other thread runs) or, for answers nobody waits on (read_async, done callbacks), by one
+thread per transport that takes them from cubed_client_next_done. Each answer is claimed once:
+by whoever pops it from _pending first.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import itertools
+import os
+import tempfile
+import threading
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+
+import grpc
+
+from ._errors import CubedError, error_for, error_from_number
+from ._proto import session_pb2, types_pb2
+
+LIBRARY_ENV = "CUBED_CLIENT_LIBRARY"
+LIBRARY_NAME = "libcubed_client_c.so"
+ABI_VERSION = 1  # CUBED_C_API_VERSION this module speaks.
+
+_DEADLINE_EXCEEDED = 4
+
+_u64 = ctypes.c_uint64
+_i64 = ctypes.c_int64
+_i32 = ctypes.c_int32
+_ptr = ctypes.c_void_p
+_size = ctypes.c_size_t
+
+
+class _Error(ctypes.Structure):
+    _fields_ = [("code", _i32), ("message", _ptr)]
+
+
+class _Options(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("address", ctypes.c_char_p),
+                ("timeout_ms", _i64), ("device", ctypes.c_uint32), ("lease_ms", _i64),
+                ("max_message_bytes", _i64), ("token", ctypes.c_char_p),
+                ("tls_ca_file", ctypes.c_char_p), ("tls_cert_file", ctypes.c_char_p),
+                ("tls_key_file", ctypes.c_char_p), ("tls_server_name", ctypes.c_char_p),
+                ("session", _u64), ("transport", _i32), ("carrier", _i32),
+                ("bulk_threshold", _u64), ("bulk_chunk", _u64), ("region_threshold", _u64),
+                ("resume_timeout_ms", _i64)]
+
+
+class _Usage(ctypes.Structure):
+    _fields_ = [("number_allocs", _u64), ("bytes_in_use", _u64), ("bytes_padding", _u64),
+                ("bytes_reserved", _u64)]
+
+
+_P = ctypes.POINTER
+_SIGNATURES = {
+    "cubed_c_api_version": (_i32, []),
+    "cubed_error_clear": (None, [_P(_Error)]),
+    "cubed_connect_options_init": (None, [_P(_Options)]),
+    "cubed_client_connect": (_i32, [_P(_Options), _P(_ptr), _P(_Error)]),
+    "cubed_client_close": (None, [_ptr]),
+    "cubed_client_free": (None, [_ptr]),
+    "cubed_client_session": (_u64, [_ptr]),
+    "cubed_client_lease_ms": (_i64, [_ptr]),
+    "cubed_client_transport": (_i32, [_ptr]),
+    "cubed_client_carrier": (_i32, [_ptr]),
+    "cubed_client_next_id": (_i32, [_ptr, _P(_u64), _P(_Error)]),
+    "cubed_reply_create": (_ptr, [_u64]),
+    "cubed_client_send": (_i32, [_ptr, ctypes.c_char_p, _size, _ptr, _P(_Error)]),
+    "cubed_client_create": (_i32, [_ptr, ctypes.c_char_p, _u64, _P(_u64), _P(_Error)]),
+    "cubed_client_empty": (_i32, [_ptr, _u64, _P(_u64), _P(_Error)]),
+    "cubed_client_execute": (_i32, [_ptr, ctypes.c_char_p, _size, _P(_Error)]),
+    "cubed_client_release": (_i32, [_ptr, _P(_u64), _size, _P(_Error)]),
+    "cubed_client_flush": (_i32, [_ptr, _P(_Error)]),
+    "cubed_client_memory_usage": (_i32, [_ptr, _P(_Usage), _P(_Error)]),
+    "cubed_client_next_done": (_i32, [_ptr, _i64, _P(_u64), _P(_Error)]),
+    "cubed_reply_wait": (_i32, [_ptr, _i64, _P(_Error)]),
+    "cubed_reply_status": (_i32, [_ptr, _P(_Error)]),
+    "cubed_reply_failed_commands": (_u64, [_ptr]),
+    "cubed_reply_bytes": (_i32, [_ptr, _P(_ptr), _P(_size), _P(_Error)]),
+    "cubed_reply_data_count": (_size, [_ptr]),
+    "cubed_reply_data": (_i32, [_ptr, _size, _P(_ptr), _P(_u64), _P(_Error)]),
+    "cubed_reply_free": (None, [_ptr]),
+}
+
+_lib: Optional[ctypes.CDLL] = None
+_lib_lock = threading.Lock()
+
+
+def library_path() -> Optional[str]:
+    """Where the native core would be loaded from (see the module's docstring), or None."""
+    env = os.environ.get(LIBRARY_ENV, "").strip()
+    if env:
+        return env
+    beside = Path(__file__).resolve().parent / LIBRARY_NAME
+    if beside.exists():
+        return str(beside)
+    return ctypes.util.find_library("cubed_client_c")
+
+
+def load() -> ctypes.CDLL:
+    """The loaded library, its functions typed. FailedPreconditionError naming where it looked
+    when it is not found or cannot be loaded, or speaks another ABI version."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    with _lib_lock:
+        if _lib is not None:
+            return _lib
+        path = library_path()
+        if path is None:
+            raise error_for(grpc.StatusCode.FAILED_PRECONDITION,
+                            f"the native client core ({LIBRARY_NAME}) was not found: set "
+                            f"${LIBRARY_ENV}, install the package from a built tree "
+                            "(client/python/README.md), or install the library")
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            raise error_for(grpc.StatusCode.FAILED_PRECONDITION,
+                            f"the native client core {path} cannot be loaded: {e}") from None
+        for name, (restype, argtypes) in _SIGNATURES.items():
+            fn = getattr(lib, name)
+            fn.restype = restype
+            fn.argtypes = argtypes
+        version = lib.cubed_c_api_version()
+        if version != ABI_VERSION:
+            raise error_for(grpc.StatusCode.FAILED_PRECONDITION,
+                            f"the native client core {path} speaks C ABI version {version}, "
+                            f"this SDK version {ABI_VERSION}")
+        _lib = lib
+        return lib
+
+
+def available() -> bool:
+    """Whether the native core loads."""
+    try:
+        load()
+        return True
+    except CubedError:
+        return False
+
+
+def _raise(lib: ctypes.CDLL, code: int, err: _Error) -> None:
+    """Raises the CubedError of a failed call (``code``, ``err``'s message), freeing it."""
+    message = ctypes.string_at(err.message).decode("utf-8", "replace") if err.message else ""
+    lib.cubed_error_clear(ctypes.byref(err))
+    raise error_from_number(code, message)
+
+
+def _pem_file(value: Any, files: List[str]) -> Optional[bytes]:
+    """A file path for a PEM given as a path or as bytes (written to a temporary file that the
+    caller removes: ``files``)."""
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        fd, path = tempfile.mkstemp(prefix="cubed-pem-")
+        files.append(path)
+        with os.fdopen(fd, "wb") as f:
+            f.write(value)
+        return path.encode()
+    return os.fsencode(value)
+
+
+class _Answer:
+    """A completed cubed_reply, for the converters: its status raised by check(), its read data,
+    its Reply message (parsed on first use)."""
+
+    __slots__ = ("_lib", "_reply", "_parsed")
+
+    def __init__(self, lib: ctypes.CDLL, reply: int) -> None:
+        self._lib = lib
+        self._reply = reply
+        self._parsed: Optional[session_pb2.Reply] = None
+
+    def check(self) -> None:
+        err = _Error()
+        code = self._lib.cubed_reply_status(self._reply, ctypes.byref(err))
+        if code:
+            message = ctypes.string_at(err.message).decode("utf-8", "replace") if err.message \
+                else ""
+            self._lib.cubed_error_clear(ctypes.byref(err))
+            raise error_from_number(code, message,
+                                    self._lib.cubed_reply_failed_commands(self._reply))
+
+    def data(self) -> List[bytes]:
+        lib, reply = self._lib, self._reply
+        out = []
+        data, size, err = _ptr(), _u64(), _Error()
+        for i in range(lib.cubed_reply_data_count(reply)):
+            lib.cubed_reply_data(reply, i, ctypes.byref(data), ctypes.byref(size),
+                                 ctypes.byref(err))
+            out.append(ctypes.string_at(data.value, size.value) if size.value else b"")
+        return out
+
+    @property
+    def reply(self) -> session_pb2.Reply:
+        if self._parsed is None:
+            data, size, err = _ptr(), _size(), _Error()
+            code = self._lib.cubed_reply_bytes(self._reply, ctypes.byref(data), ctypes.byref(size),
+                                               ctypes.byref(err))
+            if code:
+                _raise(self._lib, code, err)
+            self._parsed = session_pb2.Reply.FromString(ctypes.string_at(data.value, size.value))
+        return self._parsed
+
+
+def _data(a: _Answer) -> List[bytes]:
+    a.check()
+    return a.data()
+
+
+def _status(a: _Answer) -> None:
+    a.check()
+
+
+def _field(name: str) -> Callable[[_Answer], Any]:
+    def convert(a: _Answer) -> Any:
+        a.check()
+        return getattr(a.reply, name)
+
+    return convert
+
+
+_memory_usage = _field("memory_usage")
+_duration_ns = _field("duration_ns")
+_region_bytes = _field("region_bytes")
+_graph_steps = _field("graph_steps")
+
+
+class NativeTransport:
+    """The session stream of the C++ SDK (libcubed_client_c.so) behind StreamTransport's
+    methods. Thread-safe; commands sent from one thread go out in that order."""
+
+    kind = "stream"
+
+    def __init__(self, target: str, timeout: float, device: int, lease_ms: int, carrier: str,
+                 token: Optional[str] = None, root_certificates: Any = None,
+                 certificate_chain: Any = None, private_key: Any = None,
+                 server_name: Optional[str] = None, max_message_bytes: int = 1 << 30,
+                 resume_timeout: float = 0.0) -> None:
+        """Connects and opens the session; the CubedError the C++ SDK's Connect returned."""
+        self._lib = lib = load()
+        self._timeout = timeout
+        self.resumes = 0
+        self.spin = 0.0  # The C++ SDK's reader thread takes the answers; no caller polls.
+        options = _Options()
+        lib.cubed_connect_options_init(ctypes.byref(options))
+        options.address = target.encode()
+        options.timeout_ms = max(1, int(timeout * 1000))
+        options.device = device
+        options.lease_ms = lease_ms
+        options.max_message_bytes = max_message_bytes
+        options.carrier = {"auto": 0, "ring": 1, "grpc": 2}[carrier]
+        if carrier == "ring" and not target.startswith("unix:"):
+            options.carrier = 0  # As the pure core: the ring only of a daemon on this host.
+        # Creates of the region_threshold's sizes go through the Python SDK's own staging region
+        # (Staging in _region.py) before they reach this transport: no second region here.
+        options.region_threshold = 0
+        options.resume_timeout_ms = int(resume_timeout * 1000)
+        keep: List[bytes] = []  # The strings stay alive until connect returned.
+        if token:
+            keep.append(token.encode())
+            options.token = keep[-1]
+        files: List[str] = []
+        try:
+            if root_certificates or certificate_chain or private_key:
+                options.tls_ca_file = _pem_file(root_certificates, files)
+                options.tls_cert_file = _pem_file(certificate_chain, files)
+                options.tls_key_file = _pem_file(private_key, files)
+            if server_name:
+                keep.append(server_name.encode())
+                options.tls_server_name = keep[-1]
+            client = _ptr()
+            err = _Error()
+            code = lib.cubed_client_connect(ctypes.byref(options), ctypes.byref(client),
+                                            ctypes.byref(err))
+        finally:
+            for path in files:
+                os.unlink(path)
+        if code:
+            _raise(lib, code, err)
+        self._client = client.value
+        self.session = lib.cubed_client_session(self._client)
+        self.lease_ms = lib.cubed_client_lease_ms(self._client)
+        self.carrier = "ring" if lib.cubed_client_carrier(self._client) == 1 else "grpc"
+        self._tags = itertools.count(1)
+        # tag -> (Future, converter, cubed_reply): answers nobody claimed yet.
+        self._pending: Dict[int, Tuple[Future, Callable[[_Answer], Any], int]] = {}
+        self._closed = False
+        self._done_thread = threading.Thread(target=self._done_loop, name="cubed-native-replies",
+                                             daemon=True)
+        self._done_thread.start()
+
+    # --- answers -------------------------------------------------------------------------------
+
+    def _resolve(self, future: Future, convert: Callable[[_Answer], Any], reply: int) -> None:
+        """Resolves ``future`` with ``convert`` of the completed ``reply``, and frees it."""
+        try:
+            value = convert(_Answer(self._lib, reply))
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            if not future.done():
+                future.set_exception(e)
+        else:
+            if not future.done():
+                future.set_result(value)
+        finally:
+            self._lib.cubed_reply_free(reply)
+
+    def _done_loop(self) -> None:
+        """Resolves the answers nobody waits for, until the client closed and all came."""
+        lib, client = self._lib, self._client
+        tag, err = _u64(), _Error()
+        while True:
+            code = lib.cubed_client_next_done(client, 1000, ctypes.byref(tag), ctypes.byref(err))
+            if code == 0:
+                entry = self._pending.pop(tag.value, None)
+                if entry is not None:
+                    self._resolve(*entry)
+                continue
+            lib.cubed_error_clear(ctypes.byref(err))
+            if code != _DEADLINE_EXCEEDED:
+                return
+
+    def wait(self, future: Future, timeout: float) -> Any:
+        """``future.result(timeout)``; an unclaimed answer is waited for on this thread."""
+        entry = self._pending.pop(getattr(future, "_cubed_tag", 0), None)
+        if entry is None:
+            return future.result(timeout=timeout)
+        err = _Error()
+        code = self._lib.cubed_reply_wait(entry[2], int(timeout * 1000), ctypes.byref(err))
+        if code:
+            self._lib.cubed_error_clear(ctypes.byref(err))
+            self._pending[future._cubed_tag] = entry  # type: ignore[attr-defined]
+            return future.result(timeout=0)  # TimeoutError, as a Future's own.
+        self._resolve(*entry)
+        return future.result(timeout=0)
+
+    # --- sending -------------------------------------------------------------------------------
+
+    def _send(self, command: Union[session_pb2.Command, bytes],
+              convert: Optional[Callable[[_Answer], Any]] = None) -> Optional[Future]:
+        wire = command if isinstance(command, bytes) else command.SerializeToString()
+        lib, err = self._lib, _Error()
+        if convert is None:
+            code = lib.cubed_client_send(self._client, wire, len(wire), None, ctypes.byref(err))
+            if code:
+                _raise(lib, code, err)
+            return None
+        tag = next(self._tags)
+        reply = lib.cubed_reply_create(tag)
+        future: Future = Future()
+        future._cubed_tag = tag  # type: ignore[attr-defined]
+        # Filed before the send: the answer may come before cubed_client_send returns.
+        self._pending[tag] = (future, convert, reply)
+        code = lib.cubed_client_send(self._client, wire, len(wire), reply, ctypes.byref(err))
+        if code:
+            del self._pending[tag]  # Unsent: nobody else saw it.
+            lib.cubed_reply_free(reply)
+            _raise(lib, code, err)
+        return future
+
+    def _new_id(self) -> int:
+        i, err = _u64(), _Error()
+        code = self._lib.cubed_client_next_id(self._client, ctypes.byref(i), ctypes.byref(err))
+        if code:
+            _raise(self._lib, code, err)
+        return i.value
+
+    def create(self, data: bytes) -> int:
+        i, err = _u64(), _Error()
+        code = self._lib.cubed_client_create(self._client, data, len(data), ctypes.byref(i),
+                                             ctypes.byref(err))
+        if code:
+            _raise(self._lib, code, err)
+        return i.value
+
+    def empty(self, size: int) -> int:
+        i, err = _u64(), _Error()
+        code = self._lib.cubed_client_empty(self._client, size, ctypes.byref(i),
+                                            ctypes.byref(err))
+        if code:
+            _raise(self._lib, code, err)
+        return i.value
+
+    def execute(self, kernel: types_pb2.Kernel, count: types_pb2.CubeCount,
+                bindings: Union[types_pb2.Bindings, Dict[str, Any]], mode: int) -> None:
+        self._send(session_pb2.Command(execute={"kernel": kernel, "count": count,
+                                                "bindings": bindings, "mode": mode}))
+
+    def execute_wire(self, command: bytes) -> None:
+        """execute() of a Command already encoded (Note [Hand-encoded commands]), without seq."""
+        self._send(command)
+
+    def release(self, ids: List[int]) -> None:
+        array = (_u64 * len(ids))(*ids)
+        err = _Error()
+        code = self._lib.cubed_client_release(self._client, array, len(ids), ctypes.byref(err))
+        if code:
+            _raise(self._lib, code, err)
+
+    def read(self, bindings: List[types_pb2.Binding]) -> Future:
+        return self._send(session_pb2.Command(read=session_pb2.Command.Read(bindings=bindings)),
+                          _data)  # type: ignore[return-value]
+
+    def read_tensor(self, bindings: List[types_pb2.BindingWithMeta]) -> Future:
+        return self._send(session_pb2.Command(
+            read_tensor=session_pb2.Command.ReadTensor(bindings=bindings)),
+            _data)  # type: ignore[return-value]
+
+    def create_from_region(self, region: int, offset: int, size: int) -> int:
+        i = self._new_id()
+        self._send(session_pb2.Command(create=session_pb2.Command.Create(
+            id=i, region=types_pb2.RegionSlice(region=region, offset=offset, size=size))))
+        return i
+
+    def read_into_region(self, bindings: List[types_pb2.Binding], region: int, offset: int,
+                         size: int) -> Future:
+        into = types_pb2.RegionSlice(region=region, offset=offset, size=size)
+        return self._send(session_pb2.Command(read=session_pb2.Command.Read(
+            bindings=bindings, into=into)), _region_bytes)  # type: ignore[return-value]
+
+    def read_tensor_into_region(self, bindings: List[types_pb2.BindingWithMeta], region: int,
+                                offset: int, size: int) -> Future:
+        into = types_pb2.RegionSlice(region=region, offset=offset, size=size)
+        return self._send(session_pb2.Command(read_tensor=session_pb2.Command.ReadTensor(
+            bindings=bindings, into=into)), _region_bytes)  # type: ignore[return-value]
+
+    def release_region(self, region: int) -> None:
+        self._send(session_pb2.Command(
+            release_region=session_pb2.Command.ReleaseRegion(region=region)))
+
+    def begin_graph(self, graph: int, parameters: List[int]) -> None:
+        self._send(session_pb2.Command(begin_graph=session_pb2.Command.BeginGraph(
+            graph=graph, parameters=parameters)))
+
+    def end_graph(self) -> Future:
+        return self._send(session_pb2.Command(end_graph=session_pb2.Command.EndGraph()),
+                          _graph_steps)  # type: ignore[return-value]
+
+    def replay_graph(self, command: bytes) -> None:
+        self._send(command)
+
+    def release_graph(self, graph: int) -> None:
+        self._send(session_pb2.Command(release_graph=session_pb2.Command.ReleaseGraph(
+            graph=graph)))
+
+    def flush(self) -> None:
+        err = _Error()
+        code = self._lib.cubed_client_flush(self._client, ctypes.byref(err))
+        if code:
+            _raise(self._lib, code, err)
+
+    def sync(self) -> Future:
+        return self._send(session_pb2.Command(sync=session_pb2.Command.Sync()),
+                          _status)  # type: ignore[return-value]
+
+    def memory_usage(self, device: int) -> Future:
+        return self._send(session_pb2.Command(memory_usage=session_pb2.Command.MemoryUsage()),
+                          _memory_usage)  # type: ignore[return-value]
+
+    def memory_cleanup(self, device: int) -> Future:
+        self._send(session_pb2.Command(memory_cleanup=session_pb2.Command.MemoryCleanup()))
+        return self.memory_usage(device)
+
+    def start_profile(self) -> None:
+        self._send(session_pb2.Command(start_profile=session_pb2.Command.StartProfile()))
+
+    def end_profile(self) -> Future:
+        return self._send(session_pb2.Command(end_profile=session_pb2.Command.EndProfile()),
+                          _duration_ns)  # type: ignore[return-value]
+
+    def close(self, timeout: float) -> None:
+        """Closes the session (the daemon runs what was sent first) and fails what still awaits
+        an answer. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._lib.cubed_client_close(self._client)
+        self._done_thread.join(timeout + 5)
+        for tag in list(self._pending):  # Answers the loop did not get to (it timed out).
+            entry = self._pending.pop(tag, None)
+            if entry is not None:
+                self._resolve(*entry)
+
+    def __del__(self) -> None:
+        # Freed only with the transport: calls after close() get FAILED_PRECONDITION "the
+        # client is closed" from the library instead of touching freed memory.
+        client = getattr(self, "_client", None)
+        if client is not None:
+            self.close(0)
+            self._lib.cubed_client_free(client)
