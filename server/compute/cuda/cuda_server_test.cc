@@ -409,6 +409,46 @@ TEST_F(CudaServerTest, AnotherProcessReadsTheBindingThroughItsIpcHandle) {
   EXPECT_EQ(output, absl::BytesToHexString(data.substr(256, 1024)) + "\n");
 }
 
+// Note [Imported memory]: every bad source is refused with its reason and leaves nothing
+// mapped or allocated; the server goes on working.
+TEST_F(CudaServerTest, ImportRefusesBadSourcesAndLeavesNothing) {
+  const MemoryUsage before = server_->Usage();
+  const std::string uuid = server_->Description().uuid;
+  auto refused = [&](const ImportSource& source, absl::StatusCode code, const std::string& why) {
+    absl::StatusOr<Allocation> a = server_->Import(source);
+    EXPECT_EQ(a.status().code(), code) << a.status();
+    EXPECT_THAT(std::string(a.status().message()), HasSubstr(why));
+  };
+  ImportSource s;
+  s.ipc_handle = std::string(63, 'x');
+  s.size = 256;
+  s.device_uuid = uuid;
+  refused(s, absl::StatusCode::kInvalidArgument, "63 bytes");
+  s.ipc_handle = RandomBytes(64, 3);
+  s.size = 0;
+  refused(s, absl::StatusCode::kInvalidArgument, "size: 0");
+  s.size = 256;
+  s.device_uuid = "GPU-00000000-0000-0000-0000-000000000000";
+  refused(s, absl::StatusCode::kInvalidArgument, "device_uuid");
+  s.device_uuid = uuid;
+  refused(s, absl::StatusCode::kInvalidArgument, "cannot open it");  // Not a live handle.
+  // This process's own allocation: CUDA IPC opens only another process's memory.
+  Allocation own = CreateOrDie(RandomBytes(4096, 4));
+  absl::StatusOr<ResourceDescription> r = server_->GetResource({own.slice, 0, 4096});
+  ASSERT_TRUE(r.ok()) << r.status();
+  if (!r->ipc_handle.empty()) {
+    s.ipc_handle = r->ipc_handle;
+    absl::StatusOr<Allocation> a = server_->Import(s);
+    EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument) << a.status();
+  }
+  ImportSource host;
+  host.kind = ImportSource::Kind::kHost;
+  refused(host, absl::StatusCode::kUnimplemented, "cuda backend");
+  server_->Free(own.slice);
+  EXPECT_EQ(server_->Usage().bytes_in_use, before.bytes_in_use);
+  EXPECT_EQ(ReadOrDie({CreateOrDie("still works").slice, 0, 11}), "still works");
+}
+
 }  // namespace
 }  // namespace cubed
 
