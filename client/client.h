@@ -290,6 +290,20 @@ class Client {
   // trait: get_resource.
   absl::StatusOr<Resource> GetResource(const Binding& binding);
 
+  // Copies the bytes of `source` (a binding of this session) into `target`'s session, a client
+  // of the same daemon, usually on another device (ClientOptions::device; docs/api.md, "Several
+  // devices"): into a new handle of `target` of the binding's size (target_handle empty), or
+  // over bytes [target_offset, + size) of `target_handle`, a handle of `target`. The daemon
+  // copies; nothing passes through this process. Ordered as the clients' own commands: waits
+  // until the daemon took every command this client (and, with target_handle, `target`) sent
+  // before, and returns once the copy is queued on both devices, so later commands of either
+  // client run after it. Returns the target handle. The daemon's errors (NOT_FOUND for an
+  // unknown or foreign session or handle, INVALID_ARGUMENT for a range, RESOURCE_EXHAUSTED over
+  // the target's memory limit, UNAVAILABLE for a lost device) leave nothing allocated.
+  absl::StatusOr<Handle> CopyToDevice(const Binding& source, Client& target,
+                                      const Handle& target_handle = Handle(),
+                                      uint64_t target_offset = 0);
+
   // trait: execute, with a raw launch description. Returns once the launch is queued. Unary:
   // kernel errors the daemon finds at validation come back here. Stream: they poison the outputs
   // and come back from the next Sync and from reads of those outputs.
