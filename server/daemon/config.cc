@@ -37,7 +37,7 @@ ABSL_FLAG(std::string, devices, "",
           "CUDA devices to serve: all, or ordinals separated by commas (0,1), at most 16: each "
           "its own device loop, stream, memory pool (--memory_limit each), kernel cache and "
           "sessions; clients pick one by its index in this list when they open a session. "
-          "Empty: --device alone. Not with --backend=cpu (use --cpu_devices).");
+          "Empty: --device alone. With --backend=cpu only all, the --cpu_devices devices.");
 ABSL_FLAG(uint32_t, cpu_devices, 1,
           "Devices the cpu backend serves, 1 .. 16: each its own device loop, memory pool "
           "(--memory_limit each; 0 = half of RAM shared equally) and sessions; clients pick one "
@@ -156,6 +156,11 @@ absl::StatusOr<DeviceSelection> DeviceSelectionFromFlags(BackendChoice backend) 
         "--cpu_devices=", cpu_devices,
         " needs --backend=cpu (for several cuda devices use --devices=all or --devices=0,1)"));
   }
+  if (backend == BackendChoice::kCpu && device != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device=", device,
+                     ": the cpu backend has no device ordinals (its devices are --cpu_devices)"));
+  }
   DeviceSelection selection;
   if (devices.empty()) {
     selection.ordinals.clear();
@@ -166,16 +171,25 @@ absl::StatusOr<DeviceSelection> DeviceSelectionFromFlags(BackendChoice backend) 
     }
     return selection;
   }
+  ASSIGN_OR_RETURN(selection, ParseDevicesFlag(devices));
   if (backend == BackendChoice::kCpu) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--devices=", devices, " is for the cuda backend; the cpu backend takes --cpu_devices=N"));
+    // The cpu backend's devices are --cpu_devices; "all" names them all.
+    if (!selection.all) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--devices=", devices,
+                       ": the cpu backend takes --cpu_devices=N (and --devices=all, which names "
+                       "those N), not ordinals"));
+    }
+    selection.all = false;
+    for (uint32_t i = 0; i < cpu_devices; ++i) selection.ordinals.push_back(i);
+    return selection;
   }
   if (device != 0) {
     return absl::InvalidArgumentError(absl::StrCat("--devices=", devices, " and --device=", device,
                                                    ": choose one (--devices=", device,
                                                    " is --device=", device, ")"));
   }
-  return ParseDevicesFlag(devices);
+  return selection;
 }
 
 }  // namespace

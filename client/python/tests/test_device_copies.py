@@ -300,7 +300,8 @@ def test_bad_device_lists_stop_the_daemon_naming_the_fault(request: pytest.Fixtu
              (["--backend=cuda", "--devices=0,"], "an empty entry"),
              (["--backend=cuda", "--devices=1", "--device=1"], "choose one"),
              (["--backend=cuda", "--devices=all", "--cpu_devices=2"], "needs --backend=cpu"),
-             (["--backend=cpu", "--devices=0"], "the cpu backend takes --cpu_devices=N")]
+             (["--backend=cpu", "--devices=0"], "the cpu backend takes --cpu_devices=N"),
+             (["--backend=cpu", "--device=1"], "the cpu backend has no device ordinals")]
     if conftest.BACKEND == "cuda":  # A GPU here: an ordinal past the last one.
         cases.append((["--backend=cuda", "--devices=0,63"],
                       "device 1 (ordinal 63): --backend=cuda: --device=63: this machine has"))
