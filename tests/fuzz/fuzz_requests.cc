@@ -194,6 +194,14 @@ void Dispatch(UnaryClient& c, const IdMap& map, Method method, const uint8_t* da
         for (uint64_t& h : *r.mutable_handles()) h = map.Handle(h);
         c.Release(r);
       });
+    case Method::kCopyToDevice:
+      return Parsed<v1::CopyToDeviceRequest>(data, size, [&](auto& r) {
+        map.SessionOf(r);
+        r.set_target_session(map.Session(r.target_session()));
+        map.Binding(r.mutable_source());
+        if (r.target_handle() != 0) r.set_target_handle(map.Handle(r.target_handle()));
+        c.CopyToDevice(r);
+      });
     case Method::kGetStats:  // No fields; answered from the metrics, not by the device.
     case Method::kDrain:     // Would end the daemon under test: never picked.
     case Method::kSession:   // Not a Compute method: never picked.

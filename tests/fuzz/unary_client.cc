@@ -102,6 +102,22 @@ void UnaryClient::Created(SessionId session, const absl::StatusOr<NewHandle>& h,
   AddHandle(KnownHandle{session, h->handle, h->size, shape});
 }
 
+void UnaryClient::CopyToDevice(const v1::CopyToDeviceRequest& r) {
+  const SessionId session(r.session());
+  const CopyTarget target{SessionId(r.target_session()), HandleId(r.target_handle()),
+                          r.target_offset()};
+  Call("CopyToDevice", [&]() -> absl::Status {
+    const BindingRef binding = ToBindingRef(r.source());
+    ObserveBindings({binding});
+    if (!OnDevice(session)) return NoSession(session);
+    if (!OnDevice(target.session)) return NoSession(target.session);
+    absl::StatusOr<NewHandle> h =
+        device().CopyBetweenSessions(session, binding, target, absl::Now());
+    if (r.target_handle() == 0) Created(target.session, h);
+    return h.status();
+  });
+}
+
 void UnaryClient::OpenSession(const v1::OpenSessionRequest& r, bool quota_owner) {
   if (r.device() != 0) return;  // NOT_FOUND at the edge.
   Call("OpenSession", [&] {

@@ -56,6 +56,8 @@ class UnaryClient {
   // `method` is MemoryUsage, MemoryCleanup or GetInfo (requests of one field: the device).
   void DeviceCall(Method method, uint32_t device);
   void Release(const v1::ReleaseRequest& r);
+  // CopyToDevice between two sessions of the fixture's one device (Device::CopyBetweenSessions).
+  void CopyToDevice(const v1::CopyToDeviceRequest& r);
 
   // Sessions and handles created elsewhere (the session stream), so that requests can name them.
   void AddSession(SessionId session, PrincipalPtr owner);
