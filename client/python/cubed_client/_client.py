@@ -24,7 +24,7 @@ from ._errors import (CubedError, InvalidArgumentError, UnimplementedError, erro
                       error_from_rpc)
 from ._graph import Graph
 from . import _devices
-from . import _interop, _wire
+from . import _import, _interop, _wire
 from ._proto import compute_pb2, compute_pb2_grpc, session_pb2, types_pb2
 from ._address import region_socket_path
 from ._kernels import KernelMethods
@@ -111,6 +111,9 @@ class Client(KernelMethods):
         A permission: where ``info().matmul_types`` lists no ``"tf32*tf32+f32"`` (the CPU
         backend) the product stays exact."""
         self._gc_releases: Deque[int] = collections.deque()
+        # Producers of imported handles already released here, kept until the daemon answered a
+        # command sent after their releases (Note [Tensor import] in _import.py).
+        self._import_graveyard: Deque[Any] = collections.deque()
         self._self_ref = weakref.ref(self)
         # What a collected tensor's handle calls with its id (Client._live sends the releases).
         self._release_collected = functools.partial(_gc_release, self._self_ref)
@@ -181,6 +184,7 @@ class Client(KernelMethods):
     def _finish_close(self) -> None:
         self._finalizer()  # The session's end unmaps the daemon's side of the staging region.
         self._staging.close()
+        self._import_graveyard.clear()  # The session's end closed the daemon's imports.
 
     def __enter__(self) -> "Client":
         return self
@@ -229,9 +233,22 @@ class Client(KernelMethods):
             raise error_for(grpc.StatusCode.DEADLINE_EXCEEDED,
                             f"no answer within {self._timeout} s (connect(timeout=...))") from None
 
-    def _release_now(self, handle_id: int) -> None:
+    def _release_now(self, handle_id: int, keep: Any = None) -> None:
         if not self._closed:
+            if keep is not None:  # An import's producer waits for the daemon (Note [Tensor import]).
+                self._import_graveyard.append(keep)
             self._live().release([handle_id])
+
+    def _answered(self, future: "Future[Any]", buried: int) -> Any:
+        """_wait for an answer to a command sent after the releases of the first ``buried``
+        producers of the import graveyard, which the daemon has then processed: they go."""
+        result = self._wait(future)
+        for _ in range(buried):
+            try:
+                self._import_graveyard.popleft()
+            except IndexError:
+                break
+        return result
 
     def _handle(self, handle_id: int, nbytes: int) -> _Handle:
         return _Handle(handle_id, nbytes, self._release_collected)
@@ -530,7 +547,8 @@ class Client(KernelMethods):
         """Waits until every earlier command of the session has finished (trait: sync). On the
         stream, raises the first error of the commands since the previous sync (its
         ``failed_commands`` says how many failed) and forgets them."""
-        self._wait(self._live(flush_releases=True).sync())
+        buried = len(self._import_graveyard)
+        self._answered(self._live(flush_releases=True).sync(), buried)
 
     def flush(self) -> None:
         """Pushes queued work to the device (trait: flush); also keeps an idle session's lease."""
@@ -538,7 +556,9 @@ class Client(KernelMethods):
 
     def memory_usage(self) -> MemoryUsage:
         """The device's memory usage now (trait: memory_usage; all sessions together)."""
-        return MemoryUsage.from_proto(self._wait(self._live(flush_releases=True).memory_usage(self._device)))
+        buried = len(self._import_graveyard)
+        return MemoryUsage.from_proto(self._answered(
+            self._live(flush_releases=True).memory_usage(self._device), buried))
 
     def memory_cleanup(self) -> MemoryUsage:
         """Returns free pool pages to the device (trait: memory_cleanup); the usage after it."""
@@ -620,6 +640,45 @@ class Client(KernelMethods):
 
     # --- sharing with other libraries (Note [Tensor export] in _interop.py) ---------------------
 
+    def from_dlpack(self, x: Any) -> Tensor:
+        """A Tensor over another library's tensor ``x`` (PyTorch, CuPy, JAX, numpy: anything with
+        ``__dlpack__``, or on CUDA ``__cuda_array_interface__``), with its shape, strides and
+        dtype (Note [Tensor import] in _import.py; docs/api.md, "Importing tensors").
+
+        CUDA backend: no copy. The daemon maps ``x``'s own device memory (CUDA IPC), so writes
+        on either side show on the other; the import first waits for the work queued on ``x``'s
+        GPU in this process, later writes are ordered as for exports. The tensor keeps ``x``
+        alive; ``x`` must be on the daemon's GPU, in memory CUDA IPC can share (not PyTorch's
+        expandable segments). CPU backend: ``x`` is copied once into a shared-memory region
+        that the tensor then lives in, so ``np.from_dlpack(tensor)`` views it without a copy
+        (over unary calls, a plain create()). The memory is not counted in memory_usage().
+
+        BufferError when ``x`` cannot be imported (another GPU, IPC refused, CUDA memory into a
+        CPU daemon, negative strides), TypeError for an object or dtype cubed cannot take, the
+        daemon's refusals as CubedError; nothing is left behind on error."""
+        if isinstance(x, Tensor):
+            return self._own(x, "from_dlpack")
+        if self._closed:
+            raise error_for(grpc.StatusCode.FAILED_PRECONDITION, "the client is closed")
+        if self._export_device()[0] == _interop.DL_CUDA:
+            return _import.import_cuda(self, x, self._export_gpu[1])  # type: ignore[index]
+        return _import.import_host(self, x, region_socket_path(self._target)
+                                   if self._transport.kind == "stream" else None)
+
+    def _imported(self, handle_id: int, nbytes: int, keep: Any, shape: Sequence[int],
+                  strides: Sequence[int], dtype: np.dtype) -> Tensor:
+        """The Tensor over a new imported handle, which holds ``keep`` (Note [Tensor import])."""
+        release = functools.partial(_import.release_import, self._self_ref, keep)
+        return Tensor(self, _Handle(handle_id, nbytes, release, keep), shape, strides, dtype)
+
+    def _rpc(self, method: str, request: Any) -> Any:
+        """One Compute RPC of this client's session, with its deadline and metadata."""
+        stub = compute_pb2_grpc.ComputeStub(self._channel)
+        try:
+            return getattr(stub, method)(request, timeout=self._timeout, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise error_from_rpc(e, method) from None
+
     def _export_device(self) -> Tuple[int, int]:
         """DLPack's device of this client's tensors (the backend and GPU asked once)."""
         if self._export_gpu is None:
@@ -640,6 +699,8 @@ class Client(KernelMethods):
                               "is in the daemon's process): read() it into numpy instead")
         self.sync()
         handle = t._handle
+        if handle.keep is not None:  # Imported: the producer's own memory in this process.
+            return handle.keep.pointer + t.offset * t.dtype.itemsize
         if handle.export is None:
             if handle.nbytes == 0:
                 return 0

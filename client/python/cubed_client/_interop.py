@@ -255,6 +255,56 @@ def capsule(owner: Any, pointer: int, device: Tuple[int, int]) -> Any:
     return _pyapi.PyCapsule_New(address, _NAME, _capsule_destructor)
 
 
+# DLPack 1.x (dlpack.h v1.0): the versioned capsule, whose flags say whether the consumer may
+# write (numpy makes arrays from unversioned capsules read-only).
+_NAME_VERSIONED = b"dltensor_versioned"
+_FLAG_IS_COPIED = 1 << 1
+
+
+class _DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class _DLManagedTensorVersioned(ctypes.Structure):
+    pass
+
+
+_DeleterVersioned = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensorVersioned))
+_DLManagedTensorVersioned._fields_ = [("version", _DLPackVersion), ("manager_ctx", ctypes.c_void_p),
+                                      ("deleter", _DeleterVersioned), ("flags", ctypes.c_uint64),
+                                      ("dl_tensor", _DLTensor)]
+
+
+@_DeleterVersioned
+def _deleter_versioned(managed: Any) -> None:
+    _release(ctypes.addressof(managed.contents))
+
+
+@_Destructor
+def _capsule_destructor_versioned(capsule: int) -> None:
+    if _pyapi.PyCapsule_IsValid(capsule, _NAME_VERSIONED):
+        _release(_pyapi.PyCapsule_GetPointer(capsule, _NAME_VERSIONED))
+
+
+def capsule_versioned(owner: Any, pointer: int, device: Tuple[int, int], copied: bool) -> Any:
+    """As capsule(), a DLPack 1.0 "dltensor_versioned" capsule (writable; IS_COPIED when
+    ``copied``), for consumers that asked for max_version >= (1, 0)."""
+    ndim = owner.ndim
+    shape = (ctypes.c_int64 * max(ndim, 1))(*owner.shape)
+    strides = (ctypes.c_int64 * max(ndim, 1))(*owner.strides)
+    m = _DLManagedTensorVersioned()
+    m.version = _DLPackVersion(1, 0)
+    code, bits = dl_dtype(owner.dtype)
+    m.dl_tensor = _DLTensor(pointer, _DLDevice(*device), ndim, _DLDataType(code, bits, 1),
+                            shape, strides, 0)
+    m.deleter = _deleter_versioned
+    m.flags = _FLAG_IS_COPIED if copied else 0
+    address = ctypes.addressof(m)
+    m.manager_ctx = address
+    _live[address] = (m, shape, strides, owner)
+    return _pyapi.PyCapsule_New(address, _NAME_VERSIONED, _capsule_destructor_versioned)
+
+
 def exported_capsules() -> int:
     """DLPack capsules whose consumer (or the capsule itself) still holds a tensor."""
     return len(_live)

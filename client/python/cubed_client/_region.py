@@ -22,7 +22,8 @@ from ._proto import region_pb2, types_pb2
 
 
 class SharedRegion:
-    """``size`` bytes of sealed memfd memory, mapped here and registered for ``session``.
+    """``size`` bytes of sealed memfd memory (named ``name`` in /proc maps), mapped here and
+    registered for ``session``.
 
     ``view`` is a writable memoryview over the whole region. Thread-safe to read and write; the
     daemon reads a create's bytes when the command runs and writes a read's before its reply.
@@ -30,10 +31,11 @@ class SharedRegion:
     release_region command).
     """
 
-    def __init__(self, socket_path: str, session: int, size: int) -> None:
+    def __init__(self, socket_path: str, session: int, size: int,
+                 name: str = "cubed-region") -> None:
         if size <= 0:
             raise ValueError(f"region size {size}; need at least 1 byte")
-        fd = os.memfd_create("cubed-region", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(fd, size)
             fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)

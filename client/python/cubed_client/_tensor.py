@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Tuple, Unio
 
 import numpy as np
 
-from . import _interop, _wire
+from . import _import, _interop, _wire
 from ._types import BFLOAT16, dense_strides
 
 if TYPE_CHECKING:
@@ -26,15 +26,18 @@ class _Handle:
     finalizer costs a registry entry per tensor), on whatever thread dropped the last
     reference, so it must only record the id."""
 
-    __slots__ = ("id", "nbytes", "_release", "export", "__weakref__")
+    __slots__ = ("id", "nbytes", "_release", "export", "keep", "__weakref__")
 
-    def __init__(self, id: int, nbytes: int, release: Optional[Callable[[int], None]]) -> None:
+    def __init__(self, id: int, nbytes: int, release: Optional[Callable[[int], None]],
+                 keep: Any = None) -> None:
         self.id = id
         self.nbytes = nbytes
         self._release = release
         # The page opened in this process for DLPack / __cuda_array_interface__ (_interop.Mapping,
         # Note [Tensor export]), closed with the handle, before its release.
         self.export: Any = None
+        # An imported handle's producer (_import.Imported, Note [Tensor import]); else None.
+        self.keep = keep
 
     def close(self) -> bool:
         """Detaches the GC release; True when this call took it over (release now)."""
@@ -318,13 +321,13 @@ class Tensor:
         Idempotent. BufferError for a tensor shared through DLPack or
         ``__cuda_array_interface__`` (its memory lives while any reference does)."""
         if self._handle.close():
-            self._client._release_now(self._handle.id)
+            self._client._release_now(self._handle.id, self._handle.keep)
 
     # --- sharing with PyTorch, CuPy, JAX (Note [Tensor export] in _interop.py) -------------------
 
     def __dlpack_device__(self) -> Tuple[int, int]:
         """DLPack's (device type, device id): (kDLCUDA, this process's ordinal of the daemon's
-        GPU) on the CUDA backend, (kDLCPU, 0) on the CPU backend (which cannot export)."""
+        GPU) on the CUDA backend, (kDLCPU, 0) on the CPU backend."""
         return self._client._export_device()
 
     def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
@@ -333,11 +336,16 @@ class Tensor:
         ``cupy.from_dlpack(t)``, ``jax.dlpack.from_dlpack(t)``): CUDA backend, same host. Waits
         for the session's earlier commands, so the data is ready on any consumer stream. The
         consumer shares the memory (writes show on both sides) and keeps it alive. ``copy=True``
-        exports a fresh copy. BufferError on the CPU backend, for another ``dl_device`` or when
-        the driver refuses IPC."""
+        exports a fresh copy. CPU backend (``np.from_dlpack(t)``): a view of the shared-memory
+        region an imported tensor lives in (Client.from_dlpack), else a copy read now
+        (BufferError with ``copy=False``). BufferError for another ``dl_device`` or when the
+        driver refuses IPC."""
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
             raise BufferError(f"cannot export to device {tuple(dl_device)}: the tensor is on "
                               f"{self.__dlpack_device__()}")
+        if self.__dlpack_device__()[0] == _interop.DL_CPU:
+            return _import.host_capsule(self._client, self._client._own(self, "export"), copy,
+                                        max_version)
         source = self._client.copy(self) if copy else self
         pointer = self._client._export_pointer(source)
         return _interop.capsule(source, pointer, self.__dlpack_device__())
