@@ -10,7 +10,7 @@ namespace cubed {
 // CUBED_CUDA_ATTENTION_MMA (chosen on the host for f16 and bf16 with E = Ev = 64, unit column
 // strides and 16-byte aligned rows): flash attention on the tensor cores (sm_80 and later). A
 // block of 8 warps takes 128 queries of one batch, each warp 16 of them; K and V stream through
-// shared memory in tiles of 64 keys (cp.async, the next tile's load overlapping this one's math),
+// shared memory in tiles of 64 keys (cp.async, two stages: Note [Attention pipeline]),
 // scores and the running output stay in registers (mma.sync m16n8k16, f32 accumulation), the
 // softmax is online (running maximum and sum, the output rescaled when the maximum grows), and
 // P is rounded to the input type before P V, as flash attention does. Tiles past a query tile's
@@ -21,6 +21,10 @@ namespace cubed {
 constexpr u32 kAttnRows = CUBED_CUDA_ATTENTION_MMA_ROWS;  // Per block, MMA path: 8 warps x 16.
 constexpr u32 kAttnKeys = 64;                             // Keys per tile.
 constexpr u32 kAttnDim = 64;                              // E = Ev of the MMA path.
+constexpr u32 kAttnThreads = kAttnRows * 2;               // 32 a warp, 16 queries a warp.
+constexpr u32 kAttnTileBytes = kAttnKeys * kAttnDim * 2;  // A K or V tile in shared memory.
+// Shared memory of the MMA path: the Q tile, then two stages of (K tile, V tile).
+constexpr u32 kAttnSharedElems = (kAttnRows + 4 * kAttnKeys) * kAttnDim;
 constexpr u32 kAttnChunk = 4;  // Output columns per lane per pass of the generic path.
 
 // Element offsets of batch `b` in q, k, v and out (out's dims before the last two).
@@ -108,21 +112,27 @@ __device__ __forceinline__ u32 SharedAddress(const void* p) {
   return static_cast<u32>(__cvta_generic_to_shared(p));
 }
 
-// Copies `rows` rows of 64 elements (row stride `stride` elements, from element `base` of `src`)
-// into the swizzled tile `dst`, rows at or past `valid` (and any chunk outside the buffer) as
-// zeros; asynchronous (cp.async), completed by the caller's wait.
-template <class T>
-__device__ __forceinline__ void LoadTile(unsigned short* dst, const Buf<const T>& src, u64 base,
-                                         u64 stride, u32 rows, u64 valid) {
-  constexpr u32 kChunks = kAttnDim / 8;
-  for (u32 c = threadIdx.x; c < rows * kChunks; c += blockDim.x) {
-    const u32 row = c / kChunks, chunk = c % kChunks;
+// Copies `kRows` rows of 64 elements (row stride `stride` elements, from element `base` of `src`)
+// into the swizzled tile at shared address `dst`, rows at or past `valid` (and any chunk outside
+// the buffer) as zeros; asynchronous (cp.async), completed by the caller's wait. Thread x of the
+// block's kAttnThreads copies the 16-byte chunk x % 8 of rows x / 8 + i * kAttnThreads / 8: a
+// multiple of 8 apart, so one swizzled offset serves all of them.
+template <u32 kRows, class T>
+__device__ __forceinline__ void CopyRows(u32 dst, const Buf<const T>& src, u64 base, u64 stride,
+                                         u64 valid) {
+  const u32 rows = static_cast<u32>(valid < kRows ? valid : kRows);
+  constexpr u32 kStep = kAttnThreads / 8;  // Rows a pass of the block copies.
+  static_assert(kRows % kStep == 0 && kStep % 8 == 0, "whole passes, one swizzle");
+  const u32 row0 = threadIdx.x >> 3, chunk = threadIdx.x & 7u;
+  const u32 to = dst + 2 * Swizzled(row0, chunk * 8);
+#pragma unroll
+  for (u32 i = 0; i < kRows / kStep; ++i) {
+    const u32 row = row0 + i * kStep;
     const u64 index = base + row * stride + chunk * 8;
-    const bool in = row < valid && index + 8 <= src.n;
+    const bool in = row < rows && index + 8 <= src.n;
     const void* from =
         in ? static_cast<const void*>(src.p + index) : static_cast<const void*>(src.p);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
-                     SharedAddress(dst + Swizzled(row, chunk * 8))),
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to + i * kStep * 128),
                  "l"(from), "r"(in ? 16 : 0));
   }
 }
@@ -177,144 +187,217 @@ __device__ __forceinline__ float Exp2(float x) {
   return y;
 }
 
-// Maximum that ignores neither operand's NaN (as Max), over a quad of lanes.
+// The greater of a and b, NaN when either is (FMNMX.NAN, one instruction); which zero of +0 and
+// -0 it returns does not matter here (2^(x - m) is the same).
+__device__ __forceinline__ float MaxNan(float a, float b) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;\n" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
 __device__ __forceinline__ float QuadMax(float x) {
-  x = Max(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return Max(x, __shfl_xor_sync(0xffffffffu, x, 2));
+  x = MaxNan(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return MaxNan(x, __shfl_xor_sync(0xffffffffu, x, 2));
 }
 __device__ __forceinline__ float QuadSum(float x) {
   x += __shfl_xor_sync(0xffffffffu, x, 1);
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+// Note [Attention pipeline]
+// The MMA path's block loads Q and K/V tile 0, then for each key tile j: waits for tile j's copy,
+// one barrier (every warp is done with tile j - 1, whose stage tile j + 1 reuses), starts the copy
+// of tile j + 1 into the other stage, and computes tile j, so that each copy has a whole tile's
+// math to land in. A warp whose 16 queries all precede the tile's first key skips it (its P would
+// be zeros). The row maxima are of the raw scores q . k (the scale is made >= 0 by negating Q
+// in shared memory, exact in f16 and bf16), so that p = 2^(s * scale log2(e) - m scale log2(e)) is
+// one FFMA and one ex2; masked keys (past the diagonal or S) are -inf for the maximum and p = 0.
 template <class T>
 __device__ void AttentionMma(const CudaBuiltinArgs& a, unsigned short* smem) {
-  unsigned short* const qs = smem;                       // [128][64]
-  unsigned short* const ks = qs + kAttnRows * kAttnDim;  // [64][64]
-  unsigned short* const vs = ks + kAttnKeys * kAttnDim;  // [64][64]
   const Buf<const T> q = BufOf<const T>(a.buffers[0]);
   const Buf<const T> k = BufOf<const T>(a.buffers[1]);
   const Buf<const T> v = BufOf<const T>(a.buffers[2]);
   const Buf<T> o = BufOf<T>(a.buffers[3]);
   const u32 r = a.buffers[3].rank;
-  const u64 len_q = a.buffers[3].shape[r - 2], len_k = a.buffers[1].shape[r - 2];
+  // Row counts and indices in 32 bits: every tensor holds fewer than 2^32 elements (its
+  // metadata's logical_len is a u32, docs/kernel-abi.md).
+  const u32 len_q = static_cast<u32>(a.buffers[3].shape[r - 2]);
+  const u32 len_k = static_cast<u32>(a.buffers[1].shape[r - 2]);
   const u64 q_rs = a.buffers[0].strides[r - 2], k_rs = a.buffers[1].strides[r - 2];
   const u64 v_rs = a.buffers[2].strides[r - 2];
   const u64 o_rs = a.buffers[3].strides[r - 2], o_cs = a.buffers[3].strides[r - 1];
-  // Scores in the base-2 domain: x = scale * log2(e) * q . k, p = 2^(x - max).
-  const float scale2 = static_cast<float>(__longlong_as_double(static_cast<long long>(a.scalar)) *
-                                          1.4426950408889634);
+  // Scores in the base-2 domain: x = scale * log2(e) * q . k, p = 2^(x - max). A negative scale
+  // negates Q instead (the products negate exactly), so that scale2 >= 0 keeps the order.
+  const double scale = __longlong_as_double(static_cast<long long>(a.scalar));
+  const float scale2 = static_cast<float>((scale < 0 ? -scale : scale) * 1.4426950408889634);
+  const u32 q_sign = scale < 0 ? 0x80008000u : 0u;
   const u32 warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
   const u32 g = lane >> 2, t = lane & 3u;  // The MMA fragments' row group and column pair.
-  const u64 q_tiles = (len_q + kAttnRows - 1) / kAttnRows;
-  const u64 tiles = a.count * q_tiles;
-  for (u64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+  const u32 qs = SharedAddress(smem);      // [kAttnRows][64], then the stages.
+  const u32 stages = qs + kAttnRows * kAttnDim * 2;
+  // ldmatrix row addresses within a tile (bytes; Swizzled, the chunk's XOR split out): K's for
+  // keys n * 8 + (lane & 7), columns kp * 32 + (lane >> 3) * 8 at (k_base ^ kp * 64) + n * 1024;
+  // V's (transposed) for keys kk * 16 + (lane & 15), columns dp * 16 + (lane >> 4) * 8 at
+  // (v_base ^ dp * 32) + kk * 2048.
+  const u32 r8 = lane & 7u;
+  // This warp's 16 queries as A fragments: columns kk * 16.. at q_at + kk * 32 (bytes).
+  const u32 q_at = qs + 2 * Swizzled(warp * 16 + (lane & 15u), (lane >> 4) * 8);
+  const u32 k_base = 2 * (r8 * kAttnDim + (((lane >> 3) ^ r8) << 3));
+  const u32 v_base = 2 * ((lane & 15u) * kAttnDim + (((lane >> 4) ^ r8) << 3));
+  // Out's count * len_q * 64 elements are below 2^32, so 32 bits count the tiles.
+  const u32 q_tiles = (len_q + kAttnRows - 1) / kAttnRows;
+  const u32 tiles = static_cast<u32>(a.count) * q_tiles;
+  for (u32 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     // The longest tiles (the last queries see the most keys) first, over every batch.
-    const u64 b = tile % a.count;
-    const u64 q0 = (q_tiles - 1 - tile / a.count) * kAttnRows;
-    u64 off[4];
-    AttentionBatch(a, b, off);
-    const u64 q_end = q0 + kAttnRows < len_q ? q0 + kAttnRows : len_q;
-    const u64 keys = len_k < q_end ? len_k : q_end;  // Keys any query of the tile sees.
-    const u32 key_tiles = static_cast<u32>((keys + kAttnKeys - 1) / kAttnKeys);
+    const u32 count = static_cast<u32>(a.count);
+    const u32 b = tile % count;
+    const u32 q0 = (q_tiles - 1 - tile / count) * kAttnRows;
+    // AttentionBatch's offset of tensor i, in 32 bits and a loop (fewer registers); out's is
+    // computed after the key loop, so that it holds no registers there.
+    auto batch_offset = [&](u32 i) {
+      u64 off = 0;
+      u32 linear = b;
+#pragma unroll 1
+      for (u32 d = r - 2; d-- > 0;) {
+        const u32 extent = static_cast<u32>(a.buffers[3].shape[d]);
+        off += static_cast<u64>(linear % extent) * a.buffers[i].strides[d];
+        linear /= extent;
+      }
+      return off;
+    };
+    const u64 k_off = batch_offset(1), v_off = batch_offset(2);
+    const u32 q_end = q0 + kAttnRows < len_q ? q0 + kAttnRows : len_q;
+    const u32 keys = len_k < q_end ? len_k : q_end;  // Keys any query of the tile sees.
+    const u32 key_tiles = (keys + kAttnKeys - 1) / kAttnKeys;
     __syncthreads();  // The previous tile's warps are done with every shared tile.
-    LoadTile(qs, q, off[0] + q0 * q_rs, q_rs, kAttnRows, len_q - q0);
-    if (key_tiles > 0) LoadTile(ks, k, off[1], k_rs, kAttnKeys, len_k);
+    CopyRows<kAttnRows>(qs, q, batch_offset(0) + q0 * q_rs, q_rs, len_q - q0);
+    if (key_tiles > 0) {
+      CopyRows<kAttnKeys>(stages, k, k_off, k_rs, len_k);
+      CopyRows<kAttnKeys>(stages + kAttnTileBytes, v, v_off, v_rs, len_k);
+    }
     CommitLoads();
-    u32 qf[kAttnDim / 16][4];  // This warp's 16 queries as MMA A fragments.
+    if (q_sign != 0 && key_tiles > 0) {  // Negates this warp's 16 rows of Q in place.
+      WaitLoads();
+      __syncthreads();  // Other threads copied them.
+      u32* const rows = reinterpret_cast<u32*>(smem + warp * 16 * kAttnDim);
+#pragma unroll
+      for (u32 i = lane; i < 16 * kAttnDim / 2; i += 32) rows[i] ^= q_sign;
+      __syncwarp();
+    }
     float acc[kAttnDim / 8][4];
 #pragma unroll
     for (u32 n = 0; n < kAttnDim / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-    float m_lo = Num<float>::Lowest(), m_hi = m_lo;  // Running maxima: rows g, g + 8.
-    float l_lo = 0.f, l_hi = 0.f;                    // Running sums (this thread's part).
-    const u64 row_lo = q0 + warp * 16 + g, row_hi = row_lo + 8;
+    // Running maxima of the raw scores (rows g, g + 8) and sums (this thread's part).
+    float m_lo = Num<float>::Lowest(), m_hi = m_lo;
+    float l_lo = 0.f, l_hi = 0.f;
+    const u32 first_row = q0 + warp * 16;
+    const u32 row_lo = first_row + g, row_hi = row_lo + 8;
+    // Key tiles this warp computes (its last query sees up to key first_row + 15), and the first
+    // that needs the mask (keys past the diagonal of its first query, or past S).
+    const u32 last_tile = (first_row + 15) / kAttnKeys;
+    const u32 warp_tiles = last_tile < key_tiles ? last_tile + 1 : key_tiles;
+    const u32 unmasked = (first_row < len_k ? first_row : len_k) / kAttnKeys;
+    const u32 mask_from = unmasked < key_tiles ? unmasked : key_tiles;
     for (u32 j = 0; j < key_tiles; ++j) {
-      const u64 k0 = static_cast<u64>(j) * kAttnKeys;
+      const u32 k0 = j * kAttnKeys;
       WaitLoads();
-      __syncthreads();  // K tile j (and Q) landed; every warp is done with V tile j - 1.
-      if (j == 0) {
-#pragma unroll
-        for (u32 kk = 0; kk < kAttnDim / 16; ++kk) {
-          LoadMatrices(qf[kk], SharedAddress(qs + Swizzled(warp * 16 + (lane & 15u),
-                                                           kk * 16 + (lane >> 4) * 8)));
-        }
+      __syncthreads();          // Tile j (and Q) landed; every warp is done with tile j - 1.
+      if (j + 1 < key_tiles) {  // Into the stage tile j - 1 used.
+        const u32 next = stages + ((j + 1) & 1u) * 2 * kAttnTileBytes;
+        const u32 k1 = k0 + kAttnKeys;
+        CopyRows<kAttnKeys>(next, k, k_off + k1 * k_rs, k_rs, len_k - k1);
+        CopyRows<kAttnKeys>(next + kAttnTileBytes, v, v_off + k1 * v_rs, v_rs, len_k - k1);
+        CommitLoads();
       }
-      LoadTile(vs, v, off[2] + k0 * v_rs, v_rs, kAttnKeys, len_k - k0);
-      CommitLoads();
+      if (j >= warp_tiles) continue;  // No query of this warp sees the tile's keys.
+      const u32 ks = stages + (j & 1u) * 2 * kAttnTileBytes, vs = ks + kAttnTileBytes;
       // S = Q K^T for this warp's 16 queries and the tile's 64 keys.
       float s[kAttnKeys / 8][4];
 #pragma unroll
-      for (u32 n = 0; n < kAttnKeys / 8; ++n) {
-        s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+      for (u32 n = 0; n < kAttnKeys / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
 #pragma unroll
-        for (u32 kp = 0; kp < kAttnDim / 32; ++kp) {
+      for (u32 kp = 0; kp < kAttnDim / 32; ++kp) {
+        // This warp's queries, columns kp * 32.. (A fragments; reloaded each tile, which holds
+        // 8 registers instead of 16 across the loop).
+        u32 qf[2][4];
+        LoadMatrices(qf[0], q_at ^ (kp * 64));
+        LoadMatrices(qf[1], q_at ^ (kp * 64 + 32));
+#pragma unroll
+        for (u32 n = 0; n < kAttnKeys / 8; ++n) {
           u32 bf[4];
-          LoadMatrices(
-              bf, SharedAddress(ks + Swizzled(n * 8 + (lane & 7u), kp * 32 + (lane >> 3) * 8)));
-          Mma<T>(s[n], qf[2 * kp], bf[0], bf[1]);
-          Mma<T>(s[n], qf[2 * kp + 1], bf[2], bf[3]);
+          LoadMatrices(bf, ks + (k_base ^ (kp * 64)) + n * 1024);
+          Mma<T>(s[n], qf[0], bf[0], bf[1]);
+          Mma<T>(s[n], qf[1], bf[2], bf[3]);
         }
       }
       // Keys past the diagonal of this warp's first query, or past S, are masked: key k0 + c
       // (c the column in the tile) is visible to row r when c < min(r - k0 + 1, S - k0), as a
-      // bound within [0, 64] on c.
-      const bool masked = k0 + kAttnKeys > q0 + warp * 16 || k0 + kAttnKeys > len_k;
-      const u64 tile_end = len_k - k0 < kAttnKeys ? len_k - k0 : kAttnKeys;
-      auto visible = [&](u64 row) {  // Rows before k0 see none of the tile.
-        const u64 seen = row + 1 > k0 ? row + 1 - k0 : 0;
-        return static_cast<u32>(seen < tile_end ? seen : tile_end);
-      };
-      const u32 vis_lo = visible(row_lo), vis_hi = visible(row_hi);
-      float mx_lo = m_lo, mx_hi = m_hi;
+      // bound within [0, 64] on c. The softmax is compiled twice, with and without the mask, so
+      // that the tiles below the diagonal test nothing per element.
+      u32 pf[kAttnKeys / 16][4];               // P as A fragments of the P V product.
+      auto softmax = [&](const bool masked) {  // Called with constants, inlined twice.
+        u32 vis_lo = kAttnKeys, vis_hi = kAttnKeys;
+        if (masked) {
+          const u32 tile_end = len_k - k0 < kAttnKeys ? len_k - k0 : kAttnKeys;
+          auto visible = [&](u32 row) {  // Rows before k0 see none of the tile.
+            const u32 seen = row + 1 > k0 ? row + 1 - k0 : 0;
+            return seen < tile_end ? seen : tile_end;
+          };
+          vis_lo = visible(row_lo);
+          vis_hi = visible(row_hi);
 #pragma unroll
-      for (u32 n = 0; n < kAttnKeys / 8; ++n) {
+          for (u32 n = 0; n < kAttnKeys / 8; ++n) {
 #pragma unroll
-        for (u32 c = 0; c < 4; ++c) {
-          const u32 col = n * 8 + 2 * t + (c & 1u);
-          float x = s[n][c] * scale2;
-          if (masked && col >= (c < 2 ? vis_lo : vis_hi)) x = Num<float>::Lowest();
-          s[n][c] = x;
-          if (c < 2) {
-            mx_lo = Max(mx_lo, x);
-          } else {
-            mx_hi = Max(mx_hi, x);
+            for (u32 c = 0; c < 4; ++c) {
+              const u32 col = n * 8 + 2 * t + (c & 1u);
+              if (col >= (c < 2 ? vis_lo : vis_hi)) s[n][c] = Num<float>::Lowest();
+            }
           }
         }
-      }
-      mx_lo = QuadMax(mx_lo);
-      mx_hi = QuadMax(mx_hi);
-      // A row that has seen only masked keys keeps maximum -inf: subtract 0 instead (its p are
-      // 0). Every query sees key 0, so no stored row ends so.
-      const float base_lo = mx_lo == Num<float>::Lowest() ? 0.f : mx_lo;
-      const float base_hi = mx_hi == Num<float>::Lowest() ? 0.f : mx_hi;
-      const float corr_lo = Exp2(m_lo - base_lo), corr_hi = Exp2(m_hi - base_hi);
-      m_lo = mx_lo;
-      m_hi = mx_hi;
-      l_lo *= corr_lo;
-      l_hi *= corr_hi;
+        float mx_lo = m_lo, mx_hi = m_hi;
 #pragma unroll
-      for (u32 n = 0; n < kAttnDim / 8; ++n) {
-        acc[n][0] *= corr_lo;
-        acc[n][1] *= corr_lo;
-        acc[n][2] *= corr_hi;
-        acc[n][3] *= corr_hi;
-      }
-      u32 pf[kAttnKeys / 16][4];  // P as A fragments of the P V product.
+        for (u32 n = 0; n < kAttnKeys / 8; ++n) {
+          mx_lo = MaxNan(mx_lo, MaxNan(s[n][0], s[n][1]));
+          mx_hi = MaxNan(mx_hi, MaxNan(s[n][2], s[n][3]));
+        }
+        mx_lo = QuadMax(mx_lo);
+        mx_hi = QuadMax(mx_hi);
+        // In the scaled domain: a row that has seen only masked keys keeps maximum -inf, and
+        // subtracts 0 instead (its p are 0). Every query sees key 0, so no stored row ends so.
+        const float ninf = Num<float>::Lowest();
+        const float base_lo = mx_lo == ninf ? 0.f : mx_lo * scale2;
+        const float base_hi = mx_hi == ninf ? 0.f : mx_hi * scale2;
+        const float corr_lo = Exp2((m_lo == ninf ? ninf : m_lo * scale2) - base_lo);
+        const float corr_hi = Exp2((m_hi == ninf ? ninf : m_hi * scale2) - base_hi);
+        m_lo = mx_lo;
+        m_hi = mx_hi;
+        l_lo *= corr_lo;
+        l_hi *= corr_hi;
 #pragma unroll
-      for (u32 n = 0; n < kAttnKeys / 8; ++n) {
-        const float p0 = Exp2(s[n][0] - base_lo), p1 = Exp2(s[n][1] - base_lo);
-        const float p2 = Exp2(s[n][2] - base_hi), p3 = Exp2(s[n][3] - base_hi);
-        l_lo += p0 + p1;
-        l_hi += p2 + p3;
-        pf[n / 2][(n & 1u) * 2] = PackPair<T>(p0, p1);
-        pf[n / 2][(n & 1u) * 2 + 1] = PackPair<T>(p2, p3);
-      }
-      WaitLoads();
-      __syncthreads();  // V tile j landed; every warp is done with K tile j.
-      if (j + 1 < key_tiles) {
-        LoadTile(ks, k, off[1] + (k0 + kAttnKeys) * k_rs, k_rs, kAttnKeys,
-                 len_k - (k0 + kAttnKeys));
-        CommitLoads();
+        for (u32 n = 0; n < kAttnDim / 8; ++n) {
+          acc[n][0] *= corr_lo;
+          acc[n][1] *= corr_lo;
+          acc[n][2] *= corr_hi;
+          acc[n][3] *= corr_hi;
+        }
+#pragma unroll
+        for (u32 n = 0; n < kAttnKeys / 8; ++n) {
+          float p[4];
+#pragma unroll
+          for (u32 c = 0; c < 4; ++c) {
+            p[c] = Exp2(fmaf(s[n][c], scale2, -(c < 2 ? base_lo : base_hi)));
+            // A masked key's p is 0 (with scale2 = 0 the FFMA of its -inf would be NaN).
+            if (masked && n * 8 + 2 * t + (c & 1u) >= (c < 2 ? vis_lo : vis_hi)) p[c] = 0.f;
+          }
+          l_lo += p[0] + p[1];
+          l_hi += p[2] + p[3];
+          pf[n / 2][(n & 1u) * 2] = PackPair<T>(p[0], p[1]);
+          pf[n / 2][(n & 1u) * 2 + 1] = PackPair<T>(p[2], p[3]);
+        }
+      };
+      if (j >= mask_from) {  // k0 + 64 > first_row or k0 + 64 > len_k.
+        softmax(true);
+      } else {
+        softmax(false);
       }
       // O += P V.
 #pragma unroll
@@ -322,36 +405,37 @@ __device__ void AttentionMma(const CudaBuiltinArgs& a, unsigned short* smem) {
 #pragma unroll
         for (u32 dp = 0; dp < kAttnDim / 16; ++dp) {
           u32 bf[4];
-          LoadMatricesTransposed(
-              bf, SharedAddress(vs + Swizzled(kk * 16 + (lane & 7u) + ((lane >> 3) & 1u) * 8,
-                                              dp * 16 + (lane >> 4) * 8)));
+          LoadMatricesTransposed(bf, vs + (v_base ^ (dp * 32)) + kk * 2048);
           Mma<T>(acc[2 * dp], pf[kk], bf[0], bf[1]);
           Mma<T>(acc[2 * dp + 1], pf[kk], bf[2], bf[3]);
         }
       }
     }
+    const u64 o_off = batch_offset(3);
     const float sum_lo = QuadSum(l_lo), sum_hi = QuadSum(l_hi);
     const float inv_lo = sum_lo == 0.f ? 0.f : 1.f / sum_lo;  // No keys: zeros.
     const float inv_hi = sum_hi == 0.f ? 0.f : 1.f / sum_hi;
 #pragma unroll
-    for (u32 n = 0; n < kAttnDim / 8; ++n) {
-      const u64 col = n * 8 + 2 * t;
+    for (u32 h = 0; h < 2; ++h) {
+      const u32 row = h == 0 ? row_lo : row_hi;
+      if (row >= len_q) continue;
+      const float inv = h == 0 ? inv_lo : inv_hi;
+      const u64 at = o_off + row * o_rs;  // Column 0 of the row.
+      if (o_cs == 1 && at + kAttnDim <= o.n && Aligned(o.p + at, 4)) {
+        Pack<T, 2>* const pairs = reinterpret_cast<Pack<T, 2>*>(o.p + at) + t;
 #pragma unroll
-      for (u32 h = 0; h < 2; ++h) {
-        const u64 row = h == 0 ? row_lo : row_hi;
-        if (row >= len_q) continue;
-        const float inv = h == 0 ? inv_lo : inv_hi;
-        const T x0 = static_cast<T>(acc[n][2 * h] * inv),
-                x1 = static_cast<T>(acc[n][2 * h + 1] * inv);
-        const u64 at = off[3] + row * o_rs + col * o_cs;
-        if (o_cs == 1 && at + 2 <= o.n && Aligned(o.p + at, 4)) {
+        for (u32 n = 0; n < kAttnDim / 8; ++n) {
           Pack<T, 2> pair;
-          pair.v[0] = x0;
-          pair.v[1] = x1;
-          *reinterpret_cast<Pack<T, 2>*>(o.p + at) = pair;
-        } else {
-          Store(o, at, x0);
-          Store(o, at + o_cs, x1);
+          pair.v[0] = static_cast<T>(acc[n][2 * h] * inv);
+          pair.v[1] = static_cast<T>(acc[n][2 * h + 1] * inv);
+          pairs[n * 4] = pair;
+        }
+      } else {
+#pragma unroll
+        for (u32 n = 0; n < kAttnDim / 8; ++n) {
+          const u64 col = at + (n * 8 + 2 * t) * o_cs;
+          Store(o, col, static_cast<T>(acc[n][2 * h] * inv));
+          Store(o, col + o_cs, static_cast<T>(acc[n][2 * h + 1] * inv));
         }
       }
     }
@@ -362,14 +446,14 @@ __device__ void AttentionMma(const CudaBuiltinArgs& a, unsigned short* smem) {
 #endif  // __CUDA_ARCH__ >= 800
 
 template <class T>
-__global__ void __launch_bounds__(256, 2)
+__global__ void __launch_bounds__(kAttnThreads, 2)
     AttentionKernel(const __grid_constant__ CudaBuiltinArgs a) {
   const u32 rank = a.buffers[3].rank;
   if (rank < 2 || rank > CUBED_CUDA_MAX_RANK) return;
   if constexpr (Num<T>::kHalf) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    __shared__ __align__(128) unsigned short smem[(kAttnRows + 2 * kAttnKeys) * kAttnDim];
-    bool aligned = a.variant == CUBED_CUDA_ATTENTION_MMA && blockDim.x == 256;
+    __shared__ __align__(128) unsigned short smem[kAttnSharedElems];
+    bool aligned = a.variant == CUBED_CUDA_ATTENTION_MMA && blockDim.x == kAttnThreads;
     for (u32 i = 0; i < 3; ++i) aligned = aligned && a.buffers[i].ptr % 16 == 0;
     if (aligned) {
       AttentionMma<T>(a, smem);

@@ -551,6 +551,16 @@ std::vector<Case> CasesFor(const CudaBuiltinSignature& s, CudaFamily family) {
       attention("transposed keys",
                 {Dense({40, 64}), Strided({40, 64}, {1, 40}), Dense({40, 64}), Dense({40, 64})});
       attention("no keys", {Dense({5, 64}), Dense({0, 64}), Dense({0, 64}), Dense({5, 64})});
+      // The MMA path takes the row maxima of the raw scores and negates Q for a negative scale
+      // (Note [Attention pipeline]); a zero scale averages the visible values. 600 keys: ten
+      // tiles through the two stages.
+      for (const double scale : {-0.2, 0.0}) {
+        Case& c = add(scale < 0 ? "negative scale" : "zero scale",
+                      {Dense({1, 2, 600, 64}), Dense({1, 2, 600, 64}), Dense({1, 2, 600, 64}),
+                       Dense({1, 2, 600, 64})});
+        c.plain = true;
+        std::memcpy(c.call.scalars.back().bytes.data(), &scale, sizeof(scale));
+      }
       break;
     }
     case CudaFamily::kMatmul:
