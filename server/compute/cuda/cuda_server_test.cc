@@ -1,11 +1,14 @@
 #include "server/compute/cuda/cuda_server.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/cuda/cuda_driver.h"
@@ -447,6 +450,72 @@ TEST_F(CudaServerTest, ImportRefusesBadSourcesAndLeavesNothing) {
   server_->Free(own.slice);
   EXPECT_EQ(server_->Usage().bytes_in_use, before.bytes_in_use);
   EXPECT_EQ(ReadOrDie({CreateOrDie("still works").slice, 0, 11}), "still works");
+}
+
+// Note [Imported memory]: another process's allocation, imported through its IPC handle, is the
+// same memory both ways; two imports of one allocation share the driver's mapping; freeing them
+// leaves the producer's memory as the daemon last wrote it.
+TEST_F(CudaServerTest, ImportsAnotherProcesssAllocationInPlace) {
+  const std::string go = absl::StrCat(testing::TempDir(), "/cubed-import-go-", getpid());
+  std::remove(go.c_str());
+  const char* exporter = getenv("CUBED_CUDA_IPC_EXPORTER");  // Where the build tree moved.
+  const std::string command =
+      absl::StrCat(exporter != nullptr ? exporter : CUBED_CUDA_IPC_EXPORTER, " 4096 ", go, " 2>&1");
+  FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  char line[256] = {0};
+  ASSERT_NE(fgets(line, sizeof(line), pipe), nullptr);
+  const std::string handle = absl::HexStringToBytes(absl::StripAsciiWhitespace(line));
+  if (handle.size() != 64) {
+    std::fclose(std::fopen(go.c_str(), "w"));
+    pclose(pipe);
+    GTEST_SKIP() << "the exporter could not share memory: " << line;
+  }
+  std::string pattern(4096, '\0');
+  for (size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<char>(i % 251);
+
+  const MemoryUsage before = server_->Usage();
+  ImportSource s;
+  s.ipc_handle = handle;
+  s.offset = 512;
+  s.size = 1024;
+  s.device_uuid = server_->Description().uuid;
+  absl::StatusOr<Allocation> a = server_->Import(s);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_TRUE(IsImportedSlice(a->slice));
+  EXPECT_EQ(a->size, 1024u);
+  absl::StatusOr<Allocation> b = server_->Import(s);  // The same range again: one mapping.
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(server_->Usage(), before);  // Not the pool's memory.
+  EXPECT_EQ(ReadOrDie({a->slice, 0, 1024}), pattern.substr(512, 1024));
+
+  s.offset = uint64_t{1} << 30;  // Past the end of the exporter's allocation.
+  absl::StatusOr<Allocation> past = server_->Import(s);
+  EXPECT_EQ(past.status().code(), absl::StatusCode::kInvalidArgument) << past.status();
+  EXPECT_THAT(std::string(past.status().message()), HasSubstr("exceeds"));
+
+  const std::string hello = "hello";  // The daemon writes the producer's memory.
+  absl::Status wrote = absl::UnknownError("not run");
+  server_->Write(ResolvedTensor{{a->slice, 0, 1024}, {1024}, {1}, 1}, 10,
+                 absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(hello.data()), 5),
+                 [&](absl::Status st) { wrote = st; });
+  ASSERT_TRUE(wrote.ok()) << wrote;
+  ASSERT_TRUE(SyncNow(*server_).ok());
+  server_->Free(a->slice);  // The other import still maps the memory...
+  EXPECT_EQ(ReadOrDie({b->slice, 8, 8}), pattern.substr(520, 2) + hello + pattern.substr(527, 1));
+  server_->Free(b->slice);  // ...until it goes too.
+  absl::StatusOr<std::vector<std::string>> gone = ReadAll(*server_, {{b->slice, 0, 8}});
+  EXPECT_EQ(gone.status().code(), absl::StatusCode::kNotFound) << gone.status();
+
+  std::fclose(std::fopen(go.c_str(), "w"));  // The producer prints its memory and exits.
+  std::string output;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof(buf), pipe)) output.append(buf, n);
+  EXPECT_EQ(pclose(pipe), 0) << output;
+  std::remove(go.c_str());
+  std::string expect = pattern;
+  expect.replace(522, 5, hello);
+  EXPECT_EQ(output, absl::BytesToHexString(expect) + "\n");
 }
 
 }  // namespace
