@@ -235,9 +235,9 @@ class Client(KernelMethods):
 
     def _release_now(self, handle_id: int, keep: Any = None) -> None:
         if not self._closed:
+            self._live().release([handle_id])
             if keep is not None:  # An import's producer waits for the daemon (Note [Tensor import]).
                 self._import_graveyard.append(keep)
-            self._live().release([handle_id])
 
     def _answered(self, future: "Future[Any]", buried: int) -> Any:
         """_wait for an answer to a command sent after the releases of the first ``buried``

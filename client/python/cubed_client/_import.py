@@ -240,8 +240,9 @@ def release_import(client_ref: Any, keep: Imported, handle_id: int) -> None:
     sent after it (Note [Tensor import])."""
     client = client_ref()
     if client is not None and not client._closed:
-        client._import_graveyard.append(keep)
+        # The id first: a sync that counts ``keep`` in the graveyard then sends its release.
         client._gc_releases.append(handle_id)
+        client._import_graveyard.append(keep)
 
 
 class _HostCopy:
