@@ -83,7 +83,12 @@ struct SessionGrant {
 // the target's loop, after the read: an error there frees the staging bytes and allocates
 // nothing, so a failed copy leaves both devices as they were. The CUDA peer path
 // (cuMemcpyPeerAsync between two devices' streams, ordered with events) is not built yet: two
-// devices always stage through host memory (docs/api.md, "Several devices").
+// devices always stage through host memory (docs/api.md, "Several devices"). What it must add:
+// the copy runs on one device's stream while the other's memory is in flight, and both pools
+// reuse a freed slice in their own stream's order only (cuda_storage.h), so a session closed or
+// a handle released mid-copy could hand a slice still being read or written to another
+// session. Both slices need a hold (as a recorded graph keeps its slices) from the first half
+// until the other device's stream waits for the copy's event.
 struct CopyTarget {
   SessionId session;
   HandleId handle;      // Zero: a new handle of the copy's size.

@@ -171,7 +171,14 @@ absl::StatusOr<DeviceSelection> DeviceSelectionFromFlags(BackendChoice backend) 
     }
     return selection;
   }
-  ASSIGN_OR_RETURN(selection, ParseDevicesFlag(devices));
+  // Note [Repeated test devices]: a GPU listed twice is two devices of the daemon (two
+  // backends, streams, pools and loops over one GPU), so that a host with one GPU runs the paths
+  // between two CUDA devices (copies, a lost device). Tests only: the environment variable
+  // CUBED_TEST_REPEAT_DEVICES=1 of the daemon's process, never a flag; production refuses a
+  // repeated ordinal, which would split one GPU's memory between two pools.
+  const char* repeat = std::getenv("CUBED_TEST_REPEAT_DEVICES");
+  ASSIGN_OR_RETURN(selection,
+                   ParseDevicesFlag(devices, repeat != nullptr && std::string(repeat) == "1"));
   if (backend == BackendChoice::kCpu) {
     // The cpu backend's devices are --cpu_devices; "all" names them all.
     if (!selection.all) {
@@ -247,7 +254,7 @@ std::string DefaultUnixSocket() {
   return absl::StrCat("/tmp/cubed-", getuid(), "/cubed.sock");
 }
 
-absl::StatusOr<DeviceSelection> ParseDevicesFlag(absl::string_view value) {
+absl::StatusOr<DeviceSelection> ParseDevicesFlag(absl::string_view value, bool allow_repeats) {
   const auto refuse = [&](absl::string_view why) {
     return absl::InvalidArgumentError(
         absl::StrCat("--devices=", value, ": ", why,
@@ -267,8 +274,8 @@ absl::StatusOr<DeviceSelection> ParseDevicesFlag(absl::string_view value) {
     if (!absl::SimpleAtoi(entry, &ordinal) || entry[0] == '-' || entry[0] == '+') {
       return refuse(absl::StrCat("'", entry, "' is not a device ordinal"));
     }
-    if (std::find(selection.ordinals.begin(), selection.ordinals.end(), ordinal) !=
-        selection.ordinals.end()) {
+    if (!allow_repeats && std::find(selection.ordinals.begin(), selection.ordinals.end(),
+                                    ordinal) != selection.ordinals.end()) {
       return refuse(absl::StrCat("device ", ordinal, " is listed twice"));
     }
     selection.ordinals.push_back(ordinal);

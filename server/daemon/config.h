@@ -90,8 +90,10 @@ absl::StatusOr<std::string> ParseUnixSocketFlag(absl::string_view flag, absl::st
 
 // Parses --devices: "all", or ordinals separated by commas ("0", "0,1,3"). INVALID_ARGUMENT
 // naming the flag, the value and what is wrong: an empty or non-numeric entry, an ordinal listed
-// twice, more than kMaxDevices of them.
-absl::StatusOr<DeviceSelection> ParseDevicesFlag(absl::string_view value);
+// twice (unless `allow_repeats`: Note [Repeated test devices], config.cc), more than kMaxDevices
+// of them.
+absl::StatusOr<DeviceSelection> ParseDevicesFlag(absl::string_view value,
+                                                 bool allow_repeats = false);
 
 // Parses "1048576", "64MiB", "8GiB", "512KiB", "1.5GiB" into bytes. INVALID_ARGUMENT otherwise.
 absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text);

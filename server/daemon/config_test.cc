@@ -70,6 +70,13 @@ TEST(ParseDevicesFlagTest, TakesAllOrDistinctOrdinals) {
   EXPECT_EQ(most->ordinals.size(), kMaxDevices);
 }
 
+TEST(ParseDevicesFlagTest, RepeatsOnlyWhenAllowed) {
+  absl::StatusOr<DeviceSelection> twice = ParseDevicesFlag("0,0", /*allow_repeats=*/true);
+  ASSERT_TRUE(twice.ok()) << twice.status();
+  EXPECT_EQ(twice->ordinals, (std::vector<uint32_t>{0, 0}));
+  EXPECT_FALSE(ParseDevicesFlag("0,0").ok());
+}
+
 TEST(ParseDevicesFlagTest, RefusesBadListsNamingWhatIsWrong) {
   const std::pair<const char*, const char*> cases[] = {
       {"", "an empty entry"},

@@ -1,8 +1,9 @@
 // Copies between devices (issue 17; Note [Copies between devices], server/channel/device.h),
 // through the C++ SDK's Client::CopyToDevice: three CPU devices (--cpu_devices=3), or on the
-// cuda backend one GPU (--devices=0) where the copies run between two sessions of device 0
-// (cuMemcpyDtoDAsync). Bytes checked, order kept on both sides, every error named with
-// nothing left behind, memory back to zero.
+// cuda backend one GPU as three devices (--devices=0,0,0). Bytes checked, order kept on both sides,
+// every error named with nothing left behind, memory back to zero.
+
+#include <stdlib.h>
 
 #include <cstdint>
 #include <memory>
@@ -21,7 +22,15 @@ using ::testing::HasSubstr;
 class DeviceCopyTest : public DaemonTest, public ::testing::WithParamInterface<Transport> {
  protected:
   static void SetUpTestSuite() {
-    StartDaemon({testing::TestBackend() == "cuda" ? "--devices=0" : "--cpu_devices=3"});
+    if (testing::TestBackend() == "cuda") {
+      // One GPU as three devices (Note [Repeated test devices], server/daemon/config.cc), so
+      // that the copies between CUDA devices run on a host with one GPU.
+      setenv("CUBED_TEST_REPEAT_DEVICES", "1", 1);
+      StartDaemon({"--devices=0,0,0"});
+      unsetenv("CUBED_TEST_REPEAT_DEVICES");
+    } else {
+      StartDaemon({"--cpu_devices=3"});
+    }
   }
   // A client of `device` (or of device 0 where the daemon has one device only).
   std::unique_ptr<Client> On(uint32_t device) {

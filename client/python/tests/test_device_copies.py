@@ -1,7 +1,7 @@
 """Copies between devices (issue 17; docs/api.md, "Several devices"): ``tensor.to(client)`` and
 ``Client.copy_to_device`` copy a tensor of one session into another session of the same daemon,
-on another device (``--cpu_devices=3`` here) or on the same one (two sessions of device 0: what
-``--backend=cuda --devices=0`` runs on a single GPU, as cuMemcpyDtoDAsync). Bytes are checked,
+on another device (``--cpu_devices=3``; on cuda ``--devices=0,0``, one GPU as two devices) or
+on the same one (two sessions of device 0: one cuMemcpyDtoDAsync on CUDA). Bytes are checked,
 every error leaves memory and handle tables as they were, and memory returns to zero.
 
 A lost device (Note [Lost devices], server/daemon/daemon.cc; CPU devices are lost through the
@@ -44,8 +44,16 @@ def daemon(request: pytest.FixtureRequest) -> Iterator[Daemon]:
     binary = request.config.getoption("--cubed")
     if not binary:
         pytest.fail("no daemon binary: set CUBED_BINARY or pass --cubed=PATH")
-    flags = ["--cpu_devices=3"] if conftest.BACKEND == "cpu" else ["--devices=0"]
-    d = Daemon(binary, *flags)
+    if conftest.BACKEND == "cpu":
+        d = Daemon(binary, "--cpu_devices=3")
+    else:
+        # One GPU serves as two devices (Note [Repeated test devices], config.cc), so that the
+        # copies between two CUDA devices run on a host with one GPU.
+        os.environ["CUBED_TEST_REPEAT_DEVICES"] = "1"
+        try:
+            d = Daemon(binary, "--devices=0,0")
+        finally:
+            del os.environ["CUBED_TEST_REPEAT_DEVICES"]
     try:
         yield d
     finally:
@@ -100,6 +108,14 @@ def test_to_copies_the_bytes_onto_the_other_device(daemon: Daemon, transport: st
         # Bytes of every width survive unchanged.
         raw = np.frombuffer(bytes(range(256)) * 3, dtype=np.uint8)
         np.testing.assert_array_equal(b.read(a.create(raw).to(b)), raw)
+        # Another session of the source's own device: one copy on that device.
+        a2 = cubed_client.connect(daemon.address, device=0, transport=transport,
+                                  timeout=TIMEOUT)
+        try:
+            np.testing.assert_array_equal(a2.read(t.to(a2)), x)
+            np.testing.assert_array_equal(a2.read(t[2].to(a2)), x[2])
+        finally:
+            a2.close()
     finally:
         a.close()
         b.close()
