@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/thread_name.h"
 
 namespace cubed {
@@ -310,9 +311,11 @@ bool StreamTransport::Resume(absl::Status& status) {
     absl::MutexLock lock(&mu_);
     resuming_ = false;
     if (!wire.ok()) {
-      status = absl::UnavailableError(absl::StrCat(status.message(), "; resuming the session for ",
-                                                   absl::FormatDuration(resume_timeout_),
-                                                   " failed: ", wire.status().message()));
+      // Seconds as the Python SDK writes them ("20 s"), so that both say the same.
+      status = absl::UnavailableError(
+          absl::StrCat(status.message(), "; resuming the session for ",
+                       absl::StrFormat("%g s", absl::ToDoubleSeconds(resume_timeout_)),
+                       " failed: ", wire.status().message()));
       return false;
     }
     retired_wires_.push_back(std::move(wire_));

@@ -3,6 +3,7 @@
 #include "client/c_api/cubed_client_c.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -25,8 +26,8 @@ namespace {
 using cubed::v1::Command;
 using cubed::v1::Reply;
 
-// Tags of replies that completed with no waiter (cubed_client_next_done), shared by a client and
-// the callbacks of its replies, which may run while the client closes.
+// Tags of completed replies that cubed_reply_notify asked for (cubed_client_next_done), shared by
+// a client and its replies, whose callbacks may run while the client closes.
 struct DoneQueue {
   absl::Mutex mu;
   std::deque<uint64_t> tags ABSL_GUARDED_BY(mu);
@@ -38,7 +39,9 @@ struct DoneQueue {
 struct ReplyState {
   absl::Mutex mu;
   bool done ABSL_GUARDED_BY(mu) = false;
-  bool waited ABSL_GUARDED_BY(mu) = false;  // A cubed_reply_wait asked before it completed.
+  bool notify ABSL_GUARDED_BY(mu) = false;  // cubed_reply_notify asked.
+  bool queued ABSL_GUARDED_BY(mu) = false;  // Its tag went to `queue`.
+  std::shared_ptr<DoneQueue> queue;         // The client's; set before it is sent.
   // Written before `done` is set, read only after: no lock needed then.
   absl::Status stream_status;  // Not OK: the stream's error, no answer.
   Reply reply;                 // Its read data moved to `data`.
@@ -46,6 +49,7 @@ struct ReplyState {
   std::string bytes;  // `reply` serialized, on first cubed_reply_bytes (under mu).
   bool serialized ABSL_GUARDED_BY(mu) = false;
   uint64_t tag = 0;
+  std::atomic<bool> used{false};  // Handed to a send.
 
   bool Done() {
     absl::MutexLock lock(&mu);
@@ -105,15 +109,18 @@ namespace {
 
 absl::Status Closed() { return absl::FailedPreconditionError("the client is closed"); }
 
-// Queues `command` on `c`'s stream; with `reply`, a new cubed_reply tagged `tag` gets its answer.
-int32_t Send(cubed_client* c, Command command, uint64_t tag, cubed_reply** reply,
-             cubed_error* error) {
-  std::shared_ptr<ReplyState> state;
+// Queues `command` on `c`'s stream; `reply`, when set (fresh), gets its answer.
+int32_t Send(cubed_client* c, Command command, cubed_reply* reply, cubed_error* error) {
   cubed::Client::StreamReplyCallback on_reply;
   if (reply != nullptr) {
-    state = std::make_shared<ReplyState>();
-    state->tag = tag;
-    on_reply = [state, queue = c->queue](absl::StatusOr<Reply*> r) {
+    if (reply->state->used.exchange(true)) {
+      return Invalid(error, "the cubed_reply was sent before (make one per command)");
+    }
+    {
+      absl::MutexLock lock(&reply->state->mu);
+      reply->state->queue = c->queue;
+    }
+    on_reply = [state = reply->state](absl::StatusOr<Reply*> r) {
       bool to_queue = false;
       {
         absl::MutexLock lock(&state->mu);
@@ -130,22 +137,28 @@ int32_t Send(cubed_client* c, Command command, uint64_t tag, cubed_reply** reply
           state->stream_status = r.status();
         }
         state->done = true;
-        to_queue = !state->waited;
+        to_queue = state->notify && !state->queued;
+        state->queued = state->queued || to_queue;
       }
       if (to_queue) {
-        absl::MutexLock lock(&queue->mu);
-        queue->tags.push_back(state->tag);
+        absl::MutexLock lock(&state->queue->mu);
+        state->queue->tags.push_back(state->tag);
       }
     };
   }
   absl::Status sent;
   {
     absl::ReaderMutexLock lock(&c->mu);
-    if (c->client == nullptr) return Fail(error, Closed());
-    sent = c->client->SendStreamCommand(std::move(command), std::move(on_reply));
+    if (c->client == nullptr) {
+      sent = Closed();
+    } else {
+      sent = c->client->SendStreamCommand(std::move(command), std::move(on_reply));
+    }
   }
-  if (!sent.ok()) return Fail(error, sent);
-  if (reply != nullptr) *reply = new cubed_reply{std::move(state)};
+  if (!sent.ok()) {
+    if (reply != nullptr) reply->state->used.store(false);
+    return Fail(error, sent);
+  }
   return 0;
 }
 
@@ -328,8 +341,14 @@ int32_t cubed_client_next_id(cubed_client* client, uint64_t* id, cubed_error* er
   return 0;
 }
 
-int32_t cubed_client_send(cubed_client* client, const void* command, size_t size, uint64_t tag,
-                          cubed_reply** reply, cubed_error* error) {
+cubed_reply* cubed_reply_create(uint64_t tag) {
+  auto* reply = new cubed_reply{std::make_shared<ReplyState>()};
+  reply->state->tag = tag;
+  return reply;
+}
+
+int32_t cubed_client_send(cubed_client* client, const void* command, size_t size,
+                          cubed_reply* reply, cubed_error* error) {
   if (client == nullptr) return Invalid(error, "cubed_client_send: client is NULL");
   if (command == nullptr && size != 0) return Invalid(error, "cubed_client_send: command is NULL");
   if (size > INT32_MAX) {
@@ -358,7 +377,7 @@ int32_t cubed_client_send(cubed_client* client, const void* command, size_t size
                                        Answers(parsed) ? " answers: pass a reply"
                                                        : " does not answer: pass no reply"));
   }
-  return Send(client, std::move(parsed), tag, reply, error);
+  return Send(client, std::move(parsed), reply, error);
 }
 
 int32_t cubed_client_create(cubed_client* client, const void* data, uint64_t size, uint64_t* id,
@@ -408,7 +427,7 @@ int32_t cubed_client_execute(cubed_client* client, const void* command, size_t s
                    "cubed_client_execute: the bytes are not a cubed.v1.Command with "
                    "`execute` set");
   }
-  return Send(client, std::move(parsed), 0, nullptr, error);
+  return Send(client, std::move(parsed), nullptr, error);
 }
 
 int32_t cubed_client_release(cubed_client* client, const uint64_t* ids, size_t count,
@@ -428,7 +447,7 @@ int32_t cubed_client_release(cubed_client* client, const uint64_t* ids, size_t c
     const size_t n = std::min(kPerCommand, count - start);
     Command command;
     command.mutable_release()->mutable_ids()->Add(ids + start, ids + start + n);
-    if (int32_t code = Send(client, std::move(command), 0, nullptr, error); code != 0) {
+    if (int32_t code = Send(client, std::move(command), nullptr, error); code != 0) {
       return code;
     }
   }
@@ -436,8 +455,7 @@ int32_t cubed_client_release(cubed_client* client, const uint64_t* ids, size_t c
 }
 
 int32_t cubed_client_read(cubed_client* client, uint64_t id, uint64_t offset_start,
-                          uint64_t offset_end, uint64_t tag, cubed_reply** reply,
-                          cubed_error* error) {
+                          uint64_t offset_end, cubed_reply* reply, cubed_error* error) {
   if (client == nullptr || reply == nullptr) {
     return Invalid(error, "cubed_client_read: client or reply is NULL");
   }
@@ -447,7 +465,7 @@ int32_t cubed_client_read(cubed_client* client, uint64_t id, uint64_t offset_sta
   b->set_handle(id);
   b->set_offset_start(offset_start);
   b->set_offset_end(offset_end);
-  return Send(client, std::move(command), tag, reply, error);
+  return Send(client, std::move(command), reply, error);
 }
 
 int32_t cubed_client_flush(cubed_client* client, cubed_error* error) {
@@ -461,14 +479,13 @@ int32_t cubed_client_flush(cubed_client* client, cubed_error* error) {
   return flushed.ok() ? 0 : Fail(error, flushed);
 }
 
-int32_t cubed_client_sync(cubed_client* client, uint64_t tag, cubed_reply** reply,
-                          cubed_error* error) {
+int32_t cubed_client_sync(cubed_client* client, cubed_reply* reply, cubed_error* error) {
   if (client == nullptr || reply == nullptr) {
     return Invalid(error, "cubed_client_sync: client or reply is NULL");
   }
   Command command;
   command.mutable_sync();
-  return Send(client, std::move(command), tag, reply, error);
+  return Send(client, std::move(command), reply, error);
 }
 
 int32_t cubed_client_memory_usage(cubed_client* client, cubed_memory_usage* usage,
@@ -511,13 +528,27 @@ int32_t cubed_client_next_done(cubed_client* client, int64_t timeout_ms, uint64_
                          absl::StrCat("no reply completed within ", timeout_ms, " ms")));
 }
 
+void cubed_reply_notify(cubed_reply* reply) {
+  if (reply == nullptr) return;
+  ReplyState* s = reply->state.get();
+  bool to_queue = false;
+  {
+    absl::MutexLock lock(&s->mu);
+    s->notify = true;
+    to_queue = s->done && !s->queued && s->queue != nullptr;
+    s->queued = s->queued || to_queue;
+  }
+  if (to_queue) {
+    absl::MutexLock lock(&s->queue->mu);
+    s->queue->tags.push_back(s->tag);
+  }
+}
+
 int32_t cubed_reply_wait(cubed_reply* reply, int64_t timeout_ms, cubed_error* error) {
   if (reply == nullptr) return Invalid(error, "cubed_reply_wait: reply is NULL");
   ReplyState* s = reply->state.get();
   absl::MutexLock lock(&s->mu);
-  s->waited = true;
   if (!s->mu.AwaitWithTimeout(absl::Condition(&s->done), Timeout(timeout_ms))) {
-    s->waited = false;  // Nobody waits any more: when it completes, cubed_client_next_done says.
     return Fail(error,
                 absl::DeadlineExceededError(absl::StrCat("no reply within ", timeout_ms, " ms")));
   }

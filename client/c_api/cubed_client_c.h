@@ -25,11 +25,12 @@
 //   * Threads: every function may be called from any thread, and none calls back into the
 //     caller: replies arrive on the C++ SDK's reader thread, which only stores them and wakes
 //     whoever waits. A binding either waits for one reply (cubed_reply_wait, blocking the
-//     calling thread, no other thread involved: the 4-byte read path) or, for replies nobody
-//     waits on, takes their tags from cubed_client_next_done on a thread of its own (the Python
-//     SDK's futures with callbacks). A reply a waiter asked for before it arrived is not queued
-//     for cubed_client_next_done; one that arrived first is queued, and also waitable: the
-//     binding claims each reply once (Python: popping it from a dict) and ignores the other.
+//     calling thread, no other thread involved: the 4-byte read path), or asks to be told
+//     (cubed_reply_notify) and takes the tags of such replies, as they complete, from
+//     cubed_client_next_done on a thread of its own (the Python SDK's futures with callbacks).
+//     Only replies asked for are queued there, so answers someone waits for wake no other
+//     thread. A notified reply can still be waited for: the binding claims each reply once
+//     (Python: popping it from a dict) and ignores the other way it heard of it.
 //   * Blocking calls (connect, create, wait, next_done, close) release nothing of the caller's:
 //     a binding with a global lock (Python's GIL) drops it around them (ctypes does for CDLL).
 // Versioning: cubed_connect_options starts with its own size, and CUBED_C_API_VERSION grows with
@@ -124,15 +125,22 @@ CUBED_C_EXPORT int32_t cubed_client_next_id(cubed_client* client, uint64_t* id, 
 
 typedef struct cubed_reply cubed_reply;
 
+// A new reply for one answering command, not sent yet: pass it to cubed_client_send (or
+// cubed_client_read / cubed_client_sync), once; `tag` is what cubed_client_next_done gives for
+// it. Created before the send so that a binding can file it where the answer will look for it
+// before the answer can come. Freed by the caller (cubed_reply_free), sent or not.
+CUBED_C_EXPORT cubed_reply* cubed_reply_create(uint64_t tag);
+
 // Queues the serialized session.proto Command `command` (`size` bytes, its seq unset) on the
-// session stream behind everything sent before. When `reply` is not NULL the command must be
-// one that answers (read, read_tensor, sync, memory_usage, end_profile, end_graph,
-// create_tensor, empty_tensor, ...): *reply is then a new cubed_reply (freed by the caller)
-// that completes with its answer, and `tag` is what cubed_client_next_done gives for it.
-// INVALID_ARGUMENT for bytes that are not a Command or a Command with nothing set;
-// FAILED_PRECONDITION on unary calls or once closed; the stream's error once it ended.
+// session stream behind everything sent before. A command that answers (read, read_tensor, sync,
+// memory_usage, end_profile, end_graph, create_tensor, empty_tensor) needs `reply`, a fresh
+// cubed_reply_create one, which then completes with its answer; other commands need NULL.
+// INVALID_ARGUMENT for bytes that are not a Command, a Command with nothing set, a bulk transfer
+// (those need cubed_client_create), a reply where none comes or none where one does, a reply
+// used before; FAILED_PRECONDITION on unary calls or once closed; the stream's error once it
+// ended. On failure `reply` stays unused.
 CUBED_C_EXPORT int32_t cubed_client_send(cubed_client* client, const void* command, size_t size,
-                                         uint64_t tag, cubed_reply** reply, cubed_error* error);
+                                         cubed_reply* reply, cubed_error* error);
 
 // trait: create. Stores the `size` bytes at `data` (1 byte or more; read during the call only)
 // and sets *id to the new handle's id, which the caller releases (cubed_client_release). Goes
@@ -160,18 +168,19 @@ CUBED_C_EXPORT int32_t cubed_client_release(cubed_client* client, const uint64_t
                                             cubed_error* error);
 
 // trait: read. Queues a read of handle `id` without `offset_start` bytes at the front and
-// `offset_end` at the back; *reply completes with one data entry (cubed_reply_data), or the
-// error that read (or the command that poisoned the handle) failed with.
+// `offset_end` at the back; `reply` (fresh, as for cubed_client_send) completes with one data
+// entry (cubed_reply_data), or the error that read (or the command that poisoned the handle)
+// failed with.
 CUBED_C_EXPORT int32_t cubed_client_read(cubed_client* client, uint64_t id, uint64_t offset_start,
-                                         uint64_t offset_end, uint64_t tag, cubed_reply** reply,
+                                         uint64_t offset_end, cubed_reply* reply,
                                          cubed_error* error);
 
 // trait: flush.
 CUBED_C_EXPORT int32_t cubed_client_flush(cubed_client* client, cubed_error* error);
 
-// trait: sync. *reply completes once every earlier command ran; cubed_reply_status then gives
-// the first failure since the previous sync and cubed_reply_failed_commands their count.
-CUBED_C_EXPORT int32_t cubed_client_sync(cubed_client* client, uint64_t tag, cubed_reply** reply,
+// trait: sync. `reply` (fresh) completes once every earlier command ran; cubed_reply_status then
+// gives the first failure since the previous sync and cubed_reply_failed_commands their count.
+CUBED_C_EXPORT int32_t cubed_client_sync(cubed_client* client, cubed_reply* reply,
                                          cubed_error* error);
 
 // trait: memory_usage of the session's device, waited for (up to the timeout), after every
@@ -185,17 +194,21 @@ typedef struct cubed_memory_usage {
 CUBED_C_EXPORT int32_t cubed_client_memory_usage(cubed_client* client, cubed_memory_usage* usage,
                                                  cubed_error* error);
 
-// Waits up to `timeout_ms` (< 0: without end) for the tag of a reply that completed while no
-// cubed_reply_wait waited for it, in the order they completed, and sets *tag. 0 when one came;
-// DEADLINE_EXCEEDED when none came in time; FAILED_PRECONDITION once the client is closed and
-// every such tag was taken.
+// Waits up to `timeout_ms` (< 0: without end) for the tag of a completed reply that
+// cubed_reply_notify asked for, in the order they completed (or were asked for, when complete
+// already), and sets *tag. 0 when one came; DEADLINE_EXCEEDED when none came in time;
+// FAILED_PRECONDITION once the client is closed and every such tag was taken.
 CUBED_C_EXPORT int32_t cubed_client_next_done(cubed_client* client, int64_t timeout_ms,
                                               uint64_t* tag, cubed_error* error);
 
+// Asks that `reply`'s tag be given by cubed_client_next_done of the client it was sent on once
+// it completed (now, when it has). Once per reply; later calls are no-ops, as is a reply never
+// sent (it never completes).
+CUBED_C_EXPORT void cubed_reply_notify(cubed_reply* reply);
+
 // Waits up to `timeout_ms` (< 0: without end) for `reply`: 0 once it completed (with an answer
 // or the stream's error: see cubed_reply_status), DEADLINE_EXCEEDED when it did not in time (it
-// may still complete, and is then queued for cubed_client_next_done as if never waited for; the
-// stream's own deadline resolves every reply eventually).
+// may still complete; the stream's own deadline resolves every reply eventually).
 CUBED_C_EXPORT int32_t cubed_reply_wait(cubed_reply* reply, int64_t timeout_ms, cubed_error* error);
 
 // Whether `reply` completed (no wait).
@@ -221,7 +234,7 @@ CUBED_C_EXPORT size_t cubed_reply_data_count(const cubed_reply* reply);
 CUBED_C_EXPORT int32_t cubed_reply_data(const cubed_reply* reply, size_t index,
                                         const uint8_t** data, uint64_t* size, cubed_error* error);
 
-// Frees `reply` (its answer may still arrive; it is dropped). NULL is a no-op.
+// Frees `reply` (an answer still to come is dropped). NULL is a no-op.
 CUBED_C_EXPORT void cubed_reply_free(cubed_reply* reply);
 
 #ifdef __cplusplus

@@ -158,11 +158,10 @@ class CApiTest : public ::testing::Test {
   }
 
   static std::string Read(cubed_client* c, uint64_t id) {
-    cubed_reply* r = nullptr;
+    ReplyPtr reply(cubed_reply_create(0));
     Error e;
-    EXPECT_EQ(cubed_client_read(c, id, 0, 0, 0, &r, &e), 0) << e.text();
-    ReplyPtr reply(r);
-    return r == nullptr ? "" : ReadData(r);
+    EXPECT_EQ(cubed_client_read(c, id, 0, 0, reply.get(), &e), 0) << e.text();
+    return ReadData(reply.get());
   }
 
   static DaemonProcess* daemon_;
@@ -252,15 +251,18 @@ TEST_F(CApiTest, CreateExecuteReadOnEveryCarrier) {
     ASSERT_EQ(cubed_client_execute(c.get(), add.data(), add.size(), &e), 0) << e.text();
     EXPECT_EQ(Read(c.get(), out), Floats({11, 22, 33, 44}));
     // A read of a slice: 4 bytes off the front, 8 off the back.
-    cubed_reply* r = nullptr;
-    ASSERT_EQ(cubed_client_read(c.get(), ia, 4, 8, 0, &r, &e), 0) << e.text();
-    ReplyPtr slice(r);
-    EXPECT_EQ(ReadData(r), Floats({2}));
+    ReplyPtr slice(cubed_reply_create(0));
+    ASSERT_EQ(cubed_client_read(c.get(), ia, 4, 8, slice.get(), &e), 0) << e.text();
+    EXPECT_EQ(ReadData(slice.get()), Floats({2}));
+    // A reply serves one command.
+    EXPECT_EQ(cubed_client_read(c.get(), ia, 0, 0, slice.get(), &e), kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(e.text(), "sent before")) << e.text();
     const uint64_t ids[] = {ia, ib, out};
     EXPECT_EQ(cubed_client_release(c.get(), ids, 3, &e), 0) << e.text();
     EXPECT_EQ(cubed_client_flush(c.get(), &e), 0) << e.text();
-    ASSERT_EQ(cubed_client_sync(c.get(), 0, &r, &e), 0) << e.text();
-    ReplyPtr sync(r);
+    ReplyPtr sync(cubed_reply_create(0));
+    cubed_reply* r = sync.get();
+    ASSERT_EQ(cubed_client_sync(c.get(), r, &e), 0) << e.text();
     ASSERT_EQ(cubed_reply_wait(r, 20000, &e), 0) << e.text();
     EXPECT_EQ(cubed_reply_status(r, &e), 0) << e.text();
     EXPECT_EQ(cubed_reply_failed_commands(r), 0u);
@@ -292,9 +294,9 @@ TEST_F(CApiTest, CreateAndEmptyRefuseBadInputs) {
   EXPECT_EQ(cubed_client_empty(c.get(), 0, &id, &e), kInvalidArgument);
   EXPECT_EQ(cubed_client_release(c.get(), nullptr, 2, &e), kInvalidArgument);
   EXPECT_EQ(cubed_client_release(c.get(), nullptr, 0, &e), 0);
-  EXPECT_EQ(cubed_client_read(c.get(), 0, 0, 0, 0, nullptr, &e), kInvalidArgument);
-  cubed_reply* r = nullptr;
-  EXPECT_EQ(cubed_client_read(c.get(), 0, 0, 0, 0, &r, &e), kInvalidArgument);
+  EXPECT_EQ(cubed_client_read(c.get(), 0, 0, 0, nullptr, &e), kInvalidArgument);
+  ReplyPtr r(cubed_reply_create(0));
+  EXPECT_EQ(cubed_client_read(c.get(), 0, 0, 0, r.get(), &e), kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(e.text(), "handle id 0")) << e.text();
 }
 
@@ -302,19 +304,19 @@ TEST_F(CApiTest, SendRefusesWhatIsNotACommandOrMismatchesItsReply) {
   ClientPtr c = Connect();
   ASSERT_NE(c, nullptr);
   Error e;
-  cubed_reply* r = nullptr;
+  ReplyPtr unused(cubed_reply_create(0));
+  cubed_reply* r = unused.get();
   const std::string garbage = "\xff\xff\xff\xff";
-  EXPECT_EQ(cubed_client_send(c.get(), garbage.data(), garbage.size(), 0, nullptr, &e),
+  EXPECT_EQ(cubed_client_send(c.get(), garbage.data(), garbage.size(), nullptr, &e),
             kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(e.text(), "not a cubed.v1.Command")) << e.text();
-  EXPECT_EQ(cubed_client_send(c.get(), "", 0, 0, nullptr, &e), kInvalidArgument);
+  EXPECT_EQ(cubed_client_send(c.get(), "", 0, nullptr, &e), kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(e.text(), "no command set")) << e.text();
   const std::string sync = SyncCommand(), flush = FlushCommand();
-  EXPECT_EQ(cubed_client_send(c.get(), sync.data(), sync.size(), 0, nullptr, &e), kInvalidArgument);
+  EXPECT_EQ(cubed_client_send(c.get(), sync.data(), sync.size(), nullptr, &e), kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(e.text(), "pass a reply")) << e.text();
-  EXPECT_EQ(cubed_client_send(c.get(), flush.data(), flush.size(), 0, &r, &e), kInvalidArgument);
+  EXPECT_EQ(cubed_client_send(c.get(), flush.data(), flush.size(), r, &e), kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(e.text(), "pass no reply")) << e.text();
-  EXPECT_EQ(r, nullptr);
   EXPECT_EQ(cubed_client_execute(c.get(), sync.data(), sync.size(), &e), kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(e.text(), "`execute` set")) << e.text();
   std::string bulk_read;  // read { bindings { handle: 5 } bulk: true }
@@ -325,12 +327,12 @@ TEST_F(CApiTest, SendRefusesWhatIsNotACommandOrMismatchesItsReply) {
     U64(&read, 2, 1);
     Message(&bulk_read, 8, read);
   }
-  EXPECT_EQ(cubed_client_send(c.get(), bulk_read.data(), bulk_read.size(), 0, &r, &e),
+  EXPECT_EQ(cubed_client_send(c.get(), bulk_read.data(), bulk_read.size(), r, &e),
             kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(e.text(), "bulk")) << e.text();
   // The stream still works after every refusal.
-  ASSERT_EQ(cubed_client_send(c.get(), sync.data(), sync.size(), 0, &r, &e), 0) << e.text();
-  ReplyPtr reply(r);
+  // The refused sends left `r` unused.
+  ASSERT_EQ(cubed_client_send(c.get(), sync.data(), sync.size(), r, &e), 0) << e.text();
   ASSERT_EQ(cubed_reply_wait(r, 20000, &e), 0);
   EXPECT_EQ(cubed_reply_status(r, &e), 0) << e.text();
 }
@@ -341,9 +343,9 @@ TEST_F(CApiTest, ErrorsComeBackFromTheReplyThatTouchesThem) {
   Error e;
   uint64_t unknown = 0;
   ASSERT_EQ(cubed_client_next_id(c.get(), &unknown, &e), 0) << e.text();
-  cubed_reply* r = nullptr;
-  ASSERT_EQ(cubed_client_read(c.get(), unknown, 0, 0, 0, &r, &e), 0) << e.text();
-  ReplyPtr read(r);
+  ReplyPtr read(cubed_reply_create(0));
+  cubed_reply* r = read.get();
+  ASSERT_EQ(cubed_client_read(c.get(), unknown, 0, 0, r, &e), 0) << e.text();
   ASSERT_EQ(cubed_reply_wait(r, 20000, &e), 0);
   EXPECT_EQ(cubed_reply_status(r, &e), kNotFound);
   EXPECT_FALSE(e.text().empty());
@@ -353,39 +355,47 @@ TEST_F(CApiTest, ErrorsComeBackFromTheReplyThatTouchesThem) {
   EXPECT_EQ(cubed_reply_data(r, 0, &data, &size, &e), kInvalidArgument);
   // A release of an unknown id fails the next sync, which counts it.
   ASSERT_EQ(cubed_client_release(c.get(), &unknown, 1, &e), 0) << e.text();
-  ASSERT_EQ(cubed_client_sync(c.get(), 0, &r, &e), 0) << e.text();
-  ReplyPtr sync(r);
+  ReplyPtr sync(cubed_reply_create(0));
+  r = sync.get();
+  ASSERT_EQ(cubed_client_sync(c.get(), r, &e), 0) << e.text();
   ASSERT_EQ(cubed_reply_wait(r, 20000, &e), 0);
   EXPECT_EQ(cubed_reply_status(r, &e), kNotFound) << e.text();
   EXPECT_GE(cubed_reply_failed_commands(r), 1u);
 }
 
-TEST_F(CApiTest, RepliesNobodyWaitsForComeFromNextDone) {
+TEST_F(CApiTest, NotifiedRepliesComeFromNextDone) {
   ClientPtr c = Connect();
   ASSERT_NE(c, nullptr);
   Error e;
   uint64_t tag = 0;
   EXPECT_EQ(cubed_client_next_done(c.get(), 10, &tag, &e), kDeadlineExceeded);
   const std::string sync = SyncCommand();
-  cubed_reply* r1 = nullptr;
-  cubed_reply* r2 = nullptr;
-  ASSERT_EQ(cubed_client_send(c.get(), sync.data(), sync.size(), 41, &r1, &e), 0);
-  ASSERT_EQ(cubed_client_send(c.get(), sync.data(), sync.size(), 42, &r2, &e), 0);
-  ReplyPtr p1(r1), p2(r2);
+  ReplyPtr p1(cubed_reply_create(41)), p2(cubed_reply_create(42));
+  ASSERT_EQ(cubed_client_send(c.get(), sync.data(), sync.size(), p1.get(), &e), 0);
+  ASSERT_EQ(cubed_client_send(c.get(), sync.data(), sync.size(), p2.get(), &e), 0);
+  cubed_reply_notify(p1.get());
+  cubed_reply_notify(p2.get());
+  cubed_reply_notify(p2.get());  // Once is enough: no second tag.
   ASSERT_EQ(cubed_client_next_done(c.get(), 20000, &tag, &e), 0) << e.text();
   EXPECT_EQ(tag, 41u);
   ASSERT_EQ(cubed_client_next_done(c.get(), 20000, &tag, &e), 0) << e.text();
   EXPECT_EQ(tag, 42u);
-  EXPECT_EQ(cubed_reply_done(r1), 1);
-  EXPECT_EQ(cubed_reply_status(r2, &e), 0) << e.text();
-  // A reply waited for before it came is not queued.
-  cubed_reply* r3 = nullptr;
-  ASSERT_EQ(cubed_client_send(c.get(), sync.data(), sync.size(), 43, &r3, &e), 0);
-  ReplyPtr p3(r3);
-  ASSERT_EQ(cubed_reply_wait(r3, 20000, &e), 0);
-  // (It may have come before the wait began; then it is queued too: both are allowed.)
-  const int32_t next = cubed_client_next_done(c.get(), 50, &tag, &e);
-  EXPECT_TRUE(next == kDeadlineExceeded || (next == 0 && tag == 43u)) << next;
+  EXPECT_EQ(cubed_reply_done(p1.get()), 1);
+  EXPECT_EQ(cubed_reply_status(p2.get(), &e), 0) << e.text();
+  // A reply nobody asked to be told about is only waited for: no tag.
+  ReplyPtr p3(cubed_reply_create(43));
+  ASSERT_EQ(cubed_client_send(c.get(), sync.data(), sync.size(), p3.get(), &e), 0);
+  ASSERT_EQ(cubed_reply_wait(p3.get(), 20000, &e), 0);
+  EXPECT_EQ(cubed_client_next_done(c.get(), 50, &tag, &e), kDeadlineExceeded);
+  // Asked after it completed: its tag comes at once.
+  cubed_reply_notify(p3.get());
+  ASSERT_EQ(cubed_client_next_done(c.get(), 0, &tag, &e), 0) << e.text();
+  EXPECT_EQ(tag, 43u);
+  // A reply never sent never completes: notify is a no-op.
+  ReplyPtr unsent(cubed_reply_create(44));
+  cubed_reply_notify(unsent.get());
+  EXPECT_EQ(cubed_reply_wait(unsent.get(), 10, &e), kDeadlineExceeded);
+  EXPECT_EQ(cubed_client_next_done(c.get(), 10, &tag, &e), kDeadlineExceeded);
   // A poller blocked in next_done wakes when the client closes.
   std::thread poller([&] {
     uint64_t t = 0;
@@ -414,9 +424,9 @@ TEST_F(CApiTest, ReplyBytesAndMemoryUsage) {
   EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
   // memory_usage through send: the Reply's bytes hold field 7 (memory_usage).
   const std::string command = MemoryUsageCommand();
-  cubed_reply* r = nullptr;
-  ASSERT_EQ(cubed_client_send(c.get(), command.data(), command.size(), 0, &r, &e), 0);
-  ReplyPtr reply(r);
+  ReplyPtr reply(cubed_reply_create(0));
+  cubed_reply* r = reply.get();
+  ASSERT_EQ(cubed_client_send(c.get(), command.data(), command.size(), r, &e), 0);
   const uint8_t* bytes = nullptr;
   size_t size = 0;
   ASSERT_EQ(cubed_reply_wait(r, 20000, &e), 0);
@@ -433,9 +443,9 @@ TEST_F(CApiTest, CloseFailsLaterCallsAndKeepsRepliesReadable) {
   const std::string data = Floats({5});
   uint64_t id = 0;
   ASSERT_EQ(cubed_client_create(c.get(), data.data(), data.size(), &id, &e), 0);
-  cubed_reply* r = nullptr;
-  ASSERT_EQ(cubed_client_read(c.get(), id, 0, 0, 0, &r, &e), 0);
-  ReplyPtr reply(r);
+  ReplyPtr reply(cubed_reply_create(0));
+  cubed_reply* r = reply.get();
+  ASSERT_EQ(cubed_client_read(c.get(), id, 0, 0, r, &e), 0);
   cubed_client_close(c.get());
   cubed_client_close(c.get());                   // Idempotent.
   ASSERT_EQ(cubed_reply_wait(r, 20000, &e), 0);  // Answered before the end, or failed by it.
@@ -444,16 +454,11 @@ TEST_F(CApiTest, CloseFailsLaterCallsAndKeepsRepliesReadable) {
   EXPECT_EQ(cubed_client_create(c.get(), data.data(), data.size(), &id, &e), kFailedPrecondition);
   EXPECT_TRUE(absl::StrContains(e.text(), "closed")) << e.text();
   EXPECT_EQ(cubed_client_next_id(c.get(), &id, &e), kFailedPrecondition);
-  EXPECT_EQ(cubed_client_sync(c.get(), 0, &r, &e), kFailedPrecondition);
+  ReplyPtr late(cubed_reply_create(0));
+  EXPECT_EQ(cubed_client_sync(c.get(), late.get(), &e), kFailedPrecondition);
   EXPECT_EQ(cubed_client_flush(c.get(), &e), kFailedPrecondition);
-  // The read's tag is queued when it completed before the wait began; then the end.
   uint64_t tag = 99;
-  int32_t next = cubed_client_next_done(c.get(), 0, &tag, &e);
-  if (next == 0) {
-    EXPECT_EQ(tag, 0u);
-    next = cubed_client_next_done(c.get(), 0, &tag, &e);
-  }
-  EXPECT_EQ(next, kFailedPrecondition);
+  EXPECT_EQ(cubed_client_next_done(c.get(), 0, &tag, &e), kFailedPrecondition);
 }
 
 TEST_F(CApiTest, UnaryTransportCreatesButHasNoStream) {
@@ -469,8 +474,8 @@ TEST_F(CApiTest, UnaryTransportCreatesButHasNoStream) {
   EXPECT_EQ(cubed_client_next_id(c.get(), &id, &e), kFailedPrecondition);
   EXPECT_TRUE(absl::StrContains(e.text(), "session stream only")) << e.text();
   const std::string sync = SyncCommand();
-  cubed_reply* r = nullptr;
-  EXPECT_EQ(cubed_client_send(c.get(), sync.data(), sync.size(), 0, &r, &e), kFailedPrecondition);
+  ReplyPtr r(cubed_reply_create(0));
+  EXPECT_EQ(cubed_client_send(c.get(), sync.data(), sync.size(), r.get(), &e), kFailedPrecondition);
   EXPECT_EQ(cubed_client_release(c.get(), &id, 1, &e), 0) << e.text();
 }
 

@@ -7,11 +7,11 @@ Where the library is found (first that exists): $CUBED_CLIENT_LIBRARY (a path); 
 package (cubed_client/libcubed_client_c.so, as `pip install` copies it from $CUBED_BUILD_DIR or a
 build/ folder of the source tree); the dynamic loader's search (`cmake --install`, ldconfig).
 
-Futures: an answering command's Future is resolved by the thread that waits for it
-(NativeTransport.wait: the C library blocks that thread, without the GIL, until the answer is
-in: no other thread runs) or, for answers nobody waits on (read_async, done callbacks), by one
-thread per transport that takes them from cubed_client_next_done. Each answer is claimed once:
-by whoever pops it from _pending first.
+Futures (_NativeFuture): an answering command's Future is resolved by the thread that asks for
+its result (the C library blocks that thread, without the GIL, until the answer is in; an answer
+that came first is taken at once: no other thread runs), or, once it has done callbacks
+(read_async), by one thread per transport that takes the answers nobody waited for from
+cubed_client_next_done. Each answer is claimed once: by whoever pops it from _pending first.
 """
 
 from __future__ import annotations
@@ -23,12 +23,14 @@ import os
 import tempfile
 import threading
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import grpc
 
 from ._errors import CubedError, error_for, error_from_number
+from . import _wire
 from ._proto import session_pb2, types_pb2
 
 LIBRARY_ENV = "CUBED_CLIENT_LIBRARY"
@@ -83,10 +85,13 @@ _SIGNATURES = {
     "cubed_client_empty": (_i32, [_ptr, _u64, _P(_u64), _P(_Error)]),
     "cubed_client_execute": (_i32, [_ptr, ctypes.c_char_p, _size, _P(_Error)]),
     "cubed_client_release": (_i32, [_ptr, _P(_u64), _size, _P(_Error)]),
+    "cubed_client_read": (_i32, [_ptr, _u64, _u64, _u64, _ptr, _P(_Error)]),
     "cubed_client_flush": (_i32, [_ptr, _P(_Error)]),
     "cubed_client_memory_usage": (_i32, [_ptr, _P(_Usage), _P(_Error)]),
     "cubed_client_next_done": (_i32, [_ptr, _i64, _P(_u64), _P(_Error)]),
     "cubed_reply_wait": (_i32, [_ptr, _i64, _P(_Error)]),
+    "cubed_reply_done": (_i32, [_ptr]),
+    "cubed_reply_notify": (None, [_ptr]),
     "cubed_reply_status": (_i32, [_ptr, _P(_Error)]),
     "cubed_reply_failed_commands": (_u64, [_ptr]),
     "cubed_reply_bytes": (_i32, [_ptr, _P(_ptr), _P(_size), _P(_Error)]),
@@ -173,62 +178,46 @@ def _pem_file(value: Any, files: List[str]) -> Optional[bytes]:
     return os.fsencode(value)
 
 
-class _Answer:
-    """A completed cubed_reply, for the converters: its status raised by check(), its read data,
-    its Reply message (parsed on first use)."""
-
-    __slots__ = ("_lib", "_reply", "_parsed")
-
-    def __init__(self, lib: ctypes.CDLL, reply: int) -> None:
-        self._lib = lib
-        self._reply = reply
-        self._parsed: Optional[session_pb2.Reply] = None
-
-    def check(self) -> None:
-        err = _Error()
-        code = self._lib.cubed_reply_status(self._reply, ctypes.byref(err))
-        if code:
-            message = ctypes.string_at(err.message).decode("utf-8", "replace") if err.message \
-                else ""
-            self._lib.cubed_error_clear(ctypes.byref(err))
-            raise error_from_number(code, message,
-                                    self._lib.cubed_reply_failed_commands(self._reply))
-
-    def data(self) -> List[bytes]:
-        lib, reply = self._lib, self._reply
-        out = []
-        data, size, err = _ptr(), _u64(), _Error()
-        for i in range(lib.cubed_reply_data_count(reply)):
-            lib.cubed_reply_data(reply, i, ctypes.byref(data), ctypes.byref(size),
-                                 ctypes.byref(err))
-            out.append(ctypes.string_at(data.value, size.value) if size.value else b"")
-        return out
-
-    @property
-    def reply(self) -> session_pb2.Reply:
-        if self._parsed is None:
-            data, size, err = _ptr(), _size(), _Error()
-            code = self._lib.cubed_reply_bytes(self._reply, ctypes.byref(data), ctypes.byref(size),
-                                               ctypes.byref(err))
-            if code:
-                _raise(self._lib, code, err)
-            self._parsed = session_pb2.Reply.FromString(ctypes.string_at(data.value, size.value))
-        return self._parsed
+def _check(lib: ctypes.CDLL, reply: int) -> None:
+    """Raises the CubedError of a completed reply that failed (the daemon's, or the stream's when
+    no answer came)."""
+    if lib.cubed_reply_status(reply, None) == 0:
+        return
+    err = _Error()
+    code = lib.cubed_reply_status(reply, ctypes.byref(err))
+    message = ctypes.string_at(err.message).decode("utf-8", "replace") if err.message else ""
+    lib.cubed_error_clear(ctypes.byref(err))
+    raise error_from_number(code, message, lib.cubed_reply_failed_commands(reply))
 
 
-def _data(a: _Answer) -> List[bytes]:
-    a.check()
-    return a.data()
+def _reply_message(lib: ctypes.CDLL, reply: int) -> session_pb2.Reply:
+    """A completed reply's Reply message (its read data left out)."""
+    data, size, err = _ptr(), _size(), _Error()
+    code = lib.cubed_reply_bytes(reply, ctypes.byref(data), ctypes.byref(size), ctypes.byref(err))
+    if code:
+        _raise(lib, code, err)
+    return session_pb2.Reply.FromString(ctypes.string_at(data.value, size.value))
 
 
-def _status(a: _Answer) -> None:
-    a.check()
+# Converters of completed replies into what the Futures give: (library, cubed_reply) -> value.
+def _data(lib: ctypes.CDLL, reply: int) -> List[bytes]:
+    _check(lib, reply)
+    out = []
+    data, size = _ptr(), _u64()
+    for i in range(lib.cubed_reply_data_count(reply)):
+        lib.cubed_reply_data(reply, i, ctypes.byref(data), ctypes.byref(size), None)
+        out.append(ctypes.string_at(data.value, size.value) if size.value else b"")
+    return out
 
 
-def _field(name: str) -> Callable[[_Answer], Any]:
-    def convert(a: _Answer) -> Any:
-        a.check()
-        return getattr(a.reply, name)
+def _status(lib: ctypes.CDLL, reply: int) -> None:
+    _check(lib, reply)
+
+
+def _field(name: str) -> Callable[[ctypes.CDLL, int], Any]:
+    def convert(lib: ctypes.CDLL, reply: int) -> Any:
+        _check(lib, reply)
+        return getattr(_reply_message(lib, reply), name)
 
     return convert
 
@@ -237,6 +226,35 @@ _memory_usage = _field("memory_usage")
 _duration_ns = _field("duration_ns")
 _region_bytes = _field("region_bytes")
 _graph_steps = _field("graph_steps")
+
+Convert = Callable[[ctypes.CDLL, int], Any]
+
+
+class _NativeFuture(Future):
+    """A Future whose result() waits for the answer on the calling thread (see the module's
+    docstring)."""
+
+    def __init__(self, transport: "NativeTransport", tag: int) -> None:
+        super().__init__()
+        self._cubed_transport = transport
+        self._cubed_tag = tag
+        self._cubed_callbacks = False
+
+    def result(self, timeout: Optional[float] = None) -> Any:
+        if not self.done() and not self._cubed_transport._claim(self, timeout):
+            raise FutureTimeout()
+        return super().result(timeout)
+
+    def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
+        if not self.done() and not self._cubed_transport._claim(self, timeout):
+            raise FutureTimeout()
+        return super().exception(timeout)
+
+    def add_done_callback(self, fn: Callable[[Future], Any]) -> None:
+        super().add_done_callback(fn)
+        if not self._cubed_callbacks:
+            self._cubed_callbacks = True  # The replies thread resolves it from now on.
+            self._cubed_transport._notify(self._cubed_tag)
 
 
 class NativeTransport:
@@ -296,8 +314,12 @@ class NativeTransport:
         self.lease_ms = lib.cubed_client_lease_ms(self._client)
         self.carrier = "ring" if lib.cubed_client_carrier(self._client) == 1 else "grpc"
         self._tags = itertools.count(1)
+        # The seq the next command goes out with (the C++ SDK numbers them in the order sent; a
+        # count kept here, for tests that name the seq of a command, as of the Python core).
+        self._next_seq = 1
+        self._held: List[bytes] = []  # Nothing is held (Note [Held commands] is the Python core's).
         # tag -> (Future, converter, cubed_reply): answers nobody claimed yet.
-        self._pending: Dict[int, Tuple[Future, Callable[[_Answer], Any], int]] = {}
+        self._pending: Dict[int, Tuple[_NativeFuture, Convert, int]] = {}
         self._closed = False
         self._done_thread = threading.Thread(target=self._done_loop, name="cubed-native-replies",
                                              daemon=True)
@@ -305,10 +327,10 @@ class NativeTransport:
 
     # --- answers -------------------------------------------------------------------------------
 
-    def _resolve(self, future: Future, convert: Callable[[_Answer], Any], reply: int) -> None:
+    def _resolve(self, future: Future, convert: Convert, reply: int) -> None:
         """Resolves ``future`` with ``convert`` of the completed ``reply``, and frees it."""
         try:
-            value = convert(_Answer(self._lib, reply))
+            value = convert(self._lib, reply)
         except BaseException as e:  # noqa: BLE001 - handed to the caller
             if not future.done():
                 future.set_exception(e)
@@ -322,10 +344,11 @@ class NativeTransport:
         """Resolves the answers nobody waits for, until the client closed and all came."""
         lib, client = self._lib, self._client
         tag, err = _u64(), _Error()
+        pending = self._pending
         while True:
             code = lib.cubed_client_next_done(client, 1000, ctypes.byref(tag), ctypes.byref(err))
             if code == 0:
-                entry = self._pending.pop(tag.value, None)
+                entry = pending.pop(tag.value, None)  # Unless a result() claimed it.
                 if entry is not None:
                     self._resolve(*entry)
                 continue
@@ -333,26 +356,40 @@ class NativeTransport:
             if code != _DEADLINE_EXCEEDED:
                 return
 
-    def wait(self, future: Future, timeout: float) -> Any:
-        """``future.result(timeout)``; an unclaimed answer is waited for on this thread."""
-        entry = self._pending.pop(getattr(future, "_cubed_tag", 0), None)
+    @staticmethod
+    def wait(future: Future, timeout: float) -> Any:
+        """``future.result(timeout)`` (a _NativeFuture waits for its answer on this thread)."""
+        return future.result(timeout=timeout)
+
+    def _claim(self, future: "_NativeFuture", timeout: Optional[float]) -> bool:
+        """Waits for ``future``'s answer on this thread and resolves it, unless another thread
+        claimed it (it resolves it then). False when the answer did not come within
+        ``timeout`` seconds (None: no limit)."""
+        tag = future._cubed_tag
+        entry = self._pending.pop(tag, None)
         if entry is None:
-            return future.result(timeout=timeout)
-        err = _Error()
-        code = self._lib.cubed_reply_wait(entry[2], int(timeout * 1000), ctypes.byref(err))
-        if code:
-            self._lib.cubed_error_clear(ctypes.byref(err))
-            self._pending[future._cubed_tag] = entry  # type: ignore[attr-defined]
-            return future.result(timeout=0)  # TimeoutError, as a Future's own.
+            return True
+        ms = -1 if timeout is None else int(timeout * 1000)
+        if self._lib.cubed_reply_wait(entry[2], ms, None):
+            self._pending[tag] = entry  # Still to come: someone may wait again.
+            return False
         self._resolve(*entry)
-        return future.result(timeout=0)
+        return True
+
+    def _notify(self, tag: int) -> None:
+        """Has the replies thread resolve the answer of ``tag`` when it comes (or now, when it
+        came already), for a Future with done callbacks."""
+        entry = self._pending.get(tag)
+        if entry is not None:
+            self._lib.cubed_reply_notify(entry[2])
 
     # --- sending -------------------------------------------------------------------------------
 
     def _send(self, command: Union[session_pb2.Command, bytes],
-              convert: Optional[Callable[[_Answer], Any]] = None) -> Optional[Future]:
+              convert: Optional[Convert] = None) -> Optional[Future]:
         wire = command if isinstance(command, bytes) else command.SerializeToString()
         lib, err = self._lib, _Error()
+        self._next_seq += 1
         if convert is None:
             code = lib.cubed_client_send(self._client, wire, len(wire), None, ctypes.byref(err))
             if code:
@@ -360,8 +397,7 @@ class NativeTransport:
             return None
         tag = next(self._tags)
         reply = lib.cubed_reply_create(tag)
-        future: Future = Future()
-        future._cubed_tag = tag  # type: ignore[attr-defined]
+        future = _NativeFuture(self, tag)
         # Filed before the send: the answer may come before cubed_client_send returns.
         self._pending[tag] = (future, convert, reply)
         code = lib.cubed_client_send(self._client, wire, len(wire), reply, ctypes.byref(err))
@@ -379,6 +415,7 @@ class NativeTransport:
         return i.value
 
     def create(self, data: bytes) -> int:
+        self._next_seq += 1
         i, err = _u64(), _Error()
         code = self._lib.cubed_client_create(self._client, data, len(data), ctypes.byref(i),
                                              ctypes.byref(err))
@@ -387,12 +424,11 @@ class NativeTransport:
         return i.value
 
     def empty(self, size: int) -> int:
-        i, err = _u64(), _Error()
-        code = self._lib.cubed_client_empty(self._client, size, ctypes.byref(i),
-                                            ctypes.byref(err))
-        if code:
-            _raise(self._lib, code, err)
-        return i.value
+        # Sent as built here: a size the daemon refuses (0) poisons the handle, as on the Python
+        # core, instead of failing now.
+        i = self._new_id()
+        self._send(_wire.empty(i, size))
+        return i
 
     def execute(self, kernel: types_pb2.Kernel, count: types_pb2.CubeCount,
                 bindings: Union[types_pb2.Bindings, Dict[str, Any]], mode: int) -> None:
@@ -404,6 +440,7 @@ class NativeTransport:
         self._send(command)
 
     def release(self, ids: List[int]) -> None:
+        self._next_seq += (len(ids) + 65535) // 65536
         array = (_u64 * len(ids))(*ids)
         err = _Error()
         code = self._lib.cubed_client_release(self._client, array, len(ids), ctypes.byref(err))
@@ -411,6 +448,21 @@ class NativeTransport:
             _raise(self._lib, code, err)
 
     def read(self, bindings: List[types_pb2.Binding]) -> Future:
+        if len(bindings) == 1:  # Client.read's: no Command built here.
+            b = bindings[0]
+            lib, err = self._lib, _Error()
+            self._next_seq += 1
+            tag = next(self._tags)
+            reply = lib.cubed_reply_create(tag)
+            future = _NativeFuture(self, tag)
+            self._pending[tag] = (future, _data, reply)
+            code = lib.cubed_client_read(self._client, b.handle, b.offset_start, b.offset_end,
+                                         reply, ctypes.byref(err))
+            if code:
+                del self._pending[tag]
+                lib.cubed_reply_free(reply)
+                _raise(lib, code, err)
+            return future
         return self._send(session_pb2.Command(read=session_pb2.Command.Read(bindings=bindings)),
                           _data)  # type: ignore[return-value]
 
@@ -457,6 +509,7 @@ class NativeTransport:
             graph=graph)))
 
     def flush(self) -> None:
+        self._next_seq += 1
         err = _Error()
         code = self._lib.cubed_client_flush(self._client, ctypes.byref(err))
         if code:
