@@ -89,8 +89,14 @@ def runtime_requirements() -> List[str]:
     return [f"grpcio>={grpc_min}", f"protobuf>={pb_min}", "numpy>=1.21", "ml_dtypes>=0.3"]
 
 
+NATIVE_LIBRARY = "libcubed_client_c.so"
+
+
 class BuildPyWithStubs(build_py):
-    """build_py that also writes the generated stubs into cubed_client/_proto."""
+    """build_py that also writes the generated stubs into cubed_client/_proto, and copies the
+    native client core next to the package when $CUBED_CLIENT_LIBRARY names it at build time
+    (optional: without it the package is pure Python; cubed_client/_native.py says where the
+    library is looked for at run time)."""
 
     def run(self) -> None:
         super().run()
@@ -98,6 +104,12 @@ class BuildPyWithStubs(build_py):
         target.mkdir(parents=True, exist_ok=True)
         for f in generated().iterdir():
             shutil.copy2(f, target / f.name)
+        library = os.environ.get("CUBED_CLIENT_LIBRARY", "").strip()
+        if library:
+            if not Path(library).is_file():
+                raise SystemExit(f"cubed-client: CUBED_CLIENT_LIBRARY={library} is not a file "
+                                 f"(build it: ninja -C build cubed_client_c)")
+            shutil.copy2(library, Path(self.build_lib) / "cubed_client" / NATIVE_LIBRARY)
 
 
 class SdistWithProtos(sdist):
