@@ -446,3 +446,19 @@ def test_closing_the_client_with_an_import_alive(daemon):
     gc.collect()
     torch.cuda.synchronize()
     assert torch.cuda.memory_allocated() == torch_before
+
+
+def test_jax_array_imported_without_copy(client):
+    if backend(client) != "cuda":
+        pytest.skip("CUDA backend only")
+    import os
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # Leave the GPU to the daemon.
+    jax = pytest.importorskip("jax")
+    try:
+        gpus = jax.devices("gpu")
+    except RuntimeError:
+        pytest.skip("jax has no GPU here")
+    x = jax.device_put(jax.numpy.arange(24, dtype=jax.numpy.float32).reshape(4, 6), gpus[0])
+    t = client.from_dlpack(x)  # Through its __cuda_array_interface__, else its DLPack capsule.
+    np.testing.assert_array_equal(t.read(), np.arange(24, dtype=np.float32).reshape(4, 6))
+    np.testing.assert_array_equal((t.T * 2).read(), np.arange(24).reshape(4, 6).T * 2)
