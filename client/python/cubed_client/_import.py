@@ -65,9 +65,12 @@ class _DLPackOwner:
         self._address = address
 
     def __del__(self) -> None:
-        m = _interop._DLManagedTensor.from_address(self._address)
-        if m.deleter:
-            m.deleter(ctypes.cast(self._address, ctypes.POINTER(_interop._DLManagedTensor)))
+        try:
+            m = _interop._DLManagedTensor.from_address(self._address)
+            if m.deleter:
+                m.deleter(ctypes.cast(self._address, ctypes.POINTER(_interop._DLManagedTensor)))
+        except Exception:  # noqa: BLE001 - interpreter shutdown: the producer dies with it.
+            pass
 
 
 _GetPointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
