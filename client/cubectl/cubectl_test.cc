@@ -184,10 +184,13 @@ TEST_F(CubectlTest, InfoJsonIsOneObject) {
 TEST_F(CubectlTest, HealthIsServing) {
   Result r = Cubectl("health");
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_THAT(r.out, MatchesRegex("server +SERVING\ncubed.v1.Compute +SERVING\n"));
+  EXPECT_THAT(r.out,
+              MatchesRegex("server +SERVING\ncubed.v1.Compute +SERVING\ndevice/0 +SERVING\n"));
   r = Cubectl("--json health");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out, "{\"server\": \"SERVING\", \"cubed.v1.Compute\": \"SERVING\"}\n");
+  EXPECT_EQ(r.out,
+            "{\"server\": \"SERVING\", \"cubed.v1.Compute\": \"SERVING\", \"device/0\": "
+            "\"SERVING\"}\n");
 }
 
 TEST_F(CubectlTest, UnreachableDaemonFailsWithUnavailable) {

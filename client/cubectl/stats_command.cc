@@ -60,6 +60,8 @@ absl::Status StatsCommand(const Context& ctx) {
   for (const v1::DeviceStats& d : stats.devices()) {
     const std::string device = absl::StrCat("device ", d.device(), " ");
     const v1::MemoryUsage& m = d.memory();
+    // docs/operations.md, "Several devices": calls on it fail UNAVAILABLE, the others serve.
+    if (d.lost()) fields.push_back(TextField(device + "state", "LOST"));
     fields.push_back(TextField(
         device + "memory",
         absl::StrCat(m.number_allocs(), " allocations, ", HumanSize(m.bytes_in_use()), " in use, ",
