@@ -327,3 +327,71 @@ def test_bad_device_lists_stop_the_daemon_naming_the_fault(request: pytest.Fixtu
         with pytest.raises(RuntimeError) as e:
             Daemon(binary, *flags)
         assert text in str(e.value), (flags, str(e.value))
+
+
+def test_both_sessions_must_be_the_callers(request: pytest.FixtureRequest,
+                                           tmp_path: "os.PathLike[str]") -> None:
+    binary = request.config.getoption("--cubed")
+    tokens = os.path.join(tmp_path, "tokens")
+    with open(tokens, "w") as f:
+        f.write("bob bob-token-0123456789abcdef\nalice alice-token-0123456789abcdef\n")
+    os.chmod(tokens, 0o600)
+    config = os.path.join(tmp_path, "auth.textproto")
+    with open(config, "w") as f:
+        f.write('token_file: "tokens"\n'
+                'principal { name: "bob" permissions { all_rpcs: true } }\n'
+                'principal { name: "alice" permissions { all_rpcs: true } }\n')
+    if conftest.BACKEND == "cpu":
+        flags = ["--cpu_devices=2"]
+    else:
+        os.environ["CUBED_TEST_REPEAT_DEVICES"] = "1"
+        flags = ["--devices=0,0"]
+    try:
+        d = Daemon(binary, *flags, "--tcp=127.0.0.1:0", "--insecure_tcp",
+                   f"--auth_config={config}")
+    finally:
+        os.environ.pop("CUBED_TEST_REPEAT_DEVICES", None)
+    try:
+        assert d.tcp_address is not None
+        bob = [("authorization", "Bearer bob-token-0123456789abcdef")]
+        alice = [("authorization", "Bearer alice-token-0123456789abcdef")]
+        with grpc.insecure_channel(d.tcp_address) as channel:
+            stub = compute_pb2_grpc.ComputeStub(channel)
+
+            def call(method: str, who: list, **fields: object) -> object:
+                request_type = getattr(compute_pb2, f"{method}Request")
+                return getattr(stub, method)(request_type(**fields), timeout=TIMEOUT,
+                                             metadata=who)
+
+            b0 = call("OpenSession", bob, device=0).session
+            b1 = call("OpenSession", bob, device=1).session
+            a1 = call("OpenSession", alice, device=1).session
+            src = call("Create", bob, session=b0, data=b"bob's bytes").handle
+            theirs = call("Create", alice, session=a1, data=b"alice's bytes").handle
+
+            def in_use() -> List[tuple]:
+                s = call("GetStats", bob)
+                return [(x.sessions, x.handles, x.memory.bytes_in_use) for x in s.devices]
+
+            before = in_use()
+            for who, fields in (
+                    (bob, dict(session=b0, source=types_pb2.Binding(handle=src),
+                               target_session=a1)),
+                    (bob, dict(session=b0, source=types_pb2.Binding(handle=src),
+                               target_session=a1, target_handle=theirs)),
+                    (alice, dict(session=b0, source=types_pb2.Binding(handle=src),
+                                 target_session=a1))):
+                with pytest.raises(grpc.RpcError) as e:
+                    call("CopyToDevice", who, **fields)
+                assert e.value.code() == grpc.StatusCode.NOT_FOUND, e.value.details()
+                assert "is not open" in e.value.details()
+                assert in_use() == before
+            assert call("Read", alice, session=a1, bindings=[
+                types_pb2.Binding(handle=theirs)]).data[0] == b"alice's bytes"
+            # Bob's own two sessions: allowed.
+            mine = call("CopyToDevice", bob, session=b0, source=types_pb2.Binding(handle=src),
+                        target_session=b1).handle
+            assert call("Read", bob, session=b1, bindings=[
+                types_pb2.Binding(handle=mine)]).data[0] == b"bob's bytes"
+    finally:
+        d.close()
