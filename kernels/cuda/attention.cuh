@@ -9,7 +9,9 @@ namespace cubed {
 // Note [Attention paths]
 // CUBED_CUDA_ATTENTION_MMA (chosen on the host for f16 and bf16 with E = Ev = 64, unit column
 // strides and 16-byte aligned rows): flash attention on the tensor cores (sm_80 and later). A
-// block of 8 warps takes 128 queries of one batch, each warp 16 of them; K and V stream through
+// block takes 128 queries of one batch: 4 warps of 32 queries (each K and V fragment read from
+// shared memory serves two 16-query MMA tiles; 252 registers, 2 blocks an SM), or with
+// CUBED_CUDA_ATTENTION_MMA_THREADS 256, 8 warps of 16 (128 registers); K and V stream through
 // shared memory in tiles of 64 keys (cp.async, two stages: Note [Attention pipeline]),
 // scores and the running output stay in registers (mma.sync m16n8k16, f32 accumulation), the
 // softmax is online (running maximum and sum, the output rescaled when the maximum grows), and
@@ -18,10 +20,12 @@ namespace cubed {
 // generic path: a warp per query row, two passes over its keys (maximum and sum, then the output
 // in column chunks), every score recomputed per chunk; f64 computes in f64, the rest in f32.
 
-constexpr u32 kAttnRows = CUBED_CUDA_ATTENTION_MMA_ROWS;  // Per block, MMA path: 8 warps x 16.
-constexpr u32 kAttnKeys = 64;                             // Keys per tile.
-constexpr u32 kAttnDim = 64;                              // E = Ev of the MMA path.
-constexpr u32 kAttnThreads = kAttnRows * 2;               // 32 a warp, 16 queries a warp.
+constexpr u32 kAttnRows = CUBED_CUDA_ATTENTION_MMA_ROWS;        // Per block, MMA path.
+constexpr u32 kAttnKeys = 64;                                   // Keys per tile.
+constexpr u32 kAttnDim = 64;                                    // E = Ev of the MMA path.
+constexpr u32 kAttnThreads = CUBED_CUDA_ATTENTION_MMA_THREADS;  // The launch's block.
+constexpr u32 kAttnM = kAttnRows / (kAttnThreads / 2);          // 16-query MMA tiles a warp.
+static_assert(kAttnM * 16 * (kAttnThreads / 32) == kAttnRows && kAttnM <= 2, "1 or 2 tiles");
 constexpr u32 kAttnTileBytes = kAttnKeys * kAttnDim * 2;  // A K or V tile in shared memory.
 // Shared memory of the MMA path: the Q tile, then two stages of (K tile, V tile).
 constexpr u32 kAttnSharedElems = (kAttnRows + 4 * kAttnKeys) * kAttnDim;
@@ -207,7 +211,7 @@ __device__ __forceinline__ float QuadSum(float x) {
 // The MMA path's block loads Q and K/V tile 0, then for each key tile j: waits for tile j's copy,
 // one barrier (every warp is done with tile j - 1, whose stage tile j + 1 reuses), starts the copy
 // of tile j + 1 into the other stage, and computes tile j, so that each copy has a whole tile's
-// math to land in. A warp whose 16 queries all precede the tile's first key skips it (its P would
+// math to land in. A warp whose queries all precede the tile's first key skips it (its P would
 // be zeros). The row maxima are of the raw scores q . k (the scale is made >= 0 by negating Q
 // in shared memory, exact in f16 and bf16), so that p = 2^(s * scale log2(e) - m scale log2(e)) is
 // one FFMA and one ex2; masked keys (past the diagonal or S) are -inf for the maximum and p = 0.
@@ -239,8 +243,9 @@ __device__ void AttentionMma(const CudaBuiltinArgs& a, unsigned short* smem) {
   // V's (transposed) for keys kk * 16 + (lane & 15), columns dp * 16 + (lane >> 4) * 8 at
   // (v_base ^ dp * 32) + kk * 2048.
   const u32 r8 = lane & 7u;
-  // This warp's 16 queries as A fragments: columns kk * 16.. at q_at + kk * 32 (bytes).
-  const u32 q_at = qs + 2 * Swizzled(warp * 16 + (lane & 15u), (lane >> 4) * 8);
+  // This warp's queries 16 mi.. as A fragments: columns kk * 16.. at
+  // (q_at + mi * 2048) ^ (kk * 32) (bytes).
+  const u32 q_at = qs + 2 * Swizzled(warp * 16 * kAttnM + (lane & 15u), (lane >> 4) * 8);
   const u32 k_base = 2 * (r8 * kAttnDim + (((lane >> 3) ^ r8) << 3));
   const u32 v_base = 2 * ((lane & 15u) * kAttnDim + (((lane >> 4) ^ r8) << 3));
   // Out's count * len_q * 64 elements are below 2^32, so 32 bits count the tiles.
@@ -275,25 +280,32 @@ __device__ void AttentionMma(const CudaBuiltinArgs& a, unsigned short* smem) {
       CopyRows<kAttnKeys>(stages + kAttnTileBytes, v, v_off, v_rs, len_k);
     }
     CommitLoads();
-    if (q_sign != 0 && key_tiles > 0) {  // Negates this warp's 16 rows of Q in place.
+    if (q_sign != 0 && key_tiles > 0) {  // Negates this warp's rows of Q in place.
       WaitLoads();
       __syncthreads();  // Other threads copied them.
-      u32* const rows = reinterpret_cast<u32*>(smem + warp * 16 * kAttnDim);
+      u32* const rows = reinterpret_cast<u32*>(smem + warp * 16 * kAttnM * kAttnDim);
 #pragma unroll
-      for (u32 i = lane; i < 16 * kAttnDim / 2; i += 32) rows[i] ^= q_sign;
+      for (u32 i = lane; i < 16 * kAttnM * kAttnDim / 2; i += 32) rows[i] ^= q_sign;
       __syncwarp();
     }
-    float acc[kAttnDim / 8][4];
+    // Per 16-query tile mi: the output, running maxima of the raw scores (rows g, g + 8) and
+    // sums (this thread's part).
+    float acc[kAttnM][kAttnDim / 8][4];
+    float m[kAttnM][2], l[kAttnM][2];
 #pragma unroll
-    for (u32 n = 0; n < kAttnDim / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-    // Running maxima of the raw scores (rows g, g + 8) and sums (this thread's part).
-    float m_lo = Num<float>::Lowest(), m_hi = m_lo;
-    float l_lo = 0.f, l_hi = 0.f;
-    const u32 first_row = q0 + warp * 16;
-    const u32 row_lo = first_row + g, row_hi = row_lo + 8;
-    // Key tiles this warp computes (its last query sees up to key first_row + 15), and the first
-    // that needs the mask (keys past the diagonal of its first query, or past S).
-    const u32 last_tile = (first_row + 15) / kAttnKeys;
+    for (u32 mi = 0; mi < kAttnM; ++mi) {
+#pragma unroll
+      for (u32 n = 0; n < kAttnDim / 8; ++n) {
+        acc[mi][n][0] = acc[mi][n][1] = acc[mi][n][2] = acc[mi][n][3] = 0.f;
+      }
+      m[mi][0] = m[mi][1] = Num<float>::Lowest();
+      l[mi][0] = l[mi][1] = 0.f;
+    }
+    const u32 first_row = q0 + warp * 16 * kAttnM;
+    const u32 row_g = first_row + g;  // Rows row_g + 16 mi + 8 h.
+    // Key tiles this warp computes (its last query sees up to key first_row + 16 kAttnM - 1),
+    // and the first that needs the mask (keys past the diagonal of its first query, or past S).
+    const u32 last_tile = (first_row + 16 * kAttnM - 1) / kAttnKeys;
     const u32 warp_tiles = last_tile < key_tiles ? last_tile + 1 : key_tiles;
     const u32 unmasked = (first_row < len_k ? first_row : len_k) / kAttnKeys;
     const u32 mask_from = unmasked < key_tiles ? unmasked : key_tiles;
@@ -310,88 +322,101 @@ __device__ void AttentionMma(const CudaBuiltinArgs& a, unsigned short* smem) {
       }
       if (j >= warp_tiles) continue;  // No query of this warp sees the tile's keys.
       const u32 ks = stages + (j & 1u) * 2 * kAttnTileBytes, vs = ks + kAttnTileBytes;
-      // S = Q K^T for this warp's 16 queries and the tile's 64 keys.
-      float s[kAttnKeys / 8][4];
+      // S = Q K^T for this warp's queries and the tile's 64 keys; each K fragment serves the
+      // warp's kAttnM query tiles.
+      float s[kAttnM][kAttnKeys / 8][4];
 #pragma unroll
-      for (u32 n = 0; n < kAttnKeys / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+      for (u32 mi = 0; mi < kAttnM; ++mi) {
+#pragma unroll
+        for (u32 n = 0; n < kAttnKeys / 8; ++n) {
+          s[mi][n][0] = s[mi][n][1] = s[mi][n][2] = s[mi][n][3] = 0.f;
+        }
+      }
 #pragma unroll
       for (u32 kp = 0; kp < kAttnDim / 32; ++kp) {
-        // This warp's queries, columns kp * 32.. (A fragments; reloaded each tile, which holds
-        // 8 registers instead of 16 across the loop).
-        u32 qf[2][4];
-        LoadMatrices(qf[0], q_at ^ (kp * 64));
-        LoadMatrices(qf[1], q_at ^ (kp * 64 + 32));
+        // The queries' columns kp * 32.. (A fragments, reloaded each tile: fewer registers
+        // across the loop).
+        u32 qf[kAttnM][2][4];
+#pragma unroll
+        for (u32 mi = 0; mi < kAttnM; ++mi) {
+          LoadMatrices(qf[mi][0], (q_at + mi * 2048) ^ (kp * 64));
+          LoadMatrices(qf[mi][1], (q_at + mi * 2048) ^ (kp * 64 + 32));
+        }
 #pragma unroll
         for (u32 n = 0; n < kAttnKeys / 8; ++n) {
           u32 bf[4];
           LoadMatrices(bf, ks + (k_base ^ (kp * 64)) + n * 1024);
-          Mma<T>(s[n], qf[0], bf[0], bf[1]);
-          Mma<T>(s[n], qf[1], bf[2], bf[3]);
+#pragma unroll
+          for (u32 mi = 0; mi < kAttnM; ++mi) {
+            Mma<T>(s[mi][n], qf[mi][0], bf[0], bf[1]);
+            Mma<T>(s[mi][n], qf[mi][1], bf[2], bf[3]);
+          }
         }
       }
       // Keys past the diagonal of this warp's first query, or past S, are masked: key k0 + c
       // (c the column in the tile) is visible to row r when c < min(r - k0 + 1, S - k0), as a
       // bound within [0, 64] on c. The softmax is compiled twice, with and without the mask, so
       // that the tiles below the diagonal test nothing per element.
-      u32 pf[kAttnKeys / 16][4];               // P as A fragments of the P V product.
+      u32 pf[kAttnM][kAttnKeys / 16][4];       // P as A fragments of the P V product.
       auto softmax = [&](const bool masked) {  // Called with constants, inlined twice.
-        u32 vis_lo = kAttnKeys, vis_hi = kAttnKeys;
-        if (masked) {
-          const u32 tile_end = len_k - k0 < kAttnKeys ? len_k - k0 : kAttnKeys;
-          auto visible = [&](u32 row) {  // Rows before k0 see none of the tile.
-            const u32 seen = row + 1 > k0 ? row + 1 - k0 : 0;
-            return seen < tile_end ? seen : tile_end;
-          };
-          vis_lo = visible(row_lo);
-          vis_hi = visible(row_hi);
 #pragma unroll
-          for (u32 n = 0; n < kAttnKeys / 8; ++n) {
+        for (u32 mi = 0; mi < kAttnM; ++mi) {
+          u32 vis[2] = {kAttnKeys, kAttnKeys};  // Rows g and g + 8 of query tile mi.
+          if (masked) {
+            const u32 tile_end = len_k - k0 < kAttnKeys ? len_k - k0 : kAttnKeys;
 #pragma unroll
-            for (u32 c = 0; c < 4; ++c) {
-              const u32 col = n * 8 + 2 * t + (c & 1u);
-              if (col >= (c < 2 ? vis_lo : vis_hi)) s[n][c] = Num<float>::Lowest();
+            for (u32 h = 0; h < 2; ++h) {  // Rows before k0 see none of the tile.
+              const u32 row = row_g + 16 * mi + 8 * h;
+              const u32 seen = row + 1 > k0 ? row + 1 - k0 : 0;
+              vis[h] = seen < tile_end ? seen : tile_end;
+            }
+#pragma unroll
+            for (u32 n = 0; n < kAttnKeys / 8; ++n) {
+#pragma unroll
+              for (u32 c = 0; c < 4; ++c) {
+                if (n * 8 + 2 * t + (c & 1u) >= vis[c >> 1]) s[mi][n][c] = Num<float>::Lowest();
+              }
             }
           }
-        }
-        float mx_lo = m_lo, mx_hi = m_hi;
+          float mx[2] = {m[mi][0], m[mi][1]};
 #pragma unroll
-        for (u32 n = 0; n < kAttnKeys / 8; ++n) {
-          mx_lo = MaxNan(mx_lo, MaxNan(s[n][0], s[n][1]));
-          mx_hi = MaxNan(mx_hi, MaxNan(s[n][2], s[n][3]));
-        }
-        mx_lo = QuadMax(mx_lo);
-        mx_hi = QuadMax(mx_hi);
-        // In the scaled domain: a row that has seen only masked keys keeps maximum -inf, and
-        // subtracts 0 instead (its p are 0). Every query sees key 0, so no stored row ends so.
-        const float ninf = Num<float>::Lowest();
-        const float base_lo = mx_lo == ninf ? 0.f : mx_lo * scale2;
-        const float base_hi = mx_hi == ninf ? 0.f : mx_hi * scale2;
-        const float corr_lo = Exp2((m_lo == ninf ? ninf : m_lo * scale2) - base_lo);
-        const float corr_hi = Exp2((m_hi == ninf ? ninf : m_hi * scale2) - base_hi);
-        m_lo = mx_lo;
-        m_hi = mx_hi;
-        l_lo *= corr_lo;
-        l_hi *= corr_hi;
-#pragma unroll
-        for (u32 n = 0; n < kAttnDim / 8; ++n) {
-          acc[n][0] *= corr_lo;
-          acc[n][1] *= corr_lo;
-          acc[n][2] *= corr_hi;
-          acc[n][3] *= corr_hi;
-        }
-#pragma unroll
-        for (u32 n = 0; n < kAttnKeys / 8; ++n) {
-          float p[4];
-#pragma unroll
-          for (u32 c = 0; c < 4; ++c) {
-            p[c] = Exp2(fmaf(s[n][c], scale2, -(c < 2 ? base_lo : base_hi)));
-            // A masked key's p is 0 (with scale2 = 0 the FFMA of its -inf would be NaN).
-            if (masked && n * 8 + 2 * t + (c & 1u) >= (c < 2 ? vis_lo : vis_hi)) p[c] = 0.f;
+          for (u32 n = 0; n < kAttnKeys / 8; ++n) {
+            mx[0] = MaxNan(mx[0], MaxNan(s[mi][n][0], s[mi][n][1]));
+            mx[1] = MaxNan(mx[1], MaxNan(s[mi][n][2], s[mi][n][3]));
           }
-          l_lo += p[0] + p[1];
-          l_hi += p[2] + p[3];
-          pf[n / 2][(n & 1u) * 2] = PackPair<T>(p[0], p[1]);
-          pf[n / 2][(n & 1u) * 2 + 1] = PackPair<T>(p[2], p[3]);
+          // In the scaled domain: a row that has seen only masked keys keeps maximum -inf, and
+          // subtracts 0 instead (its p are 0). Every query sees key 0, so no stored row ends so.
+          const float ninf = Num<float>::Lowest();
+          float base[2], corr[2];
+#pragma unroll
+          for (u32 h = 0; h < 2; ++h) {
+            mx[h] = QuadMax(mx[h]);
+            base[h] = mx[h] == ninf ? 0.f : mx[h] * scale2;
+            corr[h] = Exp2((m[mi][h] == ninf ? ninf : m[mi][h] * scale2) - base[h]);
+            m[mi][h] = mx[h];
+            l[mi][h] *= corr[h];
+          }
+#pragma unroll
+          for (u32 n = 0; n < kAttnDim / 8; ++n) {
+            acc[mi][n][0] *= corr[0];
+            acc[mi][n][1] *= corr[0];
+            acc[mi][n][2] *= corr[1];
+            acc[mi][n][3] *= corr[1];
+          }
+#pragma unroll
+          for (u32 n = 0; n < kAttnKeys / 8; ++n) {
+            float p[4];
+#pragma unroll
+            for (u32 c = 0; c < 4; ++c) {
+              p[c] = Exp2(fmaf(s[mi][n][c], scale2, -base[c >> 1]));
+              // A masked key's p is 0 (with scale2 = 0 the FFMA of its -inf would be NaN).
+              if (masked && n * 8 + 2 * t + (c & 1u) >= vis[c >> 1]) p[c] = 0.f;
+            }
+            l[mi][0] += p[0] + p[1];
+            l[mi][1] += p[2] + p[3];
+            pf[mi][n / 2][(n & 1u) * 2] = PackPair<T>(p[0], p[1]);
+            pf[mi][n / 2][(n & 1u) * 2 + 1] = PackPair<T>(p[2], p[3]);
+          }
         }
       };
       if (j >= mask_from) {  // k0 + 64 > first_row or k0 + 64 > len_k.
@@ -399,43 +424,47 @@ __device__ void AttentionMma(const CudaBuiltinArgs& a, unsigned short* smem) {
       } else {
         softmax(false);
       }
-      // O += P V.
+      // O += P V; each V fragment serves the warp's kAttnM query tiles.
 #pragma unroll
       for (u32 kk = 0; kk < kAttnKeys / 16; ++kk) {
 #pragma unroll
         for (u32 dp = 0; dp < kAttnDim / 16; ++dp) {
           u32 bf[4];
           LoadMatricesTransposed(bf, vs + (v_base ^ (dp * 32)) + kk * 2048);
-          Mma<T>(acc[2 * dp], pf[kk], bf[0], bf[1]);
-          Mma<T>(acc[2 * dp + 1], pf[kk], bf[2], bf[3]);
+#pragma unroll
+          for (u32 mi = 0; mi < kAttnM; ++mi) {
+            Mma<T>(acc[mi][2 * dp], pf[mi][kk], bf[0], bf[1]);
+            Mma<T>(acc[mi][2 * dp + 1], pf[mi][kk], bf[2], bf[3]);
+          }
         }
       }
     }
     const u64 o_off = batch_offset(3);
-    const float sum_lo = QuadSum(l_lo), sum_hi = QuadSum(l_hi);
-    const float inv_lo = sum_lo == 0.f ? 0.f : 1.f / sum_lo;  // No keys: zeros.
-    const float inv_hi = sum_hi == 0.f ? 0.f : 1.f / sum_hi;
 #pragma unroll
-    for (u32 h = 0; h < 2; ++h) {
-      const u32 row = h == 0 ? row_lo : row_hi;
-      if (row >= len_q) continue;
-      const float inv = h == 0 ? inv_lo : inv_hi;
-      const u64 at = o_off + row * o_rs;  // Column 0 of the row.
-      if (o_cs == 1 && at + kAttnDim <= o.n && Aligned(o.p + at, 4)) {
-        Pack<T, 2>* const pairs = reinterpret_cast<Pack<T, 2>*>(o.p + at) + t;
+    for (u32 mi = 0; mi < kAttnM; ++mi) {
 #pragma unroll
-        for (u32 n = 0; n < kAttnDim / 8; ++n) {
-          Pack<T, 2> pair;
-          pair.v[0] = static_cast<T>(acc[n][2 * h] * inv);
-          pair.v[1] = static_cast<T>(acc[n][2 * h + 1] * inv);
-          pairs[n * 4] = pair;
-        }
-      } else {
+      for (u32 h = 0; h < 2; ++h) {
+        const u32 row = row_g + 16 * mi + 8 * h;
+        const float sum = QuadSum(l[mi][h]);
+        if (row >= len_q) continue;
+        const float inv = sum == 0.f ? 0.f : 1.f / sum;  // No keys: zeros.
+        const u64 at = o_off + row * o_rs;               // Column 0 of the row.
+        if (o_cs == 1 && at + kAttnDim <= o.n && Aligned(o.p + at, 4)) {
+          Pack<T, 2>* const pairs = reinterpret_cast<Pack<T, 2>*>(o.p + at) + t;
 #pragma unroll
-        for (u32 n = 0; n < kAttnDim / 8; ++n) {
-          const u64 col = at + (n * 8 + 2 * t) * o_cs;
-          Store(o, col, static_cast<T>(acc[n][2 * h] * inv));
-          Store(o, col + o_cs, static_cast<T>(acc[n][2 * h + 1] * inv));
+          for (u32 n = 0; n < kAttnDim / 8; ++n) {
+            Pack<T, 2> pair;
+            pair.v[0] = static_cast<T>(acc[mi][n][2 * h] * inv);
+            pair.v[1] = static_cast<T>(acc[mi][n][2 * h + 1] * inv);
+            pairs[n * 4] = pair;
+          }
+        } else {
+#pragma unroll
+          for (u32 n = 0; n < kAttnDim / 8; ++n) {
+            const u64 col = at + (n * 8 + 2 * t) * o_cs;
+            Store(o, col, static_cast<T>(acc[mi][n][2 * h] * inv));
+            Store(o, col + o_cs, static_cast<T>(acc[mi][n][2 * h + 1] * inv));
+          }
         }
       }
     }

@@ -291,12 +291,14 @@ CudaLaunchDims BuiltinLaunchDims(const BuiltinCall& call, CudaBuiltinArgs* args,
                                                         : args->count;
       break;
     case CudaFamily::kAttention: {  // A block per 128 queries, or a warp per query.
+      // Both paths in blocks of the MMA path's size (the kernel's __launch_bounds__).
+      dims.block[0] = CUBED_CUDA_ATTENTION_MMA_THREADS;
       const CudaTensorArg& out = args->buffers[3];
       if (out.rank >= 2 && out.rank <= CUBED_CUDA_MAX_RANK && out.shape[out.rank - 1] != 0) {
         const uint64_t queries = out.shape[out.rank - 2];  // count * queries < 2^32 elements.
         blocks = args->variant == CUBED_CUDA_ATTENTION_MMA
                      ? args->count * CeilDiv(queries, CUBED_CUDA_ATTENTION_MMA_ROWS)
-                     : CeilDiv(args->count * queries, kBlock / 32);
+                     : CeilDiv(args->count * queries, CUBED_CUDA_ATTENTION_MMA_THREADS / 32);
       }
       break;
     }

@@ -30,10 +30,12 @@
 
 // `variant` of causal_attention (Note [Attention paths] in attention.cuh): a warp per query row
 // on the CUDA cores, or flash attention on the tensor cores (f16 and bf16, E = Ev = 64, unit
-// column strides, every other stride of q, k and v a multiple of 8 elements; blockDim.x 256).
+// column strides, every other stride of q, k and v a multiple of 8 elements). Both launch
+// blocks of CUBED_CUDA_ATTENTION_MMA_THREADS: 128 (4 warps of 32 queries) or 256 (8 warps of 16).
 #define CUBED_CUDA_ATTENTION_GENERIC 0u
 #define CUBED_CUDA_ATTENTION_MMA 1u
-#define CUBED_CUDA_ATTENTION_MMA_ROWS 128u  // Queries per block of the MMA path.
+#define CUBED_CUDA_ATTENTION_MMA_ROWS 128u     // Queries per block of the MMA path.
+#define CUBED_CUDA_ATTENTION_MMA_THREADS 128u  // The block of either path.
 
 // Note [Split reduction]: when a reduction has too few outputs to fill the device, `splits`
 // blocks share each group of outputs, each folding one slice of the axis into a partial result

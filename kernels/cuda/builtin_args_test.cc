@@ -209,6 +209,30 @@ TEST(MakeCudaBuiltinArgsTest, NormsPassRowsAndEps) {
   EXPECT_EQ(MakeCudaBuiltinArgs(rms, bytes).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// causal_attention: the MMA path for bf16 with E = Ev = 64, a block per 128 queries; the generic
+// path (f32) a warp per query. Both launch CUBED_CUDA_ATTENTION_MMA_THREADS threads a block, the
+// kernel's __launch_bounds__.
+TEST(MakeCudaBuiltinArgsTest, AttentionBlocks) {
+  for (const ElemType dtype : {ElemType::kBF16, ElemType::kF32}) {
+    std::vector<uint64_t> bytes;
+    const TensorLayout t = TensorLayout::Contiguous({2, 3, 300, 64});
+    BuiltinCall call = Call("causal_attention", dtype, {t, t, t, t}, &bytes, 4);
+    ScalarGroup scale{ElemType::kF64, std::vector<uint8_t>(8)};
+    const double value = 0.125;
+    std::memcpy(scale.bytes.data(), &value, 8);
+    call.scalars.push_back(scale);
+    auto args = MakeCudaBuiltinArgs(call, bytes);
+    ASSERT_TRUE(args.ok()) << args.status();
+    EXPECT_EQ(args->count, 6u);  // Batches.
+    const bool mma = dtype == ElemType::kBF16;
+    EXPECT_EQ(args->variant, mma ? CUBED_CUDA_ATTENTION_MMA : CUBED_CUDA_ATTENTION_GENERIC);
+    const CudaLaunchDims dims = BuiltinLaunchDims(call, &*args, 132);
+    EXPECT_EQ(dims.block[0], CUBED_CUDA_ATTENTION_MMA_THREADS);
+    EXPECT_EQ(dims.grid[0],
+              mma ? 6u * 3 : 6u * 300 / (CUBED_CUDA_ATTENTION_MMA_THREADS / 32));  // 300 / 128.
+  }
+}
+
 TEST(MakeCudaBuiltinArgsTest, ValidationErrorsPassThrough) {
   std::vector<uint64_t> bytes;
   const BuiltinCall call =
