@@ -393,6 +393,16 @@ class Client {
   using StreamReplyCallback = std::function<void(absl::StatusOr<v1::Reply*>)>;
   absl::StatusOr<uint64_t> NewStreamId();
   absl::Status SendStreamCommand(v1::Command command, StreamReplyCallback on_reply = nullptr);
+  // ClientOptions::resume_timeout: how many times the stream resumed so far, and whether a
+  // resume is in progress now (the daemon ended the stream and the SDK tries to take the session
+  // back). Zero / false without the session stream.
+  uint64_t StreamResumes() const;
+  bool StreamResuming() const;
+  // One unary RPC of the daemon on this client's channel (so on the daemon its session lives
+  // on, with its security): `method` the full name ("/cubed.v1.Compute/GetInfo"), `request` the
+  // serialized request. Returns the serialized response, or the call's error (its message
+  // prefixed by the method). Blocks up to ClientOptions::timeout.
+  absl::StatusOr<std::string> CallUnary(absl::string_view method, absl::string_view request);
 
   // Sends the batched releases now and waits until every release sent so far (also those in
   // flight on the background flusher) has been answered. Returns the first release error since

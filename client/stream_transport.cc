@@ -169,6 +169,11 @@ absl::Status StreamTransport::SendDirect(v1::Command& command, Callback on_reply
   return absl::OkStatus();
 }
 
+StreamTransport::ResumeState StreamTransport::resume_state() {
+  absl::MutexLock lock(&mu_);
+  return ResumeState{resumes_, resuming_};
+}
+
 void StreamTransport::Push() {
   if (direct_) return;  // Nothing waits in a queue.
   absl::MutexLock lock(&mu_);
@@ -320,6 +325,7 @@ bool StreamTransport::Resume(absl::Status& status) {
     }
     retired_wires_.push_back(std::move(wire_));
     wire_ = *std::move(wire);
+    ++resumes_;
     resumed = opened.resumed_seq();
     if (written > resumed) {
       const absl::Status lost = absl::UnavailableError(absl::StrCat(

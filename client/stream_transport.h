@@ -98,6 +98,14 @@ class StreamTransport {
   // Sends what is queued now (without waiting for the interval).
   void Push();
 
+  // Note [Stream resume]: the resumes that succeeded so far, and whether one is in progress (the
+  // wire ended and new ones are being tried). Thread-safe.
+  struct ResumeState {
+    uint64_t resumes = 0;
+    bool resuming = false;
+  };
+  ResumeState resume_state();
+
  private:
   StreamTransport() = default;
   void WriterLoop();
@@ -151,6 +159,7 @@ class StreamTransport {
   bool resuming_ ABSL_GUARDED_BY(mu_) = false;
   bool writer_parked_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t written_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t resumes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status lost_commands_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
   std::unordered_map<uint64_t, Callback> pending_ ABSL_GUARDED_BY(mu_);

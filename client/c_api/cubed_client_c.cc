@@ -326,6 +326,54 @@ int32_t cubed_client_carrier(const cubed_client* client) {
   return client == nullptr ? 2 : client->carrier;
 }
 
+int32_t cubed_client_call(cubed_client* client, const char* method, const void* request,
+                          size_t size, cubed_reply* reply, cubed_error* error) {
+  if (client == nullptr || method == nullptr || reply == nullptr) {
+    return Invalid(error, "cubed_client_call: client, method or reply is NULL");
+  }
+  if (request == nullptr && size != 0) return Invalid(error, "cubed_client_call: request is NULL");
+  if (method[0] != '/') {
+    return Invalid(error, absl::StrCat("cubed_client_call: method '", method,
+                                       "' is not a full name like /cubed.v1.Compute/GetInfo"));
+  }
+  if (reply->state->used.exchange(true)) {
+    return Invalid(error, "the cubed_reply was sent before (make one per command)");
+  }
+  absl::StatusOr<std::string> response;
+  {
+    absl::ReaderMutexLock lock(&client->mu);
+    if (client->client == nullptr) {
+      response = Closed();
+    } else {
+      response = client->client->CallUnary(
+          method, absl::string_view(static_cast<const char*>(request), size));
+    }
+  }
+  if (!response.ok()) {
+    reply->state->used.store(false);
+    return Fail(error, response.status());
+  }
+  ReplyState* s = reply->state.get();
+  absl::MutexLock lock(&s->mu);
+  s->data.push_back(*std::move(response));
+  s->done = true;
+  return 0;
+}
+
+void cubed_client_resume_state(cubed_client* client, uint64_t* resumes, int32_t* resuming) {
+  uint64_t n = 0;
+  bool now = false;
+  if (client != nullptr) {
+    absl::ReaderMutexLock lock(&client->mu);
+    if (client->client != nullptr) {
+      n = client->client->StreamResumes();
+      now = client->client->StreamResuming();
+    }
+  }
+  if (resumes != nullptr) *resumes = n;
+  if (resuming != nullptr) *resuming = now ? 1 : 0;
+}
+
 int32_t cubed_client_next_id(cubed_client* client, uint64_t* id, cubed_error* error) {
   if (client == nullptr || id == nullptr) {
     return Invalid(error, "cubed_client_next_id: client or id is NULL");

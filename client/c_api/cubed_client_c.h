@@ -92,6 +92,8 @@ typedef struct cubed_connect_options {
 CUBED_C_EXPORT void cubed_connect_options_init(cubed_connect_options* options);
 
 typedef struct cubed_client cubed_client;
+// The answer of one command (or unary call): see cubed_reply_create.
+typedef struct cubed_reply cubed_reply;
 
 // Connects and opens a session (cubed::Client::Connect; the environment variables
 // CUBED_CLIENT_TRANSPORT and CUBED_CLIENT_CARRIER apply as there). On success *client is a new
@@ -119,11 +121,24 @@ CUBED_C_EXPORT int32_t cubed_client_transport(const cubed_client* client);
 // What carries the stream: 1 the command ring, 2 gRPC (2 for unary calls too).
 CUBED_C_EXPORT int32_t cubed_client_carrier(const cubed_client* client);
 
+// With resume_timeout_ms: how many times the stream resumed so far (*resumes) and whether a
+// resume is in progress now (*resuming, 0 or 1: the daemon ended the stream and the SDK tries to
+// take the session back). Zeros without the session stream or once closed.
+CUBED_C_EXPORT void cubed_client_resume_state(cubed_client* client, uint64_t* resumes,
+                                              int32_t* resuming);
+
+// One unary RPC of the daemon on the client's own channel (the daemon its session lives on, with
+// its token and TLS): `method` its full name ("/cubed.v1.Compute/GetInfo"), `request` the
+// serialized request (`size` bytes). Blocks up to the timeout. On success `reply` (fresh, as for
+// cubed_client_send) is complete with the serialized response as its data entry 0; otherwise the
+// call's code and message (the method's name first), and `reply` stays unused.
+CUBED_C_EXPORT int32_t cubed_client_call(cubed_client* client, const char* method,
+                                         const void* request, size_t size, cubed_reply* reply,
+                                         cubed_error* error);
+
 // A fresh client id of the session stream (the id a binding puts in a create / empty /
 // create_tensor / empty_tensor it builds). FAILED_PRECONDITION on unary calls or once closed.
 CUBED_C_EXPORT int32_t cubed_client_next_id(cubed_client* client, uint64_t* id, cubed_error* error);
-
-typedef struct cubed_reply cubed_reply;
 
 // A new reply for one answering command, not sent yet: pass it to cubed_client_send (or
 // cubed_client_read / cubed_client_sync), once; `tag` is what cubed_client_next_done gives for

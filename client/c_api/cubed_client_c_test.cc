@@ -269,6 +269,43 @@ TEST_F(CApiTest, CreateExecuteReadOnEveryCarrier) {
   }
 }
 
+TEST_F(CApiTest, UnaryCallsGoToTheSessionsDaemon) {
+  ClientPtr c = Connect();
+  ASSERT_NE(c, nullptr);
+  Error e;
+  // GetInfo of device 0 (an empty request): the response names the daemon's version.
+  ReplyPtr info(cubed_reply_create(0));
+  ASSERT_EQ(cubed_client_call(c.get(), "/cubed.v1.Compute/GetInfo", "", 0, info.get(), &e), 0)
+      << e.text();
+  const uint8_t* data = nullptr;
+  uint64_t size = 0;
+  ASSERT_EQ(cubed_reply_data(info.get(), 0, &data, &size, &e), 0) << e.text();
+  EXPECT_GT(size, 0u);
+  EXPECT_EQ(cubed_reply_status(info.get(), &e), 0);
+  // Errors name the method; the reply stays unused.
+  ReplyPtr r(cubed_reply_create(0));
+  EXPECT_EQ(cubed_client_call(c.get(), "/cubed.v1.Compute/NoSuchMethod", "", 0, r.get(), &e), 12);
+  EXPECT_TRUE(absl::StrContains(e.text(), "NoSuchMethod")) << e.text();
+  EXPECT_EQ(cubed_client_call(c.get(), "GetInfo", "", 0, r.get(), &e), kInvalidArgument);
+  EXPECT_EQ(cubed_client_call(c.get(), nullptr, "", 0, r.get(), &e), kInvalidArgument);
+  EXPECT_EQ(cubed_client_call(c.get(), "/cubed.v1.Compute/GetInfo", "", 0, info.get(), &e),
+            kInvalidArgument);  // Used already.
+  // The daemon's own refusal: an unknown session.
+  std::string close_unknown;
+  U64(&close_unknown, 1, 12345);
+  EXPECT_EQ(cubed_client_call(c.get(), "/cubed.v1.Compute/CloseSession", close_unknown.data(),
+                              close_unknown.size(), r.get(), &e),
+            kNotFound)
+      << e.text();
+  uint64_t resumes = 9;
+  int32_t resuming = 9;
+  cubed_client_resume_state(c.get(), &resumes, &resuming);
+  EXPECT_EQ(resumes, 0u);
+  EXPECT_EQ(resuming, 0);
+  cubed_client_resume_state(nullptr, &resumes, &resuming);  // NULL: zeros.
+  EXPECT_EQ(resumes, 0u);
+}
+
 TEST_F(CApiTest, BulkCreateOverTcpRoundTrips) {
   ClientPtr c = Connect(2, daemon_->tcp_address(), /*bulk_threshold=*/1024);
   ASSERT_NE(c, nullptr);

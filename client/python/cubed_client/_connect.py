@@ -162,6 +162,9 @@ def connect(address: Optional[str] = None, *, timeout: float = 60.0, device: int
                     root_certificates=root_certificates, certificate_chain=certificate_chain,
                     private_key=private_key, server_name=server_name,
                     max_message_bytes=max_message_bytes, resume_timeout=resume)
+                # Unary calls on the C++ SDK's channel: the daemon of the session.
+                channel.close()
+                channel = t.channel()
             except UnimplementedError:
                 if mode == "stream":
                     raise

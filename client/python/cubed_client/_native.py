@@ -78,6 +78,9 @@ _SIGNATURES = {
     "cubed_client_lease_ms": (_i64, [_ptr]),
     "cubed_client_transport": (_i32, [_ptr]),
     "cubed_client_carrier": (_i32, [_ptr]),
+    "cubed_client_resume_state": (None, [_ptr, _P(_u64), _P(_i32)]),
+    "cubed_client_call": (_i32, [_ptr, ctypes.c_char_p, ctypes.c_char_p, _size, _ptr,
+                                 _P(_Error)]),
     "cubed_client_next_id": (_i32, [_ptr, _P(_u64), _P(_Error)]),
     "cubed_reply_create": (_ptr, [_u64]),
     "cubed_client_send": (_i32, [_ptr, ctypes.c_char_p, _size, _ptr, _P(_Error)]),
@@ -230,6 +233,79 @@ _graph_steps = _field("graph_steps")
 Convert = Callable[[ctypes.CDLL, int], Any]
 
 
+class _RpcError(grpc.RpcError):
+    """A failed unary call through the native core, as grpc's own (code(), details())."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(f"{code.name}: {details}")
+        self._code = code
+        self._details = details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+_CODES = {c.value[0]: c for c in grpc.StatusCode}
+
+
+class _UnaryCall:
+    """A unary method of the daemon called through the C++ SDK's channel (a stub's attribute)."""
+
+    def __init__(self, transport: "NativeTransport", method: str,
+                 serializer: Optional[Callable[[Any], bytes]],
+                 deserializer: Optional[Callable[[bytes], Any]]) -> None:
+        self._transport = transport
+        self._method = method.encode()
+        self._serializer = serializer
+        self._deserializer = deserializer
+
+    def __call__(self, request: Any, timeout: Optional[float] = None, metadata: Any = None,
+                 credentials: Any = None, wait_for_ready: Optional[bool] = None,
+                 compression: Any = None) -> Any:
+        """The response; _RpcError (a grpc.RpcError) when the call failed. The deadline and
+        the metadata are the client's (connect's timeout and token)."""
+        data = self._serializer(request) if self._serializer else request
+        response = self._transport._call_unary(self._method, data)
+        return self._deserializer(response) if self._deserializer else response
+
+
+class _Unsupported:
+    """A streaming method: the native channel carries unary calls only."""
+
+    def __init__(self, method: str) -> None:
+        self._method = method
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise _RpcError(grpc.StatusCode.UNIMPLEMENTED,
+                        f"{self._method}: the native core's channel has unary calls only")
+
+
+class NativeChannel:
+    """What the Client makes its unary calls on (info(), trace(), GetResource, ...) with the
+    native core: the C++ SDK's own channel, so that they reach the daemon the session lives on
+    (a fleet name may resolve to several) with the same token and TLS. The grpc.Channel methods
+    the generated stubs use."""
+
+    def __init__(self, transport: "NativeTransport") -> None:
+        self._transport = transport
+
+    def unary_unary(self, method: str, request_serializer: Any = None,
+                    response_deserializer: Any = None, **kwargs: Any) -> _UnaryCall:
+        return _UnaryCall(self._transport, method, request_serializer, response_deserializer)
+
+    def unary_stream(self, method: str, *args: Any, **kwargs: Any) -> _Unsupported:
+        return _Unsupported(method)
+
+    stream_unary = unary_stream
+    stream_stream = unary_stream
+
+    def close(self) -> None:
+        """Nothing to close: the channel ends with the transport."""
+
+
 class _NativeFuture(Future):
     """A Future whose result() waits for the answer on the calling thread (see the module's
     docstring)."""
@@ -271,7 +347,6 @@ class NativeTransport:
         """Connects and opens the session; the CubedError the C++ SDK's Connect returned."""
         self._lib = lib = load()
         self._timeout = timeout
-        self.resumes = 0
         self.spin = 0.0  # The C++ SDK's reader thread takes the answers; no caller polls.
         options = _Options()
         lib.cubed_connect_options_init(ctypes.byref(options))
@@ -324,6 +399,45 @@ class NativeTransport:
         self._done_thread = threading.Thread(target=self._done_loop, name="cubed-native-replies",
                                              daemon=True)
         self._done_thread.start()
+
+    def _resume_state(self) -> Tuple[int, bool]:
+        n, now = _u64(), _i32()
+        self._lib.cubed_client_resume_state(self._client, ctypes.byref(n), ctypes.byref(now))
+        return n.value, bool(now.value)
+
+    @property
+    def resumes(self) -> int:
+        """Resumes of the stream so far (connect(resume_timeout=...); Note [Stream resume])."""
+        return self._resume_state()[0]
+
+    @property
+    def _resuming(self) -> bool:
+        """Whether a resume is in progress (as StreamTransport._resuming)."""
+        return self._resume_state()[1]
+
+    def channel(self) -> NativeChannel:
+        """The channel the Client's unary calls use (NativeChannel)."""
+        return NativeChannel(self)
+
+    def _call_unary(self, method: bytes, request: bytes) -> bytes:
+        """One unary RPC on the C++ SDK's channel; _RpcError when it failed."""
+        lib, err = self._lib, _Error()
+        reply = lib.cubed_reply_create(0)
+        try:
+            code = lib.cubed_client_call(self._client, method, request, len(request), reply,
+                                         ctypes.byref(err))
+            if code:
+                message = ctypes.string_at(err.message).decode("utf-8", "replace") \
+                    if err.message else ""
+                lib.cubed_error_clear(ctypes.byref(err))
+                # FromGrpcStatus prefixed the method; the callers name it themselves.
+                prefix = method.decode() + ": "
+                if message.startswith(prefix):
+                    message = message[len(prefix):]
+                raise _RpcError(_CODES.get(code, grpc.StatusCode.UNKNOWN), message)
+            return _data(lib, reply)[0]
+        finally:
+            lib.cubed_reply_free(reply)
 
     # --- answers -------------------------------------------------------------------------------
 
