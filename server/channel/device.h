@@ -69,19 +69,23 @@ struct SessionGrant {
 
 // Note [Copies between devices]: CopyToDevice (compute.proto) copies a binding of one of a
 // caller's sessions into another of its sessions, on any device of the daemon, from one
-// connection. The source's loop runs the first half after every task posted to it before: on
-// the same device the whole copy, one ComputeServer::CopyWithin in stream order (CUDA:
-// cuMemcpyDtoDAsync on the device's one stream; CPU: memcpy); on another device the source's
-// backend reads the bytes into host memory (ComputeServer::Read, after all earlier work on the
-// source's stream; CUDA completes it on its completion thread), and the completion posts the
-// second half to the target's loop, which allocates the target (or resolves the given range) and
-// queues the bytes' upload (ComputeServer::Write) in the target's stream order, and only then
-// answers. No loop thread ever waits for the other device: each half is a task of its own loop,
-// and the hand-over is a Post. So a client that waits for the answer before it sends more work
-// (the SDKs do) finds every later command on the source after the bytes were taken and every
-// later command on the target after they landed. The target's session and handle are checked on
-// the target's loop, after the read: an error there frees the staging bytes and allocates
-// nothing, so a failed copy leaves both devices as they were. The CUDA peer path
+// connection. The source's loop checks the source after every task posted to it before. On the
+// same device it runs the whole copy, one ComputeServer::CopyWithin in stream order (CUDA:
+// cuMemcpyDtoDAsync on the device's one stream; CPU: memcpy). On another device the target's
+// loop then allocates the target (or checks the given range), and the bytes move in pieces of
+// kCopyPieceBytes: the source's backend reads a piece into host memory (ComputeServer::Read,
+// after all earlier work on the source's stream; CUDA completes it on its completion thread),
+// the completion posts the piece's upload (ComputeServer::Write, in the target's stream order)
+// to the target's loop, which posts the next piece's read; after the last piece the target's
+// loop answers. No loop thread ever waits for the other device: each step is a task of its own
+// loop and the hand-over is a Post; and no step moves more than a piece, so neither loop waits
+// for its own staging (CUDA's pinned chunks are that size: cuda_staging.h) nor does the copy
+// hold more host memory than a piece. So a client that waits for the answer before it sends
+// more work (the SDKs do) finds every later command on the source after the bytes were taken
+// and every later command on the target after they landed (other sessions' tasks may run
+// between the pieces; they cannot touch either handle). A failure at any step answers the call
+// and releases a handle the copy made, so a failed copy leaves no allocation (over a given
+// handle, pieces written before the failure stay written). The CUDA peer path
 // (cuMemcpyPeerAsync between two devices' streams, ordered with events) is not built yet: two
 // devices always stage through host memory (docs/api.md, "Several devices"). What it must add:
 // the copy runs on one device's stream while the other's memory is in flight, and both pools
@@ -89,6 +93,8 @@ struct SessionGrant {
 // a handle released mid-copy could hand a slice still being read or written to another
 // session. Both slices need a hold (as a recorded graph keeps its slices) from the first half
 // until the other device's stream waits for the copy's event.
+inline constexpr uint64_t kCopyPieceBytes = uint64_t{16} << 20;
+
 struct CopyTarget {
   SessionId session;
   HandleId handle;      // Zero: a new handle of the copy's size.
@@ -301,16 +307,28 @@ class Device {
   // Copies between sessions (Note [Copies between devices]); the target is a session of the
   // caller, checked by the edge. CopyBetweenSessions: both sessions on this device, one task:
   // `binding` of `source` into `target` (ComputeServer::CopyWithin, in stream order); the target
-  // handle (new, or target.handle) and the bytes copied. CopyOut, on the source's device: the
-  // binding's bytes into (*out)[0] after all earlier work (`out` outlives `done`). CopyIn, on the
-  // target's: `bytes` into `target` in stream order, then `done` with the target handle
-  // (`bytes` outlive `done`). Errors: FindSession's and Resolve's (NOT_FOUND, INVALID_ARGUMENT),
-  // a target range outside its handle or overlapping the source (INVALID_ARGUMENT), quotas and
-  // the memory limit (RESOURCE_EXHAUSTED), the backend's; nothing is left allocated on error.
+  // handle (new, or target.handle) and the bytes copied. Between two devices, in pieces:
+  // CopySourceSize, on the source's device: the binding's bytes (at least 1). OpenCopyTarget, on
+  // the target's: a new handle of `size` bytes (target.handle zero; `fresh`: the caller releases
+  // it if the copy fails) or target.handle, checked to hold `size` bytes from target.offset.
+  // CopyOut, on the source's: bytes [offset, offset + size) of the binding into (*out)[0] after
+  // all earlier work (`out` outlives `done`). CopyIn, on the target's: `bytes` into `target` in
+  // stream order, then `done` with the target handle (`bytes` outlive `done`). Errors:
+  // FindSession's and Resolve's (NOT_FOUND, INVALID_ARGUMENT), a target range outside its handle
+  // or overlapping the source (INVALID_ARGUMENT), quotas and the memory limit
+  // (RESOURCE_EXHAUSTED), the backend's; what a failed call allocated it frees again.
   absl::StatusOr<NewHandle> CopyBetweenSessions(SessionId source, const BindingRef& binding,
                                                 const CopyTarget& target, absl::Time now);
-  void CopyOut(SessionId source, const BindingRef& binding, absl::Time now,
-               std::vector<std::string>* out, DoneCallback done);
+  absl::StatusOr<uint64_t> CopySourceSize(SessionId source, const BindingRef& binding,
+                                          absl::Time now);
+  struct OpenedCopyTarget {
+    HandleId handle;
+    bool fresh = false;
+  };
+  absl::StatusOr<OpenedCopyTarget> OpenCopyTarget(const CopyTarget& target, uint64_t size,
+                                                  absl::Time now);
+  void CopyOut(SessionId source, const BindingRef& binding, uint64_t offset, uint64_t size,
+               absl::Time now, std::vector<std::string>* out, DoneCallback done);
   using CopyInCallback = absl::AnyInvocable<void(absl::StatusOr<NewHandle>)>;
   void CopyIn(const CopyTarget& target, absl::Span<const uint8_t> bytes, absl::Time now,
               CopyInCallback done);

@@ -70,15 +70,33 @@ absl::StatusOr<NewHandle> Device::CopyBetweenSessions(SessionId source, const Bi
   return d.handle;
 }
 
-void Device::CopyOut(SessionId source, const BindingRef& binding, absl::Time now,
-                     std::vector<std::string>* out, DoneCallback done) {
+absl::StatusOr<uint64_t> Device::CopySourceSize(SessionId source, const BindingRef& binding,
+                                                absl::Time now) {
+  ASSIGN_OR_RETURN(Session * s, FindSession(source, now));
+  ASSIGN_OR_RETURN(const ResolvedBinding from, Resolve(*s, binding, "source"));
+  if (from.size == 0) return absl::InvalidArgumentError("source: the binding is empty (0 bytes)");
+  return from.size;
+}
+
+absl::StatusOr<Device::OpenedCopyTarget> Device::OpenCopyTarget(const CopyTarget& target,
+                                                                uint64_t size, absl::Time now) {
+  ASSIGN_OR_RETURN(CopyDestination d, PrepareCopyTarget(target, size, now));
+  return OpenedCopyTarget{d.handle.handle, d.fresh};
+}
+
+void Device::CopyOut(SessionId source, const BindingRef& binding, uint64_t offset, uint64_t size,
+                     absl::Time now, std::vector<std::string>* out, DoneCallback done) {
   absl::StatusOr<ResolvedBinding> from = [&]() -> absl::StatusOr<ResolvedBinding> {
     ASSIGN_OR_RETURN(Session * s, FindSession(source, now));
-    return Resolve(*s, binding, "source");
+    ASSIGN_OR_RETURN(const ResolvedBinding whole, Resolve(*s, binding, "source"));
+    // The binding was checked when the copy began; the handle may have gone since.
+    if (size == 0 || offset > whole.size || size > whole.size - offset) {
+      return absl::FailedPreconditionError(absl::StrCat("source: bytes [", offset, ", +", size,
+                                                        ") are no longer in the binding (",
+                                                        whole.size, " bytes)"));
+    }
+    return ResolvedBinding{whole.slice, whole.offset + offset, size};
   }();
-  if (from.ok() && from->size == 0) {
-    from = absl::InvalidArgumentError("source: the binding is empty (0 bytes)");
-  }
   if (!from.ok()) {
     done(from.status());
     return;

@@ -363,30 +363,83 @@ Reactor* ComputeService::CopyToDevice(Context* ctx, const v1::CopyToDeviceReques
           answer(d.CopyBetweenSessions(source, binding, target, absl::Now()));
           return;
         }
-        // Note [Copies between devices]: the bytes leave the source after its earlier work,
-        // then the target's loop takes them; neither loop waits for the other.
-        auto staged = std::make_shared<std::vector<std::string>>();
-        d.CopyOut(source, binding, absl::Now(), staged.get(),
-                  [this, r, p, staged, target, target_device,
-                   answer = std::move(answer)](absl::Status s) mutable {
-                    if (!s.ok()) {
-                      Finish(r, s);
-                      return;
-                    }
-                    PostStep(r, target_device,
-                             [r, p, staged, target, answer = std::move(answer)](Device& t) mutable {
-                               if (!t.IsOwnedBy(target.session, p.get())) {
-                                 Finish(r, SessionNotOpen(target.session));
-                                 return;
-                               }
-                               t.CopyIn(target, Bytes((*staged)[0]), absl::Now(),
-                                        [staged, answer = std::move(answer)](
-                                            absl::StatusOr<NewHandle> h) mutable {
-                                          answer(std::move(h));
-                                        });
-                             });
-                  });
+        // Note [Copies between devices]: the target's loop opens the target, then the pieces
+        // go back and forth; neither loop waits for the other.
+        absl::StatusOr<uint64_t> size = d.CopySourceSize(source, binding, absl::Now());
+        if (!size.ok()) {
+          Finish(r, size.status());
+          return;
+        }
+        auto copy = std::make_shared<PieceCopy>();
+        copy->call = r;
+        copy->principal = p;
+        copy->response = resp;
+        copy->source = source;
+        copy->binding = binding;
+        copy->source_device = d.index();
+        copy->target = target;
+        copy->target_device = target_device;
+        copy->size = *size;
+        PostStep(r, target_device, [this, copy](Device& t) { OpenTarget(t, copy); });
       });
+}
+
+void ComputeService::OpenTarget(Device& t, const std::shared_ptr<PieceCopy>& copy) {
+  if (!t.IsOwnedBy(copy->target.session, copy->principal.get())) {
+    Finish(copy->call, SessionNotOpen(copy->target.session));
+    return;
+  }
+  absl::StatusOr<Device::OpenedCopyTarget> opened =
+      t.OpenCopyTarget(copy->target, copy->size, absl::Now());
+  if (!opened.ok()) {
+    Finish(copy->call, opened.status());
+    return;
+  }
+  copy->handle = opened->handle;
+  copy->fresh = opened->fresh;
+  PostStep(copy->call, copy->source_device, [this, copy](Device& s) { ReadPiece(s, copy); });
+}
+
+void ComputeService::ReadPiece(Device& s, const std::shared_ptr<PieceCopy>& copy) {
+  const uint64_t piece = std::min(kCopyPieceBytes, copy->size - copy->done);
+  copy->staged.clear();
+  s.CopyOut(copy->source, copy->binding, copy->done, piece, absl::Now(), &copy->staged,
+            [this, copy](absl::Status status) {
+              // On the source's loop or its backend's completion thread.
+              PostStep(copy->call, copy->target_device, [this, copy, status](Device& t) {
+                if (!status.ok()) {
+                  FailPieceCopy(t, copy, status);
+                  return;
+                }
+                WritePiece(t, copy);
+              });
+            });
+}
+
+void ComputeService::WritePiece(Device& t, const std::shared_ptr<PieceCopy>& copy) {
+  // Over the copy's own handle (or the given one), at this piece's place.
+  const CopyTarget at{copy->target.session, copy->handle,
+                      (copy->fresh ? 0 : copy->target.offset) + copy->done};
+  t.CopyIn(at, Bytes(copy->staged[0]), absl::Now(), [this, &t, copy](absl::StatusOr<NewHandle> h) {
+    if (!h.ok()) {
+      FailPieceCopy(t, copy, h.status());
+      return;
+    }
+    copy->done += copy->staged[0].size();
+    if (copy->done < copy->size) {
+      PostStep(copy->call, copy->source_device, [this, copy](Device& s) { ReadPiece(s, copy); });
+      return;
+    }
+    copy->response->set_handle(copy->handle.value());
+    copy->response->set_size(copy->size);
+    Finish(copy->call, absl::OkStatus());
+  });
+}
+
+void ComputeService::FailPieceCopy(Device& t, const std::shared_ptr<PieceCopy>& copy,
+                                   const absl::Status& status) {
+  if (copy->fresh) (void)t.Release(copy->target.session, {copy->handle}, absl::Now());
+  Finish(copy->call, status);
 }
 
 Reactor* ComputeService::GetResource(Context* ctx, const v1::GetResourceRequest* req,

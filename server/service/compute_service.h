@@ -117,6 +117,28 @@ class ComputeService final : public v1::Compute::CallbackService {
   // `device` (< loops_.size()); `step` must finish the call. Finishes it UNAVAILABLE when the
   // loop no longer takes tasks. Thread-safe (a backend's completion thread calls it).
   void PostStep(Reactor* call, uint32_t device, absl::AnyInvocable<void(Device&)> step);
+  // A copy between two devices, piece by piece (Note [Copies between devices]): its steps, each
+  // on the loop of the device it names, each posting the next; every failure finishes the call
+  // on the target's loop, releasing the handle the copy made.
+  struct PieceCopy {
+    Reactor* call = nullptr;
+    PrincipalPtr principal;
+    v1::CopyToDeviceResponse* response = nullptr;
+    SessionId source;
+    BindingRef binding;
+    uint32_t source_device = 0;
+    CopyTarget target;
+    uint32_t target_device = 0;
+    uint64_t size = 0;  // Bytes of the binding.
+    uint64_t done = 0;  // Bytes written so far.
+    HandleId handle;    // The target handle (new or given).
+    bool fresh = false;
+    std::vector<std::string> staged;  // The piece in flight.
+  };
+  void OpenTarget(Device& t, const std::shared_ptr<PieceCopy>& copy);
+  void ReadPiece(Device& s, const std::shared_ptr<PieceCopy>& copy);
+  void WritePiece(Device& t, const std::shared_ptr<PieceCopy>& copy);
+  void FailPieceCopy(Device& t, const std::shared_ptr<PieceCopy>& copy, const absl::Status& status);
 
   std::vector<DeviceLoop*> loops_;
   RequestLimits limits_;

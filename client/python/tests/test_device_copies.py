@@ -122,6 +122,19 @@ def test_to_copies_the_bytes_onto_the_other_device(daemon: Daemon, transport: st
     assert gauges(daemon) == before
 
 
+def test_a_copy_of_several_pieces_keeps_every_byte(daemon: Daemon) -> None:
+    """Between two devices the bytes move in 16 MiB pieces (Note [Copies between devices])."""
+    before = gauges(daemon)
+    with cubed_client.connect(daemon.address, device=0, timeout=TIMEOUT) as a, \
+            cubed_client.connect(daemon.address, device=other_device(daemon),
+                                 timeout=TIMEOUT) as b:
+        data = np.random.default_rng(3).integers(0, 256, (33 << 20) + 7, dtype=np.uint8)
+        u = a.create(data).to(b)
+        np.testing.assert_array_equal(b.read(u), data)
+        del u
+    assert gauges(daemon) == before
+
+
 def test_copy_into_a_range_of_a_handle_with_raw_calls(daemon: Daemon) -> None:
     target_device = other_device(daemon)
     with grpc.insecure_channel(daemon.address) as channel:
