@@ -14,9 +14,8 @@
 // all buffers by the linear element index (the vectorized fast path).
 #define CUBED_CUDA_DENSE 1u
 // Elements a thread moves a step on that path, by the size of the wider of its input and output
-// elements: 16 bytes, at least 4 elements (Note [Dense packs] in elementwise.cuh). The launch
-// sizes its grid by it.
-#define CUBED_CUDA_DENSE_PACK(elem_size) (16u / (elem_size) > 4u ? 16u / (elem_size) : 4u)
+// elements: 16 bytes (Note [Dense packs] in elementwise.cuh). The launch sizes its grid by it.
+#define CUBED_CUDA_DENSE_PACK(elem_size) (16u / (elem_size))
 // Binary and comparison launches whose output is dense and whose every input is a dense block
 // of the output's trailing dims (a bias [1, 1, N] of out [B, M, N]; a scalar; or the output's
 // shape): input element i % (the input's element count) for output element i.

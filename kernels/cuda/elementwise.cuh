@@ -33,13 +33,15 @@ struct Cyclic {
 };
 
 // Note [Dense packs]: on the dense path a thread moves 16 bytes a step of the wider of its input
-// and output elements, and at least 4 elements. 4 elements of 1 or 2 bytes kept too few bytes in
-// flight (GPU run 55: add of i8 at 0.84x of torch, i8 -> u8 at 0.66x of copy bandwidth; run 56
+// and output elements (2 of 8 bytes .. 16 of 1 byte). 4 elements of 1 or 2 bytes kept too few bytes
+// in flight (GPU run 55: add of i8 at 0.84x of torch, i8 -> u8 at 0.66x of copy bandwidth; run 56
 // with 16 bytes: 1.17x and 0.90x). Sizing by the input alone made widening casts far slower
 // (run 56: i8 -> f64 0.49 -> 0.12x of copy bandwidth): 128 bytes a thread means a warp's store
 // instruction touches 32 lines. Two packs a step (more loads in flight) was tried in run 56 too:
-// adds of 8-byte types fell to 0.71-0.78x of torch, so one. The launch sizes its grid by the
-// same count (CUBED_CUDA_DENSE_PACK, builtin_args.h).
+// adds of 8-byte types fell to 0.71-0.78x of torch, so one. 4 elements of 8 bytes (32 bytes a
+// thread, two 16-byte stores half a warp's span apart) wrote at 0.40x of torch's fill (run 57:
+// fill f64 1828 vs 4577 GB/s; f32 0.95x). The launch sizes its grid by the same count
+// (CUBED_CUDA_DENSE_PACK, builtin_args.h).
 
 // Elements of a buffer's tensor (the product of its shape).
 __device__ __forceinline__ u64 Elements(const CudaTensorArg& t) {
