@@ -8,8 +8,10 @@
 
 namespace cubed {
 
-// A reducer: Acc Init(); Acc Step(Acc, T x, u64 k); Acc Combine(Acc, Acc) (associative and
-// commutative); Acc Shfl(Acc, int lane_mask); Out Finish(Acc, u64 n).
+// A reducer: Acc Init(); Acc Step(Acc, T x, u64 k) (element k of the axis, k greater than the
+// index of every element already in the Acc: FoldSlice folds each accumulator in order);
+// Acc Combine(Acc, Acc) (associative and commutative); Acc Shfl(Acc, int lane_mask);
+// Out Finish(Acc, u64 n).
 template <class T>
 struct SumR {
   typedef typename Num<T>::Sum Acc;
@@ -72,14 +74,20 @@ struct ArgmaxR {
   typedef ArgmaxAcc<W> Acc;
   typedef long long Out;
   static __device__ Acc Init() { return Acc{static_cast<W>(Num<T>::Lowest()), ~0ull}; }
+  // Selects, not branches (see Max in common.cuh): b wins when it alone is NaN, or is greater,
+  // or ties (equal, or both NaN) with a smaller index.
   static __device__ Acc Combine(Acc a, Acc b) {
     const bool an = IsNan(a.best), bn = IsNan(b.best);
-    if (an != bn) return an ? a : b;
-    if (!an && a.best != b.best) return a.best > b.best ? a : b;
-    return a.index <= b.index ? a : b;
+    const bool greater = (bn & !an) | (!an & !bn & (b.best > a.best));
+    const bool tie = (an & bn) | (a.best == b.best);
+    return greater | (tie & (b.index < a.index)) ? b : a;
   }
+  // k follows every index folded into acc, so a tie keeps acc unless acc is Init's.
   static __device__ Acc Step(Acc acc, T x, u64 k) {
-    return Combine(acc, Acc{static_cast<W>(x), k});
+    const W v = static_cast<W>(x);
+    const bool take =
+        !IsNan(acc.best) & (IsNan(v) | (v > acc.best) | ((v == acc.best) & (acc.index == ~0ull)));
+    return take ? Acc{v, k} : acc;
   }
   static __device__ Acc Shfl(Acc v, int m) { return Acc{ShflXor(v.best, m), ShflXor(v.index, m)}; }
   static __device__ Out Finish(Acc acc, u64) {
