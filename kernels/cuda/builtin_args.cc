@@ -22,8 +22,12 @@ static_assert(CUBED_CUDA_MAX_RANK == kMaxRank, "rank limits differ");
 // enough for a block: neighbouring threads then read neighbouring elements. Otherwise a warp per
 // output for short axes or many outputs, a block per output for few long ones. When the groups of
 // outputs cannot fill the device, Note [Split reduction] (builtin_args.h) splits each output's axis
-// over blocks: enough for two waves of resident blocks, each thread still folding kMinSliceFold
-// elements.
+// over blocks: as many as fit in one wave of resident blocks (rounding down: a second, partial
+// wave would run alone), each thread still folding kMinSliceFold elements. GPU runs 58-60, 64M
+// f32 and 4096 x 16384 f32 against torch: four waves (the resident count taken as 2048 threads an
+// SM) 0.70-0.83x for full reductions, 0.81-0.85x along axis 0; two whole waves 0.86-0.91x along
+// axis 0; one wave 0.99-1.01x (f32) and 0.97-1.27x (f16, bf16) for full reductions, 0.93-0.96x
+// along axis 0.
 constexpr uint64_t kThreadPerOutputMin = 256;
 constexpr uint64_t kWarpReduceMaxLen = 2048;
 // Outputs enough to fill a device with a warp each (2048: 16 warps on each of 128 SMs), so a
@@ -35,7 +39,10 @@ constexpr uint64_t kMaxSplitPartials = (uint64_t{8} << 20) / CUBED_CUDA_SPLIT_PA
 constexpr uint32_t kBlock = 256;
 constexpr uint32_t kLargeBlock = 1024;  // The kernels' __launch_bounds__.
 constexpr uint32_t kBlocksPerSm = 32;
-constexpr uint32_t kThreadsPerSm = 2048;  // Resident threads of an SM (sm_70 and later).
+// Resident threads of an SM for a kernel of __launch_bounds__(1024): it may take 64 registers
+// a thread, and an SM has 65536 (sm_70 and later), so 1024, not the 2048 of smaller kernels
+// (GPU run 58: a full reduction's 528 blocks of 1024 ran as four waves at 50% occupancy).
+constexpr uint32_t kThreadsPerSm = 1024;
 
 // Softmax and the norms: a warp per row while the row fits in a warp's registers
 // (CUBED_CUDA_SOFTMAX_CACHE_BYTES), else a block just large enough to hold it, else (longer rows,
@@ -256,10 +263,11 @@ CudaLaunchDims BuiltinLaunchDims(const BuiltinCall& call, CudaBuiltinArgs* args,
                                      : args->variant == CUBED_CUDA_GROUP_WARP ? 32
                                                                               : 1;
       const uint64_t groups = CeilDiv(args->count, dims.block[0] / group_threads);
-      const uint64_t waves = uint64_t{2} * sm_count * (kThreadsPerSm / dims.block[0]);
+      // At most one wave of resident blocks (Note [Reduction strategy]).
+      const uint64_t wanted = uint64_t{sm_count} * (kThreadsPerSm / dims.block[0]);
       uint64_t splits = 1;
-      if (groups < waves && groups <= CUBED_CUDA_SPLIT_GROUPS && args->count > 0) {
-        splits = std::min<uint64_t>({CeilDiv(waves, groups), len / (group_threads * kMinSliceFold),
+      if (groups < wanted && groups <= CUBED_CUDA_SPLIT_GROUPS && args->count > 0) {
+        splits = std::min<uint64_t>({wanted / groups, len / (group_threads * kMinSliceFold),
                                      kMaxSplitPartials / args->count});
       }
       args->splits = 0;

@@ -340,13 +340,13 @@ TEST(BuiltinLaunchDimsTest, FewOutputsSplitTheirAxisOverTheDevice) {
   auto args = MakeCudaBuiltinArgs(full, bytes);
   ASSERT_TRUE(args.ok()) << args.status();
   CudaLaunchDims dims = BuiltinLaunchDims(full, &*args, 132);
-  EXPECT_EQ(args->splits, 132u * 2 * 2);  // Two waves of two 1024-thread blocks per SM.
+  EXPECT_EQ(args->splits, 132u);  // One wave: one block of 1024 threads (64 registers) an SM.
   EXPECT_EQ(dims.grid[0], args->splits);
   EXPECT_EQ(dims.block[0], 1024u);
   EXPECT_EQ(dims.workspace_bytes, CUBED_CUDA_SPLIT_PARTIALS_OFFSET + 16u * args->splits);
 
-  // Thousands of long rows: a warp streams each (no block-wide barriers), and the 512 blocks of
-  // 8 warps split each row in 5 slices to fill two waves of the device.
+  // Thousands of long rows: a warp streams each (no block-wide barriers); the 512 blocks of 8
+  // warps fit in one wave of 528 (4 blocks of 256 threads an SM), so no row is split.
   bytes.clear();
   BuiltinCall rows =
       Call("sum", ElemType::kF32,
@@ -356,8 +356,9 @@ TEST(BuiltinLaunchDimsTest, FewOutputsSplitTheirAxisOverTheDevice) {
   ASSERT_TRUE(args.ok()) << args.status();
   EXPECT_EQ(args->variant, CUBED_CUDA_GROUP_WARP);
   dims = BuiltinLaunchDims(rows, &*args, 132);
-  EXPECT_EQ(args->splits, 5u);  // ceil(2 * 132 * 8 / 512).
-  EXPECT_EQ(dims.grid[0], 512u * 5);
+  EXPECT_EQ(args->splits, 0u);  // floor(132 * 4 / 512) = 1: not split.
+  EXPECT_EQ(dims.grid[0], 512u);
+  EXPECT_EQ(dims.workspace_bytes, 0u);
   // Few long rows keep a block each.
   bytes.clear();
   BuiltinCall few =
@@ -377,8 +378,9 @@ TEST(BuiltinLaunchDimsTest, FewOutputsSplitTheirAxisOverTheDevice) {
   ASSERT_TRUE(args.ok()) << args.status();
   dims = BuiltinLaunchDims(cols, &*args, 132);
   EXPECT_EQ(args->variant, CUBED_CUDA_GROUP_THREAD);
-  // 64 blocks of 256 outputs; 2112 blocks wanted, 8 MiB of partials allowed.
-  EXPECT_EQ(args->splits, (8u << 20) / 16 / 16384);
+  // 64 blocks of 256 outputs in a wave of 528 blocks: 8 slices each (a ninth would start a second
+  // wave that runs alone).
+  EXPECT_EQ(args->splits, 8u);
   EXPECT_EQ(dims.grid[0], 64u * args->splits);
   bytes.clear();
   BuiltinCall shortaxis =
