@@ -398,6 +398,10 @@ class Client {
   // back). Zero / false without the session stream.
   uint64_t StreamResumes() const;
   bool StreamResuming() const;
+  // Ends the session stream at once from this side, from any thread: what awaits an answer fails
+  // CANCELLED, later calls fail, and the daemon closes the session and frees its memory. No-op
+  // without the stream.
+  void CancelStream();
   // One unary RPC of the daemon on this client's channel (so on the daemon its session lives
   // on, with its security): `method` the full name ("/cubed.v1.Compute/GetInfo"), `request` the
   // serialized request. Returns the serialized response, or the call's error (its message

@@ -1,4 +1,5 @@
-// Client::NewStreamId, SendStreamCommand, StreamResumes, StreamResuming and CallUnary: the
+// Client::NewStreamId, SendStreamCommand, StreamResumes, StreamResuming, CancelStream and
+// CallUnary: the
 // session stream one command at a time, and unary calls as bytes, for SDKs of other languages
 // (client/c_api).
 
@@ -65,6 +66,10 @@ absl::StatusOr<std::string> Client::CallUnary(absl::string_view method, absl::st
     bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
   }
   return bytes;
+}
+
+void Client::CancelStream() {
+  if (impl_->stream != nullptr) impl_->stream->Cancel();
 }
 
 uint64_t Client::StreamResumes() const {

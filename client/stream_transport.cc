@@ -169,6 +169,15 @@ absl::Status StreamTransport::SendDirect(v1::Command& command, Callback on_reply
   return absl::OkStatus();
 }
 
+void StreamTransport::Cancel() {
+  SessionWire* wire;  // A resume may replace wire_; the old one stays alive (retired_wires_).
+  {
+    absl::MutexLock lock(&mu_);
+    wire = wire_.get();
+  }
+  wire->Cancel();
+}
+
 StreamTransport::ResumeState StreamTransport::resume_state() {
   absl::MutexLock lock(&mu_);
   return ResumeState{resumes_, resuming_};

@@ -98,6 +98,11 @@ class StreamTransport {
   // Sends what is queued now (without waiting for the interval).
   void Push();
 
+  // Ends the stream at once from this side (SessionWire::Cancel), from any thread: what awaits a
+  // reply fails CANCELLED, later sends fail, and the daemon closes the session (it does not
+  // resume). Close still joins the threads.
+  void Cancel();
+
   // Note [Stream resume]: the resumes that succeeded so far, and whether one is in progress (the
   // wire ended and new ones are being tried). Thread-safe.
   struct ResumeState {

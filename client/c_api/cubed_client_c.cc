@@ -296,6 +296,12 @@ void cubed_client_close(cubed_client* client) {
   client->queue->closed = true;
 }
 
+void cubed_client_cancel(cubed_client* client) {
+  if (client == nullptr) return;
+  absl::ReaderMutexLock lock(&client->mu);
+  if (client->client != nullptr) client->client->CancelStream();
+}
+
 void cubed_client_free(cubed_client* client) {
   if (client == nullptr) return;
   cubed_client_close(client);

@@ -108,6 +108,12 @@ CUBED_C_EXPORT int32_t cubed_client_connect(const cubed_connect_options* options
 // cubed_client_free and the cubed_reply functions may be called.
 CUBED_C_EXPORT void cubed_client_close(cubed_client* client);
 
+// Ends the session stream at once from this side (Client::CancelStream), from any thread:
+// replies still awaited complete with CANCELLED, later calls fail with the stream's end, and the
+// daemon closes the session and frees its memory. cubed_client_close is still due. No-op on
+// unary calls or once closed.
+CUBED_C_EXPORT void cubed_client_cancel(cubed_client* client);
+
 // Closes `client` when not closed, waits for calls still inside cubed_client_next_done to
 // return, and frees it. NULL is a no-op. Replies outlive it.
 CUBED_C_EXPORT void cubed_client_free(cubed_client* client);

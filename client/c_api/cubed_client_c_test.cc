@@ -498,6 +498,40 @@ TEST_F(CApiTest, CloseFailsLaterCallsAndKeepsRepliesReadable) {
   EXPECT_EQ(cubed_client_next_done(c.get(), 0, &tag, &e), kFailedPrecondition);
 }
 
+TEST_F(CApiTest, CancelEndsTheStreamAndFreesTheSession) {
+  ClientPtr watcher = Connect();
+  ASSERT_NE(watcher, nullptr);
+  Error e;
+  cubed_memory_usage before{};
+  ASSERT_EQ(cubed_client_memory_usage(watcher.get(), &before, &e), 0) << e.text();
+  ClientPtr c = Connect();
+  ASSERT_NE(c, nullptr);
+  std::string data(1 << 20, 'y');
+  uint64_t id = 0;
+  ASSERT_EQ(cubed_client_create(c.get(), data.data(), data.size(), &id, &e), 0) << e.text();
+  ReplyPtr read(cubed_reply_create(0));
+  ASSERT_EQ(cubed_client_read(c.get(), id, 0, 0, read.get(), &e), 0) << e.text();
+  cubed_client_cancel(c.get());
+  ASSERT_EQ(cubed_reply_wait(read.get(), 20000, &e), 0);  // Answered first, or cancelled.
+  // Later calls fail with the stream's end.
+  ReplyPtr late(cubed_reply_create(0));
+  absl::Time deadline = absl::Now() + absl::Seconds(10);
+  int32_t code = 0;
+  while ((code = cubed_client_sync(c.get(), late.get(), &e)) == 0 && absl::Now() < deadline) {
+    late.reset(cubed_reply_create(0));  // Sent before the reader saw the end: try again.
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_NE(code, 0);
+  // The daemon frees the session's memory.
+  cubed_memory_usage after{};
+  deadline = absl::Now() + absl::Seconds(10);
+  do {
+    ASSERT_EQ(cubed_client_memory_usage(watcher.get(), &after, &e), 0) << e.text();
+  } while (after.bytes_in_use != before.bytes_in_use && absl::Now() < deadline);
+  EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
+  cubed_client_cancel(nullptr);  // A no-op.
+}
+
 TEST_F(CApiTest, UnaryTransportCreatesButHasNoStream) {
   ClientPtr c = Connect(0, "", 0, /*transport=*/1);
   ASSERT_NE(c, nullptr);

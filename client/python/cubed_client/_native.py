@@ -4,8 +4,9 @@ ctypes. NativeTransport has the methods of StreamTransport (_transport.py), so t
 is the same whichever core carries its commands; connect(core="native") picks it.
 
 Where the library is found (first that exists): $CUBED_CLIENT_LIBRARY (a path); next to this
-package (cubed_client/libcubed_client_c.so, as `pip install` copies it from $CUBED_BUILD_DIR or a
-build/ folder of the source tree); the dynamic loader's search (`cmake --install`, ldconfig).
+package (cubed_client/libcubed_client_c.so, which `pip install` copies there when
+$CUBED_CLIENT_LIBRARY names it at install time); the dynamic loader's search (`cmake --install`,
+ldconfig). client/python/README.md, "The native core", says the same for users.
 
 Futures (_NativeFuture): an answering command's Future is resolved by the thread that asks for
 its result (the C library blocks that thread, without the GIL, until the answer is in; an answer
@@ -74,6 +75,7 @@ _SIGNATURES = {
     "cubed_client_connect": (_i32, [_P(_Options), _P(_ptr), _P(_Error)]),
     "cubed_client_close": (None, [_ptr]),
     "cubed_client_free": (None, [_ptr]),
+    "cubed_client_cancel": (None, [_ptr]),
     "cubed_client_session": (_u64, [_ptr]),
     "cubed_client_lease_ms": (_i64, [_ptr]),
     "cubed_client_transport": (_i32, [_ptr]),
@@ -414,6 +416,16 @@ class NativeTransport:
     def _resuming(self) -> bool:
         """Whether a resume is in progress (as StreamTransport._resuming)."""
         return self._resume_state()[1]
+
+    @property
+    def _call(self) -> "NativeTransport":
+        """What StreamTransport._call is to tests: cancel() ends the stream from this side."""
+        return self
+
+    def cancel(self) -> None:
+        """Ends the stream at once from this side (cubed_client_cancel): what awaits an answer
+        fails CANCELLED; the daemon closes the session."""
+        self._lib.cubed_client_cancel(self._client)
 
     def channel(self) -> NativeChannel:
         """The channel the Client's unary calls use (NativeChannel)."""
