@@ -124,11 +124,23 @@ __device__ __forceinline__ u32 SharedAddress(const void* p) {
 template <u32 kRows, class T>
 __device__ __forceinline__ void CopyRows(u32 dst, const Buf<const T>& src, u64 base, u64 stride,
                                          u64 valid) {
-  const u32 rows = static_cast<u32>(valid < kRows ? valid : kRows);
   constexpr u32 kStep = kAttnThreads / 8;  // Rows a pass of the block copies.
   static_assert(kRows % kStep == 0 && kStep % 8 == 0, "whole passes, one swizzle");
   const u32 row0 = threadIdx.x >> 3, chunk = threadIdx.x & 7u;
   const u32 to = dst + 2 * Swizzled(row0, chunk * 8);
+  // The same for the whole block: every row valid and in the buffer (strides are unsigned, so
+  // the last row's end bounds them all), as in every tile but a tensor's last: no test per chunk.
+  if (valid >= kRows && base + (kRows - 1) * stride + kAttnDim <= src.n) {
+    const T* from = src.p + base + row0 * stride + chunk * 8;
+#pragma unroll
+    for (u32 i = 0; i < kRows / kStep; ++i) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to + i * kStep * 128),
+                   "l"(from));
+      from += kStep * stride;
+    }
+    return;
+  }
+  const u32 rows = static_cast<u32>(valid < kRows ? valid : kRows);
 #pragma unroll
   for (u32 i = 0; i < kRows / kStep; ++i) {
     const u32 row = row0 + i * kStep;
