@@ -105,6 +105,26 @@ TEST_P(DeviceCopyTest, CopiesBytesAcrossDevicesInOrder) {
   EXPECT_EQ(InUse({a.get(), b.get(), c.get()}), before);
 }
 
+// Larger than a piece (kCopyPieceBytes, 16 MiB) and not a multiple of it: three pieces, the
+// last 12 bytes, each byte where it belongs.
+TEST_P(DeviceCopyTest, CopiesOfSeveralPiecesKeepEveryByte) {
+  std::unique_ptr<Client> a = On(0), b = On(1);
+  std::mt19937_64 rng(17);
+  const std::string bytes = RandomBytes(rng, (size_t{32} << 20) + 12);
+  absl::StatusOr<Handle> src = a->Create(AsSpan(bytes));
+  ASSERT_TRUE(src.ok()) << src.status();
+  absl::StatusOr<Handle> copy = a->CopyToDevice(*src, *b);
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  EXPECT_EQ(copy->size(), bytes.size());
+  EXPECT_TRUE(ReadOrDie(*b, *copy) == bytes);
+  // Over a given handle at an offset, from a view that starts mid-piece.
+  absl::StatusOr<Handle> over = b->Empty(bytes.size() + 100);
+  ASSERT_TRUE(over.ok()) << over.status();
+  absl::StatusOr<Handle> same = a->CopyToDevice(Binding(*src, 5, 0), *b, *over, 100);
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_TRUE(ReadOrDie(*b, Binding(*over, 100, 5)) == bytes.substr(5));
+}
+
 TEST_P(DeviceCopyTest, BadCopiesAreNamedAndLeaveNothingBehind) {
   std::unique_ptr<Client> a = On(0), b = On(1);
   absl::StatusOr<Handle> src = a->Create(std::vector<uint8_t>(64, 1));
