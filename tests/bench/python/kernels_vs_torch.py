@@ -310,6 +310,20 @@ def main() -> int:
             r = statistics.median(a) / bar
             print(f"| {name} | {statistics.median(a):.4g} | {r:.2f}x | "
                   f"{'met' if r >= 0.9 else 'MISSED'} |")
+    # The casts against torch's copy of the same bytes (rows "copy, N bytes x 64M u8").
+    same = {int(name.split()[1]): statistics.median(b) for name, unit, a, b in table
+            if name.endswith("(a cast's traffic)") and b}
+    if same:
+        print("\n| cast | cubed GB/s | / torch's copy of the same bytes | goal >= 0.9x |")
+        print("| --- | --- | --- | --- |")
+        for name, unit, a, b in table:
+            if name.startswith("cast 64M ") and " -> " in name:
+                src, dst = name.split()[2], name.split()[4]
+                total = TYPE_SIZES[src] + TYPE_SIZES[dst]
+                if total in same:
+                    r = statistics.median(a) / same[total]
+                    print(f"| {name} | {statistics.median(a):.4g} | {r:.2f}x | "
+                          f"{'met' if r >= 0.9 else 'MISSED'} |")
     return 0
 
 
@@ -319,6 +333,10 @@ TYPES = (("f64", "float64", "float64"), ("f32", "float32", "float32"),
          ("i64", "int64", "int64"), ("i32", "int32", "int32"), ("u32", "uint32", "uint32"),
          ("i16", "int16", "int16"), ("u16", "uint16", "uint16"), ("i8", "int8", "int8"),
          ("u8", "uint8", "uint8"), ("bool", "bool", "bool"))
+
+
+TYPE_SIZES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "u32": 4, "i16": 2,
+              "u16": 2, "i8": 1, "u8": 1, "bool": 1}
 
 
 def type_rows(c, torch, rng, n):
@@ -379,6 +397,18 @@ def type_rows(c, torch, rng, n):
             rows.append((f"cast 64M {src} -> {dst}", "GB/s", 1.0 * size * n / 1e9,
                          lambda cv=cv, d=np_type(dnp): c.cast(cv, d),
                          torch_or_none(lambda tv=tv, tdt=tdt: tv.to(tdt))))
+    # A copy moving as many bytes as a cast of 64M elements of `total` bytes (input + output): the
+    # bar that counts the same launch and ramp costs (a cast from i8 moves a quarter of the f32
+    # copy's bytes, so fixed costs weigh four times as much).
+    for total in sorted({np.dtype(np_type(a)).itemsize + np.dtype(np_type(b)).itemsize
+                         for _, a, _ in TYPES for _, b, _ in TYPES}):
+        half_bytes = total * n // 2
+        cu = c.create(np.zeros(half_bytes, np.uint8))
+        tsrc = torch.zeros(half_bytes, dtype=torch.uint8, device="cuda")
+        tdst = torch.empty_like(tsrc)
+        rows.append((f"copy, {total} bytes x 64M u8 (a cast's traffic)", "GB/s",
+                     1.0 * total * n / 1e9, lambda cu=cu: c.copy(cu),
+                     lambda tsrc=tsrc, tdst=tdst: tdst.copy_(tsrc)))
     m = rng.standard_normal((4096, 16384), dtype=np.float32)
     sm = rng.standard_normal((4096, 4096), dtype=np.float32)
     for short, npt, tt in (("bf16", ml_dtypes.bfloat16, torch.bfloat16),
