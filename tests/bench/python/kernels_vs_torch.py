@@ -230,6 +230,13 @@ def main() -> int:
                                    ("f16", np.float16, torch.float16)):
                 cq, ck, cv = (c.create(t.astype(cdt)) for t in qkv)
                 tq, tk, tv = (torch.from_numpy(t).cuda().to(tdt) for t in qkv)
+                if not args.rows or any(r in f"causal attention {name}"
+                                        for r in args.rows.split(",")):  # Results first.
+                    got = c.scaled_dot_product_attention(cq, ck, cv, is_causal=True).read()
+                    want = F.scaled_dot_product_attention(tq, tk, tv, is_causal=True)
+                    att_err = float(np.abs(got.astype(np.float32) -
+                                           want.float().cpu().numpy()).max())
+                    print(f"causal attention {name}: max |diff| from torch {att_err:.3g}")
                 rows.append((f"causal attention {name} 8x12x1024x64 (SDPA)", "TFLOP/s",
                              4.0 * 8 * 12 * 1024 * 1024 * 64 / 2 / 1e12,
                              lambda cq=cq, ck=ck, cv=cv:
