@@ -462,26 +462,10 @@ Reactor* ComputeService::GetResource(Context* ctx, const v1::GetResourceRequest*
 Reactor* ComputeService::ImportMemory(Context* ctx, const v1::ImportMemoryRequest* req,
                                       v1::ImportMemoryResponse* resp) {
   Reactor* call = StartCall(ctx, Method::kImportMemory, *req, resp);
-  ImportCommand command;
-  switch (req->source_case()) {
-    case v1::ImportMemoryRequest::kRegion:
-      command.from_region = true;
-      command.region = RegionRange{RegionId(req->region().region()), req->region().offset(),
-                                   req->region().size()};
-      break;
-    case v1::ImportMemoryRequest::kCudaIpc:
-      command.ipc_handle = req->cuda_ipc().ipc_handle();
-      command.offset = req->cuda_ipc().offset();
-      command.size = req->cuda_ipc().size();
-      command.device_uuid = req->cuda_ipc().device_uuid();
-      break;
-    default:
-      return FinishNow(call,
-                       absl::InvalidArgumentError(
-                           "source: neither cuda_ipc nor region is set; an import needs one"));
-  }
+  absl::StatusOr<ImportCommand> command = ToImportCommand(*req);
+  if (!command.ok()) return FinishNow(call, command.status());
   return OnSession(call, SessionId(req->session()),
-                   [req, resp, command = std::move(command)](Device& d, Reactor* r) {
+                   [req, resp, command = *std::move(command)](Device& d, Reactor* r) {
                      absl::StatusOr<NewHandle> h =
                          d.ImportMemory(SessionId(req->session()), command, absl::Now());
                      if (h.ok()) {

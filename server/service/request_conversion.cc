@@ -187,6 +187,26 @@ absl::StatusOr<uint64_t> CheckTensorShape(absl::Span<const uint64_t> shape, uint
   return *bytes;
 }
 
+absl::StatusOr<ImportCommand> ToImportCommand(const v1::ImportMemoryRequest& request) {
+  ImportCommand command;
+  switch (request.source_case()) {
+    case v1::ImportMemoryRequest::kRegion:
+      command.from_region = true;
+      command.region = RegionRange{RegionId(request.region().region()), request.region().offset(),
+                                   request.region().size()};
+      return command;
+    case v1::ImportMemoryRequest::kCudaIpc:
+      command.ipc_handle = request.cuda_ipc().ipc_handle();
+      command.offset = request.cuda_ipc().offset();
+      command.size = request.cuda_ipc().size();
+      command.device_uuid = request.cuda_ipc().device_uuid();
+      return command;
+    default:
+      return absl::InvalidArgumentError(
+          "source: neither cuda_ipc nor region is set; an import needs one");
+  }
+}
+
 BindingRef ToBindingRef(const v1::Binding& binding) {
   return BindingRef{HandleId(binding.handle()), binding.offset_start(), binding.offset_end()};
 }

@@ -45,5 +45,9 @@ absl::Status ToExecuteCommand(const v1::Kernel& kernel, const v1::CubeCount& cou
 // Checks CreateTensor: shape as above and len(data) == product(shape) * elem_size.
 absl::Status CheckCreateTensor(const v1::CreateTensorRequest& request);
 absl::Status CheckRelease(const v1::ReleaseRequest& request, const RequestLimits& limits);
+// ImportMemory's source (Note [Imported memory], server/compute/compute_server.h);
+// INVALID_ARGUMENT when neither cuda_ipc nor region is set. Everything else the Device and the
+// backend check.
+absl::StatusOr<ImportCommand> ToImportCommand(const v1::ImportMemoryRequest& request);
 
 }  // namespace cubed

@@ -163,3 +163,38 @@ TEST(ToTensorRefsTest, StridesMustMatchRank) {
 
 }  // namespace
 }  // namespace cubed
+
+namespace cubed {
+namespace {
+
+TEST(ToImportCommandTest, TakesEitherSourceAndRefusesNone) {
+  v1::ImportMemoryRequest r;
+  absl::StatusOr<ImportCommand> none = ToImportCommand(r);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(none.status().message().find("neither cuda_ipc nor region"), std::string::npos);
+
+  r.mutable_region()->set_region(7);
+  r.mutable_region()->set_offset(64);
+  r.mutable_region()->set_size(128);
+  absl::StatusOr<ImportCommand> region = ToImportCommand(r);
+  ASSERT_TRUE(region.ok()) << region.status();
+  EXPECT_TRUE(region->from_region);
+  EXPECT_EQ(region->region.region, RegionId(7));
+  EXPECT_EQ(region->region.offset, 64u);
+  EXPECT_EQ(region->region.size, 128u);
+
+  r.mutable_cuda_ipc()->set_ipc_handle(std::string(64, '\x01'));  // Replaces the region.
+  r.mutable_cuda_ipc()->set_offset(256);
+  r.mutable_cuda_ipc()->set_size(4096);
+  r.mutable_cuda_ipc()->set_device_uuid("GPU-1");
+  absl::StatusOr<ImportCommand> ipc = ToImportCommand(r);
+  ASSERT_TRUE(ipc.ok()) << ipc.status();
+  EXPECT_FALSE(ipc->from_region);
+  EXPECT_EQ(ipc->ipc_handle, std::string(64, '\x01'));
+  EXPECT_EQ(ipc->offset, 256u);
+  EXPECT_EQ(ipc->size, 4096u);
+  EXPECT_EQ(ipc->device_uuid, "GPU-1");
+}
+
+}  // namespace
+}  // namespace cubed

@@ -202,6 +202,11 @@ void Dispatch(UnaryClient& c, const IdMap& map, Method method, const uint8_t* da
         if (r.target_handle() != 0) r.set_target_handle(map.Handle(r.target_handle()));
         c.CopyToDevice(r);
       });
+    case Method::kImportMemory:  // The fixture's CPU device: regions unknown, CUDA refused.
+      return Parsed<v1::ImportMemoryRequest>(data, size, [&](auto& r) {
+        map.SessionOf(r);
+        c.ImportMemory(r);
+      });
     case Method::kGetStats:  // No fields; answered from the metrics, not by the device.
     case Method::kDrain:     // Would end the daemon under test: never picked.
     case Method::kSession:   // Not a Compute method: never picked.

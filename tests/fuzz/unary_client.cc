@@ -118,6 +118,18 @@ void UnaryClient::CopyToDevice(const v1::CopyToDeviceRequest& r) {
   });
 }
 
+void UnaryClient::ImportMemory(const v1::ImportMemoryRequest& r) {
+  const SessionId session(r.session());
+  Call("ImportMemory", [&]() -> absl::Status {
+    absl::StatusOr<ImportCommand> command = ToImportCommand(r);
+    if (!command.ok()) return command.status();
+    if (!OnDevice(session)) return NoSession(session);
+    absl::StatusOr<NewHandle> h = device().ImportMemory(session, *command, absl::Now());
+    Created(session, h);
+    return h.status();
+  });
+}
+
 void UnaryClient::OpenSession(const v1::OpenSessionRequest& r, bool quota_owner) {
   if (r.device() != 0) return;  // NOT_FOUND at the edge.
   Call("OpenSession", [&] {

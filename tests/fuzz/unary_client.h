@@ -58,6 +58,8 @@ class UnaryClient {
   void Release(const v1::ReleaseRequest& r);
   // CopyToDevice between two sessions of the fixture's one device (Device::CopyBetweenSessions).
   void CopyToDevice(const v1::CopyToDeviceRequest& r);
+  // ImportMemory (Note [Imported memory]): every refusal must leave memory as it was.
+  void ImportMemory(const v1::ImportMemoryRequest& r);
 
   // Sessions and handles created elsewhere (the session stream), so that requests can name them.
   void AddSession(SessionId session, PrincipalPtr owner);
