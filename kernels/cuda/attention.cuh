@@ -27,6 +27,8 @@ constexpr u32 kAttnThreads = CUBED_CUDA_ATTENTION_MMA_THREADS;  // The launch's 
 constexpr u32 kAttnM = kAttnRows / (kAttnThreads / 2);          // 16-query MMA tiles a warp.
 static_assert(kAttnM * 16 * (kAttnThreads / 32) == kAttnRows && kAttnM <= 2, "1 or 2 tiles");
 constexpr u32 kAttnTileBytes = kAttnKeys * kAttnDim * 2;  // A K or V tile in shared memory.
+// Growth of a row maximum, in log2 units, that moves the softmax's base (p stays below 2^8).
+constexpr float kAttnRescaleLog2 = 8.f;
 // Shared memory of the MMA path: the Q tile, then two stages of (K tile, V tile).
 constexpr u32 kAttnSharedElems = (kAttnRows + 4 * kAttnKeys) * kAttnDim;
 constexpr u32 kAttnChunk = 4;  // Output columns per lane per pass of the generic path.
@@ -227,6 +229,10 @@ __device__ __forceinline__ float QuadSum(float x) {
 // be zeros). The row maxima are of the raw scores q . k (the scale is made >= 0 by negating Q
 // in shared memory, exact in f16 and bf16), so that p = 2^(s * scale log2(e) - m scale log2(e)) is
 // one FFMA and one ex2; masked keys (past the diagonal or S) are -inf for the maximum and p = 0.
+// The base m of a row's p = 2^((s - m) scale log2(e)) is a past maximum, not always the latest:
+// a warp moves its rows' bases to their maxima, rescaling the output and sums, only when some
+// row's maximum grew by more than 2^8 (as flash attention 4 does), so p stays below about 2^8 and
+// the multiplies of a rescale run only in the first tiles of most rows; out = acc / l either way.
 template <class T>
 __device__ void AttentionMma(const CudaBuiltinArgs& a, unsigned short* smem) {
   const Buf<const T> q = BufOf<const T>(a.buffers[0]);
@@ -398,23 +404,35 @@ __device__ void AttentionMma(const CudaBuiltinArgs& a, unsigned short* smem) {
           }
           // In the scaled domain: a row that has seen only masked keys keeps maximum -inf, and
           // subtracts 0 instead (its p are 0). Every query sees key 0, so no stored row ends so.
+          // The base m moves (and the output and sums are rescaled) only when a row's maximum
+          // grew past it by more than kAttnRescaleLog2 (Note [Attention pipeline]).
           const float ninf = Num<float>::Lowest();
-          float base[2], corr[2];
+          bool grow = false;
 #pragma unroll
           for (u32 h = 0; h < 2; ++h) {
             mx[h] = QuadMax(mx[h]);
-            base[h] = mx[h] == ninf ? 0.f : mx[h] * scale2;
-            corr[h] = Exp2((m[mi][h] == ninf ? ninf : m[mi][h] * scale2) - base[h]);
-            m[mi][h] = mx[h];
-            l[mi][h] *= corr[h];
+            grow = grow || m[mi][h] == ninf || (mx[h] - m[mi][h]) * scale2 > kAttnRescaleLog2;
           }
+          if (__any_sync(0xffffffffu, grow)) {
+            float corr[2];
 #pragma unroll
-          for (u32 n = 0; n < kAttnDim / 8; ++n) {
-            acc[mi][n][0] *= corr[0];
-            acc[mi][n][1] *= corr[0];
-            acc[mi][n][2] *= corr[1];
-            acc[mi][n][3] *= corr[1];
+            for (u32 h = 0; h < 2; ++h) {
+              const float moved = mx[h] == ninf ? 0.f : mx[h] * scale2;
+              corr[h] = Exp2((m[mi][h] == ninf ? ninf : m[mi][h] * scale2) - moved);
+              m[mi][h] = mx[h];
+              l[mi][h] *= corr[h];
+            }
+#pragma unroll
+            for (u32 n = 0; n < kAttnDim / 8; ++n) {
+              acc[mi][n][0] *= corr[0];
+              acc[mi][n][1] *= corr[0];
+              acc[mi][n][2] *= corr[1];
+              acc[mi][n][3] *= corr[1];
+            }
           }
+          float base[2];
+#pragma unroll
+          for (u32 h = 0; h < 2; ++h) base[h] = m[mi][h] == ninf ? 0.f : m[mi][h] * scale2;
 #pragma unroll
           for (u32 n = 0; n < kAttnKeys / 8; ++n) {
             float p[4];
