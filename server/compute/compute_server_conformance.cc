@@ -204,6 +204,30 @@ TEST_P(ComputeServerConformance, WriteLandsAtItsDenseOffset) {
   server_->Free(a->slice);
 }
 
+// Note [Copies between devices] (server/channel/device.h): one device's copy, in stream order.
+TEST_P(ComputeServerConformance, CopyWithinCopiesTheRangeInStreamOrder) {
+  const std::string data = Pattern((size_t{5} << 20) + 3, 6);
+  absl::StatusOr<Allocation> a = server_->Create(Bytes(data), kOwnerA);
+  ASSERT_TRUE(a.ok()) << a.status();
+  absl::StatusOr<Allocation> b = server_->Empty(data.size() + 64, kOwnerB);
+  ASSERT_TRUE(b.ok()) << b.status();
+  // Queued after the create and before the read, with no sync between: stream order alone.
+  ASSERT_TRUE(server_
+                  ->CopyWithin(ResolvedBinding{a->slice, 3, data.size() - 3},
+                               ResolvedBinding{b->slice, 64, data.size() - 3})
+                  .ok());
+  absl::StatusOr<std::string> got =
+      ReadAll(*server_, ResolvedBinding{b->slice, 64, data.size() - 3});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(*got == data.substr(3));
+  // Unequal sizes are a caller's bug.
+  EXPECT_EQ(
+      server_->CopyWithin(ResolvedBinding{a->slice, 0, 8}, ResolvedBinding{b->slice, 0, 9}).code(),
+      absl::StatusCode::kInternal);
+  server_->Free(a->slice);
+  server_->Free(b->slice);
+}
+
 TEST_P(ComputeServerConformance, UsageCountsEveryAllocationAndFreeGivesItBack) {
   const MemoryUsage before = server_->Usage();
   std::vector<SliceId> slices;
