@@ -10,15 +10,16 @@ namespace cubed {
 // CUBED_CUDA_ATTENTION_MMA (chosen on the host for f16 and bf16 with E = Ev = 64, unit column
 // strides and 16-byte aligned rows): flash attention on the tensor cores (sm_80 and later). A
 // block takes 128 queries of one batch: 4 warps of 32 queries (each K and V fragment read from
-// shared memory serves two 16-query MMA tiles; 252 registers, 2 blocks an SM), or with
+// shared memory serves two 16-query MMA tiles; 255 registers, 2 blocks an SM), or with
 // CUBED_CUDA_ATTENTION_MMA_THREADS 256, 8 warps of 16 (128 registers); K and V stream through
-// shared memory in tiles of 64 keys (cp.async, two stages: Note [Attention pipeline]),
-// scores and the running output stay in registers (mma.sync m16n8k16, f32 accumulation), the
-// softmax is online (running maximum and sum, the output rescaled when the maximum grows), and
-// P is rounded to the input type before P V, as flash attention does. Tiles past a query tile's
-// diagonal are never loaded. Otherwise (and on older GPUs, or pointers not 16-byte aligned) the
-// generic path: a warp per query row, two passes over its keys (maximum and sum, then the output
-// in column chunks), every score recomputed per chunk; f64 computes in f64, the rest in f32.
+// shared memory in tiles of 64 keys (cp.async, two stages: Note [Attention pipeline]), scores
+// and the running output stay in registers (mma.sync m16n8k16, f32 accumulation), the softmax
+// is online (running maximum and sum, the output rescaled when a maximum grows past 2^8 times
+// its base), and P is rounded to the input type before P V, as flash attention does. Tiles past
+// a query tile's diagonal are never loaded. Otherwise (and on older GPUs, or pointers not 16-byte
+// aligned) the generic path: a warp per query row, two passes over its keys (maximum and sum, then
+// the output in column chunks), every score recomputed per chunk; f64 computes in f64, the rest in
+// f32.
 
 constexpr u32 kAttnRows = CUBED_CUDA_ATTENTION_MMA_ROWS;        // Per block, MMA path.
 constexpr u32 kAttnKeys = 64;                                   // Keys per tile.
