@@ -61,7 +61,7 @@ TEST(CommandLineTest, HelpListsTheDaemonsFlagsWithTheirHelpAndExitsZero) {
   }
   // Each with its help text.
   EXPECT_THAT(run->out, HasSubstr("Unix socket to serve on: PATH or unix:PATH"));
-  EXPECT_THAT(run->out, HasSubstr("Most device memory the pools may hold"));
+  EXPECT_THAT(run->out, HasSubstr("Most device memory each device's pool may hold"));
   EXPECT_THAT(run->out, HasSubstr("auto, cpu or cuda."));
   // Only the daemon's flags: Abseil's own (--flagfile, ...) are for --helpfull.
   EXPECT_THAT(run->out, Not(HasSubstr("--fromenv (")));
