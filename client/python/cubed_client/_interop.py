@@ -7,6 +7,7 @@ See Note [Tensor export] below.
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
 import weakref
 from typing import Any, Callable, Dict, Optional, Tuple
@@ -205,10 +206,23 @@ def local_ordinal(uuid: str) -> int:
 
 # --- DLPack capsules ----------------------------------------------------------------------------
 
-_NAME = b"dltensor"  # A consumer renames the capsule "used_dltensor" and calls the deleter.
+# Note [Capsules without destructors]
+# A DLPack capsule's consumer renames it ("used_dltensor") and calls the DLManagedTensor's deleter
+# once done; a capsule no consumer took must release the tensor itself. A capsule destructor
+# written in Python cannot do that safely: a consumer that refuses the capsule (numpy on a
+# bfloat16 tensor) drops it with its exception still set, and a Python callback then fails on
+# its first C call and wipes that exception (numpy then raises SystemError, and the export
+# leaked). So our capsules have no destructor: this module holds each one it hands out
+# (`_handed`) until a sweep (the next export, exported_capsules()) finds it consumed (renamed:
+# the deleter will release it) or held by nobody else (never consumed: released then).
+_NAME = ctypes.create_string_buffer(b"dltensor")
+_NAME_VERSIONED = ctypes.create_string_buffer(b"dltensor_versioned")
 # What each live DLManagedTensor keeps alive, by its address: the struct, its shape and strides
 # arrays and the owning tensor (so the daemon memory outlives every importer).
 _live: Dict[int, Tuple[Any, ...]] = {}
+# Capsules handed out and not yet seen consumed or abandoned, by their DLManagedTensor's address:
+# (the capsule, the address of the name it was made with).
+_handed: Dict[int, Tuple[Any, int]] = {}
 
 
 def _release(address: int) -> None:
@@ -220,21 +234,33 @@ def _deleter(managed: Any) -> None:  # The consumer is done with it.
     _release(ctypes.addressof(managed.contents))
 
 
-_Destructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _pyapi = ctypes.pythonapi
 _pyapi.PyCapsule_New.restype = ctypes.py_object
-_pyapi.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, _Destructor]
-_pyapi.PyCapsule_IsValid.restype = ctypes.c_int
-_pyapi.PyCapsule_IsValid.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-_pyapi.PyCapsule_GetPointer.restype = ctypes.c_void_p
-_pyapi.PyCapsule_GetPointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+_pyapi.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+_pyapi.PyCapsule_GetName.restype = ctypes.c_void_p
+_pyapi.PyCapsule_GetName.argtypes = [ctypes.py_object]
 
 
-@_Destructor
-def _capsule_destructor(capsule: int) -> None:
-    # Still named "dltensor": no consumer took it, so its deleter never ran.
-    if _pyapi.PyCapsule_IsValid(capsule, _NAME):
-        _release(_pyapi.PyCapsule_GetPointer(capsule, _NAME))
+def _sweep() -> None:
+    """Note [Capsules without destructors]: forgets the capsules a consumer took, and releases
+    the tensors of those nobody holds any more that no consumer took."""
+    for address in list(_handed):
+        entry = _handed.get(address)
+        if entry is None:
+            continue
+        if _pyapi.PyCapsule_GetName(entry[0]) != entry[1]:  # Renamed: consumed.
+            del _handed[address]
+        elif sys.getrefcount(entry[0]) <= 2:  # Held only by `entry` and this call's argument.
+            del _handed[address]
+            _release(address)
+
+
+def _hand_out(address: int, name: Any) -> Any:
+    """A destructor-less capsule over the DLManagedTensor at `address`, named `name`."""
+    _sweep()
+    capsule_object = _pyapi.PyCapsule_New(address, ctypes.addressof(name), None)
+    _handed[address] = (capsule_object, ctypes.addressof(name))
+    return capsule_object
 
 
 def capsule(owner: Any, pointer: int, device: Tuple[int, int]) -> Any:
@@ -252,12 +278,11 @@ def capsule(owner: Any, pointer: int, device: Tuple[int, int]) -> Any:
     address = ctypes.addressof(m)
     m.manager_ctx = address
     _live[address] = (m, shape, strides, owner)
-    return _pyapi.PyCapsule_New(address, _NAME, _capsule_destructor)
+    return _hand_out(address, _NAME)
 
 
 # DLPack 1.x (dlpack.h v1.0): the versioned capsule, whose flags say whether the consumer may
 # write (numpy makes arrays from unversioned capsules read-only).
-_NAME_VERSIONED = b"dltensor_versioned"
 _FLAG_IS_COPIED = 1 << 1
 
 
@@ -280,12 +305,6 @@ def _deleter_versioned(managed: Any) -> None:
     _release(ctypes.addressof(managed.contents))
 
 
-@_Destructor
-def _capsule_destructor_versioned(capsule: int) -> None:
-    if _pyapi.PyCapsule_IsValid(capsule, _NAME_VERSIONED):
-        _release(_pyapi.PyCapsule_GetPointer(capsule, _NAME_VERSIONED))
-
-
 def capsule_versioned(owner: Any, pointer: int, device: Tuple[int, int], copied: bool) -> Any:
     """As capsule(), a DLPack 1.0 "dltensor_versioned" capsule (writable; IS_COPIED when
     ``copied``), for consumers that asked for max_version >= (1, 0)."""
@@ -302,11 +321,12 @@ def capsule_versioned(owner: Any, pointer: int, device: Tuple[int, int], copied:
     address = ctypes.addressof(m)
     m.manager_ctx = address
     _live[address] = (m, shape, strides, owner)
-    return _pyapi.PyCapsule_New(address, _NAME_VERSIONED, _capsule_destructor_versioned)
+    return _hand_out(address, _NAME_VERSIONED)
 
 
 def exported_capsules() -> int:
     """DLPack capsules whose consumer (or the capsule itself) still holds a tensor."""
+    _sweep()
     return len(_live)
 
 

@@ -61,6 +61,33 @@ def test_a_read_does_not_keep_its_tensor_alive(client):
         assert handle() is None
 
 
+def test_capsules_refused_dropped_or_held_release_their_tensor_once(client):
+    """Note [Capsules without destructors]: numpy refuses a bfloat16 capsule with its own error
+    (no SystemError), and the export is released; an unconsumed capsule is kept while held and
+    released once dropped; a consumed one when its consumer lets go."""
+    if backend(client) != "cpu":
+        pytest.skip("numpy imports host tensors only: the CPU backend's exports")
+    before = usage(client)
+    t = client.create(np.arange(8, dtype=np.float32).astype(ml_dtypes.bfloat16))
+    with pytest.raises(RuntimeError, match="Unsupported dtype"):
+        np.from_dlpack(t)
+    assert _interop.exported_capsules() == 0
+    f = client.create(np.arange(8, dtype=np.float32))
+    capsule = f.__dlpack__()
+    gc.collect()
+    assert _interop.exported_capsules() == 1  # Held, not consumed: kept.
+    del capsule
+    assert _interop.exported_capsules() == 0  # Dropped unconsumed: released.
+    a = np.from_dlpack(f)
+    assert _interop.exported_capsules() == 1  # numpy holds it.
+    np.testing.assert_array_equal(a, np.arange(8, dtype=np.float32))
+    del a, t, f
+    gc.collect()
+    assert _interop.exported_capsules() == 0
+    client.sync()
+    assert usage(client) == before
+
+
 def test_dlpack_dtypes_map_to_dlpack_codes():
     assert _interop.dl_dtype(np.dtype(np.float32)) == (2, 32)
     assert _interop.dl_dtype(np.dtype(ml_dtypes.bfloat16)) == (4, 16)
