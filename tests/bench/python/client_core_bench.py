@@ -26,31 +26,26 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
 
 import cubed_client
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kernels_vs_torch import start_daemon  # noqa: E402
 
-def start_daemon(binary, backend, tcp):
-    d = tempfile.mkdtemp(prefix="cubed-corebench-")
-    sock, ready = os.path.join(d, "cubed.sock"), os.path.join(d, "ready")
+
+def start(binary, backend, tcp):
+    """The daemon under test and the address to reach it: its socket, or its TCP port."""
     flags = ["--tcp=127.0.0.1:0", "--insecure_tcp"] if tcp else []
-    daemon = subprocess.Popen([binary, f"--listen={sock}", f"--ready_file={ready}",
-                               f"--backend={backend}", *flags], stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while not (os.path.exists(ready) and open(ready).read().endswith("\n")):
-        if daemon.poll() is not None or time.monotonic() > deadline:
-            daemon.kill()
-            raise RuntimeError("the daemon did not start")
-        time.sleep(0.02)
+    daemon, sock = start_daemon(binary, backend, flags)
     address = f"unix:{sock}"
     if tcp:
-        for line in open(ready).read().splitlines():
-            if line.startswith("tcp="):
-                address = line[len("tcp="):]
+        with open(os.path.join(os.path.dirname(sock), "ready")) as f:
+            for line in f.read().splitlines():
+                if line.startswith("tcp="):
+                    address = line[len("tcp="):]
     return daemon, address
 
 
@@ -147,7 +142,7 @@ def main():
                os.path.join(build, "client", "c_api", "libcubed_client_c.so"))
     os.environ["CUBED_CLIENT_LIBRARY"] = library
 
-    daemon, address = start_daemon(args.binary, args.backend, args.tcp)
+    daemon, address = start(args.binary, args.backend, args.tcp)
     runs = {"cpp": [], "native": [], "python": []}
     try:
         for _ in range(args.rounds):  # Interleaved: a busy machine slows all three alike.

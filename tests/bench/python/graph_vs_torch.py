@@ -18,33 +18,21 @@ the CPU backend (no torch GPU) only cubed's rows are printed.
 import argparse
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
 
 import cubed_client
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kernels_vs_torch import start_daemon  # noqa: E402
+
 NODES = 1000
 
 
 def summary(xs):
     return f"{statistics.median(xs):.4g} [{min(xs):.4g}..{max(xs):.4g}]"
-
-
-def start_daemon(binary, backend):
-    d = tempfile.mkdtemp(prefix="cubed-graphbench-")
-    sock, ready = os.path.join(d, "cubed.sock"), os.path.join(d, "ready")
-    daemon = subprocess.Popen([binary, f"--listen={sock}", f"--ready_file={ready}",
-                               f"--backend={backend}"], stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while not (os.path.exists(ready) and open(ready).read().endswith("\n")):
-        if daemon.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError("the daemon did not start")
-        time.sleep(0.02)
-    return daemon, sock
 
 
 def timed(repeats, fn):
