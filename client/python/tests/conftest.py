@@ -7,6 +7,7 @@ BACKEND and skip elsewhere)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -82,16 +83,26 @@ class Daemon:
         return self.proc.returncode
 
 
-@pytest.fixture(scope="session")
-def daemon(request: pytest.FixtureRequest) -> Iterator[Daemon]:
+@contextlib.contextmanager
+def running(request: pytest.FixtureRequest, *flags: str) -> Iterator[Daemon]:
+    """A Daemon of the run's binary with `flags`, for a fixture; afterwards asserts that it
+    exited cleanly on SIGTERM."""
     binary = request.config.getoption("--cubed")
     if not binary:
         pytest.fail("no daemon binary: set CUBED_BINARY or pass --cubed=PATH")
-    d = Daemon(binary)
-    yield d
-    log = d.log()
-    code = d.close()
-    assert code == 0, f"cubed exited with {code} after SIGTERM:\n{log}"
+    d = Daemon(binary, *flags)
+    try:
+        yield d
+    finally:
+        log = d.log()
+        code = d.close()
+        assert code == 0, f"cubed exited with {code} after SIGTERM:\n{log}"
+
+
+@pytest.fixture(scope="session")
+def daemon(request: pytest.FixtureRequest) -> Iterator[Daemon]:
+    with running(request) as d:
+        yield d
 
 
 @pytest.fixture(params=["ring", "grpc", "unary"])

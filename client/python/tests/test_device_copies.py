@@ -41,25 +41,19 @@ def health_check(channel: grpc.Channel, service: str) -> int:
 
 @pytest.fixture(scope="module")
 def daemon(request: pytest.FixtureRequest) -> Iterator[Daemon]:
-    binary = request.config.getoption("--cubed")
-    if not binary:
-        pytest.fail("no daemon binary: set CUBED_BINARY or pass --cubed=PATH")
     if conftest.BACKEND == "cpu":
-        d = Daemon(binary, "--cpu_devices=3")
-    else:
-        # One GPU serves as two devices (Note [Repeated test devices], config.cc), so that the
-        # copies between two CUDA devices run on a host with one GPU.
-        os.environ["CUBED_TEST_REPEAT_DEVICES"] = "1"
-        try:
-            d = Daemon(binary, "--devices=0,0")
-        finally:
-            del os.environ["CUBED_TEST_REPEAT_DEVICES"]
+        with conftest.running(request, "--cpu_devices=3") as d:
+            yield d
+        return
+    # One GPU serves as two devices (Note [Repeated test devices], config.cc), so that the
+    # copies between two CUDA devices run on a host with one GPU; only the daemon reads it.
+    os.environ["CUBED_TEST_REPEAT_DEVICES"] = "1"
     try:
-        yield d
+        with conftest.running(request, "--devices=0,0") as d:
+            del os.environ["CUBED_TEST_REPEAT_DEVICES"]
+            yield d
     finally:
-        log = d.log()
-        code = d.close()
-        assert code == 0, f"cubed exited with {code} after SIGTERM:\n{log}"
+        os.environ.pop("CUBED_TEST_REPEAT_DEVICES", None)
 
 
 def devices(d: Daemon) -> int:

@@ -31,16 +31,8 @@ def cpu_only() -> None:
 def daemon(request: pytest.FixtureRequest) -> Iterator[Daemon]:
     if conftest.BACKEND != "cpu":
         pytest.skip("--cpu_devices is the cpu backend's")
-    binary = request.config.getoption("--cubed")
-    if not binary:
-        pytest.fail("no daemon binary: set CUBED_BINARY or pass --cubed=PATH")
-    d = Daemon(binary, f"--cpu_devices={DEVICES}")
-    try:
+    with conftest.running(request, f"--cpu_devices={DEVICES}") as d:
         yield d
-    finally:
-        log = d.log()
-        code = d.close()
-        assert code == 0, f"cubed exited with {code} after SIGTERM:\n{log}"
 
 
 def stats(d: Daemon) -> compute_pb2.GetStatsResponse:
