@@ -77,6 +77,20 @@ Reactor* FinishNow(Reactor* reactor, const absl::Status& status) {
   return reactor;
 }
 
+// Finishes a call that made a handle, its id and size (and a tensor's strides) in `resp` first.
+template <class Response>
+void FinishWithHandle(Reactor* reactor, Response* resp, const absl::StatusOr<NewHandle>& h) {
+  if (h.ok()) {
+    resp->set_handle(h->handle.value());
+    resp->set_size(h->size);
+    if constexpr (std::is_same_v<Response, v1::CreateTensorResponse> ||
+                  std::is_same_v<Response, v1::EmptyTensorResponse>) {
+      for (uint64_t s : h->strides) resp->add_strides(s);
+    }
+  }
+  Finish(reactor, h.status());
+}
+
 absl::Span<const uint8_t> Bytes(const std::string& s) {
   return absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(s.data()), s.size());
 }
@@ -209,11 +223,7 @@ Reactor* ComputeService::Create(Context* ctx, const v1::CreateRequest* req,
   return OnSession(call, SessionId(req->session()), [req, resp](Device& d, Reactor* r) {
     absl::StatusOr<NewHandle> h =
         d.Create(SessionId(req->session()), Bytes(req->data()), absl::Now());
-    if (h.ok()) {
-      resp->set_handle(h->handle.value());
-      resp->set_size(h->size);
-    }
-    Finish(r, h.status());
+    FinishWithHandle(r, resp, h);
   });
 }
 
@@ -225,12 +235,7 @@ Reactor* ComputeService::CreateTensor(Context* ctx, const v1::CreateTensorReques
     const std::vector<uint64_t> shape(req->shape().begin(), req->shape().end());
     absl::StatusOr<NewHandle> h = d.CreateTensor(SessionId(req->session()), Bytes(req->data()),
                                                  shape, req->elem_size(), absl::Now());
-    if (h.ok()) {
-      resp->set_handle(h->handle.value());
-      resp->set_size(h->size);
-      for (uint64_t s : h->strides) resp->add_strides(s);
-    }
-    Finish(r, h.status());
+    FinishWithHandle(r, resp, h);
   });
 }
 
@@ -241,11 +246,7 @@ Reactor* ComputeService::Empty(Context* ctx, const v1::EmptyRequest* req, v1::Em
   }
   return OnSession(call, SessionId(req->session()), [req, resp](Device& d, Reactor* r) {
     absl::StatusOr<NewHandle> h = d.Empty(SessionId(req->session()), req->size(), absl::Now());
-    if (h.ok()) {
-      resp->set_handle(h->handle.value());
-      resp->set_size(h->size);
-    }
-    Finish(r, h.status());
+    FinishWithHandle(r, resp, h);
   });
 }
 
@@ -261,12 +262,7 @@ Reactor* ComputeService::EmptyTensor(Context* ctx, const v1::EmptyTensorRequest*
                    [req, resp, shape = std::move(shape)](Device& d, Reactor* r) {
                      absl::StatusOr<NewHandle> h = d.EmptyTensor(SessionId(req->session()), shape,
                                                                  req->elem_size(), absl::Now());
-                     if (h.ok()) {
-                       resp->set_handle(h->handle.value());
-                       resp->set_size(h->size);
-                       for (uint64_t s : h->strides) resp->add_strides(s);
-                     }
-                     Finish(r, h.status());
+                     FinishWithHandle(r, resp, h);
                    });
 }
 
@@ -343,13 +339,6 @@ Reactor* ComputeService::CopyToDevice(Context* ctx, const v1::CopyToDeviceReques
       [this, req, resp, target, target_device](Device& d, Reactor* r, const PrincipalPtr& p) {
         const SessionId source(req->session());
         const BindingRef binding = ToBindingRef(req->source());
-        auto answer = [resp, r](absl::StatusOr<NewHandle> h) {
-          if (h.ok()) {
-            resp->set_handle(h->handle.value());
-            resp->set_size(h->size);
-          }
-          Finish(r, h.status());
-        };
         // Note [Session ownership]: a target session of another principal is an unknown one.
         if (target_device >= loops_.size()) {
           Finish(r, SessionNotOpen(target.session));
@@ -360,7 +349,7 @@ Reactor* ComputeService::CopyToDevice(Context* ctx, const v1::CopyToDeviceReques
             Finish(r, SessionNotOpen(target.session));
             return;
           }
-          answer(d.CopyBetweenSessions(source, binding, target, absl::Now()));
+          FinishWithHandle(r, resp, d.CopyBetweenSessions(source, binding, target, absl::Now()));
           return;
         }
         // Note [Copies between devices]: the target's loop opens the target, then the pieces
@@ -430,9 +419,7 @@ void ComputeService::WritePiece(Device& t, const std::shared_ptr<PieceCopy>& cop
       PostStep(copy->call, copy->source_device, [this, copy](Device& s) { ReadPiece(s, copy); });
       return;
     }
-    copy->response->set_handle(copy->handle.value());
-    copy->response->set_size(copy->size);
-    Finish(copy->call, absl::OkStatus());
+    FinishWithHandle(copy->call, copy->response, NewHandle{copy->handle, copy->size, {}});
   });
 }
 
@@ -468,11 +455,7 @@ Reactor* ComputeService::ImportMemory(Context* ctx, const v1::ImportMemoryReques
                    [req, resp, command = *std::move(command)](Device& d, Reactor* r) {
                      absl::StatusOr<NewHandle> h =
                          d.ImportMemory(SessionId(req->session()), command, absl::Now());
-                     if (h.ok()) {
-                       resp->set_handle(h->handle.value());
-                       resp->set_size(h->size);
-                     }
-                     Finish(r, h.status());
+                     FinishWithHandle(r, resp, h);
                    });
 }
 
