@@ -334,6 +334,8 @@ class Device {
               CopyInCallback done);
 
   MemoryUsage Usage() const { return server_->Usage(); }
+  // Note [Imported memory]: the imports the backend maps now, which Usage never counts.
+  ImportedMemory Imports() const { return server_->Imports(); }
   KernelCacheStats KernelCache() const { return server_->KernelCache(); }
   // Live handles across every open session (for metrics; O(sessions)).
   uint64_t handle_count() const { return sessions_.handle_count(); }

@@ -153,6 +153,13 @@ struct ImportSource {
   std::shared_ptr<const void> keep_alive;
 };
 
+// The imports a backend maps now (Note [Imported memory]): reported beside MemoryUsage (metrics,
+// GetStats, the MemoryUsage RPC), never in it.
+struct ImportedMemory {
+  uint64_t buffers = 0;  // Imported slices alive (one per import).
+  uint64_t bytes = 0;    // Sum of their sizes.
+};
+
 // Identifies an open profile (trait: start_profile / end_profile); many may be open at once.
 using ProfileToken = uint64_t;
 
@@ -356,6 +363,10 @@ class ComputeServer {
 
   // Optional: kernel cache statistics; zeros by default.
   virtual KernelCacheStats KernelCache() const { return {}; }
+
+  // Optional (Note [Imported memory]): the imports mapped now, O(imports); zeros by default (a
+  // backend without Import).
+  virtual ImportedMemory Imports() const { return {}; }
 
   // Optional: UNAVAILABLE "device lost: ..." once the device became unusable (Note [Device
   // lost], server/compute/cuda/cuda_server.h; Note [Lost devices], server/daemon/daemon.cc),

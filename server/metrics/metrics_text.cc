@@ -132,6 +132,13 @@ std::string PrometheusText(const StatsSnapshot& stats) {
             [](D d) { return d.memory.bytes_reserved; });
   PerDevice(out, stats, "cubed_memory_limit_bytes", "gauge",
             "Most memory the pools may reserve, bytes.", [](D d) { return d.memory_limit; });
+  PerDevice(out, stats, "cubed_imported_bytes", "gauge",
+            "Other processes' memory that handles map now (ImportMemory), bytes; not the "
+            "pools', never in cubed_memory_* nor under the limit.",
+            [](D d) { return d.imported.bytes; });
+  PerDevice(out, stats, "cubed_imported_buffers", "gauge",
+            "Imports alive now (ImportMemory): one per imported handle.",
+            [](D d) { return d.imported.buffers; });
   PerDevice(out, stats, "cubed_sessions", "gauge", "Open sessions.",
             [](D d) { return d.sessions; });
   PerDevice(out, stats, "cubed_handles", "gauge", "Live handles across open sessions.",

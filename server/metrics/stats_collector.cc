@@ -20,6 +20,7 @@ DeviceGauges GaugesOf(const Device& d, size_t queued) {
   g.device = d.index();
   g.up = d.Lost().ok();
   g.memory = d.Usage();
+  g.imported = d.Imports();
   g.memory_limit = d.Description().memory_limit;
   g.sessions = d.session_count();
   g.handles = d.handle_count();
@@ -36,6 +37,9 @@ DeviceGauges GaugesOf(const Device& d, size_t queued) {
     out.kernels = s.kernels();
     out.graphs = s.graph_count();
     out.regions = s.regions().size();
+    for (const auto& [id, entry] : s.handles()) {
+      if (IsImportedSlice(entry.slice)) out.imported_bytes += entry.size;
+    }
     out.age_us =
         static_cast<uint64_t>(std::max<int64_t>(0, absl::ToInt64Microseconds(now - s.opened())));
   });

@@ -56,7 +56,8 @@ struct SessionGauges {
   uint64_t kernels = 0;  // Launched since it opened (Session::kernels).
   uint64_t graphs = 0;
   uint64_t regions = 0;
-  uint64_t age_us = 0;  // Since it opened.
+  uint64_t age_us = 0;          // Since it opened.
+  uint64_t imported_bytes = 0;  // Of `bytes`, its imported handles' (Note [Imported memory]).
 };
 
 // One device's gauges, read on its loop.
@@ -64,6 +65,7 @@ struct DeviceGauges {
   uint32_t device = 0;
   bool up = true;  // False once lost (Note [Lost devices], server/daemon/daemon.cc).
   MemoryUsage memory;
+  ImportedMemory imported;  // Never in `memory` (Note [Imported memory]).
   uint64_t memory_limit = 0;
   uint64_t sessions = 0;
   uint64_t handles = 0;

@@ -497,6 +497,9 @@ Reactor* ComputeService::MemoryUsage(Context* ctx, const v1::MemoryUsageRequest*
   Reactor* call = StartCall(ctx, Method::kMemoryUsage, *req, resp);
   return OnDevice(call, req->device(), "device", [resp](Device& d, Reactor* r) {
     ToWire(d.Usage(), resp->mutable_usage());
+    const ImportedMemory imported = d.Imports();  // Note [Imported memory]: beside the usage.
+    resp->set_imported_bytes(imported.bytes);
+    resp->set_imported_buffers(imported.buffers);
     Finish(r, absl::OkStatus());
   });
 }

@@ -86,6 +86,8 @@ void ToWire(const StatsSnapshot& stats, v1::GetStatsResponse* out) {
     w->set_regions_registered(d.regions.registered);
     w->set_region_bytes_created(d.regions.bytes_created);
     w->set_region_bytes_read(d.regions.bytes_read);
+    w->set_imported_bytes(d.imported.bytes);
+    w->set_imported_buffers(d.imported.buffers);
     v1::KernelCacheStats* k = w->mutable_kernel_cache();
     k->set_hits(d.kernel_cache.hits);
     k->set_misses(d.kernel_cache.misses);
@@ -101,6 +103,7 @@ void ToWire(const StatsSnapshot& stats, v1::GetStatsResponse* out) {
       ws->set_graphs(s.graphs);
       ws->set_regions(s.regions);
       ws->set_age_us(s.age_us);
+      ws->set_imported_bytes(s.imported_bytes);
     }
   }
   out->set_uptime_us(stats.uptime_us);

@@ -217,6 +217,15 @@ absl::StatusOr<Allocation> CpuServer::Import(const ImportSource& source) {
   return Allocation{slice, source.host_bytes.size(), {}};
 }
 
+ImportedMemory CpuServer::Imports() const {
+  ImportedMemory m;
+  for (const auto& [slice, imported] : imports_) {
+    ++m.buffers;
+    m.bytes += imported.bytes.size();
+  }
+  return m;
+}
+
 void CpuServer::Write(const ResolvedTensor& target, uint64_t dense_offset,
                       absl::Span<const uint8_t> bytes, DoneCallback done) {
   uint64_t stride = 1;  // Dense row-major strides, as EmptyTensor lays tensors out.

@@ -63,6 +63,7 @@ class CpuServer final : public ComputeServer {
   // Note [Imported memory]: kHost sources only (a region's range, used in place); UNIMPLEMENTED
   // for CUDA memory.
   absl::StatusOr<Allocation> Import(const ImportSource& source) override;
+  ImportedMemory Imports() const override;
   absl::Status Execute(const Launch& launch) override;
   absl::Status Flush() override { return absl::OkStatus(); }
   void Sync(DoneCallback done) override { done(absl::OkStatus()); }

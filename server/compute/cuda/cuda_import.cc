@@ -83,6 +83,15 @@ absl::StatusOr<Allocation> CudaServer::Import(const ImportSource& source) {
   return Allocation{slice, source.size, {}};
 }
 
+ImportedMemory CudaServer::Imports() const {
+  ImportedMemory m;
+  for (const auto& [slice, imported] : imports_) {
+    ++m.buffers;
+    m.bytes += imported.size;
+  }
+  return m;
+}
+
 void CudaServer::FreeImport(SliceId slice) {
   auto it = imports_.find(slice);
   if (it == imports_.end()) {

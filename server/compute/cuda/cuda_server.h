@@ -121,6 +121,7 @@ class CudaServer final : public ComputeServer {
   // Note [Imported memory]: opens a CUDA IPC handle of another process's allocation on this GPU
   // (cuda_import.cc); Free of its slice waits for the stream, then closes the mapping.
   absl::StatusOr<Allocation> Import(const ImportSource& source) override;
+  ImportedMemory Imports() const override;
   // Builtin: ValidateBuiltin, address checks, then f32/f64 matmul through cuBLAS where it can
   // (cublas_matmul.h), everything else NVRTC (cached) with one by-value argument. cuda_source
   // and ptx: docs/kernel-abi.md, "CUDA kernels". Returns once the launch is queued.
