@@ -26,8 +26,9 @@
 
 namespace cubed {
 
-Handle Client::Impl::MakeHandle(uint64_t id, uint64_t size) const {
-  return Handle(std::make_shared<Handle::State>(id, size, batcher));
+Handle Client::Impl::MakeHandle(uint64_t id, uint64_t size,
+                                std::shared_ptr<const void> keep_alive) const {
+  return Handle(std::make_shared<Handle::State>(id, size, batcher, std::move(keep_alive)));
 }
 
 namespace {
@@ -267,6 +268,7 @@ Client::~Client() {
     // The stream's end closes the session and releases every handle, queued or not.
     impl_->batcher->Close();
     impl_->stream->Close(impl_->options.timeout);
+    impl_->batcher->DropAll();  // The session has ended: no import is mapped any more.
     return;
   }
   if (impl_->owns_session) {
@@ -280,6 +282,7 @@ Client::~Client() {
     (void)impl_->batcher->Flush();
     impl_->batcher->Close();
   }
+  impl_->batcher->DropAll();  // Note [Import keep-alive]: the session ended or saw the releases.
 }
 
 uint64_t Client::session() const { return impl_->session; }
@@ -594,9 +597,12 @@ absl::StatusOr<DaemonInfo> Client::GetInfo() {
 }
 
 absl::Status Client::FlushReleases() {
-  if (impl_->stream == nullptr) return impl_->batcher->Flush();
-  RETURN_IF_ERROR(impl_->batcher->Flush());
-  return impl_->StreamBarrier();
+  // Note [Import keep-alive]: what was buried before the flush goes once the daemon saw it.
+  std::vector<std::shared_ptr<const void>> keeps = impl_->batcher->TakeBuried();
+  absl::Status status = impl_->batcher->Flush();
+  if (status.ok() && impl_->stream != nullptr) status = impl_->StreamBarrier();
+  if (!status.ok()) impl_->batcher->Rebury(std::move(keeps));
+  return status;
 }
 
 v1::Command Client::Impl::CreateTensorCommand(const std::vector<uint64_t>& shape,

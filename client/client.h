@@ -222,6 +222,17 @@ struct Region {
   std::shared_ptr<SharedMemory> memory;
 };
 
+// Memory of another process on the daemon's host as CUDA IPC shares it (Client::ImportCudaIpc;
+// docs/api.md, "Importing memory (C++ SDK)").
+struct CudaIpcMemory {
+  // The 64 bytes of cuIpcGetMemHandle of the producer's allocation, taken at the allocation's
+  // base address (cuMemGetAddressRange).
+  std::string ipc_handle;
+  uint64_t offset = 0;      // Bytes from the allocation's start to the range's first byte.
+  uint64_t size = 0;        // Bytes of the range: >= 1, offset + size within the allocation.
+  std::string device_uuid;  // The GPU, as DaemonInfo::device.uuid() prints it: the session's.
+};
+
 // A recorded graph of the session (docs/api.md, "Recorded graphs"), made by Client::EndGraph and
 // run by Client::ReplayGraph. A plain value: the graph lives on the daemon until
 // Client::ReleaseGraph or the session's end.
@@ -303,6 +314,31 @@ class Client {
   absl::StatusOr<Handle> CopyToDevice(const Binding& source, Client& target,
                                       const Handle& target_handle = Handle(),
                                       uint64_t target_offset = 0);
+
+  // Imports (docs/api.md, "Importing memory (C++ SDK)"; Note [Imported memory] in
+  // server/compute/compute_server.h): a new handle of the session, with one reference, whose
+  // bytes are memory another process of this host allocated, shared without a copy. It is used
+  // like any handle (a Tensor over it takes the producer's shape and element strides). Neither
+  // GetMemoryUsage nor the memory limit counts it; the session's quotas do. One blocking RPC.
+  //
+  // CUDA backend: a range of another process's CUDA allocation on the session's GPU. The
+  // producer must keep the allocation until the daemon has processed the handle's last release:
+  // `keep_alive` (may be null) is held that long, past the last Handle copy, until a later
+  // FlushReleases returns OK or the Client is destroyed (Note [Import keep-alive] in
+  // client/release_batcher.h). The producer's writes must be finished (synchronized) before
+  // commands read them. Errors name the field: INVALID_ARGUMENT for handle bytes that are not 64
+  // or that the driver cannot open, a size of 0, a range past the allocation, another GPU's UUID;
+  // UNIMPLEMENTED on the CPU backend; RESOURCE_EXHAUSTED over a quota. Nothing stays mapped then.
+  absl::StatusOr<Handle> ImportCudaIpc(const CudaIpcMemory& memory,
+                                       std::shared_ptr<const void> keep_alive = nullptr);
+  // CPU backend: bytes [offset, offset + size) of `region`, used in place: this process's writes
+  // to region.memory show in the handle and the daemon's writes to the handle in the region.
+  // Runs after every command sent before it. The handle keeps the daemon's mapping and holds
+  // region.memory, so the region may be released at once. Session stream over a Unix socket only
+  // (FAILED_PRECONDITION otherwise, as RegisterRegion). NOT_FOUND for a region the session does
+  // not have (released before); INVALID_ARGUMENT for a size of 0 or a range past the region;
+  // UNIMPLEMENTED on the CUDA backend; RESOURCE_EXHAUSTED over a quota.
+  absl::StatusOr<Handle> ImportRegion(const Region& region, uint64_t offset, uint64_t size);
 
   // trait: execute, with a raw launch description. Returns once the launch is queued. Unary:
   // kernel errors the daemon finds at validation come back here. Stream: they poison the outputs
@@ -410,7 +446,9 @@ class Client {
 
   // Sends the batched releases now and waits until every release sent so far (also those in
   // flight on the background flusher) has been answered. Returns the first release error since
-  // the previous call (unary; on the stream release errors are reported by Sync instead).
+  // the previous call (unary; on the stream release errors are reported by Sync instead). Once
+  // it returns OK, the keep_alive of every imported handle whose last copy went before the call
+  // is dropped (ImportCudaIpc).
   absl::Status FlushReleases();
 
   class Impl;

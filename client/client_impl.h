@@ -39,8 +39,10 @@ class Client::Impl {
     return FromGrpcStatus(((*stub).*method)(&context, request, response), rpc);
   }
 
-  // A handle owning one daemon reference of `id`, released through `batcher`.
-  Handle MakeHandle(uint64_t id, uint64_t size) const;
+  // A handle owning one daemon reference of `id`, released through `batcher`; `keep_alive` goes
+  // with the release (Note [Import keep-alive], release_batcher.h).
+  Handle MakeHandle(uint64_t id, uint64_t size,
+                    std::shared_ptr<const void> keep_alive = nullptr) const;
 
   ClientOptions options;
   std::shared_ptr<grpc::Channel> channel;

@@ -13,11 +13,19 @@ namespace cubed {
 
 // One daemon reference. Destroyed with the last Handle copy; then it queues the release of `id`
 // on `batcher` unless detached (Note [Release batching] in release_batcher.h).
+// An imported handle's `keep_alive` goes to the batcher with the release (Note [Import
+// keep-alive] in release_batcher.h).
 struct Handle::State {
-  State(uint64_t id, uint64_t size, std::shared_ptr<ReleaseBatcher> batcher)
-      : id(id), size(size), batcher(std::move(batcher)) {}
+  State(uint64_t id, uint64_t size, std::shared_ptr<ReleaseBatcher> batcher,
+        std::shared_ptr<const void> keep_alive = nullptr)
+      : id(id), size(size), batcher(std::move(batcher)), keep_alive(std::move(keep_alive)) {}
   ~State() {
-    if (!detached.load(std::memory_order_acquire) && batcher != nullptr) batcher->Enqueue(id);
+    if (batcher == nullptr) return;
+    if (detached.load(std::memory_order_acquire)) {
+      batcher->KeepUntilEnd(std::move(keep_alive));
+    } else {
+      batcher->Enqueue(id, std::move(keep_alive));
+    }
   }
   State(const State&) = delete;
   State& operator=(const State&) = delete;
@@ -25,6 +33,7 @@ struct Handle::State {
   const uint64_t id;
   const uint64_t size;
   const std::shared_ptr<ReleaseBatcher> batcher;
+  std::shared_ptr<const void> keep_alive;
   std::atomic<bool> detached{false};
 };
 

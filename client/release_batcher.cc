@@ -12,13 +12,40 @@ ReleaseBatcher::ReleaseBatcher(SendFn send, size_t batch_size, absl::Duration de
 
 ReleaseBatcher::~ReleaseBatcher() { Close(); }
 
-void ReleaseBatcher::Enqueue(uint64_t id) {
+void ReleaseBatcher::Enqueue(uint64_t id, std::shared_ptr<const void> keep) {
   absl::MutexLock lock(&mu_);
+  if (keep != nullptr) buried_.push_back(std::move(keep));
   if (closed_) return;
   if (pending_.empty()) first_queued_ = absl::Now();
   pending_.push_back(id);
   // Wake the flusher to start its timer (first id) or to send a full batch.
   if (pending_.size() == 1 || pending_.size() >= batch_size_) wake_.Signal();
+}
+
+void ReleaseBatcher::KeepUntilEnd(std::shared_ptr<const void> keep) {
+  if (keep == nullptr) return;
+  absl::MutexLock lock(&mu_);
+  kept_.push_back(std::move(keep));
+}
+
+std::vector<std::shared_ptr<const void>> ReleaseBatcher::TakeBuried() {
+  absl::MutexLock lock(&mu_);
+  return std::exchange(buried_, {});
+}
+
+void ReleaseBatcher::Rebury(std::vector<std::shared_ptr<const void>> keeps) {
+  absl::MutexLock lock(&mu_);
+  for (auto& k : keeps) buried_.push_back(std::move(k));
+}
+
+void ReleaseBatcher::DropAll() {
+  std::vector<std::shared_ptr<const void>> buried, kept;
+  {
+    absl::MutexLock lock(&mu_);
+    buried = std::exchange(buried_, {});
+    kept = std::exchange(kept_, {});
+  }
+  // Destroyed outside the lock: a keep-alive's deleter may free memory or call anything.
 }
 
 void ReleaseBatcher::SendSome() {

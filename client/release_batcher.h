@@ -8,9 +8,19 @@
 // `batch_size` ids are queued or `delay` after the first id of a batch was queued, whichever
 // comes first. Flush() sends the queue from the caller's thread and then waits for releases in
 // flight on the flusher, so after it returns the daemon has seen every earlier release.
+//
+// Note [Import keep-alive]: an imported handle (Client::ImportCudaIpc / ImportRegion) may carry
+// what keeps the producer's memory allocated. The daemon maps that memory until it has processed
+// the handle's release, which happens some time after the last copy went. So the keep-alive is
+// not dropped with the handle: Enqueue buries it beside its id, under the same lock, and
+// Client::FlushReleases takes the buried ones before it flushes the ids and drops them only
+// once the daemon answered a command sent after those releases. The Client's destructor drops
+// the rest once the session has ended (the daemon closes every mapping before it ends a session);
+// a detached handle's keep-alive is kept until then too.
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -39,7 +49,16 @@ class ReleaseBatcher {
   ReleaseBatcher& operator=(const ReleaseBatcher&) = delete;
 
   // Queues one release of `id`. Never blocks on an RPC. Ignored after Close(). Thread-safe.
-  void Enqueue(uint64_t id);
+  // `keep`, when set, is buried (Note [Import keep-alive]), also after Close().
+  void Enqueue(uint64_t id, std::shared_ptr<const void> keep = nullptr);
+  // Keeps `keep` until DropAll (a detached imported handle). Thread-safe.
+  void KeepUntilEnd(std::shared_ptr<const void> keep);
+  // The keep-alives buried so far, whose ids were queued before this call. Thread-safe.
+  std::vector<std::shared_ptr<const void>> TakeBuried();
+  // Buries `keeps` again (a flush that failed). Thread-safe.
+  void Rebury(std::vector<std::shared_ptr<const void>> keeps);
+  // Drops every keep-alive, buried or kept (after the session's end). Thread-safe.
+  void DropAll();
 
   // Sends everything queued, then waits until no release is in flight. Returns the first error of
   // any release since the previous Flush() (background ones included). Thread-safe.
@@ -65,6 +84,8 @@ class ReleaseBatcher {
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status first_error_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<const void>> buried_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<const void>> kept_ ABSL_GUARDED_BY(mu_);
   std::thread flusher_;
 };
 

@@ -1,6 +1,7 @@
 #include "client/release_batcher.h"
 
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -106,6 +107,42 @@ TEST(ReleaseBatcher, ManyThreadsLoseNoId) {
   std::sort(all.begin(), all.end());
   ASSERT_EQ(all.size(), 4000u);
   for (uint64_t i = 0; i < 4000; ++i) EXPECT_EQ(all[i], i + 1);
+}
+
+// Note [Import keep-alive]: a keep-alive outlives its handle's release until taken after its id
+// was queued; a failed flush buries it again; Close does not drop it, DropAll does; a detached
+// handle's is kept until DropAll.
+TEST(ReleaseBatcher, KeepAlivesStayBuriedUntilTakenOrDroppedAfterTheSessionsEnd) {
+  FakeDaemon daemon;
+  ReleaseBatcher batcher(daemon.Sender(), 64, absl::Hours(1));
+  auto a = std::make_shared<int>(1);
+  auto b = std::make_shared<int>(2);
+  auto c = std::make_shared<int>(3);
+  std::weak_ptr<int> wa = a, wb = b, wc = c;
+  batcher.Enqueue(7, std::move(a));
+  batcher.KeepUntilEnd(std::move(c));
+  std::vector<std::shared_ptr<const void>> taken = batcher.TakeBuried();
+  ASSERT_EQ(taken.size(), 1u);
+  EXPECT_TRUE(batcher.TakeBuried().empty());
+  batcher.Rebury(std::move(taken));
+  batcher.Enqueue(8, std::move(b));
+  taken = batcher.TakeBuried();
+  EXPECT_EQ(taken.size(), 2u);
+  ASSERT_TRUE(batcher.Flush().ok());
+  ASSERT_EQ(daemon.Calls().size(), 1u);
+  EXPECT_EQ(daemon.Calls()[0], (std::vector<uint64_t>{7, 8}));
+  taken.clear();
+  EXPECT_TRUE(wa.expired() && wb.expired());
+  EXPECT_FALSE(wc.expired()) << "a detached handle's keep-alive stays until DropAll";
+
+  auto d = std::make_shared<int>(4);
+  std::weak_ptr<int> wd = d;
+  batcher.Close();
+  batcher.Enqueue(9, std::move(d));  // After Close: not sent, but still buried.
+  EXPECT_FALSE(wd.expired());
+  batcher.DropAll();
+  EXPECT_TRUE(wc.expired() && wd.expired());
+  EXPECT_EQ(daemon.Calls().size(), 1u);
 }
 
 }  // namespace
