@@ -202,16 +202,18 @@ TEST_F(CubectlTest, UnreachableDaemonFailsWithUnavailable) {
   EXPECT_THAT(r.err, StartsWith("cubectl: UNAVAILABLE: "));
 }
 
-TEST_F(CubectlTest, MemoryPrintsTheFourNumbers) {
+TEST_F(CubectlTest, MemoryPrintsTheFourNumbersAndTheImportedMemory) {
   Result r = Cubectl("memory");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const char* key : {"number_allocs", "bytes_in_use", "bytes_padding", "bytes_reserved"}) {
+  for (const char* key : {"number_allocs", "bytes_in_use", "bytes_padding", "bytes_reserved",
+                          "imported_bytes", "imported_buffers"}) {
     EXPECT_THAT(r.out, MatchesRegex(absl::StrCat("(.|\n)*", key, " +[0-9](.|\n)*"))) << key;
   }
   r = Cubectl("--json memory");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, MatchesRegex("\\{\"number_allocs\": [0-9]+, \"bytes_in_use\": [0-9]+, "
-                                  "\"bytes_padding\": [0-9]+, \"bytes_reserved\": [0-9]+\\}\n"));
+                                  "\"bytes_padding\": [0-9]+, \"bytes_reserved\": [0-9]+, "
+                                  "\"imported_bytes\": 0, \"imported_buffers\": 0\\}\n"));
 }
 
 TEST_F(CubectlTest, CreateRunReadAcrossInvocations) {
@@ -461,7 +463,7 @@ TEST_F(CubectlTest, TopCountsTheKernelsRunMeanwhile) {
   Result r = Cubectl("top --count=2 --interval=50ms");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, MatchesRegex("# time +dev +sessions +handles +queued +in_use +reserved +limit "
-                                  "+kernels/s +cmds/s +in/s +out/s\n"
+                                  "+imported +kernels/s +cmds/s +in/s +out/s\n"
                                   "([0-9:]{8} +0 +[0-9]+ +[0-9]+ .*\n){2}"));
   // One sample over 3 s while this thread runs kernels: a rate above zero.
   const std::string session = OpenSession();
@@ -491,7 +493,8 @@ TEST_F(CubectlTest, TopSessionsCountsEachSessionsOwnKernels) {
   auto entry = [](int handles, int bytes) {
     return absl::StrCat("\\{\"serial\": [0-9]+, \"principal\": \"local\", \"handles\": ", handles,
                         ", \"bytes\": ", bytes,
-                        ", \"kernels\": [0-9]+, \"kernels_per_s\": [0-9.]+, \"age_ns\": [0-9]+\\}");
+                        ", \"imported_bytes\": 0, \"kernels\": [0-9]+, \"kernels_per_s\": [0-9.]+, "
+                        "\"age_ns\": [0-9]+\\}");
   };
   const std::string busy_entry = entry(1, 8);
   const std::string idle_entry = entry(2, 8);
@@ -507,9 +510,9 @@ TEST_F(CubectlTest, TopSessionsCountsEachSessionsOwnKernels) {
   // The table: a line per session under the device's, the busy one's rate above zero.
   Result r = Cubectl("top --sessions --count=1 --interval=50ms");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.out,
-              ::testing::ContainsRegex("\n +#[0-9]+ +1 +8 B +[0-9.]+  local\n +#[0-9]+ +2 +8 B +"
-                                       "0\\.0  local\n"))
+  EXPECT_THAT(r.out, ::testing::ContainsRegex(
+                         "\n +#[0-9]+ +1 +8 B +0 B +[0-9.]+  local\n +#[0-9]+ +2 +8 B +"
+                         "0 B +0\\.0  local\n"))
       << r.out;
   Cubectl(absl::StrCat("session close ", busy));
   Cubectl(absl::StrCat("session close ", idle));

@@ -4,6 +4,7 @@
 #include "client/cubectl/commands.h"
 #include "client/cubectl/output.h"
 #include "common/status_macros.h"
+#include "cubed/v1/compute.pb.h"
 #include "cubed/v1/types.pb.h"
 
 namespace cubed::cubectl {
@@ -67,10 +68,24 @@ absl::Status InfoCommand(const Context& ctx) {
   return absl::OkStatus();
 }
 
+// The pools' four numbers, then the imported memory beside them (ImportMemory: other processes'
+// memory that handles map, which the four never count).
 absl::Status MemoryCommand(const Context& ctx) {
   ASSIGN_OR_RETURN(std::unique_ptr<Client> client, ConnectClient(ctx.global));
-  ASSIGN_OR_RETURN(MemoryUsage usage, client->GetMemoryUsage());
-  PrintReport(UsageFields(usage), ctx.global.json, *ctx.out);
+  v1::MemoryUsageRequest request;
+  request.set_device(client->options().device);
+  ASSIGN_OR_RETURN(std::string bytes,
+                   client->CallUnary("/cubed.v1.Compute/MemoryUsage", request.SerializeAsString()));
+  v1::MemoryUsageResponse response;
+  if (!response.ParseFromString(bytes)) {
+    return absl::InternalError("MemoryUsage: the daemon's answer does not parse");
+  }
+  const v1::MemoryUsage& u = response.usage();
+  std::vector<Field> fields = UsageFields(
+      MemoryUsage{u.number_allocs(), u.bytes_in_use(), u.bytes_padding(), u.bytes_reserved()});
+  fields.push_back(SizeField("imported_bytes", response.imported_bytes()));
+  fields.push_back(NumberField("imported_buffers", response.imported_buffers()));
+  PrintReport(fields, ctx.global.json, *ctx.out);
   return absl::OkStatus();
 }
 

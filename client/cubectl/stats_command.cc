@@ -67,6 +67,10 @@ absl::Status StatsCommand(const Context& ctx) {
         absl::StrCat(m.number_allocs(), " allocations, ", HumanSize(m.bytes_in_use()), " in use, ",
                      HumanSize(m.bytes_padding()), " padding, ", HumanSize(m.bytes_reserved()),
                      " reserved of ", HumanSize(d.memory_limit()), " limit")));
+    // Other processes' memory that handles map (ImportMemory): never in the figures above.
+    fields.push_back(TextField(
+        device + "imported",
+        absl::StrCat(HumanSize(d.imported_bytes()), " in ", d.imported_buffers(), " imports")));
     fields.push_back(
         TextField(device + "sessions", absl::StrCat(d.sessions(), " (", d.handles(), " handles), ",
                                                     d.queued_tasks(), " tasks queued")));

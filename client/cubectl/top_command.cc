@@ -4,8 +4,9 @@
 // per second, from the cumulative counters; GetStats calls, top's own, left out). Those rates are
 // daemon-wide: GetStats counts calls by method, not by device. With --sessions each device line
 // is followed by one line per open session (its serial, principal, handles, bytes and kernels
-// per second, from the session's own launch counter). A header line comes first and again every
-// 20 samples.
+// per second, from the session's own launch counter). Imported memory (ImportMemory: other
+// processes' memory that handles map, never in the pools' figures) has a column of its own. A
+// header line comes first and again every 20 samples.
 
 #include <algorithm>
 #include <string>
@@ -102,27 +103,28 @@ double SessionRate(const SessionKernels& before, uint32_t device, const v1::Sess
 void PrintSessions(const v1::DeviceStats& d, const SessionKernels& before, double seconds,
                    std::ostream& out) {
   for (const v1::SessionStats& s : d.session_stats()) {
-    out << absl::StrFormat("%-8s %3s %8s %8d %6s %10s %10s %10s %9.1f  %s\n", "",
-                           absl::StrCat("#", s.serial()), "", s.handles(), "", HumanSize(s.bytes()),
-                           "", "", SessionRate(before, d.device(), s, seconds),
-                           s.principal().empty() ? "-" : s.principal());
+    out << absl::StrFormat(
+        "%-8s %3s %8s %8d %6s %10s %10s %10s %10s %9.1f  %s\n", "", absl::StrCat("#", s.serial()),
+        "", s.handles(), "", HumanSize(s.bytes()), "", "", HumanSize(s.imported_bytes()),
+        SessionRate(before, d.device(), s, seconds), s.principal().empty() ? "-" : s.principal());
   }
 }
 
 void PrintTable(const v1::GetStatsResponse& stats, const Rates& r, bool header,
                 const SessionKernels* sessions_before, double seconds, std::ostream& out) {
   if (header) {
-    out << absl::StrFormat("%-8s %3s %8s %8s %6s %10s %10s %10s %9s %9s %10s %10s\n", "# time",
+    out << absl::StrFormat("%-8s %3s %8s %8s %6s %10s %10s %10s %10s %9s %9s %10s %10s\n", "# time",
                            "dev", "sessions", "handles", "queued", "in_use", "reserved", "limit",
-                           "kernels/s", "cmds/s", "in/s", "out/s");
+                           "imported", "kernels/s", "cmds/s", "in/s", "out/s");
   }
   const std::string time = absl::FormatTime("%H:%M:%S", absl::Now(), absl::LocalTimeZone());
   for (const v1::DeviceStats& d : stats.devices()) {
-    out << absl::StrFormat("%-8s %3d %8d %8d %6d %10s %10s %10s %9.1f %9.1f %10s %10s\n", time,
+    out << absl::StrFormat("%-8s %3d %8d %8d %6d %10s %10s %10s %10s %9.1f %9.1f %10s %10s\n", time,
                            d.device(), d.sessions(), d.handles(), d.queued_tasks(),
                            HumanSize(d.memory().bytes_in_use()),
                            HumanSize(d.memory().bytes_reserved()), HumanSize(d.memory_limit()),
-                           r.kernels, r.commands, HumanSize(static_cast<uint64_t>(r.bytes_in)),
+                           HumanSize(d.imported_bytes()), r.kernels, r.commands,
+                           HumanSize(static_cast<uint64_t>(r.bytes_in)),
                            HumanSize(static_cast<uint64_t>(r.bytes_out)));
     if (sessions_before != nullptr) PrintSessions(d, *sessions_before, seconds, out);
   }
@@ -140,17 +142,19 @@ void PrintJson(const v1::GetStatsResponse& stats, const Rates& r, absl::Duration
       for (const v1::SessionStats& s : d.session_stats()) {
         each.push_back(absl::StrFormat(
             "{\"serial\": %d, \"principal\": %s, \"handles\": %d, \"bytes\": %d, "
-            "\"kernels\": %d, \"kernels_per_s\": %.3f, \"age_ns\": %d}",
-            s.serial(), JsonQuote(s.principal()), s.handles(), s.bytes(), s.kernels(),
-            SessionRate(*sessions_before, d.device(), s, seconds), s.age_us() * 1000));
+            "\"imported_bytes\": %d, \"kernels\": %d, \"kernels_per_s\": %.3f, \"age_ns\": %d}",
+            s.serial(), JsonQuote(s.principal()), s.handles(), s.bytes(), s.imported_bytes(),
+            s.kernels(), SessionRate(*sessions_before, d.device(), s, seconds), s.age_us() * 1000));
       }
       sessions = absl::StrCat(", \"session_list\": [", absl::StrJoin(each, ", "), "]");
     }
-    devices.push_back(absl::StrFormat(
-        "{\"device\": %d, \"sessions\": %d, \"handles\": %d, \"queued_tasks\": %d, "
-        "\"bytes_in_use\": %d, \"bytes_reserved\": %d, \"memory_limit\": %d%s}",
-        d.device(), d.sessions(), d.handles(), d.queued_tasks(), d.memory().bytes_in_use(),
-        d.memory().bytes_reserved(), d.memory_limit(), sessions));
+    devices.push_back(
+        absl::StrFormat("{\"device\": %d, \"sessions\": %d, \"handles\": %d, \"queued_tasks\": %d, "
+                        "\"bytes_in_use\": %d, \"bytes_reserved\": %d, \"memory_limit\": %d, "
+                        "\"imported_bytes\": %d, \"imported_buffers\": %d%s}",
+                        d.device(), d.sessions(), d.handles(), d.queued_tasks(),
+                        d.memory().bytes_in_use(), d.memory().bytes_reserved(), d.memory_limit(),
+                        d.imported_bytes(), d.imported_buffers(), sessions));
   }
   out << absl::StrFormat(
       "{\"time\": %s, \"interval_ns\": %d, \"kernels_per_s\": %.3f, \"commands_per_s\": %.3f, "
