@@ -13,10 +13,12 @@ that `cubectl stats` prints them. Exits 0 when every check passed, 1 on the firs
 """
 
 import argparse
+import fcntl
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -151,6 +153,7 @@ def main():
     try:
         load_stubs(args.proto_dir, stub_dir)
         from cubed.v1 import compute_pb2, compute_pb2_grpc, session_pb2, session_pb2_grpc, types_pb2
+        from cubed.v1 import region_pb2
 
         # Off by default.
         plain = Daemon(args.cubed)
@@ -187,7 +190,7 @@ def main():
                      "cubed_kernel_cache_hits", "cubed_kernel_cache_misses",
                      "cubed_kernel_compile_microseconds", "cubed_regions",
                      "cubed_regions_registered", "cubed_region_created_bytes",
-                     "cubed_region_read_bytes"]:
+                     "cubed_region_read_bytes", "cubed_imported_bytes", "cubed_imported_buffers"]:
             check(name in families, f"family {name} is exposed")
 
         channel = grpc.insecure_channel(f"unix:{d.socket}")
@@ -321,6 +324,45 @@ def main():
         dev = stats.devices[0]
         check(dev.memory == usage and dev.sessions == 1 and dev.handles == 3,
               "GetStats device 0 gauges equal MemoryUsage and the scrape", str(dev))
+
+        # Imported memory (ImportMemory of a range of a region of the unary session): its gauges
+        # move, the pools' do not; GetStats, MemoryUsage and the scrape agree; the release ends it.
+        fd = os.memfd_create("cubed-metrics", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        os.ftruncate(fd, 8192)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+            s.connect(d.socket + ".regions")
+            request = region_pb2.RegisterRegionRequest(session=session).SerializeToString()
+            socket.send_fds(s, [request], [fd])
+            registered = region_pb2.RegisterRegionResponse.FromString(s.recv(2048))
+        os.close(fd)
+        check(registered.code == 0, "a region registers with the unary session", str(registered))
+        imported = compute.ImportMemory(compute_pb2.ImportMemoryRequest(
+            session=session, region=types_pb2.RegionSlice(region=registered.region, offset=192,
+                                                          size=5000)), timeout=10)
+        _, _, text2 = scrape(address)
+        _, with_import = parse(text2)
+        for name, want in [("cubed_imported_bytes", 5000), ("cubed_imported_buffers", 1),
+                           ("cubed_memory_allocations", usage.number_allocs),
+                           ("cubed_memory_in_use_bytes", usage.bytes_in_use),
+                           ("cubed_memory_reserved_bytes", usage.bytes_reserved),
+                           ("cubed_handles", 4)]:
+            got = value(with_import, name, device="0")
+            check(got == want, f"with an import {name}{{device=0}} is {want}", f"is {got}")
+        dev = compute.GetStats(compute_pb2.GetStatsRequest(), timeout=10).devices[0]
+        check(dev.imported_bytes == 5000 and dev.imported_buffers == 1 and dev.memory == usage
+              and [s.imported_bytes for s in dev.session_stats] == [5000],
+              "GetStats shows the import beside the pools' memory", str(dev))
+        mu = compute.MemoryUsage(compute_pb2.MemoryUsageRequest(), timeout=10)
+        check(mu.usage == usage and mu.imported_bytes == 5000 and mu.imported_buffers == 1,
+              "MemoryUsage answers the import beside the unchanged usage", str(mu))
+        compute.Release(compute_pb2.ReleaseRequest(session=session, handles=[imported.handle]),
+                        timeout=10)
+        _, _, text3 = scrape(address)
+        _, released = parse(text3)
+        check(value(released, "cubed_imported_bytes", device="0") == 0
+              and value(released, "cubed_imported_buffers", device="0") == 0,
+              "the release ends the import in the gauges")
 
         # cubectl stats.
         cli = subprocess.run([args.cubectl, f"--address=unix:{d.socket}", "stats", "--json"],
