@@ -41,6 +41,8 @@ TEST(CpuServerImport, HostBytesAreUsedInPlaceUntilFreed) {
   EXPECT_TRUE(IsImportedSlice(a->slice));
   EXPECT_EQ(a->size, 512u);
   EXPECT_EQ(server.Usage(), before);
+  EXPECT_EQ(server.Imports().buffers, 1u);  // Shown beside the usage instead.
+  EXPECT_EQ(server.Imports().bytes, 512u);
 
   (*memory)[16 + 3] = 42;  // The producer writes: the slice sees it.
   std::vector<std::string> out;
@@ -68,6 +70,8 @@ TEST(CpuServerImport, HostBytesAreUsedInPlaceUntilFreed) {
   server.Free(a->slice);
   EXPECT_TRUE(watch.expired());  // ...until it is freed, never into the pool.
   EXPECT_EQ(server.Usage(), before);
+  EXPECT_EQ(server.Imports().buffers, 0u);
+  EXPECT_EQ(server.Imports().bytes, 0u);
   server.Read({ResolvedBinding{a->slice, 0, 8}}, &out, [&](absl::Status s) { read = s; });
   EXPECT_EQ(read.code(), absl::StatusCode::kNotFound) << read;
 }

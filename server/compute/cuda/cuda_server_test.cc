@@ -486,7 +486,9 @@ TEST_F(CudaServerTest, ImportsAnotherProcesssAllocationInPlace) {
   EXPECT_EQ(a->size, 1024u);
   absl::StatusOr<Allocation> b = server_->Import(s);  // The same range again: one mapping.
   ASSERT_TRUE(b.ok()) << b.status();
-  EXPECT_EQ(server_->Usage(), before);  // Not the pool's memory.
+  EXPECT_EQ(server_->Usage(), before);        // Not the pool's memory...
+  EXPECT_EQ(server_->Imports().buffers, 2u);  // ...but shown beside it, each import counted.
+  EXPECT_EQ(server_->Imports().bytes, 2048u);
   EXPECT_EQ(ReadOrDie({a->slice, 0, 1024}), pattern.substr(512, 1024));
 
   s.offset = uint64_t{1} << 30;  // Past the end of the exporter's allocation.
@@ -504,6 +506,7 @@ TEST_F(CudaServerTest, ImportsAnotherProcesssAllocationInPlace) {
   server_->Free(a->slice);  // The other import still maps the memory...
   EXPECT_EQ(ReadOrDie({b->slice, 8, 8}), pattern.substr(520, 2) + hello + pattern.substr(527, 1));
   server_->Free(b->slice);  // ...until it goes too.
+  EXPECT_EQ(server_->Imports().buffers, 0u);
   absl::StatusOr<std::vector<std::string>> gone = ReadAll(*server_, {{b->slice, 0, 8}});
   EXPECT_EQ(gone.status().code(), absl::StatusCode::kNotFound) << gone.status();
 
