@@ -188,8 +188,8 @@ TEST_F(CudaImportTest, TheImportIsTheProducersMemoryBothWays) {
   EXPECT_EQ(during.imported_bytes(), 1024u);
   EXPECT_EQ(during.imported_buffers(), 1u);
 
-  // The daemon writes the producer's memory: 2.0f over the first 256 bytes of the range.
-  Tensor t{*h, {64}, {1}, 4};
+  // The daemon writes the producer's memory: 2.0f over the whole range.
+  Tensor t{*h, {256}, {1}, 4};
   Scalars two;
   two.floats = {2.0};
   ASSERT_TRUE(client_->Execute(Builtin("fill", ElemType::kF32), {}, {t}, {two}).ok());
@@ -206,7 +206,7 @@ TEST_F(CudaImportTest, TheImportIsTheProducersMemoryBothWays) {
   auto [output, status] = producer->Finish();
   EXPECT_EQ(status, 0) << output;
   std::string expect = Pattern(0, 4096);
-  for (int i = 0; i < 64; ++i) expect.replace(512 + i * 4, 4, std::string("\0\0\0\x40", 4));
+  for (int i = 0; i < 256; ++i) expect.replace(512 + i * 4, 4, std::string("\0\0\0\x40", 4));
   EXPECT_EQ(output, absl::BytesToHexString(expect) + "\n");
   EXPECT_TRUE(Serving());
 }
@@ -297,6 +297,7 @@ TEST_F(CudaImportTest, ASessionEndingAfterItsProducerDiedClosesTheMapping) {
   Scalars one;
   one.floats = {1.0};
   ASSERT_TRUE(client_->Execute(Builtin("fill", ElemType::kF32), {}, {t}, {one}).ok());
+  ASSERT_TRUE(client_->Sync().get().ok());  // Nothing queued on it when the producer dies.
   producer->Kill();
   h->Detach();  // Only the session's end releases it.
   client_.reset();
