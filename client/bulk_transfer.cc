@@ -88,6 +88,13 @@ class WireCursor {
       n -= k;
     }
   }
+  void AppendTo(size_t slice, size_t pos, uint64_t n, std::string* out) const {
+    for (size_t i = slice; n > 0; ++i, pos = 0) {
+      const uint64_t k = std::min<uint64_t>(n, slices_[i].size() - pos);
+      out->append(reinterpret_cast<const char*>(slices_[i].begin() + pos), k);
+      n -= k;
+    }
+  }
 
  private:
   void Skip0() {
@@ -158,26 +165,31 @@ class DownloadSink {
     if (first_) {
       first_ = false;
       out_.resize(sizes.size());
-      filled_.assign(sizes.size(), 0);
-      for (size_t i = 0; i < sizes.size(); ++i) SizeForRead(out_[i], sizes[i]);
+      sizes_ = std::move(sizes);
+      for (size_t i = 0; i < sizes_.size(); ++i) ReserveForRead(out_[i], sizes_[i]);
     }
     if (!has_data || data_len == 0) return absl::OkStatus();
-    if (binding >= out_.size() || offset > out_[binding].size() ||
-        data_len > out_[binding].size() - offset) {
+    if (binding >= out_.size() || offset > sizes_[binding] || data_len > sizes_[binding] - offset) {
       return absl::InternalError(absl::StrCat("SessionStream.Download: a chunk for binding ",
                                               binding, " at offset ", offset,
                                               " lies outside the sizes announced"));
     }
-    c.CopyTo(data_slice, data_pos, data_len, out_[binding].data() + offset);
-    filled_[binding] += data_len;
+    // Each binding's chunks come in order (session.proto), so the bytes are appended: the copy
+    // is the first touch of the result's pages.
+    if (offset != out_[binding].size()) {
+      return absl::InternalError(absl::StrCat("SessionStream.Download: a chunk for binding ",
+                                              binding, " at offset ", offset, " after ",
+                                              out_[binding].size(), " bytes of it"));
+    }
+    c.AppendTo(data_slice, data_pos, data_len, &out_[binding]);
     return absl::OkStatus();
   }
 
   absl::StatusOr<std::vector<std::string>> Result() {
     for (size_t i = 0; i < out_.size(); ++i) {
-      if (filled_[i] != out_[i].size()) {
+      if (out_[i].size() != sizes_[i]) {
         return absl::InternalError(absl::StrCat("SessionStream.Download: binding ", i, " got ",
-                                                filled_[i], " of ", out_[i].size(), " bytes"));
+                                                out_[i].size(), " of ", sizes_[i], " bytes"));
       }
     }
     return std::move(out_);
@@ -190,7 +202,7 @@ class DownloadSink {
   }
   bool first_ = true;
   std::vector<std::string> out_;
-  std::vector<uint64_t> filled_;
+  std::vector<uint64_t> sizes_;  // Announced by the first chunk.
 };
 
 }  // namespace

@@ -35,7 +35,8 @@ absl::Status BulkUpload(const std::shared_ptr<grpc::Channel>& channel, uint64_t 
                         const std::function<void(uint64_t, uint64_t)>& progress = nullptr);
 
 // Receives the bytes of bulk read `seq` of `session`: one string per binding, each allocated
-// once at its final size (large ones advised to transparent huge pages). Blocks until the
+// once at its final size (large ones advised to transparent huge pages) and filled by appending
+// the chunks in order, without a zero-fill first (ReserveForRead). Blocks until the
 // download ended. The calling thread only reads from gRPC; a helper thread it starts and joins
 // copies each chunk once, from gRPC's receive buffers into the result, with at most 4 chunks
 // received and not yet copied. `expected` (the caller's estimate of the total) only sets the

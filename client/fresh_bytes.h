@@ -14,6 +14,11 @@ namespace cubed {
 // Any thread; allocation failure throws std::bad_alloc as std::string does.
 void SizeForRead(std::string& s, uint64_t n);
 
+// As SizeForRead, but leaves `s` empty with room for `n` bytes: a read that appends its bytes in
+// order touches each page first with the copy itself (no zero-fill pass, and the faults spread
+// over the transfer instead of coming all at once before its first byte).
+void ReserveForRead(std::string& s, uint64_t n);
+
 // A new string holding the `n` bytes at `data`, sized by SizeForRead.
 std::string CopyForRead(const uint8_t* data, uint64_t n);
 
