@@ -222,14 +222,22 @@ class ComputeServer {
   // Returns a slice to the pools. Work already queued that uses it completes first.
   virtual void Free(SliceId slice) = 0;
 
-  // Bulk upload (Note [Bulk transfers], server/service/stream/bulk_transfers.h): writes `bytes` as
-  // the dense row-major bytes [dense_offset, dense_offset + bytes.size()) of `target`, a whole
-  // allocation laid out as this backend's Empty (shape {size}, strides {1}, elem_size 1) or
-  // EmptyTensor laid it out. Queued in stream order: every later command sees the bytes. `bytes`
-  // must stay alive until `done` runs (once they are no longer needed, possibly before Write
-  // returns). INTERNAL for a layout the backend never produces; the range is checked by the caller.
+  // Bulk upload (Note [Bulk transfers], server/service/stream/bulk_transfers.h): writes the bytes
+  // of `pieces`, one after the other (gathered: a chunk as gRPC received it), as the dense
+  // row-major bytes [dense_offset, dense_offset + their total) of `target`, a whole allocation
+  // laid out as this backend's Empty (shape {size}, strides {1}, elem_size 1) or EmptyTensor laid
+  // it out. Queued in stream order: every later command sees the bytes. The bytes must stay alive
+  // until `done` runs (once they are no longer needed, possibly before Write returns); the list
+  // itself only during the call. INTERNAL for a layout the backend never produces; the range is
+  // checked by the caller.
   virtual void Write(const ResolvedTensor& target, uint64_t dense_offset,
-                     absl::Span<const uint8_t> bytes, DoneCallback done) = 0;
+                     absl::Span<const absl::Span<const uint8_t>> pieces, DoneCallback done) = 0;
+  // The same with the bytes in one piece.
+  void Write(const ResolvedTensor& target, uint64_t dense_offset, absl::Span<const uint8_t> bytes,
+             DoneCallback done) {
+    const absl::Span<const uint8_t> one[] = {bytes};
+    Write(target, dense_offset, absl::MakeConstSpan(one), std::move(done));
+  }
 
   // trait: read. Fills (*out)[i] with the bytes of bindings[i] after all earlier work; `out`
   // must stay alive until `done` runs. `done` may run before Read returns.

@@ -227,7 +227,16 @@ ImportedMemory CpuServer::Imports() const {
 }
 
 void CpuServer::Write(const ResolvedTensor& target, uint64_t dense_offset,
-                      absl::Span<const uint8_t> bytes, DoneCallback done) {
+                      absl::Span<const absl::Span<const uint8_t>> pieces, DoneCallback done) {
+  uint64_t size = 0;
+  for (absl::Span<const uint8_t> piece : pieces) {
+    const std::optional<uint64_t> sum = CheckedAdd(size, piece.size());
+    if (!sum) {
+      done(absl::InternalError("cpu Write: the pieces' sizes overflow"));
+      return;
+    }
+    size = *sum;
+  }
   uint64_t stride = 1;  // Dense row-major strides, as EmptyTensor lays tensors out.
   for (size_t i = target.shape.size(); i-- > 0;) {
     if (target.strides[i] != stride && target.shape[i] != 1) {
@@ -236,8 +245,8 @@ void CpuServer::Write(const ResolvedTensor& target, uint64_t dense_offset,
     }
     stride *= target.shape[i];
   }
-  if (dense_offset > target.binding.size || bytes.size() > target.binding.size - dense_offset) {
-    done(absl::InternalError(absl::StrCat("cpu Write: [", dense_offset, ", +", bytes.size(),
+  if (dense_offset > target.binding.size || size > target.binding.size - dense_offset) {
+    done(absl::InternalError(absl::StrCat("cpu Write: [", dense_offset, ", +", size,
                                           ") exceeds the ", target.binding.size, "-byte target")));
     return;
   }
@@ -246,7 +255,14 @@ void CpuServer::Write(const ResolvedTensor& target, uint64_t dense_offset,
     done(dst.status());
     return;
   }
-  Timed([&] { std::memcpy(*dst + dense_offset, bytes.data(), bytes.size()); });
+  Timed([&] {
+    uint8_t* to = *dst + dense_offset;
+    for (absl::Span<const uint8_t> piece : pieces) {
+      if (piece.empty()) continue;
+      std::memcpy(to, piece.data(), piece.size());
+      to += piece.size();
+    }
+  });
   done(absl::OkStatus());
 }
 

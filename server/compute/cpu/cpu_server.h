@@ -42,9 +42,11 @@ class CpuServer final : public ComputeServer {
                                           absl::Span<const uint64_t> shape, uint32_t elem_size,
                                           MemoryOwner owner) override;
   void Free(SliceId slice) override;
-  // Dense layouts only (the only ones this backend allocates); a memcpy, done before returning.
-  void Write(const ResolvedTensor& target, uint64_t dense_offset, absl::Span<const uint8_t> bytes,
-             DoneCallback done) override;
+  // Dense layouts only (the only ones this backend allocates); a memcpy per piece, done before
+  // returning.
+  using ComputeServer::Write;
+  void Write(const ResolvedTensor& target, uint64_t dense_offset,
+             absl::Span<const absl::Span<const uint8_t>> pieces, DoneCallback done) override;
   void Read(std::vector<ResolvedBinding> bindings, std::vector<std::string>* out,
             DoneCallback done) override;
   void ReadTensor(std::vector<ResolvedTensor> tensors, std::vector<std::string>* out,

@@ -367,6 +367,25 @@ absl::Status CudaServer::Upload(CUdeviceptr base, absl::Span<const uint8_t> data
   return absl::OkStatus();
 }
 
+absl::Status CudaServer::Upload(CUdeviceptr base, absl::Span<const absl::Span<const uint8_t>> data,
+                                absl::Span<const CopyPiece> pieces) {
+  if (data.size() == 1) return Upload(base, data[0], pieces);
+  RETURN_IF_ERROR(context_->MakeCurrent());
+  PinnedStagingPool* pool = staging_.get();
+  for (const CopyPiece& piece : pieces) {
+    ASSIGN_OR_RETURN(PinnedStagingPool::Buffer buffer, pool->Acquire(piece.bytes()));
+    GatherCopy(data, piece.dense_offset, piece.bytes(), buffer.data);
+    absl::Status status = Copy2D(base + piece.strided_offset, piece.pitch, buffer.data, piece.width,
+                                 piece.height, /*to_device=*/true);
+    if (!status.ok()) {
+      pool->Release(buffer);
+      return status;
+    }
+    completion_->After(stream_, [pool, buffer](absl::Status) { pool->Release(buffer); });
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Allocation> CudaServer::Create(absl::Span<const uint8_t> data, MemoryOwner owner) {
   ASSIGN_OR_RETURN(Reserved r, Reserve(data.size(), owner));
   absl::Status status = ZeroOutsideRows(r, data.size(), data.size(), 1);
@@ -421,15 +440,21 @@ void CudaServer::Free(SliceId slice) {
 }
 
 void CudaServer::Write(const ResolvedTensor& target, uint64_t dense_offset,
-                       absl::Span<const uint8_t> bytes, DoneCallback done) {
+                       absl::Span<const absl::Span<const uint8_t>> pieces, DoneCallback done) {
   absl::Status status = LostStatus();
   absl::StatusOr<CUdeviceptr> ptr = DevicePointer(target.binding);
   if (status.ok()) status = ptr.status();
+  uint64_t size = 0;
+  for (absl::Span<const uint8_t> piece : pieces) {
+    const std::optional<uint64_t> sum = CheckedAdd(size, piece.size());
+    if (!sum && status.ok()) status = absl::InternalError("cuda Write: the pieces' sizes overflow");
+    size = sum.value_or(size);
+  }
   if (status.ok()) {
-    std::optional<std::vector<CopyPiece>> plan = PlanDenseRangeWrite(
-        target.shape, target.strides, target.elem_size, dense_offset, bytes.size());
+    std::optional<std::vector<CopyPiece>> plan =
+        PlanDenseRangeWrite(target.shape, target.strides, target.elem_size, dense_offset, size);
     status =
-        plan ? Upload(*ptr, bytes, *plan)
+        plan ? Upload(*ptr, pieces, *plan)
              : absl::InternalError("cuda Write: the target layout is neither dense nor pitched");
   }
   done(Check(std::move(status)));

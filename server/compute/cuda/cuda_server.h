@@ -88,10 +88,11 @@ class CudaServer final : public ComputeServer {
                                           absl::Span<const uint64_t> shape, uint32_t elem_size,
                                           MemoryOwner owner) override;
   void Free(SliceId slice) override;
-  // Copies `bytes` into pinned staging (PlanDenseRangeWrite's pieces) and queues the upload;
-  // `done` runs before returning, as `bytes` is no longer needed then.
-  void Write(const ResolvedTensor& target, uint64_t dense_offset, absl::Span<const uint8_t> bytes,
-             DoneCallback done) override;
+  // Copies the pieces' bytes into pinned staging (PlanDenseRangeWrite's pieces, gathered) and
+  // queues the upload; `done` runs before returning, as the bytes are no longer needed then.
+  using ComputeServer::Write;
+  void Write(const ResolvedTensor& target, uint64_t dense_offset,
+             absl::Span<const absl::Span<const uint8_t>> pieces, DoneCallback done) override;
   // Queue the device-to-host copies and return; `done` runs on the completion thread.
   void Read(std::vector<ResolvedBinding> bindings, std::vector<std::string>* out,
             DoneCallback done) override;
@@ -197,6 +198,10 @@ class CudaServer final : public ComputeServer {
   // it is registered (then it must stay unchanged until the copy completed), else through
   // staging (then `data` may change once Upload returned).
   absl::Status Upload(CUdeviceptr base, absl::Span<const uint8_t> data,
+                      absl::Span<const CopyPiece> pieces);
+  // The same with the dense bytes gathered from `data`'s pieces, one after the other (always
+  // through staging when there is more than one).
+  absl::Status Upload(CUdeviceptr base, absl::Span<const absl::Span<const uint8_t>> data,
                       absl::Span<const CopyPiece> pieces);
   // Queues the download of `pieces` from `base` into `dst` (dense); errors go to `op`.
   absl::Status Download(CUdeviceptr base, absl::Span<const CopyPiece> pieces, uint8_t* dst,

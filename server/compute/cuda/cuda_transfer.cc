@@ -65,6 +65,22 @@ uint64_t TensorSpanBytes(absl::Span<const uint64_t> shape, absl::Span<const uint
   return span * elem_size;
 }
 
+void GatherCopy(absl::Span<const absl::Span<const uint8_t>> pieces, uint64_t from, uint64_t n,
+                uint8_t* out) {
+  for (absl::Span<const uint8_t> piece : pieces) {
+    if (n == 0) return;
+    if (from >= piece.size()) {
+      from -= piece.size();
+      continue;
+    }
+    const uint64_t k = std::min<uint64_t>(n, piece.size() - from);
+    std::memcpy(out, piece.data() + from, k);
+    out += k;
+    n -= k;
+    from = 0;
+  }
+}
+
 std::vector<CopyPiece> PlanContiguousCopy(uint64_t size, uint64_t max_piece_bytes) {
   std::vector<CopyPiece> pieces;
   uint64_t dense = 0;

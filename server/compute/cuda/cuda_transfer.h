@@ -60,6 +60,11 @@ std::optional<std::vector<CopyPiece>> PlanDenseRangeWrite(absl::Span<const uint6
                                                           uint64_t elem_size, uint64_t dense_offset,
                                                           uint64_t size);
 
+// Copies bytes [from, from + n) of the concatenation of `pieces` to `out` (a bulk upload's chunk
+// as gRPC received it, into one staging buffer). The range must lie inside the pieces.
+void GatherCopy(absl::Span<const absl::Span<const uint8_t>> pieces, uint64_t from, uint64_t n,
+                uint8_t* out);
+
 // Bytes from the tensor's first element to one past its last: (1 + sum((shape-1)*stride)) *
 // elem_size, 0 for a tensor with no elements. Callers have checked it against the binding.
 uint64_t TensorSpanBytes(absl::Span<const uint64_t> shape, absl::Span<const uint64_t> strides,

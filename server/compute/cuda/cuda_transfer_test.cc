@@ -171,6 +171,24 @@ TEST(PitchedTensorLayoutTest, OverflowIsReported) {
 namespace cubed {
 namespace {
 
+// A bulk upload's chunk arrives in gRPC's slices; any range of it is gathered in order.
+TEST(GatherCopyTest, CopiesAnyRangeAcrossPieces) {
+  const std::string a = "abc", b, c = "defgh", d = "i";
+  const std::vector<absl::Span<const uint8_t>> pieces = {
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(a.data()), a.size()),
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(b.data()), b.size()),
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(c.data()), c.size()),
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(d.data()), d.size())};
+  const std::string all = a + b + c + d;
+  for (uint64_t from = 0; from <= all.size(); ++from) {
+    for (uint64_t n = 0; from + n <= all.size(); ++n) {
+      std::string out(n, '.');
+      GatherCopy(pieces, from, n, reinterpret_cast<uint8_t*>(out.data()));
+      EXPECT_EQ(out, all.substr(from, n)) << from << " +" << n;
+    }
+  }
+}
+
 // Note [Bulk transfers]: a chunk of dense bytes lands in pitched rows in at most three pieces.
 TEST(PlanDenseRangeWrite, DenseIsOnePiece) {
   auto plan = PlanDenseRangeWrite({4, 8}, {8, 1}, 4, 10, 50);
