@@ -23,8 +23,9 @@ namespace {
 // UploadChunk / DownloadChunk, so that their `data` is neither copied into a message nor
 // serialized again: an upload chunk is its small header (the other fields, serialized) followed
 // by field 5 pointing straight at the caller's bytes; a download chunk is parsed in place and its
-// `data` copied once, from gRPC's receive buffers into the result. The daemon sees ordinary
-// messages.
+// `data` copied once, from gRPC's receive buffers into the result. The daemon does the same on
+// its side (server/service/stream/upload_chunk_wire.h): an upload chunk's bytes go from its
+// receive buffers straight into the allocation or its staging buffer.
 
 constexpr char kUploadMethod[] = "/cubed.v1.SessionStream/Upload";
 constexpr char kDownloadMethod[] = "/cubed.v1.SessionStream/Download";

@@ -371,14 +371,16 @@ void Device::ReadPiece(SessionId session, const TensorRef& piece, std::string* o
 
 void Device::WritePiece(SessionId session, HandleId handle, absl::Span<const uint64_t> shape,
                         absl::Span<const uint64_t> strides, uint32_t elem_size,
-                        uint64_t dense_offset, absl::Span<const uint8_t> bytes, absl::Time now,
-                        DoneCallback done) {
+                        uint64_t dense_offset, absl::Span<const absl::Span<const uint8_t>> pieces,
+                        absl::Time now, DoneCallback done) {
+  uint64_t size = 0;
+  for (absl::Span<const uint8_t> piece : pieces) size += piece.size();  // Each <= 4 MiB.
   auto resolve = [&]() -> absl::StatusOr<ResolvedTensor> {
     ASSIGN_OR_RETURN(Session * s, FindSession(session, now));
     ASSIGN_OR_RETURN(ResolvedBinding r, Resolve(*s, BindingRef{handle, 0, 0}, "id"));
     ASSIGN_OR_RETURN(const uint64_t total, TensorBytes(shape, elem_size, "id"));
-    if (dense_offset > total || bytes.size() > total - dense_offset) {
-      return absl::InvalidArgumentError(absl::StrCat("bytes [", dense_offset, ", +", bytes.size(),
+    if (dense_offset > total || size > total - dense_offset) {
+      return absl::InvalidArgumentError(absl::StrCat("bytes [", dense_offset, ", +", size,
                                                      ") exceed the ", total, " bytes of handle ",
                                                      handle.value()));
     }
@@ -390,7 +392,7 @@ void Device::WritePiece(SessionId session, HandleId handle, absl::Span<const uin
     done(t.status());
     return;
   }
-  server_->Write(*t, dense_offset, bytes, std::move(done));
+  server_->Write(*t, dense_offset, pieces, std::move(done));
 }
 
 absl::StatusOr<ResourceDescription> Device::GetResource(SessionId session,

@@ -238,12 +238,14 @@ class Device {
   // poisoned meanwhile fails the piece.
   void ReadPiece(SessionId session, const TensorRef& piece, std::string* out, absl::Time now,
                  DoneCallback done);
-  // Writes `bytes` as dense bytes [dense_offset, +size) of the whole allocation `handle`, laid
-  // out with `shape`, `strides` and `elem_size` as allocated (ComputeServer::Write). `bytes` must
-  // outlive `done`.
+  // Writes the bytes of `pieces`, one after the other, as dense bytes [dense_offset, +their
+  // size) of the whole allocation `handle`, laid out with `shape`, `strides` and `elem_size` as
+  // allocated (ComputeServer::Write, gathered). The bytes must outlive `done`; the list itself
+  // only this call.
   void WritePiece(SessionId session, HandleId handle, absl::Span<const uint64_t> shape,
                   absl::Span<const uint64_t> strides, uint32_t elem_size, uint64_t dense_offset,
-                  absl::Span<const uint8_t> bytes, absl::Time now, DoneCallback done);
+                  absl::Span<const absl::Span<const uint8_t>> pieces, absl::Time now,
+                  DoneCallback done);
 
   // Shared-memory regions (Note [Shared-memory regions], shared_region.h). RegisterRegion gives
   // `region` to the session, registered with the backend (ComputeServer::RegisterHostMemory),

@@ -27,6 +27,9 @@
 #include "client/client.h"
 #include "cubed/v1/compute.grpc.pb.h"
 #include "cubed/v1/session.grpc.pb.h"
+#include "grpcpp/impl/rpc_method.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/sync_stream.h"
 #include "gtest/gtest.h"
 #include "tests/testing/daemon_process.h"
 
@@ -183,6 +186,25 @@ class BulkTransferTest : public ::testing::Test {
     c.set_offset(offset);
     c.set_data(std::move(data));
     return c;
+  }
+
+  // Uploads `messages` as they are (raw bytes, possibly not an UploadChunk) and returns the
+  // status.
+  grpc::Status UploadRaw(const std::vector<std::string>& messages) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    grpc::ByteBuffer done;
+    const grpc::internal::RpcMethod method("/cubed.v1.SessionStream/Upload",
+                                           grpc::internal::RpcMethod::CLIENT_STREAMING, channel_);
+    std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+        grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(channel_.get(), method,
+                                                                      &context, &done));
+    for (const std::string& m : messages) {
+      grpc::Slice slice(m);
+      if (!writer->Write(grpc::ByteBuffer(&slice, 1))) break;
+    }
+    writer->WritesDone();
+    return writer->Finish();
   }
 
   // Uploads `chunks` for (session, seq) and returns the status.
@@ -702,6 +724,49 @@ TEST_F(BulkTransferTest, BadInputsFailClearlyAndLeaveNothing) {
   releases.push_back(Sync(seq));
   raw->Send(std::move(releases));
   (void)raw->Await(seq);
+  EXPECT_EQ(BytesInUse(), 0u);
+}
+
+// Upload is parsed by the daemon itself (server/service/stream/upload_chunk_wire.h): a message
+// that is not an UploadChunk ends the upload INVALID_ARGUMENT, as its first chunk or in the
+// middle of a transfer (whose command then fails and leaves nothing).
+TEST_F(BulkTransferTest, MalformedChunksFailClearlyAndLeaveNothing) {
+  auto raw = OpenRaw();
+  const uint64_t s = raw->session;
+  // data (field 5) declares 100 bytes and brings 3.
+  grpc::Status st = UploadRaw({std::string("\x2a\x64xyz", 5)});
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_TRUE(absl::StrContains(st.error_message(), "could not be parsed")) << st.error_message();
+  // A varint of 11 bytes, then a group (wire type 3).
+  st = UploadRaw({std::string(11, '\x80')});
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  st = UploadRaw({std::string("\x0b", 1)});
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  // A good first chunk of a 3 MiB create, then garbage: the create fails, its id is poisoned.
+  raw->Send({BulkCreate(1, kFirstClientId + 1, 3 * kMiB)});
+  std::string first = Chunk(s, 1, 3 * kMiB, 0, std::string(kMiB, 'a')).SerializeAsString();
+  std::string second = Chunk(0, 0, 0, kMiB, std::string(kMiB, 'b')).SerializeAsString();
+  second.resize(second.size() / 2);  // Cut inside data.
+  st = UploadRaw({first, second});
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_TRUE(absl::StrContains(st.error_message(), "could not be parsed")) << st.error_message();
+  raw->Send({Read(2, kFirstClientId + 1, false)});
+  v1::Reply r = raw->Await(2);
+  EXPECT_EQ(r.code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+  EXPECT_TRUE(absl::StrContains(r.message(), "command 1 (create) failed")) << r.message();
+  // Unknown fields are skipped, as protobuf does: this create succeeds.
+  raw->Send({BulkCreate(3, kFirstClientId + 3, 4)});
+  std::string extra = Chunk(s, 3, 4, 0, "wxyz").SerializeAsString();
+  extra += std::string("\x30\x07\x3a\x02hi\x41", 7) + std::string(8, '\0');  // 6, 7, 8.
+  st = UploadRaw({extra});
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  raw->Send({Read(4, kFirstClientId + 3, false)});
+  r = raw->Await(4);
+  EXPECT_EQ(r.code(), 0) << r.message();
+  ASSERT_EQ(r.read().data_size(), 1);
+  EXPECT_EQ(r.read().data(0), "wxyz");
+  raw->Send({Release(5, kFirstClientId + 1), Release(6, kFirstClientId + 3), Sync(7)});
+  (void)raw->Await(7);
   EXPECT_EQ(BytesInUse(), 0u);
 }
 

@@ -31,10 +31,11 @@ void CancelTransfer(State& state, const char* message) {
   owner->Event(state.seq);
 }
 
-class UploadReactor final : public grpc::ServerReadReactor<v1::UploadChunk> {
+// Upload is a raw method: each chunk is parsed where gRPC received it (upload_chunk_wire.h).
+class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
   UploadReactor(SessionStreamService* service, grpc::CallbackServerContext* ctx,
-                PrincipalPtr caller, v1::UploadDone* response)
+                PrincipalPtr caller, grpc::ByteBuffer* response)
       : service_(service),
         ctx_(ctx),
         caller_(std::move(caller)),
@@ -45,8 +46,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadChunk> {
   }
   void Begin() {
     absl::MutexLock lock(&state_->mu);
-    state_->read_in_flight = true;
-    StartRead(&state_->chunk);
+    state_->StartReadLocked();
   }
   void FailAtOnce(const absl::Status& status) {
     absl::MutexLock lock(&state_->mu);
@@ -54,13 +54,25 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadChunk> {
   }
 
   void OnReadDone(bool ok) override {
+    // `reading` is this callback's alone until the next StartRead.
+    absl::StatusOr<UploadPiece> piece;
+    if (ok) {
+      UploadPiece parsed;
+      absl::Status status = ParseUploadChunk(state_->reading, &parsed);
+      state_->reading.Clear();
+      if (status.ok()) {
+        piece = std::move(parsed);
+      } else {
+        piece = std::move(status);
+      }
+    }
     std::shared_ptr<BulkTransfers> owner;
     bool first = false;
     {
       absl::MutexLock lock(&state_->mu);
       state_->read_in_flight = false;
       if (ok) {
-        state_->chunk_ready = true;
+        state_->pieces.push_back(std::move(piece));
       } else if (ctx_->IsCancelled()) {  // A cancel, not the client's half-close.
         state_->cancelled = true;
       } else {
@@ -73,10 +85,17 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadChunk> {
               "the upload ended before its first chunk (session, seq, total_size, data)"));
           return;
         }
+        const absl::StatusOr<UploadPiece>& head = state_->pieces.front();
+        if (!head.ok()) {
+          state_->FinishLocked(head.status());
+          return;
+        }
         state_->attached = true;
-        state_->session = SessionId(state_->chunk.session());
-        state_->seq = state_->chunk.seq();
-        state_->total = state_->chunk.total_size();
+        state_->session = SessionId(head->session);
+        state_->seq = head->seq;
+        state_->total = head->total;
+      } else {
+        state_->StartReadLocked();  // Reads ahead while its command waits.
       }
       owner = state_->owner.lock();
     }
@@ -176,8 +195,8 @@ std::shared_ptr<BulkTransfers> SessionStreamService::FindBulk(SessionId session,
   return it->second.bulk.lock();
 }
 
-grpc::ServerReadReactor<v1::UploadChunk>* SessionStreamService::Upload(
-    grpc::CallbackServerContext* ctx, v1::UploadDone* response) {
+grpc::ServerReadReactor<grpc::ByteBuffer>* SessionStreamService::Upload(
+    grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response) {
   absl::StatusOr<PrincipalPtr> principal =
       auth_ != nullptr ? auth_->Authorize(*ctx, "Create") : PrincipalPtr();
   auto* reactor =

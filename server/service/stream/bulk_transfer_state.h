@@ -5,12 +5,14 @@
 // each is guarded by its own mutex.
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/ids.h"
 #include "cubed/v1/session.pb.h"
@@ -19,40 +21,54 @@
 #include "grpcpp/support/slice.h"
 #include "server/service/status_conversion.h"
 #include "server/service/stream/bulk_transfers.h"
+#include "server/service/stream/upload_chunk_wire.h"
 
 namespace cubed {
 
 struct UploadState {
   absl::Mutex mu;
-  grpc::ServerReadReactor<v1::UploadChunk>* reactor ABSL_GUARDED_BY(mu) = nullptr;  // Null: done.
-  v1::UploadDone* response = nullptr;
-  v1::UploadChunk chunk;  // The read target; touched by one side at a time (flags below).
+  grpc::ServerReadReactor<grpc::ByteBuffer>* reactor ABSL_GUARDED_BY(mu) = nullptr;  // Null: done.
+  grpc::ByteBuffer* response = nullptr;  // A serialized UploadDone, set by FinishLocked.
+  grpc::ByteBuffer reading;  // The read target; touched only while no read is in flight.
   bool attached = false;
   SessionId session;
   uint64_t seq = 0;
   uint64_t total = 0;  // As declared by the first chunk.
+  // Chunks received and not yet written, in order; the front one is being written while
+  // `writing`. A chunk that could not be parsed is kept as its error, in its place.
+  std::deque<absl::StatusOr<UploadPiece>> pieces ABSL_GUARDED_BY(mu);
+  bool flowing ABSL_GUARDED_BY(mu) = false;  // Its command waits: read ahead up to the window.
   bool read_in_flight ABSL_GUARDED_BY(mu) = false;
-  bool chunk_ready ABSL_GUARDED_BY(mu) = false;  // `chunk` holds bytes not yet written.
-  bool writing ABSL_GUARDED_BY(mu) = false;      // `chunk` is being written.
-  bool closed ABSL_GUARDED_BY(mu) = false;       // The client half-closed.
+  bool writing ABSL_GUARDED_BY(mu) = false;  // pieces.front() is being written.
+  bool closed ABSL_GUARDED_BY(mu) = false;   // The client half-closed.
   bool cancelled ABSL_GUARDED_BY(mu) = false;
   bool complete ABSL_GUARDED_BY(mu) = false;  // Its command finished OK.
   uint64_t received ABSL_GUARDED_BY(mu) = 0;  // Bytes written.
   absl::Status error ABSL_GUARDED_BY(mu);     // A write failed.
   std::weak_ptr<BulkTransfers> owner ABSL_GUARDED_BY(mu);
 
+  // Reads the next chunk when one may be read: the first one always; later ones only while its
+  // command waits (`flowing`), with fewer than kUploadWindow chunks held, none of them bad.
   void StartReadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    if (reactor == nullptr || read_in_flight || chunk_ready || writing || closed || cancelled) {
-      return;
-    }
+    if (reactor == nullptr || read_in_flight || closed || cancelled) return;
+    if (attached && !flowing) return;
+    if (pieces.size() >= kUploadWindow || (!pieces.empty() && !pieces.back().ok())) return;
     read_in_flight = true;
-    reactor->StartRead(&chunk);
+    reactor->StartRead(&reading);
   }
   void FinishLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     if (reactor == nullptr) return;
-    if (status.ok()) response->set_bytes(received);
+    if (status.ok()) {
+      v1::UploadDone done;
+      done.set_bytes(received);
+      const std::string bytes = done.SerializeAsString();
+      grpc::Slice slice(bytes);
+      *response = grpc::ByteBuffer(&slice, 1);
+    }
     reactor->Finish(ToGrpcStatus(status));
     reactor = nullptr;
+    // The chunk being written stays until its write is done (its callback drops it).
+    while (pieces.size() > (writing ? 1 : 0)) pieces.pop_back();
   }
 };
 

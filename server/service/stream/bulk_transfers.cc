@@ -212,10 +212,12 @@ void BulkTransfers::SettleLocked(uint64_t seq) {
     absl::MutexLock tl(&u.mu);
     bool done = true;
     if (u.complete) {
-      if (u.chunk_ready) {
+      if (!u.pieces.empty() && !u.pieces.front().ok()) {
+        u.FinishLocked(u.pieces.front().status());
+      } else if (!u.pieces.empty()) {
         u.FinishLocked(absl::InvalidArgumentError(
-            absl::StrCat("data: a chunk at offset ", u.chunk.offset(), " after all ", u.total,
-                         " bytes (total_size) arrived; the create itself succeeded")));
+            absl::StrCat("data: a chunk at offset ", u.pieces.front()->offset, " after all ",
+                         u.total, " bytes (total_size) arrived; the create itself succeeded")));
       } else if (u.closed) {
         u.FinishLocked(absl::OkStatus());
       } else if (u.cancelled) {
@@ -338,7 +340,7 @@ bool BulkTransfers::StepUpload(Device& device, StreamRunner& runner, ReplySink& 
     command = &wait_->command;  // Stable: only this thread ends the wait.
   }
   absl::Status error;
-  absl::Span<const uint8_t> bytes;
+  const UploadPiece* piece = nullptr;  // Stable while `writing`: only its callback drops it.
   uint64_t offset = 0;
   {
     absl::MutexLock tl(&u->mu);
@@ -355,46 +357,48 @@ bool BulkTransfers::StepUpload(Device& device, StreamRunner& runner, ReplySink& 
       error = absl::InvalidArgumentError(absl::StrCat("total_size: the upload declares ", u->total,
                                                       " bytes but command ", seq, " (",
                                                       KindName(command->kind), ") needs ", total));
-    } else if (u->chunk_ready) {
-      const std::string& data = u->chunk.data();
-      if (data.empty() || data.size() > kMaxBulkChunk) {
+    } else if (!u->pieces.empty()) {
+      const absl::StatusOr<UploadPiece>& p = u->pieces.front();
+      if (!p.ok()) {
+        error = p.status();
+      } else if (p->size == 0 || p->size > kMaxBulkChunk) {
         error = absl::InvalidArgumentError(
-            absl::StrCat("data: a chunk of ", data.size(), " bytes at offset ", u->chunk.offset(),
+            absl::StrCat("data: a chunk of ", p->size, " bytes at offset ", p->offset,
                          "; chunks are 1 .. ", kMaxBulkChunk, " bytes"));
-      } else if (u->chunk.offset() != u->received) {
+      } else if (p->offset != u->received) {
         error = absl::InvalidArgumentError(
-            absl::StrCat("offset: a chunk at offset ", u->chunk.offset(), " but ", u->received,
+            absl::StrCat("offset: a chunk at offset ", p->offset, " but ", u->received,
                          " bytes came before it; chunks come in order, without gaps"));
-      } else if (data.size() > total - u->received) {
-        error =
-            absl::InvalidArgumentError(absl::StrCat("data: the chunk [", u->chunk.offset(), ", +",
-                                                    data.size(), ") goes past total_size ", total));
+      } else if (p->size > total - u->received) {
+        error = absl::InvalidArgumentError(absl::StrCat("data: the chunk [", p->offset, ", +",
+                                                        p->size, ") goes past total_size ", total));
       } else {
         u->writing = true;
-        bytes = absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(data.data()), data.size());
+        piece = &*p;
         offset = u->received;
       }
     } else if (u->closed) {
       error = absl::InvalidArgumentError(absl::StrCat("total_size: the upload ended after ",
                                                       u->received, " of ", total, " bytes"));
-    } else {
-      return false;  // Waiting for the next chunk.
     }
+    // From now on gRPC reads ahead (up to kUploadWindow chunks) while the loop writes.
+    u->flowing = true;
+    u->StartReadLocked();
+    if (piece == nullptr && error.ok() && u->received != total) return false;  // Next chunk.
   }
-  if (bytes.empty()) {
+  if (piece == nullptr) {
     EndWait(device, runner, sink, error);
     return true;
   }
   const uint64_t seq = command->seq;
   std::weak_ptr<BulkTransfers> self = weak_from_this();
   device.WritePiece(runner.session(), command->id, command->shape, command->strides,
-                    command->elem_size, offset, bytes, absl::Now(),
-                    [self, u, seq, n = bytes.size()](absl::Status s) {
+                    command->elem_size, offset, piece->data, absl::Now(),
+                    [self, u, seq, n = piece->size](absl::Status s) {
                       {
                         absl::MutexLock tl(&u->mu);
                         u->writing = false;
-                        u->chunk_ready = false;
-                        u->chunk.clear_data();
+                        if (!u->pieces.empty()) u->pieces.pop_front();  // The one written.
                         if (s.ok()) {
                           u->received += n;
                         } else if (u->error.ok()) {

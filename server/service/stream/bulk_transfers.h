@@ -12,11 +12,15 @@
 // loop task, so other streams and unary calls are served between chunks, and while a transfer
 // waits for the network nothing of it runs at all. An Upload that arrives before its command ran
 // is attached but not read further (at most one chunk of it is held); a Download that arrives
-// early just waits. Memory per transfer: one upload chunk (the gRPC read target), or at most
-// kDownloadWindow download chunks (being read from the device or written), each <= 4 MiB. A
-// download chunk is written as a raw grpc::ByteBuffer: a small serialized DownloadChunk header
-// plus one slice that owns the piece's bytes (no serialization copy); gRPC frees the bytes once
-// it has sent them.
+// early just waits. While its command waits an upload is read ahead: gRPC receives the next
+// chunks while the loop writes the first, so that the network and the copy overlap. Memory per
+// transfer: at most kUploadWindow upload chunks (received, or being written), or at most
+// kDownloadWindow download chunks (being read from the device or written), each <= 4 MiB. Upload
+// is a raw method: a chunk is parsed where gRPC received it (ParseUploadChunk,
+// upload_chunk_wire.h) and its bytes gathered from gRPC's slices straight into the allocation or
+// the backend's staging buffer (one copy). A download chunk is written as a raw
+// grpc::ByteBuffer: a small serialized DownloadChunk header plus one slice that owns the piece's
+// bytes (no serialization copy); gRPC frees the bytes once it has sent them.
 //
 // Failure. A transfer that fails (bad chunk, total mismatch, cancelled, write failed) fails its
 // command with that error (StreamRunner::FinishBulk: a create releases its allocation and
@@ -50,6 +54,9 @@ namespace cubed {
 
 // Chunk bounds of Upload and Download (bytes).
 inline constexpr uint64_t kMaxBulkChunk = uint64_t{4} << 20;
+// Upload chunks received and not yet written per transfer, while its command waits: gRPC reads
+// the next chunks while the loop writes the first (Note [Bulk transfers]).
+inline constexpr uint64_t kUploadWindow = 4;
 // Download pieces in flight per transfer (being read from the device, or read and not yet
 // written to the client): the daemon holds at most this many chunks of a download.
 inline constexpr uint64_t kDownloadWindow = 4;

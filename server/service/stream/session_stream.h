@@ -45,11 +45,12 @@ class BulkTransfers;
 
 // Thread-safe: gRPC calls it from its own threads. The loops must outlive the service, and the
 // service must outlive the gRPC server it is registered with.
-// Download is a raw method (grpc::ByteBuffer): its chunks are written as a small serialized
-// header plus the piece's bytes as one slice, without copying them into a message (Note [Bulk
-// transfers], session_stream_bulk.h). On the wire it is the DownloadChunk of session.proto.
+// Upload and Download are raw methods (grpc::ByteBuffer): upload chunks are parsed in place and
+// download chunks written as a small serialized header plus the piece's bytes as one slice,
+// without copying the bytes into or out of a message (Note [Bulk transfers], bulk_transfers.h).
+// On the wire they are the UploadChunk / UploadDone / DownloadChunk of session.proto.
 using SessionStreamServiceBase =
-    v1::SessionStream::WithCallbackMethod_Session<v1::SessionStream::WithCallbackMethod_Upload<
+    v1::SessionStream::WithCallbackMethod_Session<v1::SessionStream::WithRawCallbackMethod_Upload<
         v1::SessionStream::WithRawCallbackMethod_Download<v1::SessionStream::Service>>>;
 
 class SessionStreamService final : public SessionStreamServiceBase {
@@ -77,9 +78,10 @@ class SessionStreamService final : public SessionStreamServiceBase {
   // the returned events. While draining, the stream ends UNAVAILABLE at once.
   std::shared_ptr<StreamEvents> Attach(StreamWire* wire, PrincipalPtr principal);
 
-  // Bulk transfers of a stream's command (Note [Bulk transfers], bulk_transfers.h).
-  grpc::ServerReadReactor<v1::UploadChunk>* Upload(grpc::CallbackServerContext* ctx,
-                                                   v1::UploadDone* response) override;
+  // Bulk transfers of a stream's command (Note [Bulk transfers], bulk_transfers.h). Each
+  // message read is a serialized UploadChunk; `response` gets a serialized UploadDone.
+  grpc::ServerReadReactor<grpc::ByteBuffer>* Upload(grpc::CallbackServerContext* ctx,
+                                                    grpc::ByteBuffer* response) override;
   // `request` is a serialized DownloadRequest; each chunk written a serialized DownloadChunk.
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Download(grpc::CallbackServerContext* ctx,
                                                        const grpc::ByteBuffer* request) override;
