@@ -2,7 +2,10 @@
 """The layering rules of ARCHITECTURE.md §2, checked on every include line of the project.
 
     daemon -> service (+ stream, ring) -> metrics -> channel -> compute (+ cpu, cuda)
-           -> storage (+ cuda), kernels (+ cpu, cuda), auth -> common (+ cuda)
+           -> storage (+ cuda), kernels (+ cpu, cuda), auth -> common (+ cuda, crypto)
+
+common/crypto (SHA-256 over OpenSSL) is a leaf of its own, apart from common, which the C++ SDK
+installs: only kernels/cuda (the kernel cache) and server/daemon (checkpoints) use it.
 
 Each folder below may include headers of the folders listed for it (and its own), nothing else of
 the project: a lower layer never includes a higher one. Below the service layer nothing includes
@@ -24,11 +27,12 @@ COMMON = ["common"]
 ALLOWED = {
     "common": [],
     "common/cuda": ["common"],
+    "common/crypto": [],
     "storage": ["common"],
     "storage/cuda": ["storage", "common/cuda", "common"],
     "kernels": ["common"],  # The catalogue: neutral, so it never includes an implementation.
     "kernels/cpu": ["kernels", "common"],
-    "kernels/cuda": ["kernels", "common/cuda", "common"],
+    "kernels/cuda": ["kernels", "common/cuda", "common/crypto", "common"],
     "server/auth": ["common"],
     "server/compute": ["storage", "kernels", "common", "server/compute/cpu",
                        "server/compute/cuda"],  # Only the registry includes the backends.
@@ -49,7 +53,7 @@ ALLOWED = {
     "server/daemon": ["server/service", "server/service/stream", "server/service/ring",
                       "server/metrics",
                       "server/channel", "server/compute", "server/auth", "storage", "kernels",
-                      "common", "proto"],
+                      "common/crypto", "common", "proto"],
     "client": ["common", "proto"],
     "client/cubectl": ["client", "common", "proto"],
     "client/c_api": ["client", "common", "proto"],
@@ -138,13 +142,18 @@ def self_test():
             "kernels/validate.cc": '#include "kernels/cpu/cpu_kernels.h"\n',  # Spec on a backend.
             "server/service/ok.cc": '#include "server/channel/device.h"\n#include <grpcpp/x.h>\n',
             "server/channel/ok_test.cc": '#include "server/service/compute_service.h"\n',
+            # OpenSSL stays out of what the SDK installs (common) and out of the SDK.
+            "common/digest.cc": '#include "common/crypto/sha256.h"\n',
+            "client/digest.cc": '#include "common/crypto/sha256.h"\n',
+            "kernels/cuda/ok.cc": '#include "common/crypto/sha256.h"\n',
         }
         for path, text in planted.items():
             with open(os.path.join(root, path), "w", encoding="utf-8") as f:
                 f.write(text)
         found = check(root)
         expected = ["storage/pool.h", "common/log.cc", "server/channel/x.cc",
-                    "server/compute/y.cc", "kernels/validate.cc"]
+                    "server/compute/y.cc", "kernels/validate.cc", "common/digest.cc",
+                    "client/digest.cc"]
         ok = len(found) == len(expected) and all(
             any(p.startswith(e + ":") for p in found) for e in expected)
         print("\n".join(found))
