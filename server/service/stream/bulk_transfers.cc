@@ -381,9 +381,11 @@ bool BulkTransfers::StepUpload(Device& device, StreamRunner& runner, ReplySink& 
       error = absl::InvalidArgumentError(absl::StrCat("total_size: the upload ended after ",
                                                       u->received, " of ", total, " bytes"));
     }
-    // From now on gRPC reads ahead (up to kUploadWindow chunks) while the loop writes.
-    u->flowing = true;
-    u->StartReadLocked();
+    if (error.ok()) {
+      // From now on gRPC reads ahead (up to kUploadWindow chunks) while the loop writes.
+      u->flowing = true;
+      u->StartReadLocked();
+    }
     if (piece == nullptr && error.ok() && u->received != total) return false;  // Next chunk.
   }
   if (piece == nullptr) {
