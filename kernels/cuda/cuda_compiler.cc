@@ -9,16 +9,18 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/crypto/sha256.h"
 #include "common/cuda/nvrtc_api.h"
+#include "common/status_macros.h"
 #include "kernels/cuda/builtin_catalog.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/disk_cache.h"
 #include "kernels/cuda/embedded_sources.h"
 #include "kernels/cuda/nvrtc_program.h"
-#include "kernels/cuda/sha256.h"
 
 namespace cubed::kernels {
 namespace {
@@ -91,7 +93,8 @@ bool PtxDeclaresEntry(absl::string_view ptx, absl::string_view entry) {
   return false;
 }
 
-std::string KeyOf(absl::string_view kind, const NvrtcApi& api, const NvrtcInput& input) {
+absl::StatusOr<std::string> KeyOf(absl::string_view kind, const NvrtcApi& api,
+                                  const NvrtcInput& input) {
   Sha256 h;
   h.UpdateField(kCacheVersion);
   h.UpdateField(kind);
@@ -108,7 +111,8 @@ std::string KeyOf(absl::string_view kind, const NvrtcApi& api, const NvrtcInput&
   }
   h.UpdateField(input.name);
   h.UpdateField(input.source);
-  return h.HexDigest();
+  ASSIGN_OR_RETURN(const std::string digest, h.Finish());
+  return absl::BytesToHexString(digest);
 }
 
 const char* EmbeddedText(absl::string_view name) {
@@ -190,7 +194,7 @@ class CudaKernelCompiler::Impl {
       input.options = BaseOptions();
       input.options.insert(input.options.end(), options.begin(), options.end());
     }
-    const std::string key = KeyOf(is_ptx ? "ptx" : "cuda", *api_, input);
+    ASSIGN_OR_RETURN(const std::string key, KeyOf(is_ptx ? "ptx" : "cuda", *api_, input));
     if (auto it = clients_.find(key); it != clients_.end()) {
       ++hits_;
       lru_.splice(lru_.begin(), lru_, it->second.lru);
@@ -253,7 +257,7 @@ class CudaKernelCompiler::Impl {
     input.expressions = program.expressions;
     input.cubin = cubin_;
     Compiled out;
-    out.key = KeyOf("builtin", *api_, input);
+    ASSIGN_OR_RETURN(out.key, KeyOf("builtin", *api_, input));
     absl::StatusOr<NvrtcOutput> output = CompileCached(out.key, input);
     if (!output.ok()) {
       return absl::InternalError(

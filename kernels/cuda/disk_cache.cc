@@ -7,9 +7,10 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cuda/sha256.h"
+#include "common/crypto/sha256.h"
 
 namespace cubed::kernels {
 namespace {
@@ -20,7 +21,7 @@ namespace {
 std::atomic<uint64_t> temp_counter{0};
 
 constexpr absl::string_view kMagic = "CUBEDNV1";
-constexpr size_t kDigestBytes = 32;
+constexpr size_t kDigestBytes = Sha256::kDigestBytes;
 constexpr uint64_t kMaxField = uint64_t{1} << 32;  // Larger than any image NVRTC produces.
 // Note [Cache files are untrusted]
 // The cache directory may be shared and anything may appear at a record's path: a FIFO (whose
@@ -71,11 +72,11 @@ class Reader {
   bool ok_ = true;
 };
 
+// The record's digest; empty when libcrypto failed, which no stored digest matches (a record
+// written then is shorter than any valid one): the kernel is compiled anew, never mistaken.
 std::string Digest(absl::string_view bytes) {
-  Sha256 h;
-  h.Update(bytes);
-  const auto d = h.Digest();
-  return std::string(reinterpret_cast<const char*>(d.data()), d.size());
+  absl::StatusOr<std::string> d = Sha256::Of(bytes);
+  return d.ok() ? *std::move(d) : std::string();
 }
 
 absl::Status ErrnoError(absl::string_view what, const std::string& path) {
