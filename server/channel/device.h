@@ -44,10 +44,14 @@ struct DeviceOptions {
 // allocation, read after all queued device work, in stream order (Note [Checkpoint I/O]). A
 // daemon started with --restore recreates each session with RestoreSession before it serves:
 // same session id, handle ids, sizes, refcounts, bytes and poisons; a fresh lease from `now`;
-// accounted like any allocation of that size. What a checkpoint does not keep: recorded graphs
-// (and the slices only they held), shared-memory regions, an open profile, stream seq numbers. A
-// failed checkpoint thaws the Device and the daemon serves on. docs/reliability.md describes the
-// promise.
+// accounted like any allocation of that size; the last seq the session's stream ran; and its
+// recorded graphs, a recording in progress and the memory only graphs keep (Note [Checkpointed
+// graphs], graph_checkpoint.h). What a checkpoint does not keep: shared-memory regions (the
+// client's memfds: commands naming one fail NOT_FOUND after a restore; register it again), an
+// open profile, a graph's backend state (CUDA recaptures at the next replay). An imported handle
+// (Note [Imported memory], compute_server.h) keeps its bytes but comes back as daemon memory, no
+// longer shared with the producer. A failed checkpoint thaws the Device and the daemon serves
+// on. docs/reliability.md describes the promise.
 //
 // Note [Checkpoint I/O]: a checkpoint's bytes cross host memory once each way. Capture hands the
 // allocations to the daemon's writer through ComputeServer::ReadToHost, in batches of HostChunks
@@ -283,17 +287,19 @@ class Device {
                                          absl::Time now);
 
   // Note [Checkpoint and restore]. Freeze: every later call naming a session, and every open,
-  // fails UNAVAILABLE until Thaw. CaptureTables: every session's handle table and poisons.
-  // Capture: the same, and every handle's bytes, handed to `sink` (HostChunk::index counts the
-  // handles of all sessions in the order returned) after all earlier work; blocks the loop
-  // thread until the sink has them all; the first error, the sink's or the backend's.
-  // RestoreSession: opens `session` under its id with its handles (bytes from `source`) and
-  // poisons, all or nothing (INVALID_ARGUMENT or FAILED_PRECONDITION for a bad id, size or lease;
-  // RESOURCE_EXHAUSTED over the memory limit; the source's error; nothing is left behind on
-  // error); a stream may resume it (Session::resumable).
+  // fails UNAVAILABLE until Thaw. CaptureTables: every session's handle table, poisons, orphans
+  // and graphs (Note [Checkpointed graphs], graph_checkpoint.h); INTERNAL for a graph binding a
+  // slice nothing names. Capture: the same, and the bytes of every handle and then every orphan
+  // of each session, handed to `sink` (HostChunk::index counts them over all sessions in the
+  // order returned) after all earlier work; blocks the loop thread until the sink has them all;
+  // the first error, the sink's or the backend's. RestoreSession: opens `session` under its id
+  // with its handles and orphans (bytes from `source`), poisons and graphs, all or nothing
+  // (INVALID_ARGUMENT or FAILED_PRECONDITION for a bad id, size or lease; DATA_LOSS for a graph
+  // that does not fit them; RESOURCE_EXHAUSTED over the memory limit; the source's error;
+  // nothing is left behind on error); a stream may resume it (Session::resumable).
   void Freeze() { frozen_ = true; }
   void Thaw() { frozen_ = false; }
-  std::vector<CheckpointedSession> CaptureTables() const;
+  absl::StatusOr<std::vector<CheckpointedSession>> CaptureTables() const;
   absl::StatusOr<std::vector<CheckpointedSession>> Capture(HostChunkCallback sink);
   // For a stream resuming `session`: renews its lease, clears Session::resumable and returns the
   // lease. NOT_FOUND (as FindSession), FAILED_PRECONDITION when it is not resumable.

@@ -54,6 +54,8 @@ class RecordedGraph {
                 std::vector<uint64_t> parameter_sizes);
 
   GraphId id() const { return id_; }
+  // The handle ids begin_graph named, in order (they need not be live any more).
+  absl::Span<const HandleId> parameters() const { return parameters_; }
   size_t parameter_count() const { return parameters_.size(); }
   uint64_t parameter_size(size_t i) const { return parameter_sizes_[i]; }
   // The parameter `handle` is, or -1 when it is none.
@@ -71,6 +73,8 @@ class RecordedGraph {
   void Bind(absl::Span<const SliceId> slices);
   // The steps, as bound by the last Bind (or as recorded).
   absl::Span<const Launch> launches() const { return launches_; }
+  // Where the steps bind parameters, in step order.
+  absl::Span<const ParameterUse> uses() const { return uses_; }
 
   // The slices the graph holds (not its parameters'). AddHeld returns false when the graph
   // held `slice` already.

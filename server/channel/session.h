@@ -114,7 +114,11 @@ class Session {
   // Recorded graphs (Note [Recorded graphs], graph.h). The recording in progress (null: none),
   // and the graphs recorded.
   std::unique_ptr<GraphRecording>& recording() { return recording_; }
+  const GraphRecording* recording() const { return recording_.get(); }
   bool is_recording() const { return recording_ != nullptr; }
+  const absl::flat_hash_map<GraphId, std::unique_ptr<RecordedGraph>>& graphs() const {
+    return graphs_;
+  }
   RecordedGraph* FindGraph(GraphId id);
   void AddGraph(std::unique_ptr<RecordedGraph> graph);
   // Removes and returns a graph (null when the session has none of that id).

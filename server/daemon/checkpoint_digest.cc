@@ -1,21 +1,11 @@
 #include "server/daemon/checkpoint_digest.h"
 
-#include <openssl/evp.h>
-
-#include <memory>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "common/crypto/sha256.h"
 
 namespace cubed {
-
-std::string Sha256(absl::string_view data) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  // Fails only when libcrypto is out of memory: the digest then matches nothing.
-  if (EVP_Digest(data.data(), data.size(), digest, &length, EVP_sha256(), nullptr) != 1) return "";
-  return std::string(reinterpret_cast<const char*>(digest), length);
-}
 
 DigestThread::DigestThread() : thread_([this] { Run(); }) {}
 
@@ -43,8 +33,7 @@ absl::StatusOr<std::vector<std::string>> DigestThread::Wait() {
 }
 
 void DigestThread::Run() {
-  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  bool ok = ctx != nullptr;
+  Sha256 hasher;
   while (true) {
     Piece piece;
     {
@@ -58,20 +47,15 @@ void DigestThread::Run() {
       queue_.pop_front();
       busy_ = true;
     }
-    if (piece.first)
-      ok = ctx != nullptr && EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) == 1;
-    if (ok) ok = EVP_DigestUpdate(ctx.get(), piece.bytes.data(), piece.bytes.size()) == 1;
-    std::string digest;
-    if (ok && piece.last) {
-      unsigned char out[EVP_MAX_MD_SIZE];
-      unsigned int length = 0;
-      ok = EVP_DigestFinal_ex(ctx.get(), out, &length) == 1;
-      digest.assign(reinterpret_cast<const char*>(out), length);
-    }
+    if (piece.first) hasher.Reset();
+    hasher.Update(piece.bytes);
+    absl::StatusOr<std::string> digest;
+    if (piece.last) digest = hasher.Finish();
     absl::MutexLock lock(&mu_);
     busy_ = false;
-    if (!ok) failed_ = true;
-    if (piece.last) done_.push_back(std::move(digest));
+    if (!piece.last) continue;
+    if (!digest.ok()) failed_ = true;
+    done_.push_back(digest.ok() ? *std::move(digest) : std::string());
   }
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 
-// DigestThread: SHA-256 of byte strings handed over in pieces, computed on a thread of its own
-// beside the caller's file I/O (Note [Checkpoint I/O], server/channel/device.h).
+// DigestThread: SHA-256 (common/crypto/sha256.h) of byte strings handed over in pieces, computed
+// on a thread of its own beside the caller's file I/O (Note [Checkpoint I/O],
+// server/channel/device.h).
 
 #include <cstdint>
 #include <deque>
@@ -15,9 +16,6 @@
 #include "absl/types/span.h"
 
 namespace cubed {
-
-// SHA-256 of a whole string, as DigestThread computes it ("" when libcrypto fails).
-std::string Sha256(absl::string_view data);
 
 // Add and Wait are called by one thread at a time (the owner's); the digest thread touches only
 // the queue and the results, under the mutex.

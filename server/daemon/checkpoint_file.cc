@@ -20,9 +20,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/checked_math.h"
+#include "common/crypto/sha256.h"
 #include "common/status_macros.h"
 #include "cubed/v1/checkpoint.pb.h"
+#include "server/channel/graph.h"
 #include "server/daemon/checkpoint_digest.h"
+#include "server/daemon/checkpoint_graphs.h"
 
 namespace cubed {
 namespace {
@@ -30,9 +33,12 @@ namespace {
 constexpr char kManifestName[] = "manifest";
 constexpr char kDataName[] = "data";
 constexpr char kTempSuffix[] = ".tmp";
-constexpr uint32_t kFormatVersion = 1;
+// Version 1 had no graphs (Note [Checkpointed graphs], server/channel/graph_checkpoint.h); this
+// daemon reads it and writes version 2.
+constexpr uint32_t kFormatVersion = 2;
+constexpr uint32_t kOldestVersion = 1;
 constexpr uint64_t kMaxManifestBytes = uint64_t{256} << 20;
-constexpr size_t kDigestBytes = 32;
+constexpr size_t kDigestBytes = Sha256::kDigestBytes;
 constexpr size_t kMaxPoisonMessage = 64 << 10;
 
 // Note [Small writes]: the data file is written at most 256 KiB per write(). ext4 (Linux 6.16
@@ -167,18 +173,29 @@ absl::StatusOr<v1::CheckpointManifest> BuildManifest(
     out->set_owner(s.owner_name);
     out->set_lease_ms(static_cast<uint64_t>(absl::ToInt64Milliseconds(s.lease)));
     out->set_stream_seq(s.stream_seq);
-    for (const CheckpointedHandle& h : s.handles) {
+    // Handles, then orphans, in the order their bytes were written.
+    auto add = [&](v1::CheckpointHandle* handle, uint64_t size) -> absl::Status {
       if (digests != nullptr && next >= digests->size()) {
-        return absl::InternalError(
-            absl::StrCat("checkpoint: handle ", h.id.value(), " was not written"));
+        return absl::InternalError(absl::StrCat("checkpoint: session ", s.id.value(), ": ", next,
+                                                " handles were written, not more"));
       }
-      v1::CheckpointHandle* handle = out->add_handles();
-      handle->set_id(h.id.value());
-      handle->set_size(h.size);
-      handle->set_refcount(h.refcount);
+      handle->set_size(size);
       handle->set_data_offset(offset);
       handle->set_sha256(digests != nullptr ? (*digests)[next++] : std::string(kDigestBytes, '\0'));
-      offset += h.size;  // Bytes held in memory: their sum fits.
+      offset += size;  // Bytes held in memory: their sum fits.
+      return absl::OkStatus();
+    };
+    for (const CheckpointedHandle& h : s.handles) {
+      v1::CheckpointHandle* handle = out->add_handles();
+      handle->set_id(h.id.value());
+      handle->set_refcount(h.refcount);
+      handle->set_imported(h.imported);
+      RETURN_IF_ERROR(add(handle, h.size));
+    }
+    for (const CheckpointedOrphan& o : s.orphans) RETURN_IF_ERROR(add(out->add_orphans(), o.size));
+    for (const CheckpointedGraph& g : s.graphs) GraphToManifest(g, out->add_graphs());
+    if (s.recording.has_value()) {
+      RecordingToManifest(*s.recording, kMaxPoisonMessage, out->mutable_recording());
     }
     for (const CheckpointedPoison& p : s.poisons) {
       v1::CheckpointPoison* poison = out->add_poisons();
@@ -191,12 +208,12 @@ absl::StatusOr<v1::CheckpointManifest> BuildManifest(
   return manifest;
 }
 
-// The manifest file's bytes for `manifest`.
-std::string ManifestFileBytes(const v1::CheckpointManifest& manifest) {
+// The manifest file's bytes for `manifest`; INTERNAL when libcrypto fails.
+absl::StatusOr<std::string> ManifestFileBytes(const v1::CheckpointManifest& manifest) {
   v1::CheckpointFile file;
   file.set_version(kFormatVersion);
   file.set_manifest(manifest.SerializeAsString());
-  file.set_manifest_sha256(Sha256(file.manifest()));
+  ASSIGN_OR_RETURN(*file.mutable_manifest_sha256(), Sha256::Of(file.manifest()));
   return file.SerializeAsString();
 }
 
@@ -210,8 +227,8 @@ struct CheckpointWriter::State {
   std::string manifest_temp;
   std::optional<OutFile> data;
   DigestThread hasher;
-  std::vector<std::string> digests;  // One per handle written whole, in order.
-  std::vector<uint64_t> written;     // Bytes written of each handle begun.
+  std::vector<std::string> digests;  // One per handle (or orphan) written whole, in order.
+  std::vector<uint64_t> written;     // Bytes written of each handle (or orphan) begun.
   bool committed = false;
 };
 
@@ -229,8 +246,9 @@ absl::StatusOr<std::unique_ptr<CheckpointWriter>> CheckpointWriter::Create(
   // Digests have a fixed size: the placeholders' manifest is as large as the final one.
   ASSIGN_OR_RETURN(const v1::CheckpointManifest manifest, BuildManifest(tables, nullptr));
   uint64_t handles = 0;
-  for (const CheckpointedSession& s : tables) handles += s.handles.size();
-  const uint64_t bytes = manifest.data_size() + ManifestFileBytes(manifest).size();
+  for (const CheckpointedSession& s : tables) handles += s.handles.size() + s.orphans.size();
+  ASSIGN_OR_RETURN(const std::string manifest_bytes, ManifestFileBytes(manifest));
+  const uint64_t bytes = manifest.data_size() + manifest_bytes.size();
   if (bytes > max_bytes) {  // Both in memory: no overflow.
     return absl::ResourceExhaustedError(absl::StrCat(
         "checkpoint of ", tables.size(), " sessions (", handles, " handles) takes ", bytes,
@@ -280,24 +298,32 @@ absl::StatusOr<CheckpointStats> CheckpointWriter::Commit(
   CheckpointStats stats;
   stats.sessions = sessions.size();
   size_t next = 0;
+  auto check = [&](uint64_t size, absl::string_view what) -> absl::Status {
+    if (next >= st.written.size() || st.written[next] != size) {
+      return absl::InternalError(absl::StrCat("checkpoint: ", what, " of ", size,
+                                              " bytes was written with ",
+                                              next < st.written.size() ? st.written[next] : 0));
+    }
+    ++next;
+    return absl::OkStatus();
+  };
   for (const CheckpointedSession& s : sessions) {
     for (const CheckpointedHandle& h : s.handles) {
-      if (next >= st.written.size() || st.written[next] != h.size) {
-        return absl::InternalError(absl::StrCat("checkpoint: handle ", h.id.value(), " of ", h.size,
-                                                " bytes was written with ",
-                                                next < st.written.size() ? st.written[next] : 0));
-      }
-      ++next;
+      RETURN_IF_ERROR(check(h.size, absl::StrCat("handle ", h.id.value())));
     }
+    for (size_t i = 0; i < s.orphans.size(); ++i) {
+      RETURN_IF_ERROR(check(s.orphans[i].size, absl::StrCat("orphan ", i)));
+    }
+    stats.handles += s.handles.size();
+    stats.graphs += s.graphs.size();
   }
-  stats.handles = next;
   if (next != st.written.size() || next != st.digests.size()) {
     return absl::InternalError(absl::StrCat("checkpoint: ", st.written.size(),
                                             " handles written and ", st.digests.size(),
                                             " digested for ", next));
   }
   ASSIGN_OR_RETURN(const v1::CheckpointManifest manifest, BuildManifest(sessions, &st.digests));
-  const std::string manifest_bytes = ManifestFileBytes(manifest);
+  ASSIGN_OR_RETURN(const std::string manifest_bytes, ManifestFileBytes(manifest));
   stats.bytes = manifest.data_size() + manifest_bytes.size();
   absl::Status closed = st.data->Close();
   st.data.reset();
@@ -408,7 +434,7 @@ absl::StatusOr<PrincipalPtr> FindPrincipal(const AuthPolicy& policy, const std::
 
 // Where a handle's bytes are in the data file, and their digest.
 struct HandleBytes {
-  uint64_t id = 0;
+  std::string name;  // "handle ID" or "orphan I", for errors.
   uint64_t offset = 0;
   uint64_t size = 0;
   std::string sha256;
@@ -416,11 +442,62 @@ struct HandleBytes {
 
 // Checks one session of the manifest and appends where its handles' bytes are to `bytes`;
 // `offset` is where its first handle must start, and moves past its last.
-absl::StatusOr<CheckpointedSession> ReadSession(const v1::CheckpointSession& in, const InFile& data,
-                                                const std::string& data_path,
+// Checks where one handle's (or orphan's) bytes lie: the next ones of the data file.
+absl::Status CheckBytes(const v1::CheckpointHandle& h, const std::string& what, const InFile& data,
+                        const std::string& data_path, const std::string& where, uint64_t& offset,
+                        std::vector<HandleBytes>& bytes) {
+  if (h.size() == 0 || h.sha256().size() != kDigestBytes) {
+    return Corrupt(where, absl::StrCat(what, ": size ", h.size(), ", digest of ", h.sha256().size(),
+                                       " bytes"));
+  }
+  const std::optional<uint64_t> end = CheckedAdd(h.data_offset(), h.size());
+  if (h.data_offset() != offset || !end || *end > data.size()) {
+    return Corrupt(where, absl::StrCat(what, ": bytes [", h.data_offset(), ", +", h.size(),
+                                       ") are not the next ones of ", data_path, " (at ", offset,
+                                       " of ", data.size(), " bytes)"));
+  }
+  offset = *end;
+  bytes.push_back(HandleBytes{what, h.data_offset(), h.size(), h.sha256()});
+  return absl::OkStatus();
+}
+
+// The graphs and recording of one session (Note [Checkpointed graphs]), checked as far as they
+// can be without its tables; the Device checks them against the tables on restore.
+absl::Status ReadGraphs(const v1::CheckpointSession& in, uint32_t version,
+                        const RequestLimits& limits, const std::string& where,
+                        CheckpointedSession& s) {
+  if (version < 2 && (in.orphans_size() > 0 || in.graphs_size() > 0 || in.has_recording())) {
+    return Corrupt(where, absl::StrCat("session ", in.id(),
+                                       ": graphs in a version 1 checkpoint, which has none"));
+  }
+  if (static_cast<size_t>(in.graphs_size()) > kMaxGraphs) {
+    return Corrupt(where, absl::StrCat("session ", in.id(), ": ", in.graphs_size(),
+                                       " graphs; at most ", kMaxGraphs));
+  }
+  for (const v1::CheckpointGraph& g : in.graphs()) {
+    absl::StatusOr<CheckpointedGraph> graph = GraphFromManifest(g, limits);
+    if (!graph.ok()) {
+      return Corrupt(where, absl::StrCat("session ", in.id(), " ", graph.status().message()));
+    }
+    s.graphs.push_back(*std::move(graph));
+  }
+  if (in.has_recording()) {
+    absl::StatusOr<CheckpointedRecording> recording =
+        RecordingFromManifest(in.recording(), limits, kMaxPoisonMessage);
+    if (!recording.ok()) {
+      return Corrupt(where, absl::StrCat("session ", in.id(), " ", recording.status().message()));
+    }
+    s.recording = *std::move(recording);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CheckpointedSession> ReadSession(const v1::CheckpointSession& in, uint32_t version,
+                                                const InFile& data, const std::string& data_path,
                                                 const std::string& where, uint64_t& offset,
                                                 const AuthPolicy& policy, uint32_t devices,
                                                 absl::Duration max_lease,
+                                                const RequestLimits& limits,
                                                 std::vector<HandleBytes>& bytes) {
   CheckpointedSession s;
   s.id = SessionId(in.id());
@@ -441,24 +518,25 @@ absl::StatusOr<CheckpointedSession> ReadSession(const v1::CheckpointSession& in,
   ASSIGN_OR_RETURN(s.owner, FindPrincipal(policy, in.owner(), in.id()));
   absl::flat_hash_set<uint64_t> ids;
   for (const v1::CheckpointHandle& h : in.handles()) {
-    const std::string what = absl::StrCat("session ", in.id(), " handle ", h.id(), ": ");
-    if (h.id() == 0 || !ids.insert(h.id()).second) {
-      return Corrupt(where, absl::StrCat(what, "id 0 or repeated"));
+    const std::string what = absl::StrCat("session ", in.id(), " handle ", h.id());
+    if (h.id() == 0 || !ids.insert(h.id()).second || h.refcount() == 0) {
+      return Corrupt(where, absl::StrCat(what, ": id 0 or repeated, or refcount 0"));
     }
-    if (h.size() == 0 || h.refcount() == 0 || h.sha256().size() != kDigestBytes) {
-      return Corrupt(where, absl::StrCat(what, "size ", h.size(), ", refcount ", h.refcount(),
-                                         ", digest of ", h.sha256().size(), " bytes"));
-    }
-    const std::optional<uint64_t> end = CheckedAdd(h.data_offset(), h.size());
-    if (h.data_offset() != offset || !end || *end > data.size()) {
-      return Corrupt(where, absl::StrCat(what, "bytes [", h.data_offset(), ", +", h.size(),
-                                         ") are not the next ones of ", data_path, " (at ", offset,
-                                         " of ", data.size(), " bytes)"));
-    }
-    offset = *end;
-    s.handles.push_back(CheckpointedHandle{HandleId(h.id()), h.size(), h.refcount()});
-    bytes.push_back(HandleBytes{h.id(), h.data_offset(), h.size(), h.sha256()});
+    RETURN_IF_ERROR(CheckBytes(h, absl::StrCat("handle ", h.id()), data, data_path,
+                               absl::StrCat(where, ": session ", in.id()), offset, bytes));
+    s.handles.push_back(CheckpointedHandle{HandleId(h.id()), h.size(), h.refcount(), h.imported()});
   }
+  for (int i = 0; i < in.orphans_size(); ++i) {
+    const v1::CheckpointHandle& o = in.orphans(i);
+    if (o.id() != 0 || o.refcount() != 0 || o.imported()) {
+      return Corrupt(where, absl::StrCat("session ", in.id(), " orphan ", i,
+                                         ": has an id, a refcount or an import"));
+    }
+    RETURN_IF_ERROR(CheckBytes(o, absl::StrCat("orphan ", i), data, data_path,
+                               absl::StrCat(where, ": session ", in.id()), offset, bytes));
+    s.orphans.push_back(CheckpointedOrphan{o.size(), 0});
+  }
+  RETURN_IF_ERROR(ReadGraphs(in, version, limits, where, s));
   for (const v1::CheckpointPoison& p : in.poisons()) {
     if (p.id() == 0 || p.code() == 0 || p.code() > 16 || p.message().size() > kMaxPoisonMessage) {
       return Corrupt(where, absl::StrCat("session ", in.id(), " poisoned id ", p.id(), ": code ",
@@ -489,8 +567,8 @@ class FileSource final : public CheckpointSource {
       const HandleBytes& h = handles_[verified_++];
       if (digest != h.sha256) {
         return Corrupt(data_.path(),
-                       absl::StrCat("session ", session_, " handle ", h.id, ": bytes [", h.offset,
-                                    ", +", h.size, ") do not match their SHA-256"));
+                       absl::StrCat("session ", session_, " ", h.name, ": bytes [", h.offset, ", +",
+                                    h.size, ") do not match their SHA-256"));
       }
     }
     return absl::OkStatus();
@@ -582,10 +660,9 @@ std::unique_ptr<CheckpointSource> CheckpointReader::Source(size_t i) {
   return std::make_unique<FileSource>(*state_->data, state_->ids[i], state_->bytes[i]);
 }
 
-absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(const std::string& dir,
-                                                                         const AuthPolicy& policy,
-                                                                         uint32_t devices,
-                                                                         absl::Duration max_lease) {
+absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
+    const std::string& dir, const AuthPolicy& policy, uint32_t devices, absl::Duration max_lease,
+    const RequestLimits& limits) {
   const std::string manifest_path = absl::StrCat(dir, "/", kManifestName);
   const std::string data_path = absl::StrCat(dir, "/", kDataName);
   ASSIGN_OR_RETURN(const InFile manifest_file, InFile::Open(manifest_path));
@@ -598,11 +675,13 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(const s
   if (!file.ParseFromString(manifest_bytes)) {
     return Corrupt(manifest_path, "not a checkpoint manifest (does not parse)");
   }
-  if (file.version() != kFormatVersion) {
-    return Corrupt(manifest_path, absl::StrCat("format version ", file.version(),
-                                               "; this daemon reads version ", kFormatVersion));
+  if (file.version() < kOldestVersion || file.version() > kFormatVersion) {
+    return Corrupt(manifest_path,
+                   absl::StrCat("format version ", file.version(), "; this daemon reads versions ",
+                                kOldestVersion, " .. ", kFormatVersion));
   }
-  if (Sha256(file.manifest()) != file.manifest_sha256()) {
+  ASSIGN_OR_RETURN(const std::string digest, Sha256::Of(file.manifest()));
+  if (digest != file.manifest_sha256()) {
     return Corrupt(manifest_path, "the manifest does not match its SHA-256");
   }
   v1::CheckpointManifest manifest;
@@ -623,8 +702,9 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(const s
       return Corrupt(manifest_path, absl::StrCat("session ", in.id(), " appears twice"));
     }
     std::vector<HandleBytes> bytes;
-    ASSIGN_OR_RETURN(CheckpointedSession s, ReadSession(in, data, data_path, manifest_path, offset,
-                                                        policy, devices, max_lease, bytes));
+    ASSIGN_OR_RETURN(CheckpointedSession s,
+                     ReadSession(in, file.version(), data, data_path, manifest_path, offset, policy,
+                                 devices, max_lease, limits, bytes));
     state->sessions.push_back(std::move(s));
     state->ids.push_back(in.id());
     state->bytes.push_back(std::move(bytes));

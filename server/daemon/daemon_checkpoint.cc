@@ -78,13 +78,20 @@ absl::Status Daemon::RestoreSessions() {
   ASSIGN_OR_RETURN(
       std::shared_ptr<CheckpointReader> reader,
       CheckpointReader::Open(config_.restore_dir, policy_, static_cast<uint32_t>(loops_.size()),
-                             DeviceOptions{}.max_lease));
+                             DeviceOptions{}.max_lease, RequestLimits{}));
   const size_t sessions = reader->sessions().size();
   uint64_t handles = 0;
+  uint64_t graphs = 0;
+  uint64_t imported = 0;
   uint64_t bytes = 0;
   for (const CheckpointedSession& s : reader->sessions()) {
     handles += s.handles.size();
-    for (const CheckpointedHandle& h : s.handles) bytes += h.size;
+    graphs += s.graphs.size();
+    for (const CheckpointedHandle& h : s.handles) {
+      bytes += h.size;  // The data file's size bounds the sum: it was checked to tile it.
+      imported += h.imported ? 1 : 0;
+    }
+    for (const CheckpointedOrphan& o : s.orphans) bytes += o.size;
   }
   // Each session's bytes are read and verified as its allocations fill (Note [Checkpoint I/O]);
   // any fault fails the start, so a half-restored daemon never serves.
@@ -113,8 +120,15 @@ absl::Status Daemon::RestoreSessions() {
   if (std::rename(manifest.c_str(), consumed.c_str()) != 0) {
     spdlog::warn("--restore: cannot rename {} to {}", manifest, consumed);
   }
-  spdlog::info("restored {} sessions ({} handles, {} bytes) from {} in {}", sessions, handles,
-               bytes, config_.restore_dir, absl::FormatDuration(absl::Now() - start));
+  spdlog::info("restored {} sessions ({} handles, {} graphs, {} bytes) from {} in {}", sessions,
+               handles, graphs, bytes, config_.restore_dir,
+               absl::FormatDuration(absl::Now() - start));
+  if (imported > 0) {  // Note [Checkpoint and restore].
+    spdlog::warn(
+        "--restore: {} handles were imported memory; restored as daemon memory holding "
+        "the bytes they had, no longer shared with their producers",
+        imported);
+  }
   return absl::OkStatus();
 }
 
@@ -196,8 +210,8 @@ absl::StatusOr<DrainSummary> Daemon::WriteCheckpointLocked() {
     return stats.status();
   }
   checkpoint_done_ = true;
-  spdlog::info("checkpoint: {} sessions ({} handles, {} bytes) written to {} in {}",
-               stats->sessions, stats->handles, stats->bytes, config_.checkpoint_dir,
+  spdlog::info("checkpoint: {} sessions ({} handles, {} graphs, {} bytes) written to {} in {}",
+               stats->sessions, stats->handles, stats->graphs, stats->bytes, config_.checkpoint_dir,
                absl::FormatDuration(absl::Now() - start));
   return DrainSummary{stats->sessions, stats->handles, stats->bytes, config_.checkpoint_dir};
 }

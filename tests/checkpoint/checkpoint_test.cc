@@ -5,7 +5,6 @@
 // big); the files' modes; and a loop of kernels across a restart ending as without one.
 
 #include <grpcpp/grpcpp.h>
-#include <openssl/evp.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/crypto/sha256.h"
 #include "common/kernel_metadata.h"
 #include "cubed/v1/checkpoint.pb.h"
 #include "cubed/v1/compute.grpc.pb.h"
@@ -65,10 +65,9 @@ void WriteWholeFile(const std::string& path, const std::string& bytes) {
 }
 
 std::string Sha256(const std::string& data) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  EVP_Digest(data.data(), data.size(), digest, &length, EVP_sha256(), nullptr);
-  return std::string(reinterpret_cast<const char*>(digest), length);
+  absl::StatusOr<std::string> digest = cubed::Sha256::Of(data);
+  EXPECT_TRUE(digest.ok()) << digest.status();
+  return digest.value_or("");
 }
 
 // The serialized manifest inside a manifest file.
@@ -572,14 +571,14 @@ TEST(CheckpointTest, FaultyCheckpointsAreRefusedAsAWhole) {
                 "manifest", "does not parse");
   v1::CheckpointFile file;
   ASSERT_TRUE(file.ParseFromString(manifest));
-  file.set_version(2);
+  file.set_version(3);
   ExpectRefused(variant("wrong-version", file.SerializeAsString(), data), "manifest",
-                "format version 2");
+                "format version 3");
   // A consistent manifest with an impossible number: a lease past the daemon's maximum.
   v1::CheckpointManifest m;
   ASSERT_TRUE(m.ParseFromString(file.manifest()));
   m.mutable_sessions(0)->set_lease_ms(~uint64_t{0});
-  file.set_version(1);
+  file.set_version(2);
   file.set_manifest(m.SerializeAsString());
   file.set_manifest_sha256(Sha256(file.manifest()));
   ExpectRefused(variant("bad-lease", file.SerializeAsString(), data), "manifest", "lease_ms");
@@ -591,6 +590,25 @@ TEST(CheckpointTest, FaultyCheckpointsAreRefusedAsAWhole) {
   file.set_manifest_sha256(Sha256(file.manifest()));
   ExpectRefused(variant("overlap", file.SerializeAsString(), data), "manifest",
                 "are not the next ones");
+}
+
+// A version 1 checkpoint (a daemon before graphs were kept) restores as before: an upgrade
+// from it keeps every session.
+TEST(CheckpointTest, VersionOneCheckpointsStillRestore) {
+  TempDir tmp("cubed-ckpt");
+  const std::string dir = tmp.path() + "/checkpoint";
+  Work w;
+  MakeCheckpoint(dir, &w);
+  ASSERT_FALSE(HasFatalFailure());
+  w.stream.reset();
+  v1::CheckpointFile file;
+  ASSERT_TRUE(file.ParseFromString(ReadWholeFile(dir + "/manifest")));
+  ASSERT_EQ(file.version(), 2u);
+  file.set_version(1);  // The manifest has no graph fields: exactly what version 1 wrote.
+  WriteWholeFile(dir + "/manifest", file.SerializeAsString());
+  std::unique_ptr<DaemonProcess> b = StartDaemon({"--restore=" + dir});
+  ASSERT_NE(b, nullptr);
+  CheckRestored(b->unix_address(), w);
 }
 
 TEST(CheckpointTest, FullDiskIsRefusedLeavingNothingAndServesOn) {
