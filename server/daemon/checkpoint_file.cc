@@ -208,6 +208,20 @@ absl::StatusOr<v1::CheckpointManifest> BuildManifest(
   return manifest;
 }
 
+// RESOURCE_EXHAUSTED when `manifest`'s file would be larger than a restore reads (recorded graphs
+// can make it so: up to kMaxGraphBytes of them a session), checked before serializing it.
+absl::Status CheckManifestSize(const v1::CheckpointManifest& manifest) {
+  constexpr uint64_t kFileOverhead = 64;  // Version, digest and field tags around the manifest.
+  const uint64_t size = manifest.ByteSizeLong();
+  if (size > kMaxManifestBytes - kFileOverhead) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "checkpoint: the manifest of ", manifest.sessions_size(), " sessions would take ", size,
+        " bytes (recorded graphs, mostly), more than the ", kMaxManifestBytes,
+        " a restore reads: nothing written; release graphs first"));
+  }
+  return absl::OkStatus();
+}
+
 // The manifest file's bytes for `manifest`; INTERNAL when libcrypto fails.
 absl::StatusOr<std::string> ManifestFileBytes(const v1::CheckpointManifest& manifest) {
   v1::CheckpointFile file;
@@ -245,6 +259,7 @@ absl::StatusOr<std::unique_ptr<CheckpointWriter>> CheckpointWriter::Create(
     const std::string& dir, const std::vector<CheckpointedSession>& tables, uint64_t max_bytes) {
   // Digests have a fixed size: the placeholders' manifest is as large as the final one.
   ASSIGN_OR_RETURN(const v1::CheckpointManifest manifest, BuildManifest(tables, nullptr));
+  RETURN_IF_ERROR(CheckManifestSize(manifest));
   uint64_t handles = 0;
   for (const CheckpointedSession& s : tables) handles += s.handles.size() + s.orphans.size();
   ASSIGN_OR_RETURN(const std::string manifest_bytes, ManifestFileBytes(manifest));
@@ -323,6 +338,7 @@ absl::StatusOr<CheckpointStats> CheckpointWriter::Commit(
                                             " digested for ", next));
   }
   ASSIGN_OR_RETURN(const v1::CheckpointManifest manifest, BuildManifest(sessions, &st.digests));
+  RETURN_IF_ERROR(CheckManifestSize(manifest));
   ASSIGN_OR_RETURN(const std::string manifest_bytes, ManifestFileBytes(manifest));
   stats.bytes = manifest.data_size() + manifest_bytes.size();
   absl::Status closed = st.data->Close();

@@ -34,8 +34,9 @@ class CheckpointWriter {
   // Starts a checkpoint of `tables` (Device::CaptureTables) in `dir` (created 0700 when missing;
   // an existing one must be a directory owned by this user, and is made 0700): the data file is
   // written 0600 to a temporary name. RESOURCE_EXHAUSTED when it would take more than
-  // `max_bytes` (nothing is written); FAILED_PRECONDITION for a directory that cannot be used;
-  // INTERNAL or RESOURCE_EXHAUSTED (disk full) for I/O errors.
+  // `max_bytes`, or its manifest more than a restore reads (256 MiB; nothing is written);
+  // FAILED_PRECONDITION for a directory that cannot be used; INTERNAL or RESOURCE_EXHAUSTED (disk
+  // full) for I/O errors.
   static absl::StatusOr<std::unique_ptr<CheckpointWriter>> Create(
       const std::string& dir, const std::vector<CheckpointedSession>& tables, uint64_t max_bytes);
   // Removes the temporary files unless Commit succeeded: the previous checkpoint, if any, stays.
