@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -363,6 +364,141 @@ TEST(GraphCheckpointTest, GraphsComeBackUnderTheirIdsAndReplayAsBefore) {
   absl::StatusOr<int> code = d->Stop(SIGTERM);
   ASSERT_TRUE(code.ok());
   EXPECT_EQ(*code, 0) << d->LogTail();
+}
+
+v1::Command CudaSource(std::vector<uint64_t> buffers, uint64_t count_handle) {
+  v1::Command c;
+  v1::Command::Execute* e = c.mutable_execute();
+  v1::CudaSourceKernel* k = e->mutable_kernel()->mutable_cuda_source();
+  k->set_source("extern \"C\" __global__ void k(float* a, float* b) { b[0] = a[0]; }");
+  k->set_entry_point("k");
+  k->mutable_cube_dim()->set_x(32);
+  k->mutable_cube_dim()->set_y(2);
+  k->mutable_cube_dim()->set_z(1);
+  k->set_shared_memory_bytes(128);
+  k->add_options("--use_fast_math");
+  v1::Binding* count = e->mutable_count()->mutable_dynamic();
+  count->set_handle(count_handle);
+  count->set_offset_start(4);
+  count->set_offset_end(kBytes - 20);  // 16 bytes from 4: three u32 and room.
+  for (uint64_t h : buffers) e->mutable_bindings()->add_buffers()->set_handle(h);
+  e->mutable_bindings()->add_buffers()->set_handle(buffers[0]);
+  e->mutable_bindings()->mutable_buffers(2)->set_offset_start(8);
+  SetMetadata(e->mutable_bindings(), 3);
+  v1::ScalarGroup* g = e->mutable_bindings()->add_scalars();
+  g->set_elem(v1::ELEM_TYPE_I16);
+  g->add_ints(-7);
+  g->add_ints(300);
+  v1::ScalarGroup* flags = e->mutable_bindings()->add_scalars();
+  flags->set_elem(v1::ELEM_TYPE_BOOL);
+  flags->add_uints(1);
+  return c;
+}
+
+v1::Command Ptx(uint64_t out) {
+  v1::Command c;
+  v1::Command::Execute* e = c.mutable_execute();
+  v1::PtxKernel* k = e->mutable_kernel()->mutable_ptx();
+  k->set_ptx(".version 7.0\n.target sm_70\n.address_size 64\n");
+  k->set_entry_point("p");
+  k->mutable_cube_dim()->set_x(64);
+  k->mutable_cube_dim()->set_y(1);
+  k->mutable_cube_dim()->set_z(1);
+  e->mutable_count()->mutable_static_count()->set_x(3);
+  e->mutable_count()->mutable_static_count()->set_y(2);
+  e->mutable_count()->mutable_static_count()->set_z(1);
+  e->mutable_bindings()->add_buffers()->set_handle(out);
+  return c;
+}
+
+// The graphs of the only session of the checkpoint in `dir`, by id.
+std::map<uint64_t, std::string> GraphsOf(const std::string& dir) {
+  std::map<uint64_t, std::string> graphs;
+  v1::CheckpointFile file;
+  v1::CheckpointManifest m;
+  EXPECT_TRUE(file.ParseFromString(ReadWholeFile(dir + "/manifest")));
+  EXPECT_TRUE(m.ParseFromString(file.manifest()));
+  EXPECT_EQ(m.sessions_size(), 1);
+  if (m.sessions_size() != 1) return graphs;
+  for (const v1::CheckpointGraph& g : m.sessions(0).graphs()) {
+    graphs[g.id()] = g.SerializeAsString();
+  }
+  graphs[0] = m.sessions(0).recording().SerializeAsString();
+  return graphs;
+}
+
+// Every field of a graph section survives a restore: a restored daemon, checkpointed again,
+// writes the same graphs (client CUDA kernels with options and a dynamic count, PTX, scalars
+// of several types, views at offsets), though none of them could run on this backend.
+TEST(GraphCheckpointTest, GraphSectionsSurviveARoundTrip) {
+  TempDir tmp("cubed-gckpt");
+  const std::string first = tmp.path() + "/first", second = tmp.path() + "/second";
+  Before b;
+  MakeCheckpoint(first, b);
+  ASSERT_FALSE(HasFatalFailure());
+  {
+    // More graphs: restore, record them on the resumed stream, checkpoint again.
+    std::unique_ptr<DaemonProcess> d =
+        StartDaemon({"--restore=" + first, "--checkpoint_dir=" + first + "-more"});
+    ASSERT_NE(d, nullptr);
+    auto channel = grpc::CreateChannel(d->unix_address(), grpc::InsecureChannelCredentials());
+    auto stub = v1::SessionStream::NewStub(channel);
+    Stream s(*stub, b.session);
+    s.set_seq(b.last_seq);
+    ASSERT_TRUE(s.Send({EndGraph(), BeginGraph(11, {kOut, kAcc}), CudaSource({kX, kOut}, kAcc),
+                        Ptx(kAcc2), EndGraph(), BeginGraph(12, {}), Ptx(kX)}));
+    for (uint64_t steps : {1u, 2u}) {
+      v1::Reply end = s.Next();
+      ASSERT_EQ(end.code(), 0) << end.message();
+      EXPECT_EQ(end.graph_steps(), steps);
+    }
+    absl::StatusOr<int> code = d->Stop(SIGTERM);
+    ASSERT_TRUE(code.ok());
+    ASSERT_EQ(*code, 0) << d->LogTail();
+  }
+  const std::map<uint64_t, std::string> before = GraphsOf(first + "-more");
+  ASSERT_EQ(before.size(), 4u);  // 7, 9, 11 and the recording of 12.
+  {                              // What the live graph 11 was, field by field.
+    v1::CheckpointGraph g;
+    ASSERT_TRUE(g.ParseFromString(before.at(11)));
+    ASSERT_EQ(g.steps_size(), 2);
+    EXPECT_EQ(g.parameter_sizes_size(), 2);
+    const v1::CheckpointStep& c = g.steps(0);
+    EXPECT_EQ(c.kernel().cuda_source().entry_point(), "k");
+    EXPECT_EQ(c.kernel().cuda_source().cube_dim().y(), 2u);
+    EXPECT_EQ(c.kernel().cuda_source().shared_memory_bytes(), 128u);
+    ASSERT_EQ(c.kernel().cuda_source().options_size(), 1);
+    EXPECT_EQ(c.kernel().cuda_source().options(0), "--use_fast_math");
+    EXPECT_EQ(c.dynamic_count().parameter(), 1u);  // kAcc.
+    EXPECT_EQ(c.dynamic_count().offset(), 4u);
+    EXPECT_EQ(c.dynamic_count().size(), 16u);
+    ASSERT_EQ(c.buffers_size(), 3);
+    EXPECT_EQ(c.buffers(0).handle(), kX);
+    EXPECT_EQ(c.buffers(1).parameter(), 0u);  // kOut.
+    EXPECT_EQ(c.buffers(2).handle(), kX);
+    EXPECT_EQ(c.buffers(2).offset(), 8u);
+    EXPECT_EQ(c.buffers(2).size(), kBytes - 8);
+    ASSERT_EQ(c.scalars_size(), 2);
+    EXPECT_EQ(c.scalars(0).elem(), v1::ELEM_TYPE_I16);
+    EXPECT_EQ(c.scalars(0).bytes(), std::string("\xf9\xff\x2c\x01", 4));  // -7, 300.
+    EXPECT_EQ(c.scalars(1).bytes(), std::string("\x01", 1));
+    EXPECT_EQ(g.steps(1).kernel().ptx().entry_point(), "p");
+    EXPECT_EQ(g.steps(1).static_count().x(), 3u);
+  }
+  std::unique_ptr<DaemonProcess> d =
+      StartDaemon({"--restore=" + first + "-more", "--checkpoint_dir=" + second});
+  ASSERT_NE(d, nullptr);
+  absl::StatusOr<int> code = d->Stop(SIGTERM);
+  ASSERT_TRUE(code.ok());
+  ASSERT_EQ(*code, 0) << d->LogTail();
+  const std::map<uint64_t, std::string> after = GraphsOf(second);
+  ASSERT_EQ(after.size(), before.size());
+  for (const auto& [id, bytes] : before) {
+    v1::CheckpointGraph a, z;
+    ASSERT_TRUE(a.ParseFromString(bytes));
+    ASSERT_TRUE(z.ParseFromString(after.at(id)));
+    EXPECT_EQ(a.DebugString(), z.DebugString()) << "graph " << id;
+  }
 }
 
 // Restoring `dir` must fail before serving, with exit status 1 (not a signal), the error naming
