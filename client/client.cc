@@ -164,8 +164,14 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ClientOptions.max_message_bytes must be > 0, got ", options.max_message_bytes));
   }
+  if (options.reply_spin > absl::Seconds(1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ClientOptions.reply_spin must be at most 1 s, got ",
+                     absl::FormatDuration(options.reply_spin)));
+  }
   auto impl = std::make_unique<Impl>();
   impl->options = std::move(options);
+  impl->reply_spin = std::max(impl->options.reply_spin, absl::ZeroDuration());
   impl->options.transport = ChooseTransport(impl->options);
   if (impl->options.resume_timeout > absl::ZeroDuration()) {
     // Note [Stream resume]: only a gRPC stream resumes, and regions do not survive a restart.
@@ -197,6 +203,9 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
                                          ? StreamCarrier::kGrpc
                                          : ChooseCarrier(impl->options),
                                      impl->channel, &impl->carrier));
+    if (impl->options.reply_spin < absl::ZeroDuration()) {  // Note [Waiting awake].
+      impl->reply_spin = std::min(4 * wire->suggested_spin(), absl::Milliseconds(1));
+    }
     // Note [Stream resume]: each attempt on a fresh channel with subchannels of its own, so
     // that it connects at once instead of answering from the old channel's reconnect backoff
     // (which kept failing "No such file or directory" for ~10 s after the new daemon served).
@@ -293,6 +302,8 @@ const ClientOptions& Client::options() const { return impl_->options; }
 
 Transport Client::transport() const { return impl_->options.transport; }
 StreamCarrier Client::stream_carrier() const { return impl_->carrier; }
+
+absl::Duration Client::reply_spin() const { return impl_->reply_spin; }
 
 absl::StatusOr<Handle> Client::Create(absl::Span<const uint8_t> data) {
   if (impl_->stream != nullptr) {
@@ -545,14 +556,11 @@ absl::StatusOr<absl::Duration> Client::EndProfile() {
   if (impl_->stream != nullptr) {
     v1::Command command;
     command.mutable_end_profile();
-    return impl_
-        ->Ask<absl::StatusOr<absl::Duration>>(
-            std::move(command),
-            [](absl::StatusOr<v1::Reply*> reply) -> absl::StatusOr<absl::Duration> {
-              RETURN_IF_ERROR(ReplyStatus(reply));
-              return absl::Nanoseconds(static_cast<int64_t>((*reply)->duration_ns()));
-            })
-        .get();
+    return Await(impl_->Ask<absl::StatusOr<absl::Duration>>(
+        std::move(command), [](absl::StatusOr<v1::Reply*> reply) -> absl::StatusOr<absl::Duration> {
+          RETURN_IF_ERROR(ReplyStatus(reply));
+          return absl::Nanoseconds(static_cast<int64_t>((*reply)->duration_ns()));
+        }));
   }
   v1::EndProfileRequest request;
   request.set_session(impl_->session);
@@ -564,7 +572,7 @@ absl::StatusOr<absl::Duration> Client::EndProfile() {
 absl::Status Client::StartTrace(uint32_t max_events) {
   // Unary, even on the stream (whose StartProfile carries no fields): after a Sync, so that the
   // trace holds exactly the commands sent from now on.
-  RETURN_IF_ERROR(Sync().get());
+  RETURN_IF_ERROR(Await(Sync()));
   v1::StartProfileRequest request;
   request.set_session(impl_->session);
   request.set_trace_events(max_events);
@@ -573,7 +581,7 @@ absl::Status Client::StartTrace(uint32_t max_events) {
 }
 
 absl::StatusOr<Client::TraceResult> Client::EndTrace() {
-  RETURN_IF_ERROR(Sync().get());
+  RETURN_IF_ERROR(Await(Sync()));
   v1::EndProfileRequest request;
   request.set_session(impl_->session);
   v1::EndProfileResponse response;
@@ -639,7 +647,7 @@ absl::StatusOr<Tensor> Client::Impl::StreamTensor(v1::Command command, uint64_t 
     uploaded = BulkUpload(channel, session, seq, bulk, options.bulk_chunk, options.timeout,
                           options.upload_progress);
   }
-  absl::Status status = answer.get();
+  absl::Status status = AwaitPolling(std::move(answer), reply_spin);
   if (status.ok()) status = uploaded;
   if (!status.ok()) {
     ReleasePoisoned(id);  // The id is in use (poisoned) until released.
@@ -652,13 +660,13 @@ absl::StatusOr<Tensor> Client::Impl::StreamTensor(v1::Command command, uint64_t 
 absl::StatusOr<MemoryUsage> Client::Impl::StreamMemoryUsage() {
   v1::Command command;
   command.mutable_memory_usage();
-  return Ask<absl::StatusOr<MemoryUsage>>(
-             std::move(command),
-             [](absl::StatusOr<v1::Reply*> reply) -> absl::StatusOr<MemoryUsage> {
-               RETURN_IF_ERROR(ReplyStatus(reply));
-               return FromProto((*reply)->memory_usage());
-             })
-      .get();
+  return AwaitPolling(Ask<absl::StatusOr<MemoryUsage>>(
+                          std::move(command),
+                          [](absl::StatusOr<v1::Reply*> reply) -> absl::StatusOr<MemoryUsage> {
+                            RETURN_IF_ERROR(ReplyStatus(reply));
+                            return FromProto((*reply)->memory_usage());
+                          }),
+                      reply_spin);
 }
 
 absl::Status Client::Impl::StreamBarrier() { return StreamMemoryUsage().status(); }

@@ -14,6 +14,7 @@
 // resolves DEADLINE_EXCEEDED when no reply came in time. Handles must not outlive their Client:
 // the session they belong to ends with it.
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <future>
@@ -112,6 +113,11 @@ struct ClientOptions {
   size_t release_batch = 64;
   // ... or this long after the first of a batch was queued.
   absl::Duration release_delay = absl::Milliseconds(20);
+  // How long Client::Await (and the SDK's own waits for a reply) poll before they sleep (Note
+  // [Waiting awake]). Negative: four times what the daemon suggests when it opens the command
+  // ring (its --ring_spin_us: 50 us on hosts with 8 cores or more, 0 on smaller ones), 0 on
+  // gRPC; at most 1 ms. Zero: never poll. Above 1 s: INVALID_ARGUMENT at Connect.
+  absl::Duration reply_spin = absl::Microseconds(-1);
 };
 
 class Client;
@@ -249,6 +255,22 @@ struct DaemonInfo {
   std::string version;   // Daemon version.
 };
 
+// future.get(), after polling `future` for `spin` (Note [Waiting awake], Client::reply_spin).
+template <typename T>
+T AwaitPolling(std::future<T> future, absl::Duration spin) {
+  if (spin > absl::ZeroDuration() &&
+      future.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    const auto until = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(spin);
+    while (future.wait_for(std::chrono::seconds(0)) != std::future_status::ready &&
+           std::chrono::steady_clock::now() < until) {
+#if defined(__x86_64__)
+      __builtin_ia32_pause();
+#endif
+    }
+  }
+  return future.get();
+}
+
 class Client {
  public:
   // Connects and opens a session (or joins options.session). UNAVAILABLE when the daemon cannot
@@ -272,6 +294,25 @@ class Client {
   Transport transport() const;
   // What carries the session stream: kRing or kGrpc (kGrpc in unary mode too).
   StreamCarrier stream_carrier() const;
+  // How long a wait for a reply polls before it sleeps: options().reply_spin resolved (Note
+  // [Waiting awake]).
+  absl::Duration reply_spin() const;
+
+  // Note [Waiting awake]: a thread that sleeps until a reply comes pays its wake-up on top of
+  // the reply: the SDK's reader thread takes the reply and the sleeper must be scheduled again,
+  // which on a virtual machine is an interrupt to an idle virtual CPU. On the H200 host (a
+  // microVM) a 4-byte read over the command ring took 29-128 us with future.get() and 21-33 us
+  // when the caller polled the future first (docs/benchmarks.md, runs 66-67). So a waiter polls
+  // for reply_spin() (about what the daemon's own threads spin) before it sleeps; long waits
+  // still sleep. On small hosts the daemon suggests 0, since a polling client would take the
+  // core the daemon answers with.
+  //
+  // Waits for `future` as future.get() does, on this thread, polling it for reply_spin() first
+  // (Note [Waiting awake]); e.g. `client.Await(client.Read({b}))`. Any thread.
+  template <typename T>
+  T Await(std::future<T> future) const {
+    return AwaitPolling(std::move(future), reply_spin());
+  }
 
   // trait: create. Stores `data` (1 byte or more) and returns a handle over exactly those bytes.
   absl::StatusOr<Handle> Create(absl::Span<const uint8_t> data);

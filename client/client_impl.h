@@ -62,6 +62,7 @@ class Client::Impl {
   uint64_t next_graph_id ABSL_GUARDED_BY(graph_mu) = 1;
   std::optional<GraphRecording> recording ABSL_GUARDED_BY(graph_mu);
   StreamCarrier carrier = StreamCarrier::kGrpc;  // What carries it.
+  absl::Duration reply_spin;                     // options.reply_spin resolved.
 
   // Stream mode: sends an allocation of a tensor and waits for its layout; on failure releases
   // the (poisoned) id and returns the daemon's error. A bulk create_tensor's bytes are `bulk`,

@@ -58,15 +58,11 @@ absl::StatusOr<Graph> Client::EndGraph() {
   }
   v1::Command command;
   command.mutable_end_graph();
-  return impl_
-      ->Ask<absl::StatusOr<Graph>>(
-          std::move(command),
-          [&recording](absl::StatusOr<v1::Reply*> reply) -> absl::StatusOr<Graph> {
-            RETURN_IF_ERROR(ReplyStatus(reply));
-            return Graph{recording.id, (*reply)->graph_steps(),
-                         std::move(recording.parameter_sizes)};
-          })
-      .get();
+  return Await(impl_->Ask<absl::StatusOr<Graph>>(
+      std::move(command), [&recording](absl::StatusOr<v1::Reply*> reply) -> absl::StatusOr<Graph> {
+        RETURN_IF_ERROR(ReplyStatus(reply));
+        return Graph{recording.id, (*reply)->graph_steps(), std::move(recording.parameter_sizes)};
+      }));
 }
 
 absl::Status Client::ReplayGraph(const Graph& graph, const std::vector<Handle>& bindings) {

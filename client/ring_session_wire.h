@@ -47,6 +47,7 @@ class RingSessionWire final : public SessionWire {
   absl::Status Finish() override;
   void Cancel() override;
   bool direct() const override { return true; }
+  absl::Duration suggested_spin() const override { return spin_; }
 
  private:
   RingSessionWire() = default;

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "cubed/v1/session.grpc.pb.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
@@ -36,6 +37,10 @@ class SessionWire {
   // thread that sends it (the command ring: a copy into shared memory), instead of batched by a
   // writer thread (gRPC: a message and a thread hop per write). Writes stay one at a time.
   virtual bool direct() const { return false; }
+  // How long the daemon suggests a thread waiting for a reply on this wire polls before it
+  // sleeps (the command ring's OpenRingResponse.spin_us: Note [Waiting awake], client.h); zero
+  // where the daemon says nothing (gRPC).
+  virtual absl::Duration suggested_spin() const { return absl::ZeroDuration(); }
 };
 
 // The session stream over gRPC (cubed.v1.SessionStream/Session) on `channel`.

@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/client.h"
 #include "cubed/v1/session.pb.h"
@@ -50,10 +51,26 @@ struct ReplyState {
   bool serialized ABSL_GUARDED_BY(mu) = false;
   uint64_t tag = 0;
   std::atomic<bool> used{false};  // Handed to a send.
+  // `done`, for polling without mu (Note [Waiting awake]): set after `done`, under mu.
+  std::atomic<bool> ready{false};
+  absl::Duration spin;  // The client's reply spin; set before it is sent.
 
-  bool Done() {
+  bool Done() const { return ready.load(std::memory_order_acquire); }
+
+  // Polls `ready` for `spin`, then sleeps on mu until `done` or `timeout` passed; true once
+  // done. Any thread.
+  bool Wait(absl::Duration timeout) {
+    if (spin > absl::ZeroDuration() && !Done()) {
+      const absl::Time until = absl::Now() + std::min(spin, timeout);
+      while (!Done() && absl::Now() < until) {
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+      }
+    }
+    if (Done()) return true;
     absl::MutexLock lock(&mu);
-    return done;
+    return mu.AwaitWithTimeout(absl::Condition(&done), timeout);
   }
 };
 
@@ -99,6 +116,7 @@ struct cubed_client {
   int64_t lease_ms = 0;
   int32_t transport = 0;
   int32_t carrier = 2;
+  absl::Duration reply_spin;  // Client::reply_spin().
 };
 
 struct cubed_reply {
@@ -120,6 +138,7 @@ int32_t Send(cubed_client* c, Command command, cubed_reply* reply, cubed_error* 
       absl::MutexLock lock(&reply->state->mu);
       reply->state->queue = c->queue;
     }
+    reply->state->spin = c->reply_spin;
     on_reply = [state = reply->state](absl::StatusOr<Reply*> r) {
       bool to_queue = false;
       {
@@ -137,6 +156,7 @@ int32_t Send(cubed_client* c, Command command, cubed_reply* reply, cubed_error* 
           state->stream_status = r.status();
         }
         state->done = true;
+        state->ready.store(true, std::memory_order_release);
         to_queue = state->notify && !state->queued;
         state->queued = state->queued || to_queue;
       }
@@ -195,6 +215,7 @@ void cubed_connect_options_init(cubed_connect_options* options) {
   options->bulk_chunk = d.bulk_chunk;
   options->region_threshold = d.region_threshold;
   options->resume_timeout_ms = absl::ToInt64Milliseconds(d.resume_timeout);
+  options->reply_spin_us = -1;
 }
 
 int32_t cubed_client_connect(const cubed_connect_options* options, cubed_client** client,
@@ -243,6 +264,11 @@ int32_t cubed_client_connect(const cubed_connect_options* options, cubed_client*
                                        "got ",
                                        o.resume_timeout_ms));
   }
+  if (o.reply_spin_us > 1000000) {
+    return Invalid(error, absl::StrCat("cubed_connect_options.reply_spin_us must be at most "
+                                       "1000000, got ",
+                                       o.reply_spin_us));
+  }
   auto text = [](const char* s) { return s == nullptr ? std::string() : std::string(s); };
   cubed::ClientOptions options_cc;
   options_cc.address = o.address;
@@ -264,6 +290,8 @@ int32_t cubed_client_connect(const cubed_connect_options* options, cubed_client*
   options_cc.bulk_chunk = o.bulk_chunk;
   options_cc.region_threshold = o.region_threshold;
   options_cc.resume_timeout = absl::Milliseconds(o.resume_timeout_ms);
+  options_cc.reply_spin =
+      o.reply_spin_us < 0 ? absl::Microseconds(-1) : absl::Microseconds(o.reply_spin_us);
   absl::StatusOr<std::unique_ptr<cubed::Client>> connected =
       cubed::Client::Connect(std::move(options_cc));
   if (!connected.ok()) return Fail(error, connected.status());
@@ -271,6 +299,7 @@ int32_t cubed_client_connect(const cubed_connect_options* options, cubed_client*
   cubed::Client& cc = **connected;
   c->session = cc.session();
   c->lease_ms = absl::ToInt64Milliseconds(cc.lease());
+  c->reply_spin = cc.reply_spin();
   c->transport = cc.transport() == cubed::Transport::kUnary ? 1 : 0;
   c->carrier = cc.transport() == cubed::Transport::kStream &&
                        cc.stream_carrier() == cubed::StreamCarrier::kRing
@@ -324,6 +353,10 @@ int64_t cubed_client_lease_ms(const cubed_client* client) {
   return client == nullptr ? 0 : client->lease_ms;
 }
 
+int64_t cubed_client_reply_spin_us(const cubed_client* client) {
+  return client == nullptr ? 0 : absl::ToInt64Microseconds(client->reply_spin);
+}
+
 int32_t cubed_client_transport(const cubed_client* client) {
   return client == nullptr ? 0 : client->transport;
 }
@@ -363,6 +396,7 @@ int32_t cubed_client_call(cubed_client* client, const char* method, const void* 
   absl::MutexLock lock(&s->mu);
   s->data.push_back(*std::move(response));
   s->done = true;
+  s->ready.store(true, std::memory_order_release);
   return 0;
 }
 
@@ -522,6 +556,34 @@ int32_t cubed_client_read(cubed_client* client, uint64_t id, uint64_t offset_sta
   return Send(client, std::move(command), reply, error);
 }
 
+int32_t cubed_client_read_into(cubed_client* client, uint64_t id, uint64_t offset_start,
+                               uint64_t offset_end, void* out, uint64_t capacity, uint64_t* size,
+                               int64_t timeout_ms, cubed_error* error) {
+  if (client == nullptr || size == nullptr || (out == nullptr && capacity != 0)) {
+    return Invalid(error, "cubed_client_read_into: client or size is NULL, or out with capacity");
+  }
+  cubed_reply reply{std::make_shared<ReplyState>()};
+  if (const int32_t code = cubed_client_read(client, id, offset_start, offset_end, &reply, error)) {
+    return code;
+  }
+  if (const int32_t code = cubed_reply_wait(&reply, timeout_ms, error)) return code;
+  if (const int32_t code = cubed_reply_status(&reply, error)) return code;
+  ReplyState* s = reply.state.get();  // Done: its fields are no longer written.
+  if (s->data.size() != 1) {
+    return Fail(error, absl::InternalError(absl::StrCat("read: the daemon answered ",
+                                                        s->data.size(), " data entries, not 1")));
+  }
+  const std::string& bytes = s->data[0];
+  if (bytes.size() > capacity) {
+    return Fail(error,
+                absl::OutOfRangeError(absl::StrCat("read: ", bytes.size(), " bytes do not fit the ",
+                                                   capacity, " bytes of out")));
+  }
+  if (!bytes.empty()) std::memcpy(out, bytes.data(), bytes.size());
+  *size = bytes.size();
+  return 0;
+}
+
 int32_t cubed_client_flush(cubed_client* client, cubed_error* error) {
   if (client == nullptr) return Invalid(error, "cubed_client_flush: client is NULL");
   absl::Status flushed;
@@ -600,9 +662,7 @@ void cubed_reply_notify(cubed_reply* reply) {
 
 int32_t cubed_reply_wait(cubed_reply* reply, int64_t timeout_ms, cubed_error* error) {
   if (reply == nullptr) return Invalid(error, "cubed_reply_wait: reply is NULL");
-  ReplyState* s = reply->state.get();
-  absl::MutexLock lock(&s->mu);
-  if (!s->mu.AwaitWithTimeout(absl::Condition(&s->done), Timeout(timeout_ms))) {
+  if (!reply->state->Wait(Timeout(timeout_ms))) {
     return Fail(error,
                 absl::DeadlineExceededError(absl::StrCat("no reply within ", timeout_ms, " ms")));
   }

@@ -86,6 +86,8 @@ typedef struct cubed_connect_options {
   uint64_t bulk_chunk;          // Their chunk size, 1 byte .. 4 MiB.
   uint64_t region_threshold;    // Creates through a staging region from here; 0 never.
   int64_t resume_timeout_ms;    // Resume the stream after a checkpointed restart; 0 never.
+  int64_t reply_spin_us;        // Polling before a wait sleeps (ClientOptions::reply_spin):
+                                // < 0 the daemon's suggestion, 0 never, at most 1000000.
 } cubed_connect_options;
 
 // The C++ SDK's defaults (cubed::ClientOptions), address NULL, struct_size set.
@@ -121,6 +123,9 @@ CUBED_C_EXPORT void cubed_client_free(cubed_client* client);
 // The session id; the lease the daemon granted, ms (0 for a joined session).
 CUBED_C_EXPORT uint64_t cubed_client_session(const cubed_client* client);
 CUBED_C_EXPORT int64_t cubed_client_lease_ms(const cubed_client* client);
+// Microseconds a wait for a reply polls before it sleeps (Client::reply_spin(): Note [Waiting
+// awake] in client/client.h).
+CUBED_C_EXPORT int64_t cubed_client_reply_spin_us(const cubed_client* client);
 // 0: the session stream; 1: unary calls (cubed_connect_options.transport after the environment
 // and joining applied).
 CUBED_C_EXPORT int32_t cubed_client_transport(const cubed_client* client);
@@ -196,6 +201,17 @@ CUBED_C_EXPORT int32_t cubed_client_read(cubed_client* client, uint64_t id, uint
                                          uint64_t offset_end, cubed_reply* reply,
                                          cubed_error* error);
 
+// trait: read, waited for: reads handle `id` as cubed_client_read does, waits up to
+// `timeout_ms` (< 0: without end) on this thread, polling first (Note [Waiting awake] in
+// client/client.h), and copies the bytes into `out` (`capacity` bytes; *size gets how many).
+// For small reads: no reply object, one call. Errors: the read's (as cubed_reply_status
+// gives them); OUT_OF_RANGE when the bytes do not fit `capacity` (nothing copied);
+// DEADLINE_EXCEEDED when no answer came in time (the read may still run).
+CUBED_C_EXPORT int32_t cubed_client_read_into(cubed_client* client, uint64_t id,
+                                              uint64_t offset_start, uint64_t offset_end, void* out,
+                                              uint64_t capacity, uint64_t* size, int64_t timeout_ms,
+                                              cubed_error* error);
+
 // trait: flush.
 CUBED_C_EXPORT int32_t cubed_client_flush(cubed_client* client, cubed_error* error);
 
@@ -232,6 +248,9 @@ CUBED_C_EXPORT void cubed_reply_notify(cubed_reply* reply);
 // may still complete; the stream's own deadline resolves every reply eventually).
 CUBED_C_EXPORT int32_t cubed_reply_wait(cubed_reply* reply, int64_t timeout_ms, cubed_error* error);
 
+// (cubed_reply_wait polls the reply for the client's reply spin before it sleeps: Note [Waiting
+// awake] in client/client.h.)
+//
 // Whether `reply` completed (no wait).
 CUBED_C_EXPORT int32_t cubed_reply_done(const cubed_reply* reply);
 

@@ -26,6 +26,7 @@ constexpr int32_t kInvalidArgument = 3;
 constexpr int32_t kDeadlineExceeded = 4;
 constexpr int32_t kNotFound = 5;
 constexpr int32_t kFailedPrecondition = 9;
+constexpr int32_t kOutOfRange = 11;
 constexpr int32_t kUnavailable = 14;
 
 // Protobuf wire encoding, enough for the commands below.
@@ -207,6 +208,7 @@ TEST_F(CApiTest, ConnectRefusesBadOptionsNamingThem) {
       {"carrier", [](cubed_connect_options* p) { p->carrier = 3; }},
       {"bulk_chunk", [](cubed_connect_options* p) { p->bulk_chunk = 0; }},
       {"resume_timeout_ms", [](cubed_connect_options* p) { p->resume_timeout_ms = -5; }},
+      {"reply_spin_us", [](cubed_connect_options* p) { p->reply_spin_us = 1000001; }},
   };
   for (const Case& k : cases) {
     cubed_connect_options_init(&o);
@@ -372,6 +374,55 @@ TEST_F(CApiTest, SendRefusesWhatIsNotACommandOrMismatchesItsReply) {
   ASSERT_EQ(cubed_client_send(c.get(), sync.data(), sync.size(), r, &e), 0) << e.text();
   ASSERT_EQ(cubed_reply_wait(r, 20000, &e), 0);
   EXPECT_EQ(cubed_reply_status(r, &e), 0) << e.text();
+}
+
+// cubed_client_read_into: the read waited for and copied into the caller's memory, on both
+// carriers and with the waiter polling or not (Note [Waiting awake]); errors as a reply's.
+TEST_F(CApiTest, ReadIntoCopiesIntoTheCallersMemory) {
+  for (int32_t carrier : {1, 2}) {
+    for (int64_t spin_us : {0, 200}) {
+      SCOPED_TRACE(absl::StrCat("carrier ", carrier, ", spin ", spin_us, " us"));
+      cubed_connect_options o;
+      cubed_connect_options_init(&o);
+      const std::string address = daemon_->unix_address();
+      o.address = address.c_str();
+      o.carrier = carrier;
+      o.reply_spin_us = spin_us;
+      cubed_client* raw = nullptr;
+      Error e;
+      ASSERT_EQ(cubed_client_connect(&o, &raw, &e), 0) << e.text();
+      ClientPtr c(raw);
+      EXPECT_EQ(cubed_client_reply_spin_us(c.get()), spin_us);
+      const std::string a = Floats({1, 2, 3, 4});
+      uint64_t id = 0;
+      ASSERT_EQ(cubed_client_create(c.get(), a.data(), a.size(), &id, &e), 0) << e.text();
+      std::string out(16, '\0');
+      uint64_t size = 0;
+      ASSERT_EQ(cubed_client_read_into(c.get(), id, 4, 4, out.data(), out.size(), &size, 20000, &e),
+                0)
+          << e.text();
+      EXPECT_EQ(size, 8u);
+      EXPECT_EQ(out.substr(0, 8), Floats({2, 3}));
+      // Too small: OUT_OF_RANGE naming both sizes, nothing copied.
+      std::string small(4, 'x');
+      EXPECT_EQ(
+          cubed_client_read_into(c.get(), id, 0, 0, small.data(), small.size(), &size, 20000, &e),
+          kOutOfRange);
+      EXPECT_TRUE(absl::StrContains(e.text(), "16 bytes do not fit the 4")) << e.text();
+      EXPECT_EQ(small, "xxxx");
+      // An unknown handle: the daemon's NOT_FOUND.
+      uint64_t unknown = 0;
+      ASSERT_EQ(cubed_client_next_id(c.get(), &unknown, &e), 0) << e.text();
+      EXPECT_EQ(
+          cubed_client_read_into(c.get(), unknown, 0, 0, out.data(), out.size(), &size, 20000, &e),
+          kNotFound);
+      EXPECT_EQ(cubed_client_read_into(c.get(), id, 0, 0, nullptr, 4, &size, 20000, &e),
+                kInvalidArgument);
+      EXPECT_EQ(
+          cubed_client_read_into(c.get(), id, 0, 0, out.data(), out.size(), nullptr, 20000, &e),
+          kInvalidArgument);
+    }
+  }
 }
 
 TEST_F(CApiTest, ErrorsComeBackFromTheReplyThatTouchesThem) {

@@ -16,19 +16,16 @@ absl::StatusOr<std::vector<Row>> MeasureReadLatency(Client& client, CudaBaseline
   const int reads = std::max(100, options.read_count);
   ASSIGN_OR_RETURN(Tensor t, CreatePatternTensor(client, {1}));
   const Binding binding(t.handle);
-  // `poll`: the caller polls the future before it blocks in get(), so the SDK's reader thread
-  // answers a thread that is awake: the difference from plain get() is what the wake-up costs.
+  // `poll`: waited for with Client::Await, which polls the future before it blocks (Note [Waiting
+  // awake], client.h); otherwise with future.get(), which sleeps at once: the difference is what
+  // the wake-up costs.
   auto measure = [&](bool poll) -> absl::StatusOr<std::vector<double>> {
     std::vector<double> figure;
     for (int r = -20; r < reads; ++r) {  // r < 0: warm-up.
       const auto t0 = std::chrono::steady_clock::now();
       std::future<absl::StatusOr<std::vector<std::string>>> answer = client.Read({binding});
-      if (poll) {
-        while (answer.wait_for(std::chrono::seconds(0)) != std::future_status::ready &&
-               SecondsSince(t0) < 1e-3) {
-        }
-      }
-      ASSIGN_OR_RETURN(std::vector<std::string> got, answer.get());
+      ASSIGN_OR_RETURN(std::vector<std::string> got,
+                       poll ? client.Await(std::move(answer)) : answer.get());
       const double us = SecondsSince(t0) * 1e6;
       float v = 0;
       if (got.size() != 1 || got[0].size() != sizeof(v)) {
@@ -48,22 +45,24 @@ absl::StatusOr<std::vector<Row>> MeasureReadLatency(Client& client, CudaBaseline
     ASSIGN_OR_RETURN(base, cuda->SmallReadMicros(reads));
   }
   std::vector<Row> rows;
-  for (const bool poll : {false, true}) {
+  for (const bool poll : {true, false}) {
     ASSIGN_OR_RETURN(std::vector<double> figure, measure(poll));
     Row row;
-    row.id = poll ? "L1p" : "L1";
+    row.id = poll ? "L1" : "L1g";
     row.name = absl::StrCat("4-byte read round trip, C++ SDK, ",
                             !stream ? "unary Read"
                             : ring  ? "command ring"
                                     : "gRPC stream",
-                            poll ? ", caller polls the future" : "");
+                            poll ? ", Client::Await" : ", future.get()");
     row.unit = "us";
     row.lower_is_better = true;
     row.show_p99 = true;
     row.figure = Summarize(figure);
-    row.goal = poll ? "report (the wake-up's cost: L1 - L1p)"
-                    : "report (issue 13: the Python SDK within 1.2x of this)";
-    row.note = absl::StrCat(reads, " reads of one f32, each waited for before the next");
+    row.goal = poll ? "report (issue 13: the Python SDK within 1.2x of this)"
+                    : "report (the sleeping waiter's wake-up: L1g - L1)";
+    row.note =
+        absl::StrCat(reads, " reads of one f32, each waited for before the next; reply spin ",
+                     absl::FormatDuration(client.reply_spin()));
     if (!base.empty()) {
       row.baseline = Summarize(base);
       row.baseline_name = "in-process cuMemcpyDtoHAsync 4 B + sync";

@@ -545,4 +545,45 @@ TEST_F(RingTest, AKilledRingClientLeavesNothingBehind) {
   EXPECT_TRUE(AllGone()) << left_;
 }
 
+// Note [Waiting awake]: the SDK's waits poll for four times the spin the daemon suggests when it
+// opens the ring (at most 1 ms), none over gRPC, what ClientOptions::reply_spin says when set;
+// Client::Await returns what future.get() would.
+TEST(RingReplySpin, WaitsPollForWhatTheDaemonSuggestsOrWhatTheClientSays) {
+  DaemonProcess::Options options;
+  options.flags = {"--ring_spin_us=30"};
+  auto daemon = DaemonProcess::Start(options);
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  auto connect = [&](StreamCarrier carrier, absl::Duration spin) {
+    ClientOptions o;
+    o.address = (*daemon)->unix_address();
+    o.stream_carrier = carrier;
+    o.reply_spin = spin;
+    return Client::Connect(o);
+  };
+  auto ring = connect(StreamCarrier::kRing, absl::Microseconds(-1));
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  EXPECT_EQ((*ring)->reply_spin(), absl::Microseconds(120));
+  auto grpc = connect(StreamCarrier::kGrpc, absl::Microseconds(-1));
+  ASSERT_TRUE(grpc.ok()) << grpc.status();
+  EXPECT_EQ((*grpc)->reply_spin(), absl::ZeroDuration());
+  auto set = connect(StreamCarrier::kRing, absl::Microseconds(7));
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ((*set)->reply_spin(), absl::Microseconds(7));
+  auto too_long = connect(StreamCarrier::kRing, absl::Seconds(2));
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_EQ(too_long.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(too_long.status().message(), "reply_spin")) << too_long.status();
+  for (Client* c : {ring->get(), grpc->get(), set->get()}) {
+    const std::vector<uint8_t> bytes = {1, 2, 3, 4};
+    auto h = c->Create(bytes);
+    ASSERT_TRUE(h.ok()) << h.status();
+    auto read = c->Await(c->Read({*h}));
+    ASSERT_TRUE(read.ok()) << read.status();
+    EXPECT_EQ((*read)[0], std::string("\x01\x02\x03\x04", 4));
+    // An error comes back through Await as through get().
+    auto bad = c->Await(c->Read({cubed::Binding(*h, 3, 3)}));
+    EXPECT_FALSE(bad.ok());
+  }
+}
+
 }  // namespace

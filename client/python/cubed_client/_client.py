@@ -399,7 +399,18 @@ class Client(KernelMethods):
         if t.size and t.is_contiguous and not self._staging.wanted(t.nbytes):
             # A small read: read_async's path without its second Future and callback.
             transport = self._live(flush_releases=True)
-            raw = transport.read([self._read_binding(t, t.offset * t.dtype.itemsize)])
+            binding = self._read_binding(t, t.offset * t.dtype.itemsize)
+            read_into = getattr(transport, "read_into", None)
+            if read_into is not None:  # The native core: one call, the waiter polls.
+                out = np.empty(t.shape, t.dtype)
+                try:
+                    read_into(binding, out, self._timeout)
+                except FutureTimeout:
+                    raise error_for(grpc.StatusCode.DEADLINE_EXCEEDED,
+                                    f"no answer within {self._timeout} s "
+                                    "(connect(timeout=...))") from None
+                return out
+            raw = transport.read([binding])
             data = self._wait(raw)[0]
             return np.frombuffer(data, dtype=t.dtype).reshape(t.shape).copy()
         return self._wait(self.read_async(tensor))

@@ -90,8 +90,7 @@ def connect(address: Optional[str] = None, *, timeout: float = 60.0, device: int
             client/c_api/cubed_client_c.h; FailedPreconditionError when the library is not
             found, see client/python/README.md) or ``"auto"`` (native when the library loads).
             Unary calls (``transport="unary"``, a joined ``session``) always use the Python
-            core, and so does TLS without ``root_certificates``; with the native core ``spin``
-            has no effect. The environment variable
+            core, and so does TLS without ``root_certificates``. The environment variable
             CUBED_CLIENT_CORE overrides it.
 
     Raises:
@@ -161,7 +160,7 @@ def connect(address: Optional[str] = None, *, timeout: float = 60.0, device: int
                     target, timeout, device, lease_ms, carrier, token=token,
                     root_certificates=root_certificates, certificate_chain=certificate_chain,
                     private_key=private_key, server_name=server_name,
-                    max_message_bytes=max_message_bytes, resume_timeout=resume)
+                    max_message_bytes=max_message_bytes, resume_timeout=resume, spin=spin)
                 # Unary calls on the C++ SDK's channel: the daemon of the session.
                 channel.close()
                 channel = t.channel()

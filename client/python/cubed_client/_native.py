@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import grpc
+import numpy as np
 
 from ._errors import CubedError, error_for, error_from_number
 from . import _wire
@@ -59,7 +60,7 @@ class _Options(ctypes.Structure):
                 ("tls_key_file", ctypes.c_char_p), ("tls_server_name", ctypes.c_char_p),
                 ("session", _u64), ("transport", _i32), ("carrier", _i32),
                 ("bulk_threshold", _u64), ("bulk_chunk", _u64), ("region_threshold", _u64),
-                ("resume_timeout_ms", _i64)]
+                ("resume_timeout_ms", _i64), ("reply_spin_us", _i64)]
 
 
 class _Usage(ctypes.Structure):
@@ -91,6 +92,9 @@ _SIGNATURES = {
     "cubed_client_execute": (_i32, [_ptr, ctypes.c_char_p, _size, _P(_Error)]),
     "cubed_client_release": (_i32, [_ptr, _P(_u64), _size, _P(_Error)]),
     "cubed_client_read": (_i32, [_ptr, _u64, _u64, _u64, _ptr, _P(_Error)]),
+    "cubed_client_read_into": (_i32, [_ptr, _u64, _u64, _u64, _ptr, _u64, _P(_u64), _i64,
+                                      _P(_Error)]),
+    "cubed_client_reply_spin_us": (_i64, [_ptr]),
     "cubed_client_flush": (_i32, [_ptr, _P(_Error)]),
     "cubed_client_memory_usage": (_i32, [_ptr, _P(_Usage), _P(_Error)]),
     "cubed_client_next_done": (_i32, [_ptr, _i64, _P(_u64), _P(_Error)]),
@@ -345,11 +349,12 @@ class NativeTransport:
                  token: Optional[str] = None, root_certificates: Any = None,
                  certificate_chain: Any = None, private_key: Any = None,
                  server_name: Optional[str] = None, max_message_bytes: int = 1 << 30,
-                 resume_timeout: float = 0.0) -> None:
-        """Connects and opens the session; the CubedError the C++ SDK's Connect returned."""
+                 resume_timeout: float = 0.0, spin: Optional[float] = None) -> None:
+        """Connects and opens the session; the CubedError the C++ SDK's Connect returned.
+        ``spin``: connect()'s (seconds a waiting thread polls for its answer before it sleeps;
+        None: the C++ SDK's default, four times what the daemon suggests)."""
         self._lib = lib = load()
         self._timeout = timeout
-        self.spin = 0.0  # The C++ SDK's reader thread takes the answers; no caller polls.
         options = _Options()
         lib.cubed_connect_options_init(ctypes.byref(options))
         options.address = target.encode()
@@ -364,6 +369,7 @@ class NativeTransport:
         # (Staging in _region.py) before they reach this transport: no second region here.
         options.region_threshold = 0
         options.resume_timeout_ms = int(resume_timeout * 1000)
+        options.reply_spin_us = -1 if spin is None else int(spin * 1e6)
         keep: List[bytes] = []  # The strings stay alive until connect returned.
         if token:
             keep.append(token.encode())
@@ -390,6 +396,9 @@ class NativeTransport:
         self.session = lib.cubed_client_session(self._client)
         self.lease_ms = lib.cubed_client_lease_ms(self._client)
         self.carrier = "ring" if lib.cubed_client_carrier(self._client) == 1 else "grpc"
+        # Waits poll this long (seconds) before they sleep: in cubed_reply_wait and
+        # cubed_client_read_into (Note [Waiting awake] in client/client.h).
+        self.spin = lib.cubed_client_reply_spin_us(self._client) / 1e6
         self._tags = itertools.count(1)
         # The seq the next command goes out with (the C++ SDK numbers them in the order sent; a
         # count kept here, for tests that name the seq of a command, as of the Python core).
@@ -591,6 +600,25 @@ class NativeTransport:
             return future
         return self._send(session_pb2.Command(read=session_pb2.Command.Read(bindings=bindings)),
                           _data)  # type: ignore[return-value]
+
+    def read_into(self, b: types_pb2.Binding, out: np.ndarray, timeout: Optional[float]) -> None:
+        """Reads binding ``b`` into contiguous ``out`` (exactly its bytes) and waits for it on
+        this thread, polling first: one call into the library, no Future (Client.read's small
+        reads). The read's CubedError; DeadlineExceededError after ``timeout`` seconds."""
+        lib, err, size = self._lib, _Error(), _u64()
+        self._next_seq += 1
+        ms = -1 if timeout is None else max(1, int(timeout * 1000))
+        code = lib.cubed_client_read_into(self._client, b.handle, b.offset_start, b.offset_end,
+                                          out.ctypes.data, out.nbytes, ctypes.byref(size), ms,
+                                          ctypes.byref(err))
+        if code == _DEADLINE_EXCEEDED:
+            lib.cubed_error_clear(ctypes.byref(err))
+            raise FutureTimeout()
+        if code:
+            _raise(lib, code, err)
+        if size.value != out.nbytes:
+            raise error_from_number(13, f"read: the daemon answered {size.value} bytes, not "
+                                        f"{out.nbytes}")
 
     def read_tensor(self, bindings: List[types_pb2.BindingWithMeta]) -> Future:
         return self._send(session_pb2.Command(
