@@ -167,7 +167,12 @@ class DownloadSink {
       first_ = false;
       out_.resize(sizes.size());
       sizes_ = std::move(sizes);
-      for (size_t i = 0; i < sizes_.size(); ++i) ReserveForRead(out_[i], sizes_[i]);
+      std::vector<std::pair<char*, uint64_t>> ranges;
+      for (size_t i = 0; i < sizes_.size(); ++i) {
+        ReserveForRead(out_[i], sizes_[i]);
+        ranges.emplace_back(out_[i].data(), sizes_[i]);
+      }
+      prefault_ = std::make_unique<Prefault>(std::move(ranges));
     }
     if (!has_data || data_len == 0) return absl::OkStatus();
     if (binding >= out_.size() || offset > sizes_[binding] || data_len > sizes_[binding] - offset) {
@@ -187,6 +192,7 @@ class DownloadSink {
   }
 
   absl::StatusOr<std::vector<std::string>> Result() {
+    prefault_.reset();
     for (size_t i = 0; i < out_.size(); ++i) {
       if (out_[i].size() != sizes_[i]) {
         return absl::InternalError(absl::StrCat("SessionStream.Download: binding ", i, " got ",
@@ -204,6 +210,8 @@ class DownloadSink {
   bool first_ = true;
   std::vector<std::string> out_;
   std::vector<uint64_t> sizes_;  // Announced by the first chunk.
+  // Faults in out_'s room ahead of the copies; declared after out_, so it stops before out_ goes.
+  std::unique_ptr<Prefault> prefault_;
 };
 
 }  // namespace
