@@ -501,6 +501,42 @@ TEST(GraphCheckpointTest, GraphSectionsSurviveARoundTrip) {
   }
 }
 
+// A recording that failed before the checkpoint keeps its failure: end_graph on the resumed
+// stream answers it, as it would have without the restart.
+TEST(GraphCheckpointTest, AFailedRecordingStillAnswersItsFailure) {
+  TempDir tmp("cubed-gckpt");
+  const std::string dir = tmp.path() + "/checkpoint";
+  std::unique_ptr<DaemonProcess> a = StartDaemon({"--checkpoint_dir=" + dir});
+  ASSERT_NE(a, nullptr);
+  uint64_t session = 0;
+  {
+    auto channel = grpc::CreateChannel(a->unix_address(), grpc::InsecureChannelCredentials());
+    auto stub = v1::SessionStream::NewStub(channel);
+    Stream s(*stub);
+    session = s.session();
+    ASSERT_TRUE(s.Send({Empty(kX), BeginGraph(5, {12345}), Fill(kX, 1.0f), Sync()}));
+    ASSERT_EQ(s.Next().code(), 0);
+    absl::StatusOr<int> code = a->Stop(SIGTERM);
+    ASSERT_TRUE(code.ok());
+    ASSERT_EQ(*code, 0) << a->LogTail();
+  }
+  std::unique_ptr<DaemonProcess> d = StartDaemon({"--restore=" + dir});
+  ASSERT_NE(d, nullptr);
+  auto channel = grpc::CreateChannel(d->unix_address(), grpc::InsecureChannelCredentials());
+  auto stub = v1::SessionStream::NewStub(channel);
+  Stream s(*stub, session);
+  ASSERT_EQ(s.session(), session);
+  ASSERT_TRUE(s.Send({EndGraph(), Replay(5, {})}));
+  v1::Reply end = s.Next();
+  EXPECT_EQ(end.code(), grpc::StatusCode::NOT_FOUND) << end.message();
+  EXPECT_TRUE(absl::StrContains(end.message(), "begin_graph.parameters[0]: handle 12345"))
+      << end.message();
+  ASSERT_TRUE(s.Send({Sync()}));
+  v1::Reply sync = s.Next();  // The graph id stayed free: the replay found no graph 5.
+  EXPECT_EQ(sync.code(), grpc::StatusCode::NOT_FOUND) << sync.message();
+  EXPECT_TRUE(absl::StrContains(sync.message(), "graph 5")) << sync.message();
+}
+
 // Restoring `dir` must fail before serving, with exit status 1 (not a signal), the error naming
 // `what`.
 void ExpectRefused(const std::string& dir, const std::string& what) {
