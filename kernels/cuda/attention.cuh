@@ -156,6 +156,51 @@ __device__ __forceinline__ void CopyRows(u32 dst, const Buf<const T>& src, u64 b
   }
 }
 
+// A K or V tensor's tiles of kAttnKeys rows as this thread copies them: the byte address of its
+// chunk in the next tile's first row (row threadIdx.x / 8, chunk threadIdx.x % 8), the bytes
+// between its rows (kAttnThreads / 8 rows apart), and the buffer's end.
+struct TileStream {
+  u64 at, pass, end, begin;
+};
+template <class T>
+__device__ __forceinline__ TileStream StreamOf(const CudaTensorArg& t, u64 off, u64 stride) {
+  TileStream r;
+  r.begin = t.ptr;
+  r.end = t.ptr + t.bytes / sizeof(T) * sizeof(T);
+  r.pass = stride * (kAttnThreads / 8) * sizeof(T);
+  r.at = t.ptr + (off + (threadIdx.x >> 3) * stride + (threadIdx.x & 7u) * 8) * sizeof(T);
+  return r;
+}
+
+// Copies the next tile of `s` (its rows from `valid` on, and any chunk past the buffer, as zeros)
+// into the swizzled tile at shared address `dst`, as CopyRows does, and moves `s` to the tile
+// after it: four 64-bit adds and a test a thread when the tile is whole.
+__device__ __forceinline__ void CopyTile(u32 dst, TileStream& s, u32 valid) {
+  constexpr u32 kStep = kAttnThreads / 8;
+  constexpr u32 kPasses = kAttnKeys / kStep;
+  static_assert(kAttnKeys % kStep == 0 && kStep % 8 == 0, "whole passes, one swizzle");
+  const u32 row0 = threadIdx.x >> 3, chunk = threadIdx.x & 7u;
+  const u32 to = dst + 2 * Swizzled(row0, chunk * 8);
+  u64 from[kPasses];
+#pragma unroll
+  for (u32 i = 0; i < kPasses; ++i) from[i] = s.at + i * s.pass;
+  s.at = from[kPasses - 1] + s.pass;
+  if (valid >= kAttnKeys && from[kPasses - 1] + 16 <= s.end) {
+#pragma unroll
+    for (u32 i = 0; i < kPasses; ++i) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to + i * kStep * 128),
+                   "l"(from[i]));
+    }
+    return;
+  }
+#pragma unroll
+  for (u32 i = 0; i < kPasses; ++i) {
+    const bool in = row0 + i * kStep < valid && from[i] + 16 <= s.end;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to + i * kStep * 128),
+                 "l"(in ? from[i] : s.begin), "r"(in ? 16 : 0));
+  }
+}
+
 __device__ __forceinline__ void CommitLoads() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void WaitLoads() { asm volatile("cp.async.wait_group 0;\n" ::); }
 
@@ -234,11 +279,12 @@ __device__ __forceinline__ float QuadSum(float x) {
 // a warp moves its rows' bases to their maxima, rescaling the output and sums, only when some
 // row's maximum grew by more than 2^8 (as flash attention 4 does), so p stays below about 2^8 and
 // the multiplies of a rescale run only in the first tiles of most rows; out = acc / l either way.
+// The rescale test is one vote a tile for all the warp's rows, before any exponential, so that
+// the exponentials and the P V MMAs are one straight-line block, interleaved (the exponentials
+// of P's key columns 16 kk.. beside the MMAs of the columns before them).
 template <class T>
 __device__ void AttentionMma(const CudaBuiltinArgs& a, unsigned short* smem) {
   const Buf<const T> q = BufOf<const T>(a.buffers[0]);
-  const Buf<const T> k = BufOf<const T>(a.buffers[1]);
-  const Buf<const T> v = BufOf<const T>(a.buffers[2]);
   const Buf<T> o = BufOf<T>(a.buffers[3]);
   const u32 r = a.buffers[3].rank;
   // Row counts and indices in 32 bits: every tensor holds fewer than 2^32 elements (its
@@ -288,15 +334,16 @@ __device__ void AttentionMma(const CudaBuiltinArgs& a, unsigned short* smem) {
       }
       return off;
     };
-    const u64 k_off = batch_offset(1), v_off = batch_offset(2);
+    TileStream ks_in = StreamOf<T>(a.buffers[1], batch_offset(1), k_rs);
+    TileStream vs_in = StreamOf<T>(a.buffers[2], batch_offset(2), v_rs);
     const u32 q_end = q0 + kAttnRows < len_q ? q0 + kAttnRows : len_q;
     const u32 keys = len_k < q_end ? len_k : q_end;  // Keys any query of the tile sees.
     const u32 key_tiles = (keys + kAttnKeys - 1) / kAttnKeys;
     __syncthreads();  // The previous tile's warps are done with every shared tile.
     CopyRows<kAttnRows>(qs, q, batch_offset(0) + q0 * q_rs, q_rs, len_q - q0);
     if (key_tiles > 0) {
-      CopyRows<kAttnKeys>(stages, k, k_off, k_rs, len_k);
-      CopyRows<kAttnKeys>(stages + kAttnTileBytes, v, v_off, v_rs, len_k);
+      CopyTile(stages, ks_in, len_k);
+      CopyTile(stages + kAttnTileBytes, vs_in, len_k);
     }
     CommitLoads();
     if (q_sign != 0 && key_tiles > 0) {  // Negates this warp's rows of Q in place.
@@ -328,21 +375,17 @@ __device__ void AttentionMma(const CudaBuiltinArgs& a, unsigned short* smem) {
     const u32 warp_tiles = last_tile < key_tiles ? last_tile + 1 : key_tiles;
     const u32 unmasked = (first_row < len_k ? first_row : len_k) / kAttnKeys;
     const u32 mask_from = unmasked < key_tiles ? unmasked : key_tiles;
-    for (u32 j = 0; j < key_tiles; ++j) {
+    // S = Q K^T for this warp's queries and the tile's 64 keys, its softmax into P, and O += P V.
+    // Keys past the diagonal of this warp's first query, or past S, are masked: key k0 + c (c
+    // the column in the tile) is visible to row r when c < min(r - k0 + 1, S - k0), as a bound
+    // within [0, 64] on c. Called with constants, inlined twice, so that the tiles below the
+    // diagonal test nothing per element; each copy is straight-line code after its rescale
+    // branch, so that the exponentials of P's key columns 16 kk.. interleave with the MMAs of
+    // the columns before them.
+    auto step = [&](const u32 j, const bool masked) {
       const u32 k0 = j * kAttnKeys;
-      WaitLoads();
-      __syncthreads();          // Tile j (and Q) landed; every warp is done with tile j - 1.
-      if (j + 1 < key_tiles) {  // Into the stage tile j - 1 used.
-        const u32 next = stages + ((j + 1) & 1u) * 2 * kAttnTileBytes;
-        const u32 k1 = k0 + kAttnKeys;
-        CopyRows<kAttnKeys>(next, k, k_off + k1 * k_rs, k_rs, len_k - k1);
-        CopyRows<kAttnKeys>(next + kAttnTileBytes, v, v_off + k1 * v_rs, v_rs, len_k - k1);
-        CommitLoads();
-      }
-      if (j >= warp_tiles) continue;  // No query of this warp sees the tile's keys.
       const u32 ks = stages + (j & 1u) * 2 * kAttnTileBytes, vs = ks + kAttnTileBytes;
-      // S = Q K^T for this warp's queries and the tile's 64 keys; each K fragment serves the
-      // warp's kAttnM query tiles.
+      // Each K fragment serves the warp's kAttnM query tiles.
       float s[kAttnM][kAttnKeys / 8][4];
 #pragma unroll
       for (u32 mi = 0; mi < kAttnM; ++mi) {
@@ -372,102 +415,130 @@ __device__ void AttentionMma(const CudaBuiltinArgs& a, unsigned short* smem) {
           }
         }
       }
-      // Keys past the diagonal of this warp's first query, or past S, are masked: key k0 + c
-      // (c the column in the tile) is visible to row r when c < min(r - k0 + 1, S - k0), as a
-      // bound within [0, 64] on c. The softmax is compiled twice, with and without the mask, so
-      // that the tiles below the diagonal test nothing per element.
-      u32 pf[kAttnM][kAttnKeys / 16][4];       // P as A fragments of the P V product.
-      auto softmax = [&](const bool masked) {  // Called with constants, inlined twice.
+      u32 vis[kAttnM][2];  // Rows g and g + 8 of query tile mi.
+#pragma unroll
+      for (u32 mi = 0; mi < kAttnM; ++mi) {
+        vis[mi][0] = vis[mi][1] = kAttnKeys;
+        if (masked) {
+          const u32 tile_end = len_k - k0 < kAttnKeys ? len_k - k0 : kAttnKeys;
+#pragma unroll
+          for (u32 h = 0; h < 2; ++h) {  // Rows before k0 see none of the tile.
+            const u32 row = row_g + 16 * mi + 8 * h;
+            const u32 seen = row + 1 > k0 ? row + 1 - k0 : 0;
+            vis[mi][h] = seen < tile_end ? seen : tile_end;
+          }
+#pragma unroll
+          for (u32 n = 0; n < kAttnKeys / 8; ++n) {
+#pragma unroll
+            for (u32 c = 0; c < 4; ++c) {
+              if (n * 8 + 2 * t + (c & 1u) >= vis[mi][c >> 1]) s[mi][n][c] = Num<float>::Lowest();
+            }
+          }
+        }
+      }
+      // In the scaled domain: a row that has seen only masked keys keeps maximum -inf, and
+      // subtracts 0 instead (its p are 0). Every query sees key 0, so no stored row ends so.
+      // The bases m move (and the output and sums are rescaled) only when some row of the
+      // warp's grew past its base by more than kAttnRescaleLog2 (Note [Attention pipeline]).
+      const float ninf = Num<float>::Lowest();
+      float mx[kAttnM][2];
+#pragma unroll
+      for (u32 mi = 0; mi < kAttnM; ++mi) {
+#pragma unroll
+        for (u32 h = 0; h < 2; ++h) {
+          mx[mi][h] = m[mi][h];
+#pragma unroll
+          for (u32 n = 0; n < kAttnKeys / 8; ++n) {
+            mx[mi][h] = MaxNan(mx[mi][h], MaxNan(s[mi][n][2 * h], s[mi][n][2 * h + 1]));
+          }
+        }
+      }
+      bool grow = false;
+#pragma unroll
+      for (u32 mi = 0; mi < kAttnM; ++mi) {
+#pragma unroll
+        for (u32 h = 0; h < 2; ++h) {
+          mx[mi][h] = QuadMax(mx[mi][h]);
+          grow = grow || m[mi][h] == ninf || (mx[mi][h] - m[mi][h]) * scale2 > kAttnRescaleLog2;
+        }
+      }
+      if (__any_sync(0xffffffffu, grow)) {
 #pragma unroll
         for (u32 mi = 0; mi < kAttnM; ++mi) {
-          u32 vis[2] = {kAttnKeys, kAttnKeys};  // Rows g and g + 8 of query tile mi.
-          if (masked) {
-            const u32 tile_end = len_k - k0 < kAttnKeys ? len_k - k0 : kAttnKeys;
-#pragma unroll
-            for (u32 h = 0; h < 2; ++h) {  // Rows before k0 see none of the tile.
-              const u32 row = row_g + 16 * mi + 8 * h;
-              const u32 seen = row + 1 > k0 ? row + 1 - k0 : 0;
-              vis[h] = seen < tile_end ? seen : tile_end;
-            }
-#pragma unroll
-            for (u32 n = 0; n < kAttnKeys / 8; ++n) {
-#pragma unroll
-              for (u32 c = 0; c < 4; ++c) {
-                if (n * 8 + 2 * t + (c & 1u) >= vis[c >> 1]) s[mi][n][c] = Num<float>::Lowest();
-              }
-            }
-          }
-          float mx[2] = {m[mi][0], m[mi][1]};
-#pragma unroll
-          for (u32 n = 0; n < kAttnKeys / 8; ++n) {
-            mx[0] = MaxNan(mx[0], MaxNan(s[mi][n][0], s[mi][n][1]));
-            mx[1] = MaxNan(mx[1], MaxNan(s[mi][n][2], s[mi][n][3]));
-          }
-          // In the scaled domain: a row that has seen only masked keys keeps maximum -inf, and
-          // subtracts 0 instead (its p are 0). Every query sees key 0, so no stored row ends so.
-          // The base m moves (and the output and sums are rescaled) only when a row's maximum
-          // grew past it by more than kAttnRescaleLog2 (Note [Attention pipeline]).
-          const float ninf = Num<float>::Lowest();
-          bool grow = false;
+          float corr[2];
 #pragma unroll
           for (u32 h = 0; h < 2; ++h) {
-            mx[h] = QuadMax(mx[h]);
-            grow = grow || m[mi][h] == ninf || (mx[h] - m[mi][h]) * scale2 > kAttnRescaleLog2;
+            const float moved = mx[mi][h] == ninf ? 0.f : mx[mi][h] * scale2;
+            corr[h] = Exp2((m[mi][h] == ninf ? ninf : m[mi][h] * scale2) - moved);
+            m[mi][h] = mx[mi][h];
+            l[mi][h] *= corr[h];
           }
-          if (__any_sync(0xffffffffu, grow)) {
-            float corr[2];
 #pragma unroll
-            for (u32 h = 0; h < 2; ++h) {
-              const float moved = mx[h] == ninf ? 0.f : mx[h] * scale2;
-              corr[h] = Exp2((m[mi][h] == ninf ? ninf : m[mi][h] * scale2) - moved);
-              m[mi][h] = mx[h];
-              l[mi][h] *= corr[h];
-            }
-#pragma unroll
-            for (u32 n = 0; n < kAttnDim / 8; ++n) {
-              acc[mi][n][0] *= corr[0];
-              acc[mi][n][1] *= corr[0];
-              acc[mi][n][2] *= corr[1];
-              acc[mi][n][3] *= corr[1];
-            }
+          for (u32 n = 0; n < kAttnDim / 8; ++n) {
+            acc[mi][n][0] *= corr[0];
+            acc[mi][n][1] *= corr[0];
+            acc[mi][n][2] *= corr[1];
+            acc[mi][n][3] *= corr[1];
           }
-          float base[2];
+        }
+      }
+      float base[kAttnM][2];
 #pragma unroll
-          for (u32 h = 0; h < 2; ++h) base[h] = m[mi][h] == ninf ? 0.f : m[mi][h] * scale2;
+      for (u32 mi = 0; mi < kAttnM; ++mi) {
 #pragma unroll
-          for (u32 n = 0; n < kAttnKeys / 8; ++n) {
+        for (u32 h = 0; h < 2; ++h) base[mi][h] = m[mi][h] == ninf ? 0.f : m[mi][h] * scale2;
+      }
+      // P's key columns 16 kk.. as A fragments, then O += P V for them; each V fragment serves
+      // the warp's kAttnM query tiles.
+#pragma unroll
+      for (u32 kk = 0; kk < kAttnKeys / 16; ++kk) {
+        u32 pf[kAttnM][4];
+#pragma unroll
+        for (u32 mi = 0; mi < kAttnM; ++mi) {
+#pragma unroll
+          for (u32 half = 0; half < 2; ++half) {
+            const u32 n = 2 * kk + half;
             float p[4];
 #pragma unroll
             for (u32 c = 0; c < 4; ++c) {
-              p[c] = Exp2(fmaf(s[mi][n][c], scale2, -base[c >> 1]));
+              p[c] = Exp2(fmaf(s[mi][n][c], scale2, -base[mi][c >> 1]));
               // A masked key's p is 0 (with scale2 = 0 the FFMA of its -inf would be NaN).
-              if (masked && n * 8 + 2 * t + (c & 1u) >= vis[c >> 1]) p[c] = 0.f;
+              if (masked && n * 8 + 2 * t + (c & 1u) >= vis[mi][c >> 1]) p[c] = 0.f;
             }
             l[mi][0] += p[0] + p[1];
             l[mi][1] += p[2] + p[3];
-            pf[mi][n / 2][(n & 1u) * 2] = PackPair<T>(p[0], p[1]);
-            pf[mi][n / 2][(n & 1u) * 2 + 1] = PackPair<T>(p[2], p[3]);
+            pf[mi][half * 2] = PackPair<T>(p[0], p[1]);
+            pf[mi][half * 2 + 1] = PackPair<T>(p[2], p[3]);
           }
         }
-      };
-      if (j >= mask_from) {  // k0 + 64 > first_row or k0 + 64 > len_k.
-        softmax(true);
-      } else {
-        softmax(false);
-      }
-      // O += P V; each V fragment serves the warp's kAttnM query tiles.
-#pragma unroll
-      for (u32 kk = 0; kk < kAttnKeys / 16; ++kk) {
 #pragma unroll
         for (u32 dp = 0; dp < kAttnDim / 16; ++dp) {
           u32 bf[4];
           LoadMatricesTransposed(bf, vs + (v_base ^ (dp * 32)) + kk * 2048);
 #pragma unroll
           for (u32 mi = 0; mi < kAttnM; ++mi) {
-            Mma<T>(acc[mi][2 * dp], pf[mi][kk], bf[0], bf[1]);
-            Mma<T>(acc[mi][2 * dp + 1], pf[mi][kk], bf[2], bf[3]);
+            Mma<T>(acc[mi][2 * dp], pf[mi], bf[0], bf[1]);
+            Mma<T>(acc[mi][2 * dp + 1], pf[mi], bf[2], bf[3]);
           }
         }
+      }
+    };
+    for (u32 j = 0; j < key_tiles; ++j) {
+      const u32 k0 = j * kAttnKeys;
+      WaitLoads();
+      __syncthreads();          // Tile j (and Q) landed; every warp is done with tile j - 1.
+      if (j + 1 < key_tiles) {  // Into the stage tile j - 1 used.
+        const u32 next = stages + ((j + 1) & 1u) * 2 * kAttnTileBytes;
+        const u32 k1 = k0 + kAttnKeys;
+        CopyTile(next, ks_in, len_k - k1);
+        CopyTile(next + kAttnTileBytes, vs_in, len_k - k1);
+        CommitLoads();
+      }
+      if (j >= warp_tiles) continue;  // No query of this warp sees the tile's keys.
+      if (j >= mask_from) {           // k0 + 64 > first_row or k0 + 64 > len_k.
+        step(j, true);
+      } else {
+        step(j, false);
       }
     }
     const u64 o_off = batch_offset(3);
