@@ -32,7 +32,7 @@ def connect(address: Optional[str] = None, *, timeout: float = 60.0, device: int
             max_message_bytes: int = 1 << 30, session: int = 0,
             region_threshold: int = 1 << 20, carrier: str = "auto",
             spin: Optional[float] = None,
-            resume_timeout: Optional[float] = None, core: str = "python") -> "Client":
+            resume_timeout: Optional[float] = None, core: str = "auto") -> "Client":
     """Connects to a cubed daemon and opens a session on ``device``.
 
     Args:
@@ -85,13 +85,19 @@ def connect(address: Optional[str] = None, *, timeout: float = 60.0, device: int
             ``region_threshold`` off (regions were the old daemon's mappings). None or 0:
             the stream's end loses the session (UnavailableError "session N lost"). See
             Note [Resume in Python] in _resume.py and docs/reliability.md.
-        core: what speaks the session stream: ``"python"`` (this package's own implementation),
-            ``"native"`` (the C++ SDK through libcubed_client_c.so: Note [One client core] in
-            client/c_api/cubed_client_c.h; FailedPreconditionError when the library is not
-            found, see client/python/README.md) or ``"auto"`` (native when the library loads).
-            Unary calls (``transport="unary"``, a joined ``session``) always use the Python
-            core, and so does TLS without ``root_certificates``. The environment variable
-            CUBED_CLIENT_CORE overrides it.
+        core: what speaks the session stream: ``"auto"`` (the default: native when the
+            library loads and the options are ones it serves, the Python core otherwise,
+            silently), ``"native"`` (the C++ SDK through libcubed_client_c.so: Note [One
+            client core] in client/c_api/cubed_client_c.h; FailedPreconditionError when the
+            library is not found, see client/python/README.md, "The native core") or
+            ``"python"`` (this package's own implementation). Both give the same API and
+            exceptions; native is about twice as fast on small commands. What only the
+            Python core serves, whichever core is asked for: unary calls
+            (``transport="unary"``, a joined ``session``) and TLS without
+            ``root_certificates``. What ``"auto"`` leaves to the Python core: ``resume_timeout``
+            with the command ring possible (a ``unix:`` address and ``carrier`` not
+            ``"grpc"``): the C++ SDK resumes a gRPC stream only (Note [Stream resume] in
+            client/stream_transport.h). The environment variable CUBED_CLIENT_CORE overrides it.
 
     Raises:
         UnavailableError: the daemon cannot be reached.
@@ -149,9 +155,14 @@ def connect(address: Optional[str] = None, *, timeout: float = 60.0, device: int
     if core not in ("python", "native", "auto"):
         raise ValueError(f"core must be 'python', 'native' or 'auto', got {core!r}")
     # The Python core serves what the native one does not: unary calls (below), and TLS with
-    # the system's root certificates (the C++ SDK reads a CA file only).
-    native = (core == "native" or (core == "auto" and _native.available())) and \
-        not (tls and not root_certificates)
+    # the system's root certificates (the C++ SDK reads a CA file only). "auto" also leaves it
+    # a resume that may run over the command ring: the C++ SDK resumes gRPC streams only (Note
+    # [Stream resume] in client/stream_transport.h), and "auto" must not lose what the option
+    # promises; an explicit "native" gets the C++ SDK's behaviour.
+    if core == "auto":
+        core = "python" if resume and ring is not None else \
+            "native" if _native.available() else "python"
+    native = core == "native" and not (tls and not root_certificates)
     t: Any
     try:
         if native and not session and mode != "unary":

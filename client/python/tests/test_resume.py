@@ -30,6 +30,16 @@ from conftest import Daemon
 CARRIERS = ["ring", "grpc"]
 
 
+@pytest.fixture(autouse=True, params=["default", "python"])
+def core(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test on connect()'s default core (over the ring that is the Python core, which
+    alone resumes there: connect()'s "auto"; over gRPC the C++ SDK's where its library loads)
+    and pinned to the Python core (Note [Resume in Python]), through CUBED_CLIENT_CORE."""
+    if request.param == "python":
+        monkeypatch.setenv("CUBED_CLIENT_CORE", "python")
+    return request.param
+
+
 class Restart:
     """A daemon with --checkpoint_dir (``old``) and, after drain() and restore(), the one that
     restored its checkpoint on the same socket (``new``)."""

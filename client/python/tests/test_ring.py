@@ -88,15 +88,18 @@ def test_a_killed_daemon_is_a_lost_session(request: pytest.FixtureRequest, carri
         d.close()
 
 
+# "python" pins the Python core, whose reply-ring reader and waiters (Note [Waiter reads] in
+# _ring.py) this tests; "auto" is the default core (the C++ SDK's where its library loads).
+@pytest.mark.parametrize("core", ["python", "auto"])
 @pytest.mark.parametrize("spin", [0.0, 0.002])
-def test_waiting_threads_read_answers_in_order(daemon: Daemon, spin: float) -> None:
+def test_waiting_threads_read_answers_in_order(daemon: Daemon, spin: float, core: str) -> None:
     # A thread waiting for an answer polls the reply ring itself (spin > 0; Note [Waiter reads])
     # while others wait and the reader thread sleeps; every answer still reaches its own Future,
     # in order, once: concurrent reads from four threads, futures nobody waits on, and a
     # callback run by whichever thread read the reply.
     import threading
 
-    with cubed_client.connect(daemon.address, spin=spin) as c:
+    with cubed_client.connect(daemon.address, spin=spin, core=core) as c:
         assert c.carrier == "ring"
         tensors = [c.create(np.full(64, i, dtype=np.int32)) for i in range(8)]
         unwaited = [c.read_async(t) for t in tensors]
@@ -138,16 +141,17 @@ def test_spin_is_checked(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> Non
         cubed_client.connect(daemon.address, spin=5.0)
 
 
+@pytest.mark.parametrize("core", ["python", "auto"])
 def test_the_waiting_thread_polls_as_long_as_the_daemon_suggests(
-        request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+        request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, core: str) -> None:
     monkeypatch.delenv("CUBED_CLIENT_SPIN", raising=False)
     d = Daemon(request.config.getoption("--cubed"), "--ring_spin_us=100")
     try:
-        with cubed_client.connect(d.address) as c:
+        with cubed_client.connect(d.address, core=core) as c:
             assert c.carrier == "ring"
             assert c._transport.spin == pytest.approx(400e-6)  # Four times the suggestion.
             np.testing.assert_array_equal(c.read(c.create(np.arange(5))), np.arange(5))
-        with cubed_client.connect(d.address, spin=0) as c:
+        with cubed_client.connect(d.address, spin=0, core=core) as c:
             assert c._transport.spin == 0
     finally:
         d.close()
