@@ -105,11 +105,16 @@ class BuildPyWithStubs(build_py):
         for f in generated().iterdir():
             shutil.copy2(f, target / f.name)
         library = os.environ.get("CUBED_CLIENT_LIBRARY", "").strip()
+        bundled = Path(self.build_lib) / "cubed_client" / NATIVE_LIBRARY
         if library:
             if not Path(library).is_file():
                 raise SystemExit(f"cubed-client: CUBED_CLIENT_LIBRARY={library} is not a file "
                                  f"(build it: ninja -C build cubed_client_c)")
-            shutil.copy2(library, Path(self.build_lib) / "cubed_client" / NATIVE_LIBRARY)
+            shutil.copy2(library, bundled)
+        elif bundled.exists():
+            # A copy left in the reused build directory by an earlier install with the variable
+            # set: without it the package is pure Python, not bundled with a stale library.
+            bundled.unlink()
 
 
 class SdistWithProtos(sdist):
