@@ -10,6 +10,12 @@
 # packages (python3-grpcio, python3-grpc-tools, python3-protobuf, python3-numpy, python3-pytest,
 # installed by deploy/setup.sh). Exits 77 (ctest skip) only when neither way has the
 # dependencies; a package that fails to build with PyPI reachable is a failure.
+#
+# With $CUBED_CLIENT_LIBRARY naming the native client core (libcubed_client_c.so; the ctest sets
+# it to the build's), the package is installed with it bundled, as a user's install from a built
+# tree, and the suite runs on connect()'s default core, native; the core tests (CORE_TESTS below)
+# then run once more with CUBED_CLIENT_CORE=python, so that both cores stay covered. Without it,
+# the package is pure Python and the suite runs on the Python core.
 set -uo pipefail
 
 if (($# < 2)); then
@@ -34,10 +40,20 @@ rm -rf "$src/cubed-client/build" "$src/cubed-client"/*.egg-info
 export CUBED_PROTO_DIR=$root/proto
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 
-# Hash of what the installed package is built from: unchanged sources skip the reinstall.
-src_hash=$(cd "$root" && find client/python proto -type f \( -name '*.py' -o -name '*.proto' \
+library=${CUBED_CLIENT_LIBRARY:-}
+if [[ -n $library && ! -f $library ]]; then
+  echo "FAILED: CUBED_CLIENT_LIBRARY=$library is not a file (ninja cubed_client_c)" >&2
+  exit 1
+fi
+# The installed package finds the bundled copy (cubed_client/_native.py), not the variable.
+unset CUBED_CLIENT_LIBRARY
+
+# Hash of what the installed package is built from (the bundled library too): unchanged sources
+# skip the reinstall.
+src_hash=$( (cd "$root" && find client/python proto -type f \( -name '*.py' -o -name '*.proto' \
   -o -name '*.toml' -o -name '*.typed' \) -not -path '*/tests/*' -not -path '*/build/*' \
-  -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)
+  -print0 | sort -z | xargs -0 sha256sum; [[ -z $library ]] || sha256sum <"$library") |
+  sha256sum | cut -d' ' -f1)
 
 install_online() {
   [[ -x $venv/bin/python ]] || "$py" -m venv "$venv" || return 1
@@ -45,8 +61,10 @@ install_online() {
     "$venv/bin/python" -c 'import cubed_client, pytest' 2>/dev/null; then
     return 0
   fi
-  "$venv/bin/python" -m pip install -q --force-reinstall --no-deps "$src/cubed-client" &&
-    "$venv/bin/python" -m pip install -q "$src/cubed-client" "pytest>=7" &&
+  CUBED_CLIENT_LIBRARY=$library "$venv/bin/python" -m pip install -q --force-reinstall --no-deps \
+    "$src/cubed-client" &&
+    CUBED_CLIENT_LIBRARY=$library "$venv/bin/python" -m pip install -q "$src/cubed-client" \
+      "pytest>=7" &&
     echo "$src_hash" >"$venv/.cubed-src-hash"
 }
 
@@ -79,8 +97,8 @@ print(" ".join(m for m in mods if u.find_spec(m) is None))' 2>&1)
   fi
   rm -rf "$venv-offline"
   if ! "$py" -m venv --system-site-packages "$venv-offline" ||
-    ! "$venv-offline/bin/python" -m pip install -q --no-index --no-build-isolation --no-deps \
-      "$src/cubed-client"; then
+    ! CUBED_CLIENT_LIBRARY=$library "$venv-offline/bin/python" -m pip install -q --no-index \
+      --no-build-isolation --no-deps "$src/cubed-client"; then
     echo "FAILED: the SDK does not build with Debian's grpc_tools" >&2
     exit 1
   fi
@@ -88,4 +106,35 @@ print(" ".join(m for m in mods if u.find_spec(m) is None))' 2>&1)
 fi
 
 cd "$here" || exit 1
-exec "$python" -m pytest -q -p no:cacheprovider --cubed="$cubed" "$@" .
+if [[ -z $library ]]; then
+  exec "$python" -m pytest -q -p no:cacheprovider --cubed="$cubed" "$@" .
+fi
+
+# The bundled library must load: otherwise connect() would fall back to the Python core
+# silently and the run would not cover what users get.
+if ! "$python" -c '
+import sys
+from cubed_client import _native
+path = _native.library_path()
+_native.load()
+sys.exit(0 if path and path.startswith(_native.__file__.rsplit("/", 1)[0]) else
+         f"the native core loads from {path}, not from the package")'; then
+  echo "FAILED: the installed package's bundled native core does not load" >&2
+  exit 1
+fi
+echo "=== the whole suite on the default core (native, bundled) ==="
+"$python" -m pytest -q -p no:cacheprovider --cubed="$cubed" "$@" .
+rc=$?
+(($# == 0)) || exit $rc  # Tests named on the command line: that run only.
+# The Python core's own mechanisms (batching, ids, poisoning, futures, waiters, the ring reader,
+# regions, graphs, cancellation) under the same tests: the files that drive the session stream,
+# about 15 s. (test_ring.py and test_resume.py pin the Python core in the first run already; the
+# sanitizer configuration runs the whole suite on the Python core.)
+CORE_TESTS=(test_tensors.py test_errors.py test_ring.py test_regions.py test_wire.py
+  test_graphs.py test_drills.py test_trace.py)
+echo "=== the core tests on the Python core (CUBED_CLIENT_CORE=python) ==="
+CUBED_CLIENT_CORE=python "$python" -m pytest -q -p no:cacheprovider --cubed="$cubed" \
+  "${CORE_TESTS[@]}"
+rc2=$?
+((rc == 0)) && rc=$rc2
+exit $rc
