@@ -153,8 +153,9 @@ absl::Status StreamClient::Upload(const StreamCommand& command, const Transfer& 
   auto write = [&](uint64_t offset, uint64_t bytes) {
     return Completed([&](DoneCallback done) {
       fuzz::Observe(Quantity::kUploadEnd, Exact{offset} + bytes);
+      const absl::Span<const uint8_t> piece[] = {ChunkBytes(bytes)};  // Copied by the call.
       device().WritePiece(session(), command.id, command.shape, command.strides, command.elem_size,
-                          offset, ChunkBytes(bytes), absl::Now(), std::move(done));
+                          offset, piece, absl::Now(), std::move(done));
     });
   };
   if (transfer.explicit_chunks) {
