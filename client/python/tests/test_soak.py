@@ -19,9 +19,11 @@ import subprocess
 import sys
 import time
 
+import grpc
 import pytest
 
 import cubed_client
+from cubed_client._proto import compute_pb2, compute_pb2_grpc
 
 from conftest import Daemon
 
@@ -61,6 +63,13 @@ def rss_profile(samples: list, rss_end: int) -> str:
             f"second half {100 * (rss_end / mid - 1):+.1f} %")
 
 
+def open_sessions(d: Daemon) -> int:
+    with grpc.insecure_channel(d.address) as channel:
+        s = compute_pb2_grpc.ComputeStub(channel).GetStats(compute_pb2.GetStatsRequest(),
+                                                           timeout=30)
+    return sum(x.sessions for x in s.devices)
+
+
 def sanitized(pid: int) -> bool:
     """Whether the daemon runs with AddressSanitizer, whose quarantine of freed memory (256 MiB by
     default) grows RSS by design."""
@@ -86,10 +95,19 @@ def test_soak(request: pytest.FixtureRequest) -> None:
         workers.append([p, carrier, False])
 
     try:
-        start = time.monotonic()
-        end = start + SECONDS
         for _ in range(CLIENTS):
             spawn(SECONDS)
+        # The run starts when every first worker has its session: on a loaded 2-core machine
+        # their start (Python, numpy, gRPC, the client core) took 5-10 s, and an RSS taken at
+        # half the run from their spawn was the idle daemon's, before any warm-up.
+        until = time.monotonic() + 60
+        while open_sessions(d) < CLIENTS:
+            exited = [p.returncode for p, _, _ in workers if p.poll() is not None]
+            assert not exited, f"a worker exited before the run started: {exited}"
+            assert time.monotonic() < until, "the workers did not all connect within 60 s"
+            time.sleep(0.05)
+        start = time.monotonic()
+        end = start + SECONDS
         rss_warm = None
         rss_samples = []  # (seconds into the run, kB): the growth's shape, printed at the end.
         while time.monotonic() < end - 1:
