@@ -393,24 +393,45 @@ class Client(KernelMethods):
                                        "allocation")
         return types_pb2.Binding(handle=t.id, offset_start=start, offset_end=end)
 
+    # Note [Small reads]
+    # A small read's cost is mostly fixed: on the native core one library call that sends the
+    # read, polls for its answer and copies the bytes into the array (cubed_client_read_into),
+    # and around it the Python that finds what to read. That Python is done once per view: its
+    # layout never changes, so whether it is contiguous, below the staging threshold, and which
+    # handle and offsets it reads are kept on the Tensor (_small_read) at its first read. On the
+    # 2-core VM the Python around the call went from ~5 us to ~2 us (CPU backend).
+    def _small_read_plan(self, t: Tensor) -> Any:
+        """``t._small_read`` (Note [Small reads]), computed at the first read of ``t``."""
+        plan = t._small_read
+        if plan is None:
+            if t.size and t.is_contiguous and not self._staging.wanted(t.nbytes):
+                b = self._read_binding(t, t.offset * t.dtype.itemsize)
+                plan = (b.handle, b.offset_start, b.offset_end)
+            else:
+                plan = False
+            t._small_read = plan
+        return plan
+
     def read(self, tensor: Tensor) -> np.ndarray:
         """Reads ``tensor`` into a new ndarray (blocks up to the client's timeout)."""
-        t = self._own(tensor, "read")
-        if t.size and t.is_contiguous and not self._staging.wanted(t.nbytes):
+        t = tensor if type(tensor) is Tensor and tensor._client is self else \
+            self._own(tensor, "read")
+        plan = self._small_read_plan(t)
+        if plan:
             # A small read: read_async's path without its second Future and callback.
             transport = self._live(flush_releases=True)
-            binding = self._read_binding(t, t.offset * t.dtype.itemsize)
             read_into = getattr(transport, "read_into", None)
             if read_into is not None:  # The native core: one call, the waiter polls.
-                out = np.empty(t.shape, t.dtype)
+                out = np.empty(t._shape, t._dtype)
                 try:
-                    read_into(binding, out, self._timeout)
+                    read_into(plan, out, self._timeout)
                 except FutureTimeout:
                     raise error_for(grpc.StatusCode.DEADLINE_EXCEEDED,
                                     f"no answer within {self._timeout} s "
                                     "(connect(timeout=...))") from None
                 return out
-            raw = transport.read([binding])
+            raw = transport.read([types_pb2.Binding(handle=plan[0], offset_start=plan[1],
+                                                    offset_end=plan[2])])
             data = self._wait(raw)[0]
             return np.frombuffer(data, dtype=t.dtype).reshape(t.shape).copy()
         return self._wait(self.read_async(tensor))

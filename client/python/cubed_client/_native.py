@@ -601,24 +601,30 @@ class NativeTransport:
         return self._send(session_pb2.Command(read=session_pb2.Command.Read(bindings=bindings)),
                           _data)  # type: ignore[return-value]
 
-    def read_into(self, b: types_pb2.Binding, out: np.ndarray, timeout: Optional[float]) -> None:
-        """Reads binding ``b`` into contiguous ``out`` (exactly its bytes) and waits for it on
-        this thread, polling first: one call into the library, no Future (Client.read's small
-        reads). The read's CubedError; DeadlineExceededError after ``timeout`` seconds."""
+    def read_into(self, plan: Tuple[int, int, int], out: np.ndarray,
+                  timeout: Optional[float]) -> None:
+        """Reads (handle, offset_start, offset_end) ``plan`` into C-contiguous ``out`` (exactly
+        its bytes) and waits for it on this thread, polling first: one call into the library,
+        no Future, no reply object (Client.read's small reads, Note [Small reads]). The read's
+        CubedError; FutureTimeout after ``timeout`` seconds."""
         lib, err, size = self._lib, _Error(), _u64()
         self._next_seq += 1
         ms = -1 if timeout is None else max(1, int(timeout * 1000))
-        code = lib.cubed_client_read_into(self._client, b.handle, b.offset_start, b.offset_end,
-                                          out.ctypes.data, out.nbytes, ctypes.byref(size), ms,
-                                          ctypes.byref(err))
+        nbytes = out.nbytes
+        try:  # The array's first byte without out.ctypes, which costs ~0.8 us.
+            where: Any = ctypes.byref(ctypes.c_char.from_buffer(out))
+        except ValueError:  # A dtype the buffer protocol cannot name (bfloat16).
+            where = out.ctypes.data
+        code = lib.cubed_client_read_into(self._client, plan[0], plan[1], plan[2], where, nbytes,
+                                          ctypes.byref(size), ms, ctypes.byref(err))
         if code == _DEADLINE_EXCEEDED:
             lib.cubed_error_clear(ctypes.byref(err))
             raise FutureTimeout()
         if code:
             _raise(lib, code, err)
-        if size.value != out.nbytes:
+        if size.value != nbytes:
             raise error_from_number(13, f"read: the daemon answered {size.value} bytes, not "
-                                        f"{out.nbytes}")
+                                        f"{nbytes}")
 
     def read_tensor(self, bindings: List[types_pb2.BindingWithMeta]) -> Future:
         return self._send(session_pb2.Command(

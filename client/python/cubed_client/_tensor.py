@@ -81,6 +81,10 @@ class Tensor:
     _wire: Optional[Tuple[Tuple[Any, ...], bytes]] = None
     # (layout, encoded handle id) once a graph bound this view (_graph_view).
     _graph_wire: Optional[Tuple[Tuple[Any, ...], bytes]] = None
+    # Client.read's plan for this view once it read it (Note [Small reads] in _client.py):
+    # (handle id, offset_start, offset_end) of a contiguous view below the client's staging
+    # threshold, or False for a view that takes the general path.
+    _small_read: Any = None
 
     def __init__(self, client: "Client", handle: _Handle, shape: Sequence[int],
                  strides: Sequence[int], dtype: np.dtype, offset: int = 0) -> None:
