@@ -475,6 +475,35 @@ def test_closing_the_client_with_an_import_alive(daemon):
     assert torch.cuda.memory_allocated() == torch_before
 
 
+def test_jax_reads_a_cubed_tensor(client):
+    """Export to JAX through DLPack: jax.dlpack.from_dlpack reads the daemon's memory; whether
+    JAX keeps it as a view or copies it is JAX's choice (it may copy into its own allocator), so
+    the values are checked, and that the export lets go of the daemon's memory afterwards."""
+    if backend(client) != "cuda":
+        pytest.skip("CUDA backend only")
+    import os
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # Leave the GPU to the daemon.
+    jax = pytest.importorskip("jax")
+    try:
+        jax.devices("gpu")
+    except RuntimeError:
+        pytest.skip("jax has no GPU here")
+    before = client.memory_usage().bytes_in_use
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    t = client.create(x)
+    j = jax.dlpack.from_dlpack(t)
+    assert j.shape == (4, 6) and j.dtype == jax.numpy.float32
+    np.testing.assert_array_equal(np.asarray(j), x)
+    # A transposed view travels as strides (JAX takes only compact strides: a permutation of the
+    # dims, not a slice of them).
+    np.testing.assert_array_equal(np.asarray(jax.dlpack.from_dlpack(t.T)), x.T)
+    np.testing.assert_array_equal(np.asarray(j * 2), x * 2)
+    del t, j
+    gc.collect()
+    assert _interop.exported_capsules() == 0
+    assert client.memory_usage().bytes_in_use == before
+
+
 def test_jax_array_imported_without_copy(client):
     if backend(client) != "cuda":
         pytest.skip("CUDA backend only")
