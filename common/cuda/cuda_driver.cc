@@ -57,7 +57,8 @@ absl::StatusOr<CudaDriver> OpenCudaDriver(const std::string& library_name) {
   need("cuEventDestroy_v2", &d.EventDestroy);
   need("cuEventRecord", &d.EventRecord);
   need("cuEventSynchronize", &d.EventSynchronize);
-  Resolve(library, "cuEventQuery", &d.EventQuery);  // Optional.
+  Resolve(library, "cuEventQuery", &d.EventQuery);    // Optional.
+  Resolve(library, "cuStreamQuery", &d.StreamQuery);  // Optional.
   if (!Resolve(library, "cuEventElapsedTime_v2", &d.EventElapsedTime)) {
     need("cuEventElapsedTime", &d.EventElapsedTime);  // Same signature before 12.8.
   }

@@ -34,6 +34,7 @@ struct CudaDriver {
   decltype(&::cuStreamCreate) StreamCreate = nullptr;
   decltype(&::cuStreamDestroy_v2) StreamDestroy = nullptr;
   decltype(&::cuStreamSynchronize) StreamSynchronize = nullptr;
+  decltype(&::cuStreamQuery) StreamQuery = nullptr;  // Optional: small reads inline when idle.
   decltype(&::cuEventCreate) EventCreate = nullptr;
   decltype(&::cuEventDestroy_v2) EventDestroy = nullptr;
   decltype(&::cuEventRecord) EventRecord = nullptr;

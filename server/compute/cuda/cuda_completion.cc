@@ -73,6 +73,7 @@ void CudaCompletionQueue::Then(absl::Status status, Callback callback) {
 }
 
 void CudaCompletionQueue::Push(Item item) {
+  unfinished_.fetch_add(1, std::memory_order_relaxed);
   absl::MutexLock lock(&mu_);
   items_.push_back(std::move(item));
   queued_.fetch_add(1, std::memory_order_release);
@@ -133,6 +134,7 @@ void CudaCompletionQueue::Run() {
       free_events_.push_back(item.event);
     }
     std::move(item.callback)(std::move(status));
+    unfinished_.fetch_sub(1, std::memory_order_release);  // After the callback's effects.
   }
 }
 

@@ -68,6 +68,10 @@ class CudaCompletionQueue {
   // Callbacks queued and not yet run (for tests). Thread-safe.
   size_t pending() const;
 
+  // Whether every callback queued so far has run to its end. Exact when called by the thread
+  // that queues (the server loop): nothing can be queued meanwhile.
+  bool Idle() const { return unfinished_.load(std::memory_order_acquire) == 0; }
+
  private:
   struct Item {
     CUevent event = nullptr;  // Null: no wait.
@@ -90,7 +94,8 @@ class CudaCompletionQueue {
   absl::AnyInvocable<void(absl::Status)> on_error_;
   mutable absl::Mutex mu_;
   std::deque<Item> items_ ABSL_GUARDED_BY(mu_);
-  std::atomic<size_t> queued_{0};  // items_.size(), for SpinForItem to read without mu_.
+  std::atomic<size_t> queued_{0};      // items_.size(), for SpinForItem to read without mu_.
+  std::atomic<size_t> unfinished_{0};  // Queued or running callbacks (Idle()).
   std::vector<CUevent> free_events_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;

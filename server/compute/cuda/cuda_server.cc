@@ -536,12 +536,53 @@ void CudaServer::FinishRead(std::shared_ptr<PendingRead> op, absl::Status loop_s
   }
 }
 
+// Note [Inline small reads]
+// A read is queued like every other command: its copies go into pinned staging behind the work
+// before it, an event is recorded, and the completion thread waits for the event, copies the bytes
+// out and answers. For a read of a few bytes on an idle device (a client reading a scalar, as
+// PyTorch's .item() does) that hand-off costs more than the copy: the event, the staging
+// buffer, the completion thread's wake-up or poll, a second thread touching the reply. So when
+// the read is at most kInlineReadBytes, the completion queue has nothing left to run (no earlier
+// answer can be overtaken) and the stream has no work queued (cuStreamQuery; so the loop waits
+// for the copy alone, a few microseconds, never for other work), the loop copies the bytes
+// itself and answers at once. Otherwise, and on drivers without cuStreamQuery, the usual path.
+constexpr uint64_t kInlineReadBytes = uint64_t{16} << 10;
+
+bool CudaServer::ReadInline(const std::vector<ResolvedBinding>& bindings,
+                            std::vector<std::string>* out, DoneCallback& done) {
+  if (Cu().StreamQuery == nullptr || !completion_->Idle()) return false;
+  uint64_t total = 0;
+  for (const ResolvedBinding& b : bindings) {
+    const std::optional<uint64_t> sum = CheckedAdd(total, b.size);
+    if (!sum || *sum > kInlineReadBytes) return false;
+    total = *sum;
+  }
+  if (!context_->MakeCurrent().ok() || Cu().StreamQuery(stream_) != CUDA_SUCCESS) return false;
+  out->assign(bindings.size(), std::string());
+  absl::Status status;
+  for (size_t i = 0; i < bindings.size() && status.ok(); ++i) {
+    absl::StatusOr<CUdeviceptr> ptr = DevicePointer(bindings[i]);
+    if (!ptr.ok()) {
+      status = ptr.status();
+      break;
+    }
+    (*out)[i].resize(bindings[i].size);
+    if (bindings[i].size > 0) {
+      status = CU_STATUS(Cu().MemcpyDtoHAsync((*out)[i].data(), *ptr, bindings[i].size, stream_));
+    }
+  }
+  if (status.ok()) status = CU_STATUS(Cu().StreamSynchronize(stream_));
+  std::move(done)(Check(std::move(status)));
+  return true;
+}
+
 void CudaServer::Read(std::vector<ResolvedBinding> bindings, std::vector<std::string>* out,
                       DoneCallback done) {
   if (absl::Status lost = LostStatus(); !lost.ok()) {
     done(lost);
     return;
   }
+  if (ReadInline(bindings, out, done)) return;
   auto op = std::make_shared<PendingRead>();
   op->done = std::move(done);
   out->assign(bindings.size(), std::string());

@@ -208,6 +208,11 @@ class CudaServer final : public ComputeServer {
                         const std::shared_ptr<PendingRead>& op);
   // Runs `done` with the read's status after everything queued for it.
   void FinishRead(std::shared_ptr<PendingRead> op, absl::Status loop_status, bool queued_any);
+  // Note [Inline small reads]: reads `bindings` into `out` on this thread and runs `done` (moved
+  // from) when they are small and the device and the completion queue are idle; false, with
+  // nothing done, otherwise.
+  bool ReadInline(const std::vector<ResolvedBinding>& bindings, std::vector<std::string>* out,
+                  DoneCallback& done);
 
   // A capture in progress (Note [CUDA graph replays]): what it found it needs.
   struct Capture {

@@ -11,6 +11,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "common/cuda/cuda_driver.h"
 #include "common/kernel_metadata.h"
 #include "gmock/gmock.h"
@@ -117,6 +119,88 @@ TEST_F(CudaServerTest, ManyReadsInOneCallComeBackInOrder) {
       ReadAll(*server_, {{b.slice, 0, b.size}, {a.slice, 10, 0}, {a.slice, 0, a.size}});
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_THAT(*out, ElementsAre(b_data, "", a_data));
+}
+
+// Note [Inline small reads]: a small read on an idle device is answered before Read returns; one
+// behind a running kernel waits for it, and one behind an answer still to come is answered after
+// it. Each sees the bytes the work before it wrote.
+TEST_F(CudaServerTest, SmallReadsSeeEarlierWorkAndAnswerInOrder) {
+  const std::string zero(4, '\0');
+  Allocation y = CreateOrDie(zero);
+  // One thread spins ~20 ms, then writes 42.0f.
+  Launch slow = ClientLaunch(R"(
+extern "C" __global__ void slow_write(float* y, const unsigned int* metadata) {
+  const long long start = clock64();
+  while (clock64() - start < 40000000LL) {
+  }
+  y[0] = 42.0f;
+})",
+                             "slow_write");
+  slow.kernel.cuda.cube_dim[0] = 1;
+  slow.count.x = 1;
+  slow.buffers = {{y.slice, 0, y.size}};
+  slow.kernel.builtin.metadata = *EncodeKernelMetadata({1}, {});
+  auto as_float = [](const std::string& bytes) {
+    float v = 0;
+    if (bytes.size() == 4) std::memcpy(&v, bytes.data(), 4);
+    return v;
+  };
+
+  // Behind a running kernel: not answered at once, then the kernel's value.
+  ASSERT_TRUE(server_->Execute(slow).ok());
+  std::vector<std::string> behind_kernel;
+  absl::Notification read_done;
+  absl::Status read_status;
+  server_->Read({{y.slice, 0, y.size}}, &behind_kernel, [&](absl::Status s) {
+    read_status = s;
+    read_done.Notify();
+  });
+  EXPECT_FALSE(read_done.HasBeenNotified()) << "answered while the kernel still ran";
+  read_done.WaitForNotification();
+  ASSERT_TRUE(read_status.ok()) << read_status;
+  EXPECT_EQ(as_float(behind_kernel[0]), 42.0f);
+
+  // Behind an answer still to come (a sync after a kernel): answered after it.
+  ASSERT_TRUE(server_->Execute(slow).ok());
+  std::vector<int> order;
+  absl::Mutex mu;
+  absl::Notification both;
+  server_->Sync([&](absl::Status s) {
+    EXPECT_TRUE(s.ok()) << s;
+    absl::MutexLock lock(&mu);
+    order.push_back(1);
+  });
+  std::vector<std::string> behind_sync;
+  server_->Read({{y.slice, 0, y.size}}, &behind_sync, [&](absl::Status s) {
+    EXPECT_TRUE(s.ok()) << s;
+    {
+      absl::MutexLock lock(&mu);
+      order.push_back(2);
+    }
+    both.Notify();
+  });
+  both.WaitForNotification();
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_THAT(order, ElementsAre(1, 2));
+  }
+  EXPECT_EQ(as_float(behind_sync[0]), 42.0f);
+
+  // On an idle device: answered before Read returns (drivers with cuStreamQuery).
+  ASSERT_TRUE(SyncNow(*server_).ok());
+  std::vector<std::string> idle;
+  bool answered = false;
+  server_->Read({{y.slice, 0, y.size}}, &idle, [&](absl::Status s) {
+    EXPECT_TRUE(s.ok()) << s;
+    answered = true;
+  });
+  if (Cu().StreamQuery != nullptr) {
+    EXPECT_TRUE(answered) << "a 4-byte read on an idle device went through the completion thread";
+  }
+  ASSERT_TRUE(SyncNow(*server_).ok());  // The usual path's answer, where it was taken, is in.
+  EXPECT_TRUE(answered);
+  EXPECT_EQ(as_float(idle[0]), 42.0f);
+  server_->Free(y.slice);
 }
 
 TEST_F(CudaServerTest, TensorsArePitchedAndReadBackDensely) {
