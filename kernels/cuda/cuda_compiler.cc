@@ -227,6 +227,7 @@ class CudaKernelCompiler::Impl {
   uint64_t hits() const { return hits_; }
   uint64_t misses() const { return misses_; }
   uint64_t disk_hits() const { return disk_hits_; }
+  uint64_t disk_write_failures() const { return disk_write_failures_; }
   uint64_t compile_microseconds() const { return compile_us_; }
 
  private:
@@ -288,8 +289,13 @@ class CudaKernelCompiler::Impl {
                                              .count());
     ++misses_;
     if (!output.ok()) return output.status();
-    // A failed write only costs a recompile in the next process.
-    if (disk_.has_value()) disk_->Write(key, *output).IgnoreError();
+    // A failed write only costs a recompile in the next process; the daemon warns.
+    if (disk_.has_value()) {
+      if (absl::Status stored = disk_->Write(key, *output); !stored.ok()) {
+        ++disk_write_failures_;
+        if (options_.on_cache_write_error) options_.on_cache_write_error(stored);
+      }
+    }
     return output;
   }
 
@@ -315,7 +321,7 @@ class CudaKernelCompiler::Impl {
   std::map<std::pair<size_t, std::string>, std::unique_ptr<CompiledCudaKernel>> builtins_;
   absl::flat_hash_map<std::string, ClientEntry> clients_;
   std::list<std::string> lru_;  // Client keys, most recently used first.
-  uint64_t hits_ = 0, misses_ = 0, disk_hits_ = 0, compile_us_ = 0;
+  uint64_t hits_ = 0, misses_ = 0, disk_hits_ = 0, compile_us_ = 0, disk_write_failures_ = 0;
 };
 
 absl::StatusOr<std::unique_ptr<CudaKernelCompiler>> CudaKernelCompiler::Create(
@@ -369,6 +375,7 @@ absl::StatusOr<const CompiledCudaKernel*> CudaKernelCompiler::Client(
 uint64_t CudaKernelCompiler::hits() const { return impl_->hits(); }
 uint64_t CudaKernelCompiler::misses() const { return impl_->misses(); }
 uint64_t CudaKernelCompiler::disk_hits() const { return impl_->disk_hits(); }
+uint64_t CudaKernelCompiler::disk_write_failures() const { return impl_->disk_write_failures(); }
 uint64_t CudaKernelCompiler::compile_microseconds() const { return impl_->compile_microseconds(); }
 
 }  // namespace cubed::kernels

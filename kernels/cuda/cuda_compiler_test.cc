@@ -1,5 +1,7 @@
 #include <dirent.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -34,7 +36,7 @@ class CudaCompilerTest : public ::testing::Test {
 
   static std::unique_ptr<CudaKernelCompiler> Make(std::string cache_dir = "", size_t entries = 16,
                                                   int major = 9, int minor = 0) {
-    auto c = CudaKernelCompiler::Create(CudaCompilerOptions{major, minor, cache_dir, entries});
+    auto c = CudaKernelCompiler::Create(CudaCompilerOptions{major, minor, cache_dir, entries, {}});
     EXPECT_TRUE(c.ok()) << c.status();
     return c.ok() ? *std::move(c) : nullptr;
   }
@@ -194,6 +196,85 @@ TEST_F(CudaCompilerTest, DiskCacheSurvivesARestartAndIgnoresCorruptFiles) {
   EXPECT_EQ(Files(dir).size(), 2u);  // No temporary files left behind.
 }
 
+// Issue 15's drill: a cache directory that cannot be made, or a disk that fills while a record
+// is written, costs recompiles and a warning (on_cache_write_error), never a failed compile, a
+// damaged record or a temporary file left behind.
+TEST_F(CudaCompilerTest, AnUnusableCacheOrAFullDiskOnlyCostsRecompiles) {
+  const std::string base = TempDir();
+  std::string reference;
+  {
+    auto c = Make();
+    auto k = c->Client(kScale, "scale", {}, false);
+    ASSERT_TRUE(k.ok()) << k.status();
+    reference = (*k)->image;
+  }
+  auto make = [](const std::string& dir, std::vector<std::string>* errors) {
+    CudaCompilerOptions options;
+    options.cache_dir = dir;
+    options.on_cache_write_error = [errors](const absl::Status& s) {
+      errors->push_back(s.ToString());
+    };
+    auto c = CudaKernelCompiler::Create(std::move(options));
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? *std::move(c) : nullptr;
+  };
+
+  // A file where the cache directory should be made.
+  const std::string blocked = base + "/file";
+  { std::ofstream(blocked) << "not a directory"; }
+  std::vector<std::string> errors;
+  for (int round = 0; round < 2; ++round) {
+    auto c = make(blocked + "/cache", &errors);
+    auto k = c->Client(kScale, "scale", {}, false);
+    ASSERT_TRUE(k.ok()) << k.status();
+    EXPECT_EQ((*k)->image, reference);
+    EXPECT_EQ(c->misses(), 1u);  // Compiled again each time: nothing could be stored.
+    EXPECT_EQ(c->disk_write_failures(), 1u);
+  }
+  ASSERT_EQ(errors.size(), 2u);
+  EXPECT_THAT(errors[0], HasSubstr(blocked));
+
+  // A disk that fills: a file-size limit far below a record (the write fails with EFBIG; the
+  // signal it would raise is ignored, as the daemon ignores it).
+  const std::string dir = base + "/cache";
+  errors.clear();
+  {
+    rlimit old{};
+    ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+    struct sigaction ignore {
+    }, previous{};
+    ignore.sa_handler = SIG_IGN;
+    ASSERT_EQ(sigaction(SIGXFSZ, &ignore, &previous), 0);
+    const rlimit small{64, old.rlim_max};
+    ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+    auto c = make(dir, &errors);
+    auto k = c->Client(kScale, "scale", {}, false);
+    const uint64_t failures = c->disk_write_failures();
+    ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &old), 0);
+    ASSERT_EQ(sigaction(SIGXFSZ, &previous, nullptr), 0);
+    ASSERT_TRUE(k.ok()) << k.status();
+    EXPECT_EQ((*k)->image, reference);
+    EXPECT_EQ(failures, 1u);
+  }
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_THAT(errors[0], HasSubstr("cannot write"));
+  EXPECT_TRUE(Files(dir).empty()) << "a partial record or temporary file was left";
+  {
+    auto c = make(dir, &errors);  // The disk has room again: compiled, stored, then read back.
+    ASSERT_TRUE(c->Client(kScale, "scale", {}, false).ok());
+    EXPECT_EQ(c->misses(), 1u);
+    EXPECT_EQ(c->disk_write_failures(), 0u);
+  }
+  {
+    auto c = make(dir, &errors);
+    auto k = c->Client(kScale, "scale", {}, false);
+    ASSERT_TRUE(k.ok()) << k.status();
+    EXPECT_EQ((*k)->image, reference);
+    EXPECT_EQ(c->disk_hits(), 1u);
+  }
+  EXPECT_EQ(errors.size(), 1u);
+}
+
 TEST_F(CudaCompilerTest, UnknownNewerArchitectureFallsBackToPtx) {
   auto c = Make("", 16, 99, 0);
   ASSERT_NE(c, nullptr);
@@ -206,7 +287,7 @@ TEST_F(CudaCompilerTest, UnknownNewerArchitectureFallsBackToPtx) {
 }
 
 TEST_F(CudaCompilerTest, TooOldArchitectureIsFailedPrecondition) {
-  auto c = CudaKernelCompiler::Create(CudaCompilerOptions{2, 0, "", 16});
+  auto c = CudaKernelCompiler::Create(CudaCompilerOptions{2, 0, "", 16, {}});
   EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition) << c.status();
 }
 

@@ -101,7 +101,8 @@ Gpu* TheGpu(std::string* skip) {
     auto g = std::make_unique<Gpu>();
     reason = g->d.Open();
     if (!reason.empty()) return nullptr;
-    auto c = CudaKernelCompiler::Create(CudaCompilerOptions{g->d.cc_major, g->d.cc_minor, "", 64});
+    auto c =
+        CudaKernelCompiler::Create(CudaCompilerOptions{g->d.cc_major, g->d.cc_minor, "", 64, {}});
     if (!c.ok()) {
       reason = std::string(c.status().message());
       return nullptr;

@@ -7,6 +7,7 @@
 // (server/compute/cuda/cuda_server.cc) loads the images with the driver and launches them.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +35,10 @@ struct CudaCompilerOptions {
   int arch_minor = 0;
   std::string cache_dir;             // On-disk cache (created on first write); empty = memory only.
   size_t max_memory_entries = 1024;  // Client kernels kept in memory (least recently used evicted).
+  // Told, on the compiling thread, why a compiled kernel could not be stored in cache_dir (a
+  // directory that cannot be made, a full disk, a record past the size limit); the kernel is
+  // used anyway and a later process compiles it again. Empty: nobody is told.
+  std::function<void(const absl::Status&)> on_cache_write_error;
 };
 
 // Compiles and caches CUDA kernels. Owned by one device's server-loop thread; not thread-safe.
@@ -71,6 +76,7 @@ class CudaKernelCompiler {
   uint64_t hits() const;                  // Found in memory.
   uint64_t misses() const;                // Compiled with NVRTC (or, for PTX, first seen).
   uint64_t disk_hits() const;             // Read from cache_dir.
+  uint64_t disk_write_failures() const;   // Compiled but not stored in cache_dir.
   uint64_t compile_microseconds() const;  // Spent in NVRTC (failed compiles too).
 
   class Impl;

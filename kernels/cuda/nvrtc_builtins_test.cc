@@ -27,7 +27,7 @@ TEST_P(NvrtcBuiltinsTest, EveryBuiltinOfTheShardCompilesToCubinForSm90) {
   absl::StatusOr<const NvrtcApi*> api = NvrtcApi::Load();
   if (!api.ok()) GTEST_SKIP() << "NVRTC not available: " << api.status();
   absl::StatusOr<std::unique_ptr<CudaKernelCompiler>> compiler =
-      CudaKernelCompiler::Create(CudaCompilerOptions{9, 0, "", 16});
+      CudaKernelCompiler::Create(CudaCompilerOptions{9, 0, "", 16, {}});
   ASSERT_TRUE(compiler.ok()) << compiler.status();
   EXPECT_EQ((*compiler)->target(), "sm_90");
 

@@ -77,6 +77,16 @@ absl::Status CudaServer::Init() {
   compiler.arch_major = major;
   compiler.arch_minor = minor;
   compiler.cache_dir = options_.kernel_cache_dir;
+  // Warned at the 1st, 2nd, 4th, 8th ... failure: a full disk does not flood the log.
+  compiler.on_cache_write_error = [ordinal = options_.ordinal,
+                                   failures = uint64_t{0}](const absl::Status& s) mutable {
+    ++failures;
+    if ((failures & (failures - 1)) != 0) return;
+    spdlog::warn(
+        "cuda device {}: kernel cache: a compiled kernel was not stored ({} so far): {}; "
+        "kernels still run, and a later daemon compiles them again",
+        ordinal, failures, s.ToString());
+  };
   ASSIGN_OR_RETURN(compiler_, kernels::CudaKernelCompiler::Create(compiler));
 
   // cuBLAS is optional: loaded (dlopen only) once per process; CUBED_DISABLE_CUBLAS=1 (any value
