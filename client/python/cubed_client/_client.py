@@ -24,14 +24,14 @@ from ._errors import (CubedError, InvalidArgumentError, UnimplementedError, erro
                       error_from_rpc)
 from ._graph import Graph
 from . import _devices
-from . import _import, _interop, _wire
-from ._proto import compute_pb2, compute_pb2_grpc, session_pb2, types_pb2
+from . import _import, _interop, _launch, _wire
+from ._proto import compute_pb2, compute_pb2_grpc, types_pb2
 from ._address import region_socket_path
 from ._kernels import KernelMethods
 from ._region import Staging
 from ._tensor import Tensor, _Handle
 from ._trace import Trace
-from ._types import (BuiltinKernel, DTypeLike, Info, MemoryUsage, Scalars, cache_put,
+from ._types import (BuiltinKernel, DTypeLike, Info, MemoryUsage, Scalars,
                      cube_count_for, dense_strides, dtype_of, encode_metadata, wire_dtype)
 
 _MAX_BYTES = (1 << 63) - 1
@@ -351,7 +351,7 @@ class Client(KernelMethods):
             if staged is not None:
                 return staged
         if t.is_contiguous:
-            raw = transport.read([self._read_binding(t, start)])
+            raw = transport.read([self._binding(self._read_range(t, start))])
         else:
             raw = transport.read_tensor([types_pb2.BindingWithMeta(
                 binding=types_pb2.Binding(handle=t.id, offset_start=start), shape=t.shape,
@@ -384,14 +384,20 @@ class Client(KernelMethods):
         return _devices.copy_to_device(self, tensor, target, out)
 
     @staticmethod
-    def _read_binding(t: Tensor, start: int) -> types_pb2.Binding:
-        """The Binding of contiguous ``t``, ``start`` bytes into its allocation."""
+    def _read_range(t: Tensor, start: int) -> Tuple[int, int, int]:
+        """(handle, offset_start, offset_end) of contiguous ``t``, ``start`` bytes into its
+        allocation."""
         end = t.allocation_bytes - start - t.nbytes
         if end < 0:
             raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT,
                                        f"read: {t} extends past its {t.allocation_bytes}-byte "
                                        "allocation")
-        return types_pb2.Binding(handle=t.id, offset_start=start, offset_end=end)
+        return (t.id, start, end)
+
+    @staticmethod
+    def _binding(read_range: Tuple[int, int, int]) -> types_pb2.Binding:
+        handle, start, end = read_range
+        return types_pb2.Binding(handle=handle, offset_start=start, offset_end=end)
 
     # Note [Small reads]
     # A small read's cost is mostly fixed: on the native core one library call that sends the
@@ -405,8 +411,7 @@ class Client(KernelMethods):
         plan = t._small_read
         if plan is None:
             if t.size and t.is_contiguous and not self._staging.wanted(t.nbytes):
-                b = self._read_binding(t, t.offset * t.dtype.itemsize)
-                plan = (b.handle, b.offset_start, b.offset_end)
+                plan = self._read_range(t, t.offset * t.dtype.itemsize)
             else:
                 plan = False
             t._small_read = plan
@@ -430,8 +435,7 @@ class Client(KernelMethods):
                                     f"no answer within {self._timeout} s "
                                     "(connect(timeout=...))") from None
                 return out
-            raw = transport.read([types_pb2.Binding(handle=plan[0], offset_start=plan[1],
-                                                    offset_end=plan[2])])
+            raw = transport.read([self._binding(plan)])
             data = self._wait(raw)[0]
             return np.frombuffer(data, dtype=t.dtype).reshape(t.shape).copy()
         return self._wait(self.read_async(tensor))
@@ -524,20 +528,18 @@ class Client(KernelMethods):
                 scalars: Sequence[Scalars] = (), index_dtype: Optional[np.dtype] = None,
                 allow_tf32: bool = False) -> Tensor:
         """Runs builtin ``name`` on tensors of this client (the wrappers' own execute, Note
-        [Launch fast path]); returns ``out``."""
+        [Launch fast path] in _launch.py); returns ``out``."""
         dt = dtype if dtype is not None else (inputs[0]._dtype if inputs else out._dtype)
         tensors = (*inputs, out)
         try:
             views = [t._wire or t._launch_view() for t in tensors]
             key = (name, dt, out._dtype, axis, index_dtype, allow_tf32,
                    tuple([v[0] for v in views]))
-            parts = _launch_cache.get(key)
-            if parts is None:
-                parts = _launch_parts(key)
-            head, tail = parts
+            head, tail = _launch.parts(key)
             if scalars:
-                tail += _scalar_field(scalars)
-            self._live().execute_wire(_wire.execute(head, [v[1] for v in views], tail, _CHECKED))
+                tail += _launch.scalar_field(scalars)
+            self._live().execute_wire(
+                _wire.execute(head, [v[1] for v in views], tail, _launch.CHECKED))
         except BaseException:
             out.close()  # Unary: the launch failed; its output must not outlive the error.
             raise
@@ -762,59 +764,3 @@ class Client(KernelMethods):
                 self._close_deferred = False
         if finish:
             self._finish_close()
-
-
-# Note [Launch fast path]
-# A builtin wrapper's launch is execute() without its generality: every binding is a tensor of
-# this client viewed at its offset, so the metadata block and cube count depend on the layouts
-# alone and the kernel message on the call's types alone. Both are serialized once per launch
-# key (kernel, types, layouts; a chain of operations repeats a few) and cached as wire bytes, so
-# a launch writes just its bindings around them (Note [Hand-encoded commands], _wire.py; each
-# tensor's layout and binding are computed once, Tensor._launch_view). The cache is bounded
-# (cache_put).
-_launch_cache: dict = {}
-_CHECKED = _wire.mode(types_pb2.EXECUTION_MODE_CHECKED)
-
-
-def _launch_parts(key: Tuple[Any, ...]) -> Tuple[bytes, bytes]:
-    """The cached wire parts of a launch key (name, dtype, out dtype, axis, index dtype,
-    allow_tf32, layouts as (shape, strides, itemsize, offset, allocation bytes) per tensor): the
-    Execute's kernel and count fields, and the Bindings' metadata field. InvalidArgumentError as
-    execute raises it."""
-    name, dt, out_dtype, axis, index_dtype, allow_tf32, layouts = key
-    kernel = BuiltinKernel(name, np.dtype(dt), np.dtype(out_dtype), axis,
-                           None if index_dtype is None else np.dtype(index_dtype),
-                           allow_tf32).to_proto()
-    lengths = [max((nbytes - offset * itemsize) // itemsize, 0)
-               for _, _, itemsize, offset, nbytes in layouts]
-    try:
-        metadata = encode_metadata(lengths, [(shape, strides)
-                                             for shape, strides, _, _, _ in layouts])
-    except ValueError as e:
-        raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from None
-    x, y, z = cube_count_for(math.prod(layouts[-1][0]))
-    count = types_pb2.CubeCount(static_count=types_pb2.CubeCount.Static(x=x, y=y, z=z))
-    return cache_put(_launch_cache, key,
-                     (_execute_head(kernel, count),
-                      types_pb2.Bindings(metadata=metadata).SerializeToString()))
-
-
-_scalar_cache: dict = {}
-
-
-def _scalar_field(scalars: Sequence[Scalars]) -> bytes:
-    """The serialized scalars field of Bindings for ``scalars``, cached by their types and values
-    (a model repeats its eps and scales; bounded like the launch cache). Floats key by their
-    exact value (float.hex: -0.0 is not 0.0 there)."""
-    key = tuple([(s.dtype, tuple([float(v).hex() if isinstance(v, (float, np.floating)) else v
-                                  for v in s.values])) for s in scalars])
-    field = _scalar_cache.get(key)
-    if field is None:
-        field = cache_put(_scalar_cache, key, types_pb2.Bindings(
-            scalars=[s.to_proto() for s in scalars]).SerializeToString())
-    return field
-
-
-def _execute_head(kernel: types_pb2.Kernel, count: types_pb2.CubeCount) -> bytes:
-    """The serialized kernel and count fields of a Command.Execute."""
-    return session_pb2.Command.Execute(kernel=kernel, count=count).SerializeToString()

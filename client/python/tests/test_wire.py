@@ -126,7 +126,7 @@ def test_encoded_launches_run_on_the_daemon(daemon: Daemon, carrier: str) -> Non
 
 
 def test_cached_scalars_keep_the_sign_of_zero_and_the_type(client_any) -> None:
-    """Launch scalars are cached by value (_client._scalar_field): 0.0 and -0.0, 1 and 1.0 and
+    """Launch scalars are cached by value (_launch.scalar_field): 0.0 and -0.0, 1 and 1.0 and
     True each give the bytes of their own launch."""
     c = client_any
     for first, second in ((0.0, -0.0), (-0.0, 0.0)):

@@ -25,6 +25,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/any_invocable.h"
+#include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
 #include "common/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -206,6 +207,11 @@ class CudaServer final : public ComputeServer {
   // Queues the download of `pieces` from `base` into `dst` (dense); errors go to `op`.
   absl::Status Download(CUdeviceptr base, absl::Span<const CopyPiece> pieces, uint8_t* dst,
                         const std::shared_ptr<PendingRead>& op);
+  // Sizes each of `out` for its binding (assigned anew) and calls `copy(device address,
+  // destination, bytes)` for each in order; the first error of either, and stops there.
+  absl::Status ForEachReadTarget(
+      const std::vector<ResolvedBinding>& bindings, std::vector<std::string>* out,
+      absl::FunctionRef<absl::Status(CUdeviceptr, uint8_t*, uint64_t)> copy);
   // Runs `done` with the read's status after everything queued for it.
   void FinishRead(std::shared_ptr<PendingRead> op, absl::Status loop_status, bool queued_any);
   // Note [Inline small reads]: reads `bindings` into `out` on this thread and runs `done` (moved

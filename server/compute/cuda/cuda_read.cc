@@ -1,0 +1,217 @@
+// Reads from the device: staged downloads answered on the completion thread, and small reads on
+// an idle device answered by the loop itself (Note [Inline small reads]). Part of CudaServer
+// (cuda_server.h).
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+
+#include "common/checked_math.h"
+#include "common/cuda/cuda_driver.h"
+#include "common/status_macros.h"
+#include "server/compute/cuda/cuda_server.h"
+
+namespace cubed {
+
+// The state of one Read or ReadTensor, shared by its completion callbacks (which all run on the
+// completion thread, in order: no lock).
+struct CudaServer::PendingRead {
+  absl::Status status;  // The first error of a queued copy.
+  DoneCallback done;
+};
+
+absl::Status CudaServer::Download(CUdeviceptr base, absl::Span<const CopyPiece> pieces,
+                                  uint8_t* dst, const std::shared_ptr<PendingRead>& op) {
+  uint64_t total = 0;
+  for (const CopyPiece& piece : pieces) total = std::max(total, piece.dense_offset + piece.bytes());
+  if (IsRegistered(dst, total)) {  // Note [Registered host memory].
+    for (const CopyPiece& piece : pieces) {
+      RETURN_IF_ERROR(Copy2D(base + piece.strided_offset, piece.pitch, dst + piece.dense_offset,
+                             piece.width, piece.height, /*to_device=*/false));
+    }
+    // The read completes when the copies did (FinishRead orders itself after this), not when
+    // they were queued.
+    completion_->After(stream_, [op](absl::Status s) {
+      if (!s.ok() && op->status.ok()) op->status = std::move(s);
+    });
+    return absl::OkStatus();
+  }
+  PinnedStagingPool* pool = staging_.get();
+  for (const CopyPiece& piece : pieces) {
+    ASSIGN_OR_RETURN(PinnedStagingPool::Buffer buffer, pool->Acquire(piece.bytes()));
+    absl::Status status = Copy2D(base + piece.strided_offset, piece.pitch, buffer.data, piece.width,
+                                 piece.height, /*to_device=*/false);
+    if (!status.ok()) {
+      pool->Release(buffer);
+      return status;
+    }
+    completion_->After(stream_, [pool, buffer, op, to = dst + piece.dense_offset,
+                                 bytes = piece.bytes()](absl::Status s) {
+      if (s.ok()) {
+        std::memcpy(to, buffer.data, bytes);
+      } else if (op->status.ok()) {
+        op->status = std::move(s);
+      }
+      pool->Release(buffer);
+    });
+  }
+  return absl::OkStatus();
+}
+
+void CudaServer::FinishRead(std::shared_ptr<PendingRead> op, absl::Status loop_status,
+                            bool queued_any) {
+  auto finish = [op](absl::Status s) {
+    if (!s.ok() && op->status.ok()) op->status = std::move(s);
+    std::move(op->done)(op->status);
+  };
+  if (!loop_status.ok()) {
+    completion_->Then(Check(std::move(loop_status)), std::move(finish));
+  } else if (queued_any) {
+    completion_->Then(absl::OkStatus(), std::move(finish));
+  } else {
+    completion_->After(stream_, std::move(finish));
+  }
+}
+
+absl::Status CudaServer::ForEachReadTarget(
+    const std::vector<ResolvedBinding>& bindings, std::vector<std::string>* out,
+    absl::FunctionRef<absl::Status(CUdeviceptr, uint8_t*, uint64_t)> copy) {
+  out->assign(bindings.size(), std::string());
+  for (size_t i = 0; i < bindings.size(); ++i) {
+    ASSIGN_OR_RETURN(const CUdeviceptr ptr, DevicePointer(bindings[i]));
+    (*out)[i].resize(bindings[i].size);
+    RETURN_IF_ERROR(copy(ptr, reinterpret_cast<uint8_t*>((*out)[i].data()), bindings[i].size));
+  }
+  return absl::OkStatus();
+}
+
+// Note [Inline small reads]
+// A read is queued like every other command: its copies go into pinned staging behind the work
+// before it, an event is recorded, and the completion thread waits for the event, copies the bytes
+// out and answers. For a read of a few bytes on an idle device (a client reading a scalar, as
+// PyTorch's .item() does) that hand-off costs more than the copy: the event, the staging
+// buffer, the completion thread's wake-up or poll, a second thread touching the reply. So when
+// the read is at most kInlineReadBytes, the completion queue has nothing left to run (no earlier
+// answer can be overtaken) and the stream has no work queued (cuStreamQuery; so the loop waits
+// for the copy alone, a few microseconds, never for other work), the loop copies the bytes
+// itself and answers at once. Otherwise, and on drivers without cuStreamQuery, the usual path.
+constexpr uint64_t kInlineReadBytes = uint64_t{16} << 10;
+
+bool CudaServer::ReadInline(const std::vector<ResolvedBinding>& bindings,
+                            std::vector<std::string>* out, DoneCallback& done) {
+  if (Cu().StreamQuery == nullptr || !completion_->Idle()) return false;
+  uint64_t total = 0;
+  for (const ResolvedBinding& b : bindings) {
+    const std::optional<uint64_t> sum = CheckedAdd(total, b.size);
+    if (!sum || *sum > kInlineReadBytes) return false;
+    total = *sum;
+  }
+  if (!context_->MakeCurrent().ok() || Cu().StreamQuery(stream_) != CUDA_SUCCESS) return false;
+  absl::Status status =
+      ForEachReadTarget(bindings, out, [this](CUdeviceptr from, uint8_t* to, uint64_t bytes) {
+        return bytes == 0 ? absl::OkStatus()
+                          : CU_STATUS(Cu().MemcpyDtoHAsync(to, from, bytes, stream_));
+      });
+  if (status.ok()) status = CU_STATUS(Cu().StreamSynchronize(stream_));
+  std::move(done)(Check(std::move(status)));
+  return true;
+}
+
+void CudaServer::Read(std::vector<ResolvedBinding> bindings, std::vector<std::string>* out,
+                      DoneCallback done) {
+  if (absl::Status lost = LostStatus(); !lost.ok()) {
+    done(lost);
+    return;
+  }
+  if (ReadInline(bindings, out, done)) return;
+  auto op = std::make_shared<PendingRead>();
+  op->done = std::move(done);
+  absl::Status status = context_->MakeCurrent();
+  bool queued = false;
+  if (status.ok()) {
+    status = ForEachReadTarget(bindings, out, [&](CUdeviceptr from, uint8_t* to, uint64_t bytes) {
+      const std::vector<CopyPiece> pieces =
+          PlanContiguousCopy(bytes, PinnedStagingPool::kChunkBytes);
+      queued = queued || !pieces.empty();
+      return Download(from, pieces, to, op);
+    });
+  }
+  FinishRead(std::move(op), std::move(status), queued);
+}
+
+void CudaServer::ReadTensor(std::vector<ResolvedTensor> tensors, std::vector<std::string>* out,
+                            DoneCallback done) {
+  out->assign(tensors.size(), std::string());
+  std::vector<uint8_t*> dst(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    absl::StatusOr<uint64_t> bytes = TensorBytes(tensors[i].shape, tensors[i].elem_size, "tensor");
+    if (!bytes.ok()) {
+      done(bytes.status());
+      return;
+    }
+    (*out)[i].resize(*bytes);
+    dst[i] = reinterpret_cast<uint8_t*>((*out)[i].data());
+  }
+  ReadTensorsTo(tensors, dst, std::move(done));
+}
+
+void CudaServer::ReadTensorInto(std::vector<ResolvedTensor> tensors,
+                                std::vector<absl::Span<uint8_t>> out, DoneCallback done) {
+  std::vector<uint8_t*> dst(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    absl::StatusOr<uint64_t> bytes = TensorBytes(tensors[i].shape, tensors[i].elem_size, "tensor");
+    if (!bytes.ok() || *bytes != out[i].size()) {
+      done(bytes.ok() ? absl::InternalError("read into: the room differs from the tensor's bytes")
+                      : bytes.status());
+      return;
+    }
+    dst[i] = out[i].data();
+  }
+  ReadTensorsTo(tensors, dst, std::move(done));
+}
+
+void CudaServer::ReadTensorsTo(const std::vector<ResolvedTensor>& tensors,
+                               const std::vector<uint8_t*>& dsts, DoneCallback done) {
+  if (absl::Status lost = LostStatus(); !lost.ok()) {
+    done(lost);
+    return;
+  }
+  auto op = std::make_shared<PendingRead>();
+  op->done = std::move(done);
+  absl::Status status = context_->MakeCurrent();
+  bool queued = false;
+  CopyPlanLimits limits;
+  limits.max_pitch = max_pitch_;
+  for (size_t i = 0; i < tensors.size() && status.ok(); ++i) {
+    const ResolvedTensor& t = tensors[i];
+    absl::StatusOr<CUdeviceptr> ptr = DevicePointer(t.binding);
+    if (!ptr.ok()) {
+      status = ptr.status();
+      break;
+    }
+    uint8_t* dst = dsts[i];
+    std::optional<std::vector<CopyPiece>> plan =
+        PlanTensorCopy(t.shape, t.strides, t.elem_size, limits);
+    if (plan) {
+      status = Download(*ptr, *plan, dst, op);
+      queued = queued || !plan->empty();
+      continue;
+    }
+    // Note [Tensor copies]: read the whole span, pack it on the completion thread.
+    const uint64_t span = TensorSpanBytes(t.shape, t.strides, t.elem_size);
+    auto scratch = std::make_shared<std::string>(span, '\0');
+    status = Download(*ptr, PlanContiguousCopy(span, PinnedStagingPool::kChunkBytes),
+                      reinterpret_cast<uint8_t*>(scratch->data()), op);
+    if (!status.ok()) break;
+    completion_->Then(absl::OkStatus(), [op, scratch, t, dst](absl::Status) {
+      if (op->status.ok()) {
+        PackTensorOnHost(reinterpret_cast<const uint8_t*>(scratch->data()), t.shape, t.strides,
+                         t.elem_size, dst);
+      }
+    });
+    queued = true;
+  }
+  FinishRead(std::move(op), std::move(status), queued);
+}
+
+}  // namespace cubed
