@@ -1,14 +1,18 @@
 #include "client/bulk_transfer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <deque>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/fresh_bytes.h"
 #include "client/status_conversion.h"
+#include "common/bulk_lanes.h"
+#include "common/status_macros.h"
 #include "cubed/v1/session.grpc.pb.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/impl/rpc_method.h"
@@ -109,11 +113,16 @@ class WireCursor {
   size_t pos_ = 0;
 };
 
-// Copies download chunks into the result, on its own thread, so that the reading thread goes
-// back to gRPC (which reads the socket only while a thread waits in it) at once.
+// The result of a download, filled by its lanes' copier threads (one per lane, Note [Bulk
+// lanes]). Thread-safe.
 class DownloadSink {
  public:
-  // Parses one DownloadChunk (Note [Bulk wire format]) and copies its data into `out_`.
+  // `in_order`: one lane, whose chunks come in order: the bytes are appended (the copy is the
+  // first touch of the result's pages). Otherwise the result is zero-filled once and each chunk
+  // copied to its place.
+  explicit DownloadSink(bool in_order) : in_order_(in_order) {}
+
+  // Parses one DownloadChunk (Note [Bulk wire format]) and copies its data into the result.
   absl::Status Consume(const grpc::ByteBuffer& buffer) {
     std::vector<grpc::Slice> slices;
     if (!buffer.Dump(&slices).ok()) return Bad("unreadable chunk");
@@ -163,40 +172,61 @@ class DownloadSink {
         return Bad("bad wire type");
       }
     }
-    if (first_) {
-      first_ = false;
-      out_.resize(sizes.size());
-      sizes_ = std::move(sizes);
-      std::vector<std::pair<char*, uint64_t>> ranges;
-      for (size_t i = 0; i < sizes_.size(); ++i) {
-        ReserveForRead(out_[i], sizes_[i]);
-        ranges.emplace_back(out_[i].data(), sizes_[i]);
+    std::string* out = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!sized_) {
+        if (sizes.empty() && !has_data) return absl::OkStatus();
+        sized_ = true;
+        sizes_ = std::move(sizes);
+        out_.resize(sizes_.size());
+        copied_.assign(sizes_.size(), 0);
+        std::vector<std::pair<char*, uint64_t>> ranges;
+        for (size_t i = 0; i < sizes_.size(); ++i) {
+          if (in_order_) {
+            ReserveForRead(out_[i], sizes_[i]);
+            ranges.emplace_back(out_[i].data(), sizes_[i]);
+          } else {
+            SizeForRead(out_[i], sizes_[i]);
+          }
+        }
+        if (in_order_) prefault_ = std::make_unique<Prefault>(std::move(ranges));
+      } else if (!sizes.empty() && sizes != sizes_) {
+        return Bad("lanes announce different sizes");
       }
-      prefault_ = std::make_unique<Prefault>(std::move(ranges));
+      if (!has_data || data_len == 0) return absl::OkStatus();
+      if (binding >= out_.size() || offset > sizes_[binding] ||
+          data_len > sizes_[binding] - offset) {
+        return absl::InternalError(absl::StrCat("SessionStream.Download: a chunk for binding ",
+                                                binding, " at offset ", offset,
+                                                " lies outside the sizes announced"));
+      }
+      // One lane's chunks of each binding come in order (session.proto), so its bytes are
+      // appended; several lanes' chunks each go to their place.
+      if (in_order_ && offset != out_[binding].size()) {
+        return absl::InternalError(absl::StrCat("SessionStream.Download: a chunk for binding ",
+                                                binding, " at offset ", offset, " after ",
+                                                out_[binding].size(), " bytes of it"));
+      }
+      copied_[binding] += data_len;
+      out = &out_[binding];  // Stays where it is: out_ is not resized again.
     }
-    if (!has_data || data_len == 0) return absl::OkStatus();
-    if (binding >= out_.size() || offset > sizes_[binding] || data_len > sizes_[binding] - offset) {
-      return absl::InternalError(absl::StrCat("SessionStream.Download: a chunk for binding ",
-                                              binding, " at offset ", offset,
-                                              " lies outside the sizes announced"));
+    if (in_order_) {
+      c.AppendTo(data_slice, data_pos, data_len, out);  // Only this lane's copier appends.
+    } else {
+      c.CopyTo(data_slice, data_pos, data_len, out->data() + offset);
     }
-    // Each binding's chunks come in order (session.proto), so the bytes are appended: the copy
-    // is the first touch of the result's pages.
-    if (offset != out_[binding].size()) {
-      return absl::InternalError(absl::StrCat("SessionStream.Download: a chunk for binding ",
-                                              binding, " at offset ", offset, " after ",
-                                              out_[binding].size(), " bytes of it"));
-    }
-    c.AppendTo(data_slice, data_pos, data_len, &out_[binding]);
     return absl::OkStatus();
   }
 
+  // Once every lane's copier is done.
   absl::StatusOr<std::vector<std::string>> Result() {
+    absl::MutexLock lock(&mu_);
     prefault_.reset();
     for (size_t i = 0; i < out_.size(); ++i) {
-      if (out_[i].size() != sizes_[i]) {
+      if (copied_[i] != sizes_[i]) {
         return absl::InternalError(absl::StrCat("SessionStream.Download: binding ", i, " got ",
-                                                out_[i].size(), " of ", sizes_[i], " bytes"));
+                                                copied_[i], " of ", sizes_[i], " bytes"));
       }
     }
     return std::move(out_);
@@ -207,25 +237,72 @@ class DownloadSink {
     return absl::InternalError(
         absl::StrCat("SessionStream.Download: a malformed chunk (", what, ")"));
   }
-  bool first_ = true;
-  std::vector<std::string> out_;
-  std::vector<uint64_t> sizes_;  // Announced by the first chunk.
+  const bool in_order_;
+  absl::Mutex mu_;
+  bool sized_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::string> out_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> sizes_ ABSL_GUARDED_BY(mu_);   // Announced by the first chunk.
+  std::vector<uint64_t> copied_ ABSL_GUARDED_BY(mu_);  // Bytes of each binding received.
   // Faults in out_'s room ahead of the copies; declared after out_, so it stops before out_ goes.
-  std::unique_ptr<Prefault> prefault_;
+  std::unique_ptr<Prefault> prefault_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace
+// The calls of one transfer's lanes: when one lane fails, the others are cancelled (the daemon
+// would otherwise wait for the failed lane's bytes until the deadline). Thread-safe.
+class LaneCalls {
+ public:
+  void Add(grpc::ClientContext* context) {
+    absl::MutexLock lock(&mu_);
+    contexts_.push_back(context);
+    if (cancelled_) context->TryCancel();
+  }
+  void Remove(grpc::ClientContext* context) {
+    absl::MutexLock lock(&mu_);
+    contexts_.erase(std::find(contexts_.begin(), contexts_.end(), context));
+  }
+  void CancelAll() {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+    for (grpc::ClientContext* c : contexts_) c->TryCancel();
+  }
 
-absl::Duration BulkDeadline(absl::Duration timeout, uint64_t bytes) {
-  return timeout + absl::Seconds(static_cast<int64_t>(bytes >> 26));
+ private:
+  absl::Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<grpc::ClientContext*> contexts_ ABSL_GUARDED_BY(mu_);
+};
+
+// The transfer's status from its lanes': the first error that is not a cancel (a cancel is
+// what the other lanes get when one fails), else the first error.
+absl::Status CombineLanes(const std::vector<absl::Status>& lanes) {
+  for (const absl::Status& s : lanes) {
+    if (!s.ok() && !absl::IsCancelled(s)) return s;
+  }
+  for (const absl::Status& s : lanes) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
-absl::Status BulkUpload(const std::shared_ptr<grpc::Channel>& channel, uint64_t session,
-                        uint64_t seq, absl::Span<const uint8_t> data, uint64_t chunk,
-                        absl::Duration timeout,
+// Runs lane(i) for i in 1 .. lanes - 1 on threads of their own and lane(0) on this one.
+void RunLanes(uint32_t lanes, const std::function<void(uint32_t)>& lane) {
+  std::vector<std::thread> others;
+  for (uint32_t i = 1; i < lanes; ++i) others.emplace_back(lane, i);
+  lane(0);
+  for (std::thread& t : others) t.join();
+}
+
+// One lane of an upload: the bytes [range.begin, range.end) of `data`.
+absl::Status UploadLane(const BulkRoute& route, uint64_t session, uint64_t seq,
+                        absl::Span<const uint8_t> data, uint32_t lanes, uint32_t lane,
+                        LaneCalls& calls, std::atomic<uint64_t>& sent,
                         const std::function<void(uint64_t, uint64_t)>& progress) {
+  absl::StatusOr<BulkLaneRange> range = UploadLaneRange(data.size(), lanes, lane);
+  if (!range.ok()) return range.status();  // ChooseBulkLanes never picks such a count.
+  const std::shared_ptr<grpc::Channel>& channel = route.channels[lane];
   grpc::ClientContext context;
-  SetBulkDeadline(&context, timeout, data.size());
+  SetBulkDeadline(&context, route.timeout, range->end - range->begin);
+  calls.Add(&context);
   v1::UploadDone done;
   const grpc::internal::RpcMethod method(kUploadMethod, grpc::internal::RpcMethod::CLIENT_STREAMING,
                                          channel);
@@ -236,9 +313,13 @@ absl::Status BulkUpload(const std::shared_ptr<grpc::Channel>& channel, uint64_t 
   header.set_session(session);
   header.set_seq(seq);
   header.set_total_size(data.size());
+  if (lanes > 1) {
+    header.set_lane(lane);
+    header.set_lanes(lanes);
+  }
   std::string head;
-  for (uint64_t offset = 0; offset < data.size();) {
-    const uint64_t n = std::min<uint64_t>(chunk, data.size() - offset);
+  for (uint64_t offset = range->begin; offset < range->end;) {
+    const uint64_t n = std::min<uint64_t>(route.chunk, range->end - offset);
     header.set_offset(offset);
     head = header.SerializeAsString();
     head.push_back(static_cast<char>((5 << 3) | 2));  // Field 5 (data), length-delimited.
@@ -248,24 +329,34 @@ absl::Status BulkUpload(const std::shared_ptr<grpc::Channel>& channel, uint64_t 
                              grpc::Slice(data.data() + offset, n, grpc::Slice::STATIC_SLICE)};
     grpc::ByteBuffer message(slices, 2);
     if (!writer->Write(message)) break;  // The daemon ended the upload: Finish says why.
+    const bool first = offset == range->begin;
     offset += n;
-    if (progress) progress(offset, data.size());
-    if (offset == n) header.Clear();  // Only the first chunk names the command.
+    const uint64_t all = sent.fetch_add(n) + n;
+    if (progress && lane == 0) progress(all, data.size());
+    if (first) header.Clear();  // Only the first chunk names the command.
   }
   writer->WritesDone();
-  return FromGrpcStatus(writer->Finish(), "SessionStream.Upload");
+  absl::Status status = FromGrpcStatus(writer->Finish(), "SessionStream.Upload");
+  calls.Remove(&context);
+  if (!status.ok()) calls.CancelAll();
+  return status;
 }
 
-absl::StatusOr<std::vector<std::string>> BulkDownload(const std::shared_ptr<grpc::Channel>& channel,
-                                                      uint64_t session, uint64_t seq,
-                                                      uint64_t chunk, uint64_t expected,
-                                                      absl::Duration timeout) {
+// One lane of a download, into `sink`.
+absl::Status DownloadLane(const BulkRoute& route, uint64_t session, uint64_t seq, uint64_t expected,
+                          uint32_t lanes, uint32_t lane, LaneCalls& calls, DownloadSink& sink) {
+  const std::shared_ptr<grpc::Channel>& channel = route.channels[lane];
   grpc::ClientContext context;
-  SetBulkDeadline(&context, timeout, expected);
+  SetBulkDeadline(&context, route.timeout, expected);  // Any lane may carry most of it.
+  calls.Add(&context);
   v1::DownloadRequest request;
   request.set_session(session);
   request.set_seq(seq);
-  request.set_chunk_bytes(chunk);
+  request.set_chunk_bytes(route.chunk);
+  if (lanes > 1) {
+    request.set_lane(lane);
+    request.set_lanes(lanes);
+  }
   const grpc::internal::RpcMethod method(kDownloadMethod,
                                          grpc::internal::RpcMethod::SERVER_STREAMING, channel);
   std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
@@ -277,7 +368,6 @@ absl::StatusOr<std::vector<std::string>> BulkDownload(const std::shared_ptr<grpc
   std::deque<grpc::ByteBuffer> queue;  // Guarded by mu.
   bool reading_done = false;           // Guarded by mu.
   absl::Status bad;                    // Guarded by mu: the first malformed chunk.
-  DownloadSink sink;
   std::thread copier([&] {
     for (;;) {
       grpc::ByteBuffer buffer;
@@ -291,11 +381,13 @@ absl::StatusOr<std::vector<std::string>> BulkDownload(const std::shared_ptr<grpc
       }
       absl::Status s = sink.Consume(buffer);
       if (!s.ok()) {
-        absl::MutexLock lock(&mu);
-        bad = std::move(s);
-        queue.clear();
-        changed.SignalAll();
-        context.TryCancel();
+        {
+          absl::MutexLock lock(&mu);
+          bad = std::move(s);
+          queue.clear();
+          changed.SignalAll();
+        }
+        calls.CancelAll();
         return;
       }
     }
@@ -315,8 +407,46 @@ absl::StatusOr<std::vector<std::string>> BulkDownload(const std::shared_ptr<grpc
   }
   copier.join();
   absl::Status status = FromGrpcStatus(reader->Finish(), "SessionStream.Download");
+  calls.Remove(&context);
   if (!bad.ok()) return bad;
-  if (!status.ok()) return status;
+  if (!status.ok()) calls.CancelAll();
+  return status;
+}
+
+}  // namespace
+
+absl::Duration BulkDeadline(absl::Duration timeout, uint64_t bytes) {
+  return timeout + absl::Seconds(static_cast<int64_t>(bytes >> 26));
+}
+
+absl::Status BulkUpload(const BulkRoute& route, uint64_t session, uint64_t seq,
+                        absl::Span<const uint8_t> data,
+                        const std::function<void(uint64_t, uint64_t)>& progress) {
+  const uint32_t lanes =
+      ChooseBulkLanes(data.size(), static_cast<uint32_t>(route.channels.size()), route.lane_bytes);
+  LaneCalls calls;
+  std::atomic<uint64_t> sent{0};
+  std::vector<absl::Status> status(lanes);
+  RunLanes(lanes, [&](uint32_t lane) {
+    status[lane] = UploadLane(route, session, seq, data, lanes, lane, calls, sent, progress);
+  });
+  absl::Status combined = CombineLanes(status);
+  // The other lanes' last chunks, accepted after lane 0's last report.
+  if (combined.ok() && lanes > 1 && progress) progress(data.size(), data.size());
+  return combined;
+}
+
+absl::StatusOr<std::vector<std::string>> BulkDownload(const BulkRoute& route, uint64_t session,
+                                                      uint64_t seq, uint64_t expected) {
+  const uint32_t lanes =
+      ChooseBulkLanes(expected, static_cast<uint32_t>(route.channels.size()), route.lane_bytes);
+  DownloadSink sink(lanes == 1);
+  LaneCalls calls;
+  std::vector<absl::Status> status(lanes);
+  RunLanes(lanes, [&](uint32_t lane) {
+    status[lane] = DownloadLane(route, session, seq, expected, lanes, lane, calls, sink);
+  });
+  RETURN_IF_ERROR(CombineLanes(status));
   return sink.Result();
 }
 

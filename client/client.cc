@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <optional>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -17,6 +18,7 @@
 #include "client/ring_session_wire.h"
 #include "client/secure_channel.h"
 #include "client/tensor_launch.h"
+#include "common/bulk_lanes.h"
 #include "common/status_macros.h"
 #include "google/protobuf/arena.h"
 #include "grpc/grpc.h"
@@ -164,6 +166,13 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ClientOptions.max_message_bytes must be > 0, got ", options.max_message_bytes));
   }
+  if (options.bulk_lanes > kMaxBulkLanes) {
+    return absl::InvalidArgumentError(absl::StrCat("ClientOptions.bulk_lanes must be 0 .. ",
+                                                   kMaxBulkLanes, ", got ", options.bulk_lanes));
+  }
+  if (options.bulk_lanes == 0) {
+    options.bulk_lanes = std::clamp<uint32_t>(std::thread::hardware_concurrency() / 4, 1, 4);
+  }
   if (options.reply_spin > absl::Seconds(1)) {
     return absl::InvalidArgumentError(
         absl::StrCat("ClientOptions.reply_spin must be at most 1 s, got ",
@@ -193,6 +202,25 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
                                                        o.tls_key_file, o.tls_server_name, o.token},
                                        args));
   impl->stub = v1::Compute::NewStub(impl->channel);
+  impl->bulk_route.channels.push_back(impl->channel);
+  if (impl->options.transport == Transport::kStream) {
+    // Note [Bulk lanes]: each lane's channel has subchannels of its own, so its own connection
+    // (channels with the same arguments would share one); they connect at their first transfer.
+    grpc::ChannelArguments lane_args = args;
+    lane_args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    for (uint32_t lane = 1; lane < impl->options.bulk_lanes; ++lane) {
+      ASSIGN_OR_RETURN(
+          std::shared_ptr<grpc::Channel> lane_channel,
+          CreateSecureChannel(o.address,
+                              ChannelSecurity{o.tls_ca_file, o.tls_cert_file, o.tls_key_file,
+                                              o.tls_server_name, o.token},
+                              lane_args));
+      impl->bulk_route.channels.push_back(std::move(lane_channel));
+    }
+  }
+  impl->bulk_route.lane_bytes = impl->options.bulk_lane_bytes;
+  impl->bulk_route.chunk = impl->options.bulk_chunk;
+  impl->bulk_route.timeout = impl->options.timeout;
 
   if (impl->options.session != 0) {
     impl->session = impl->options.session;
@@ -329,8 +357,7 @@ absl::StatusOr<Handle> Client::Create(absl::Span<const uint8_t> data) {
       RETURN_IF_ERROR(impl_->stream->Send(std::move(command), nullptr, &seq));
       impl_->stream->Push();
       absl::Status uploaded =
-          BulkUpload(impl_->channel, impl_->session, seq, data, impl_->options.bulk_chunk,
-                     impl_->options.timeout, impl_->options.upload_progress);
+          BulkUpload(impl_->bulk_route, impl_->session, seq, data, impl_->options.upload_progress);
       if (!uploaded.ok()) {
         impl_->ReleasePoisoned(id);
         return uploaded;
@@ -644,8 +671,7 @@ absl::StatusOr<Tensor> Client::Impl::StreamTensor(v1::Command command, uint64_t 
       bulk.empty() ? absl::ZeroDuration() : BulkDeadline(options.timeout, bulk.size()));
   absl::Status uploaded;
   if (!bulk.empty()) {
-    uploaded = BulkUpload(channel, session, seq, bulk, options.bulk_chunk, options.timeout,
-                          options.upload_progress);
+    uploaded = BulkUpload(bulk_route, session, seq, bulk, options.upload_progress);
   }
   absl::Status status = AwaitPolling(std::move(answer), reply_spin);
   if (status.ok()) status = uploaded;

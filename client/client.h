@@ -88,6 +88,15 @@ struct ClientOptions {
   uint64_t bulk_threshold = uint64_t{4} << 20;
   // Chunk size of those transfers, 1 byte .. 4 MiB.
   uint64_t bulk_chunk = uint64_t{4} << 20;
+  // Connections one of those transfers may spread its bytes over, 1 .. 16 (Note [Bulk lanes],
+  // server/service/stream/bulk_transfers.h): one connection moves what gRPC's per-byte work on
+  // one thread at each end allows (~1.5 GiB/s on the H200 machine); a transfer of at least
+  // 2 × bulk_lane_bytes runs up to this many Upload / Download RPCs at once, each on its own
+  // connection (opened at the first such transfer), each with at least bulk_lane_bytes.
+  // 0 = by this host's cores: one lane per 4 cores, 1 .. 4 (more lanes only cost a host of few
+  // cores: the lanes' threads compete for them, and a read's result is zero-filled first).
+  uint32_t bulk_lanes = 0;
+  uint64_t bulk_lane_bytes = uint64_t{16} << 20;
   // Session stream over a Unix socket (a daemon on this host): creates and reads of this many
   // bytes or more copy them through a shared-memory region the client registers with its session
   // (docs/api.md, "Shared-memory regions"): one memcpy on this side, no gRPC message, before

@@ -56,10 +56,9 @@ std::future<ReadResult> BulkRead(const Client::Impl& impl, v1::Command command, 
       deadline);
   auto promise = std::make_shared<std::promise<ReadResult>>();
   std::future<ReadResult> result = promise->get_future();
-  std::thread([channel = impl.channel, session = impl.session, seq, chunk = impl.options.bulk_chunk,
-               bytes, timeout = impl.options.timeout, answer = std::move(answer),
-               promise]() mutable {
-    ReadResult data = BulkDownload(channel, session, seq, chunk, bytes, timeout);
+  std::thread([route = impl.bulk_route, session = impl.session, seq, bytes,
+               answer = std::move(answer), promise]() mutable {
+    ReadResult data = BulkDownload(route, session, seq, bytes);
     absl::Status status = answer.get();  // The read's own verdict first.
     if (!status.ok()) {
       promise->set_value(std::move(status));

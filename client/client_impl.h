@@ -13,6 +13,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "client/async_call.h"
+#include "client/bulk_transfer.h"
 #include "client/client.h"
 #include "client/region_staging.h"
 #include "client/release_batcher.h"
@@ -46,6 +47,9 @@ class Client::Impl {
 
   ClientOptions options;
   std::shared_ptr<grpc::Channel> channel;
+  // Bulk transfers' lanes (Note [Bulk lanes]): `channel`, then bulk_lanes - 1 channels of their
+  // own connections; the chunk size and timeout of the options.
+  BulkRoute bulk_route;
   std::unique_ptr<Stub> stub;
   uint64_t session = 0;
   bool owns_session = false;

@@ -216,6 +216,7 @@ void cubed_connect_options_init(cubed_connect_options* options) {
   options->region_threshold = d.region_threshold;
   options->resume_timeout_ms = absl::ToInt64Milliseconds(d.resume_timeout);
   options->reply_spin_us = -1;
+  options->bulk_lanes = d.bulk_lanes;
 }
 
 int32_t cubed_client_connect(const cubed_connect_options* options, cubed_client** client,
@@ -259,6 +260,10 @@ int32_t cubed_client_connect(const cubed_connect_options* options, cubed_client*
                                        "got ",
                                        o.bulk_chunk));
   }
+  if (o.bulk_lanes > 16) {
+    return Invalid(error, absl::StrCat("cubed_connect_options.bulk_lanes must be 0 .. 16, got ",
+                                       o.bulk_lanes));
+  }
   if (o.resume_timeout_ms < 0) {
     return Invalid(error, absl::StrCat("cubed_connect_options.resume_timeout_ms must be >= 0, "
                                        "got ",
@@ -288,6 +293,7 @@ int32_t cubed_client_connect(const cubed_connect_options* options, cubed_client*
                                                : cubed::StreamCarrier::kAuto;
   options_cc.bulk_threshold = o.bulk_threshold;
   options_cc.bulk_chunk = o.bulk_chunk;
+  options_cc.bulk_lanes = o.bulk_lanes;
   options_cc.region_threshold = o.region_threshold;
   options_cc.resume_timeout = absl::Milliseconds(o.resume_timeout_ms);
   options_cc.reply_spin =

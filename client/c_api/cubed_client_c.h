@@ -88,6 +88,8 @@ typedef struct cubed_connect_options {
   int64_t resume_timeout_ms;    // Resume the stream after a checkpointed restart; 0 never.
   int64_t reply_spin_us;        // Polling before a wait sleeps (ClientOptions::reply_spin):
                                 // < 0 the daemon's suggestion, 0 never, at most 1000000.
+  uint32_t bulk_lanes;          // Connections one bulk transfer may use at once, 1 .. 16;
+                                // 0 = by this host's cores (ClientOptions::bulk_lanes).
 } cubed_connect_options;
 
 // The C++ SDK's defaults (cubed::ClientOptions), address NULL, struct_size set.

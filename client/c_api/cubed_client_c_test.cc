@@ -209,6 +209,7 @@ TEST_F(CApiTest, ConnectRefusesBadOptionsNamingThem) {
       {"bulk_chunk", [](cubed_connect_options* p) { p->bulk_chunk = 0; }},
       {"resume_timeout_ms", [](cubed_connect_options* p) { p->resume_timeout_ms = -5; }},
       {"reply_spin_us", [](cubed_connect_options* p) { p->reply_spin_us = 1000001; }},
+      {"bulk_lanes", [](cubed_connect_options* p) { p->bulk_lanes = 17; }},
   };
   for (const Case& k : cases) {
     cubed_connect_options_init(&o);

@@ -60,7 +60,8 @@ class _Options(ctypes.Structure):
                 ("tls_key_file", ctypes.c_char_p), ("tls_server_name", ctypes.c_char_p),
                 ("session", _u64), ("transport", _i32), ("carrier", _i32),
                 ("bulk_threshold", _u64), ("bulk_chunk", _u64), ("region_threshold", _u64),
-                ("resume_timeout_ms", _i64), ("reply_spin_us", _i64)]
+                ("resume_timeout_ms", _i64), ("reply_spin_us", _i64),
+                ("bulk_lanes", ctypes.c_uint32)]
 
 
 class _Usage(ctypes.Structure):

@@ -1,10 +1,12 @@
 // The Upload and Download RPCs of cubed.v1.SessionStream (Note [Bulk transfers],
 // bulk_transfers.h): their reactors, and how a transfer finds its stream.
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/bulk_lanes.h"
 #include "server/service/stream/bulk_transfer_state.h"
 #include "server/service/stream/bulk_transfers.h"
 #include "server/service/stream/session_stream.h"
@@ -94,6 +96,16 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
         state_->session = SessionId(head->session);
         state_->seq = head->seq;
         state_->total = head->total;
+        // Bad lanes fail the create (the lane still joins its command, so that it can).
+        state_->lane = head->lane;
+        state_->lanes = std::max<uint32_t>(head->lanes, 1);
+        absl::StatusOr<BulkLaneRange> range = UploadLaneRange(head->total, head->lanes, head->lane);
+        if (range.ok()) {
+          state_->begin = range->begin;
+          state_->end = range->end;
+        } else {
+          state_->error = range.status();
+        }
       } else {
         state_->StartReadLocked();  // Reads ahead while its command waits.
       }
@@ -240,30 +252,41 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* SessionStreamService::Download(
     reactor->FailAtOnce(absl::UnavailableError("the daemon is shutting down"));
     return reactor;
   }
-  // A bad chunk_bytes fails the bulk read it names too (docs/api.md): the download is joined
-  // with the error, and its command fails with it when it runs.
-  absl::Status chunk_error;
+  // A bad chunk_bytes or lane fails the bulk read it names too (docs/api.md): the download is
+  // joined with the error, and its command fails with it when it runs.
+  absl::Status request_error;
   if (request->chunk_bytes() > kMaxBulkChunk) {
-    chunk_error = absl::InvalidArgumentError(absl::StrCat("chunk_bytes: ", request->chunk_bytes(),
-                                                          " is outside 1 .. ", kMaxBulkChunk,
-                                                          " (0 = ", kMaxBulkChunk, ")"));
+    request_error = absl::InvalidArgumentError(absl::StrCat("chunk_bytes: ", request->chunk_bytes(),
+                                                            " is outside 1 .. ", kMaxBulkChunk,
+                                                            " (0 = ", kMaxBulkChunk, ")"));
   }
   std::shared_ptr<BulkTransfers> bulk = FindBulk(SessionId(request->session()), principal->get());
   if (bulk == nullptr) {
-    reactor->FailAtOnce(!chunk_error.ok() ? chunk_error
-                                          : absl::NotFoundError(absl::StrCat(
-                                                "session: ", request->session(),
-                                                " has no open session stream on this daemon")));
+    reactor->FailAtOnce(!request_error.ok() ? request_error
+                                            : absl::NotFoundError(absl::StrCat(
+                                                  "session: ", request->session(),
+                                                  " has no open session stream on this daemon")));
     return reactor;
+  }
+  // Bad lanes fail the read the same way.
+  if (request_error.ok() && request->lanes() > kMaxBulkLanes) {
+    request_error = absl::InvalidArgumentError(absl::StrCat(
+        "lanes: ", request->lanes(), " lanes; a bulk transfer has 1 .. ", kMaxBulkLanes));
+  } else if (request_error.ok() && request->lane() >= std::max<uint32_t>(request->lanes(), 1)) {
+    request_error = absl::InvalidArgumentError(absl::StrCat("lane: lane ", request->lane(), " of ",
+                                                            std::max<uint32_t>(request->lanes(), 1),
+                                                            " lanes (lanes count from 0)"));
   }
   const std::shared_ptr<DownloadState>& state = reactor->state();
   state->session = SessionId(request->session());
   state->seq = request->seq();
   state->chunk_bytes =
-      request->chunk_bytes() == 0 || !chunk_error.ok() ? kMaxBulkChunk : request->chunk_bytes();
-  if (!chunk_error.ok()) {
+      request->chunk_bytes() == 0 || !request_error.ok() ? kMaxBulkChunk : request->chunk_bytes();
+  state->lane = request->lane();
+  state->lanes = std::max<uint32_t>(request->lanes(), 1);
+  if (!request_error.ok()) {
     absl::MutexLock lock(&state->mu);
-    state->error = chunk_error;
+    state->error = request_error;
   }
   bulk->AttachDownload(state);
   return reactor;

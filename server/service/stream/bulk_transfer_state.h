@@ -34,6 +34,12 @@ struct UploadState {
   SessionId session;
   uint64_t seq = 0;
   uint64_t total = 0;  // As declared by the first chunk.
+  // Note [Bulk lanes], as declared by the first chunk (lanes >= 1), and the bytes [begin, end)
+  // this lane carries (UploadLaneRange; empty, with `error` set, when the lanes are bad).
+  uint32_t lane = 0;
+  uint32_t lanes = 1;
+  uint64_t begin = 0;
+  uint64_t end = 0;
   // Chunks received and not yet written, in order; the front one is being written while
   // `writing`. A chunk that could not be parsed is kept as its error, in its place.
   std::deque<absl::StatusOr<UploadPiece>> pieces ABSL_GUARDED_BY(mu);
@@ -43,8 +49,9 @@ struct UploadState {
   bool closed ABSL_GUARDED_BY(mu) = false;   // The client half-closed.
   bool cancelled ABSL_GUARDED_BY(mu) = false;
   bool complete ABSL_GUARDED_BY(mu) = false;  // Its command finished OK.
-  uint64_t received ABSL_GUARDED_BY(mu) = 0;  // Bytes written.
-  absl::Status error ABSL_GUARDED_BY(mu);     // A write failed.
+  uint64_t received ABSL_GUARDED_BY(mu) = 0;  // Bytes of this lane written.
+  // A write failed, or the lane cannot be used (bad or disagreeing lanes): its command fails.
+  absl::Status error ABSL_GUARDED_BY(mu);
   std::weak_ptr<BulkTransfers> owner ABSL_GUARDED_BY(mu);
 
   // Reads the next chunk when one may be read: the first one always; later ones only while its
@@ -89,7 +96,11 @@ struct DownloadState {
   SessionId session;
   uint64_t seq = 0;
   uint64_t chunk_bytes = kMaxBulkChunk;
-  // Pieces read and not yet written, by piece index; written in index order.
+  uint32_t lane = 0;  // Note [Bulk lanes] (lanes >= 1).
+  uint32_t lanes = 1;
+  // Pieces given to this lane (by the loop thread, in StepDownload); the first carries the sizes.
+  uint64_t issued = 0;
+  // Pieces read and not yet written, by this lane's piece index; written in index order.
   std::map<uint64_t, DownloadPiece> ready ABSL_GUARDED_BY(mu);
   uint64_t next_write ABSL_GUARDED_BY(mu) = 0;
   // The chunk being written: its message (the data slice owns the piece's bytes until gRPC is
@@ -101,7 +112,8 @@ struct DownloadState {
   uint64_t written ABSL_GUARDED_BY(mu) = 0;      // Bytes written.
   bool failed ABSL_GUARDED_BY(mu) = false;       // A write failed (the client is gone).
   bool cancelled ABSL_GUARDED_BY(mu) = false;
-  absl::Status error ABSL_GUARDED_BY(mu);  // A piece read failed.
+  // A piece read failed, or the lane cannot be used (bad or disagreeing lanes, chunk_bytes).
+  absl::Status error ABSL_GUARDED_BY(mu);
   std::weak_ptr<BulkTransfers> owner ABSL_GUARDED_BY(mu);
 
   void MaybeWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {

@@ -1,8 +1,10 @@
 #include "server/service/stream/bulk_transfers.h"
 
 #include <algorithm>
+#include <limits>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -17,14 +19,36 @@ absl::Status EndedStatus(const absl::Status& end, uint64_t seq) {
       absl::StrCat("seq: the session stream ended without running bulk command ", seq));
 }
 
+// The lanes of `seq` in a transfer map: [first, second).
+template <typename Map>
+auto LanesOf(Map& transfers, uint64_t seq) {
+  return std::make_pair(transfers.lower_bound({seq, 0}),
+                        transfers.upper_bound({seq, std::numeric_limits<uint32_t>::max()}));
+}
+
+// Why lane `b` cannot join the lanes of its command, of which `a` came first; OK when it can.
+absl::Status Disagreement(const UploadState& a, const UploadState& b) {
+  if (a.lanes == b.lanes && a.total == b.total) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("lanes: lane ", b.lane, " of the upload for command ", b.seq, " declares ",
+                   b.lanes, " lanes and total_size ", b.total, ", lane ", a.lane, " declared ",
+                   a.lanes, " and ", a.total, "; the lanes of one create agree"));
+}
+absl::Status Disagreement(const DownloadState& a, const DownloadState& b) {
+  if (a.lanes == b.lanes && a.chunk_bytes == b.chunk_bytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "lanes: lane ", b.lane, " of the download for command ", b.seq, " asks for ", b.lanes,
+      " lanes and chunk_bytes ", b.chunk_bytes, ", lane ", a.lane, " asked for ", a.lanes, " and ",
+      a.chunk_bytes, "; the lanes of one read agree"));
+}
+
 }  // namespace
 
 struct BulkTransfers::Wait {
   StreamCommand command;
   bool upload = false;
   uint64_t total = 0;                  // Upload: the bytes it must bring.
-  std::unique_ptr<BulkReadPlan> plan;  // Download: once its transfer attached.
-  uint64_t pieces = 0;                 // Download: pieces issued.
+  std::unique_ptr<BulkReadPlan> plan;  // Download: once its first lane attached.
 };
 
 BulkTransfers::BulkTransfers(absl::AnyInvocable<void()> kick) : kick_(std::move(kick)) {}
@@ -55,16 +79,9 @@ bool BulkTransfers::Start(Device& device, StreamRunner& runner, StreamCommand& c
   // Transfers of earlier seqs will never be joined.
   if (seq > 0) EndUnjoinedLocked(seq - 1);
   if (!status.ok()) {
-    auto end_it = [&](auto& transfers) {
-      auto it = transfers.find(seq);
-      if (it == transfers.end()) return false;
-      absl::MutexLock tl(&it->second->mu);
-      it->second->FinishLocked(status);
-      transfers.erase(it);
-      --attached_;
-      return true;
-    };
-    if (!end_it(uploads_) && !end_it(downloads_)) RememberFailureLocked(seq, status);
+    EndLanesLocked(uploads_, seq, status);
+    EndLanesLocked(downloads_, seq, status);
+    RememberFailureLocked(seq, status);  // Lanes still to come end with it too.
     return false;
   }
   wait_ = std::make_unique<Wait>();
@@ -72,23 +89,31 @@ bool BulkTransfers::Start(Device& device, StreamRunner& runner, StreamCommand& c
   wait_->total = command.size;
   wait_->command = std::move(command);
   kicked_ = true;  // Its transfer may be here already.
-  // A transfer of the wrong direction attached early fails now.
+  // Transfers of the wrong direction attached early fail now.
   if (wait_->upload) {
-    if (auto it = downloads_.find(seq); it != downloads_.end()) {
-      absl::MutexLock tl(&it->second->mu);
-      it->second->FinishLocked(absl::FailedPreconditionError(
-          absl::StrCat("seq: command ", seq, " is a bulk create; its bytes come through Upload")));
-      downloads_.erase(it);
-      --attached_;
-    }
-  } else if (auto it = uploads_.find(seq); it != uploads_.end()) {
-    absl::MutexLock tl(&it->second->mu);
-    it->second->FinishLocked(absl::FailedPreconditionError(
-        absl::StrCat("seq: command ", seq, " is a bulk read; its bytes come through Download")));
-    uploads_.erase(it);
-    --attached_;
+    EndLanesLocked(downloads_, seq,
+                   absl::FailedPreconditionError(absl::StrCat(
+                       "seq: command ", seq, " is a bulk create; its bytes come through Upload")));
+  } else {
+    EndLanesLocked(uploads_, seq,
+                   absl::FailedPreconditionError(absl::StrCat(
+                       "seq: command ", seq, " is a bulk read; its bytes come through Download")));
   }
   return true;
+}
+
+template <typename State>
+void BulkTransfers::EndLanesLocked(TransferMap<State>& transfers, uint64_t seq,
+                                   const absl::Status& status) {
+  auto [it, end] = LanesOf(transfers, seq);
+  while (it != end) {
+    {
+      absl::MutexLock tl(&it->second->mu);
+      it->second->FinishLocked(status);
+    }
+    it = transfers.erase(it);
+    --attached_;
+  }
 }
 
 void BulkTransfers::Passed(uint64_t seq) {
@@ -104,7 +129,7 @@ void BulkTransfers::Passed(uint64_t seq) {
 
 void BulkTransfers::EndUnjoinedLocked(uint64_t seq) {
   auto end_upto = [&](auto& transfers) {
-    for (auto it = transfers.begin(); it != transfers.end() && it->first <= seq;) {
+    for (auto it = transfers.begin(); it != transfers.end() && it->first.first <= seq;) {
       {
         absl::MutexLock tl(&it->second->mu);
         if constexpr (std::is_same_v<std::decay_t<decltype(*it->second)>, UploadState>) {
@@ -114,8 +139,8 @@ void BulkTransfers::EndUnjoinedLocked(uint64_t seq) {
             continue;
           }
         }
-        it->second->FinishLocked(absl::FailedPreconditionError(
-            absl::StrCat("seq: command ", it->first, " is not a bulk command of this stream")));
+        it->second->FinishLocked(absl::FailedPreconditionError(absl::StrCat(
+            "seq: command ", it->first.first, " is not a bulk command of this stream")));
       }
       it = transfers.erase(it);
       --attached_;
@@ -137,6 +162,7 @@ template <typename State>
 void BulkTransfers::Attach(TransferMap<State> BulkTransfers::*member,
                            const std::shared_ptr<State>& state, const Direction& direction) {
   const uint64_t seq = state->seq;
+  const LaneKey key{seq, state->lane};
   bool kick = false;
   {
     absl::MutexLock lock(&mu_);
@@ -146,11 +172,10 @@ void BulkTransfers::Attach(TransferMap<State> BulkTransfers::*member,
     if (ended_) {
       reject = EndedStatus(end_status_, seq);
     } else if (auto f = failed_.find(seq); f != failed_.end()) {
-      reject = f->second;
-      failed_.erase(f);
-    } else if (transfers.count(seq) != 0) {
-      reject = absl::FailedPreconditionError(
-          absl::StrCat("seq: command ", seq, " already has ", direction.one));
+      reject = f->second;  // Kept: the command's other lanes may still come.
+    } else if (transfers.count(key) != 0) {
+      reject = absl::FailedPreconditionError(absl::StrCat(
+          "seq: command ", seq, " already has ", direction.one, " (lane ", key.second, ")"));
     } else if (waited && wait_->upload != direction.upload) {
       reject =
           absl::FailedPreconditionError(absl::StrCat("seq: command ", seq, direction.wrong_kind));
@@ -163,11 +188,16 @@ void BulkTransfers::Attach(TransferMap<State> BulkTransfers::*member,
       state->FinishLocked(reject);
       return;
     }
+    // A lane that disagrees with the lanes before it fails its command (Note [Bulk lanes]).
+    auto [first, last] = LanesOf(transfers, seq);
+    const absl::Status disagreement =
+        first != last ? Disagreement(*first->second, *state) : absl::OkStatus();
     {
       absl::MutexLock tl(&state->mu);
       state->owner = weak_from_this();  // An upload's reactor already set it (FindBulk).
+      if (!disagreement.ok() && state->error.ok()) state->error = disagreement;
     }
-    transfers.emplace(seq, state);
+    transfers.emplace(key, state);
     ++attached_;
     if (waited) {
       kicked_ = true;
@@ -207,48 +237,61 @@ void BulkTransfers::Event(uint64_t seq) {
 }
 
 void BulkTransfers::SettleLocked(uint64_t seq) {
-  if (auto it = uploads_.find(seq); it != uploads_.end()) {
-    UploadState& u = *it->second;
-    absl::MutexLock tl(&u.mu);
+  auto [up, up_end] = LanesOf(uploads_, seq);
+  while (up != up_end) {
+    UploadState& u = *up->second;
     bool done = true;
-    if (u.complete) {
-      if (!u.pieces.empty() && !u.pieces.front().ok()) {
-        u.FinishLocked(u.pieces.front().status());
-      } else if (!u.pieces.empty()) {
-        u.FinishLocked(absl::InvalidArgumentError(
-            absl::StrCat("data: a chunk at offset ", u.pieces.front()->offset, " after all ",
-                         u.total, " bytes (total_size) arrived; the create itself succeeded")));
-      } else if (u.closed) {
-        u.FinishLocked(absl::OkStatus());
+    {
+      absl::MutexLock tl(&u.mu);
+      if (u.complete) {
+        if (!u.pieces.empty() && !u.pieces.front().ok()) {
+          u.FinishLocked(u.pieces.front().status());
+        } else if (!u.pieces.empty()) {
+          u.FinishLocked(absl::InvalidArgumentError(absl::StrCat(
+              "data: a chunk at offset ", u.pieces.front()->offset, " after all ", u.end - u.begin,
+              " bytes of lane ", u.lane, " arrived; the create itself succeeded")));
+        } else if (u.closed) {
+          u.FinishLocked(absl::OkStatus());
+        } else if (u.cancelled) {
+          u.FinishLocked(absl::CancelledError("the client cancelled the upload after its end"));
+        } else {
+          done = false;
+        }
       } else if (u.cancelled) {
-        u.FinishLocked(absl::CancelledError("the client cancelled the upload after its end"));
+        const absl::Status s = absl::CancelledError(absl::StrCat(
+            "the client cancelled the upload for command ", seq, " before the command ran"));
+        RememberFailureLocked(seq, s);
+        u.FinishLocked(s);
       } else {
         done = false;
       }
-    } else if (u.cancelled) {
-      const absl::Status s = absl::CancelledError(absl::StrCat(
-          "the client cancelled the upload for command ", seq, " before the command ran"));
-      RememberFailureLocked(seq, s);
-      u.FinishLocked(s);
-    } else {
-      done = false;
     }
     if (done) {
-      uploads_.erase(it);
+      up = uploads_.erase(up);
       --attached_;
+    } else {
+      ++up;
     }
-    return;
   }
-  if (auto it = downloads_.find(seq); it != downloads_.end()) {
-    DownloadState& d = *it->second;
-    absl::MutexLock tl(&d.mu);
-    if (d.cancelled || d.failed) {
-      const absl::Status s = absl::CancelledError(absl::StrCat(
-          "the client cancelled the download for command ", seq, " before the command ran"));
-      RememberFailureLocked(seq, s);
-      d.FinishLocked(s);
-      downloads_.erase(it);
+  auto [down, down_end] = LanesOf(downloads_, seq);
+  while (down != down_end) {
+    DownloadState& d = *down->second;
+    bool done = false;
+    {
+      absl::MutexLock tl(&d.mu);
+      if (d.cancelled || d.failed) {
+        const absl::Status s = absl::CancelledError(absl::StrCat(
+            "the client cancelled the download for command ", seq, " before the command ran"));
+        RememberFailureLocked(seq, s);
+        d.FinishLocked(s);
+        done = true;
+      }
+    }
+    if (done) {
+      down = downloads_.erase(down);
       --attached_;
+    } else {
+      ++down;
     }
   }
 }
@@ -258,17 +301,17 @@ void BulkTransfers::EndAll(const absl::Status& status) {
   if (ended_) return;
   ended_ = true;
   end_status_ = status;
-  for (auto& [seq, u] : uploads_) {
+  for (auto& [key, u] : uploads_) {
     absl::MutexLock tl(&u->mu);
     if (u->complete && status.ok()) {
       u->FinishLocked(absl::OkStatus());
     } else {
-      u->FinishLocked(EndedStatus(status, seq));
+      u->FinishLocked(EndedStatus(status, key.first));
     }
   }
-  for (auto& [seq, d] : downloads_) {
+  for (auto& [key, d] : downloads_) {
     absl::MutexLock tl(&d->mu);
-    d->FinishLocked(EndedStatus(status, seq));
+    d->FinishLocked(EndedStatus(status, key.first));
   }
   uploads_.clear();
   downloads_.clear();
@@ -277,12 +320,19 @@ void BulkTransfers::EndAll(const absl::Status& status) {
 
 bool BulkTransfers::Step(Device& device, StreamRunner& runner, ReplySink& sink) {
   bool upload = false;
+  absl::Status failed;
   {
     absl::MutexLock lock(&mu_);
     kicked_ = false;
     if (ended_) return false;
     if (wait_ == nullptr) return true;
     upload = wait_->upload;
+    // A lane cancelled before the command ran: the command fails with that.
+    if (auto f = failed_.find(wait_->command.seq); f != failed_.end()) failed = f->second;
+  }
+  if (!failed.ok()) {
+    EndWait(device, runner, sink, failed);
+    return true;
   }
   return upload ? StepUpload(device, runner, sink) : StepDownload(device, runner, sink);
 }
@@ -297,165 +347,190 @@ void BulkTransfers::EndWait(Device& device, StreamRunner& runner, ReplySink& sin
   const uint64_t seq = wait->command.seq;
   const absl::Status recorded = runner.FinishBulk(device, wait->command, status, sink);
   absl::MutexLock lock(&mu_);
+  if (!status.ok()) RememberFailureLocked(seq, recorded);  // For lanes still to come.
   if (ended_) return;
-  if (wait->upload) {
-    auto it = uploads_.find(seq);
-    if (it == uploads_.end()) return;
-    {
+  if (wait->upload && status.ok()) {
+    // Each lane ends once its client half-closed (SettleLocked).
+    auto [it, end] = LanesOf(uploads_, seq);
+    for (; it != end; ++it) {
       absl::MutexLock tl(&it->second->mu);
-      if (status.ok()) {
-        it->second->complete = true;
-      } else {
-        it->second->FinishLocked(recorded);
-      }
+      it->second->complete = true;
     }
-    if (!status.ok()) {
-      uploads_.erase(it);
-      --attached_;
-    } else {
-      SettleLocked(seq);
-    }
+    SettleLocked(seq);
     return;
   }
-  auto it = downloads_.find(seq);
-  if (it == downloads_.end()) return;
-  {
-    absl::MutexLock tl(&it->second->mu);
-    it->second->FinishLocked(recorded);
-  }
-  downloads_.erase(it);
-  --attached_;
+  EndLanesLocked(uploads_, seq, recorded);
+  EndLanesLocked(downloads_, seq, recorded);
 }
 
 bool BulkTransfers::StepUpload(Device& device, StreamRunner& runner, ReplySink& sink) {
-  std::shared_ptr<UploadState> u;
+  std::vector<std::shared_ptr<UploadState>> lanes;
   uint64_t total = 0;
   const StreamCommand* command = nullptr;
   {
     absl::MutexLock lock(&mu_);
-    auto it = uploads_.find(wait_->command.seq);
-    if (it == uploads_.end()) return false;
-    u = it->second;
+    auto [it, end] = LanesOf(uploads_, wait_->command.seq);
+    for (; it != end; ++it) lanes.push_back(it->second);
     total = wait_->total;
     command = &wait_->command;  // Stable: only this thread ends the wait.
   }
+  if (lanes.empty()) return false;
+  const uint64_t seq = command->seq;
+  // Every lane agrees on the lane count (Attach), so the first one's is the command's.
+  bool complete = lanes.size() == lanes.front()->lanes;
   absl::Status error;
-  const UploadPiece* piece = nullptr;  // Stable while `writing`: only its callback drops it.
-  uint64_t offset = 0;
-  {
+  struct Write {
+    std::shared_ptr<UploadState> lane;
+    const UploadPiece* piece;  // Stable while `writing`: only its callback drops it.
+    uint64_t offset;
+  };
+  std::vector<Write> writes;
+  // Writes issued by earlier steps: the wait ends (even with an error) only once they are done.
+  bool in_flight = false;
+  for (const std::shared_ptr<UploadState>& u : lanes) {
     absl::MutexLock tl(&u->mu);
-    if (u->writing) return false;
-    const uint64_t seq = command->seq;
+    in_flight = in_flight || u->writing;
+  }
+  for (const std::shared_ptr<UploadState>& u : lanes) {
+    absl::MutexLock tl(&u->mu);
+    const uint64_t bytes = u->end - u->begin;
     if (!u->error.ok()) {
       error = u->error;
-    } else if (u->received == total) {
-      // Every byte is in: the command is done (Wait below).
-    } else if (u->cancelled) {
-      error = absl::CancelledError(absl::StrCat("the client cancelled the upload after ",
-                                                u->received, " of ", total, " bytes"));
     } else if (u->total != total) {
       error = absl::InvalidArgumentError(absl::StrCat("total_size: the upload declares ", u->total,
                                                       " bytes but command ", seq, " (",
                                                       KindName(command->kind), ") needs ", total));
+    } else if (u->received == bytes) {
+      // Every byte of this lane is in.
+    } else if (u->cancelled) {
+      error =
+          absl::CancelledError(absl::StrCat("the client cancelled the upload after ", u->received,
+                                            " of ", bytes, " bytes (lane ", u->lane, ")"));
+    } else if (u->writing) {
+      // A write of this lane is in flight; its callback kicks the stream.
     } else if (!u->pieces.empty()) {
       const absl::StatusOr<UploadPiece>& p = u->pieces.front();
+      const uint64_t next = u->begin + u->received;
       if (!p.ok()) {
         error = p.status();
       } else if (p->size == 0 || p->size > kMaxBulkChunk) {
         error = absl::InvalidArgumentError(
             absl::StrCat("data: a chunk of ", p->size, " bytes at offset ", p->offset,
                          "; chunks are 1 .. ", kMaxBulkChunk, " bytes"));
-      } else if (p->offset != u->received) {
+      } else if (p->offset != next) {
         error = absl::InvalidArgumentError(
-            absl::StrCat("offset: a chunk at offset ", p->offset, " but ", u->received,
-                         " bytes came before it; chunks come in order, without gaps"));
-      } else if (p->size > total - u->received) {
-        error = absl::InvalidArgumentError(absl::StrCat("data: the chunk [", p->offset, ", +",
-                                                        p->size, ") goes past total_size ", total));
+            absl::StrCat("offset: a chunk at offset ", p->offset, " but the next byte of lane ",
+                         u->lane, " is ", next, "; a lane's chunks come in order, without gaps"));
+      } else if (p->size > bytes - u->received) {
+        error = absl::InvalidArgumentError(absl::StrCat(
+            "data: the chunk [", p->offset, ", +", p->size, ") goes past the end of lane ", u->lane,
+            " (", u->end, "; total_size ", total, ")"));
       } else {
         u->writing = true;
-        piece = &*p;
-        offset = u->received;
+        writes.push_back(Write{u, &*p, next});
       }
     } else if (u->closed) {
       error = absl::InvalidArgumentError(absl::StrCat("total_size: the upload ended after ",
-                                                      u->received, " of ", total, " bytes"));
+                                                      u->received, " of ", bytes, " bytes (lane ",
+                                                      u->lane, ")"));
     }
-    if (error.ok()) {
-      // From now on gRPC reads ahead (up to kUploadWindow chunks) while the loop writes.
-      u->flowing = true;
-      u->StartReadLocked();
-    }
-    if (piece == nullptr && error.ok() && u->received != total) return false;  // Next chunk.
+    if (!error.ok()) break;
+    // From now on gRPC reads ahead (up to kUploadWindow chunks) while the loop writes.
+    u->flowing = true;
+    u->StartReadLocked();
+    if (u->received != bytes || u->writing) complete = false;
   }
-  if (piece == nullptr) {
+  if (!error.ok()) {
+    // The writes just chosen are not issued; the wait ends once none is in flight (the error
+    // stays where it was found, so a later step finds it again).
+    for (Write& w : writes) {
+      absl::MutexLock tl(&w.lane->mu);
+      w.lane->writing = false;
+    }
+    if (in_flight) return false;
     EndWait(device, runner, sink, error);
     return true;
   }
-  const uint64_t seq = command->seq;
+  if (complete) {
+    EndWait(device, runner, sink, absl::OkStatus());
+    return true;
+  }
   std::weak_ptr<BulkTransfers> self = weak_from_this();
-  device.WritePiece(runner.session(), command->id, command->shape, command->strides,
-                    command->elem_size, offset, piece->data, absl::Now(),
-                    [self, u, seq, n = piece->size](absl::Status s) {
-                      {
-                        absl::MutexLock tl(&u->mu);
-                        u->writing = false;
-                        if (!u->pieces.empty()) u->pieces.pop_front();  // The one written.
-                        if (s.ok()) {
-                          u->received += n;
-                        } else if (u->error.ok()) {
-                          u->error = std::move(s);
+  for (Write& w : writes) {
+    device.WritePiece(runner.session(), command->id, command->shape, command->strides,
+                      command->elem_size, w.offset, w.piece->data, absl::Now(),
+                      [self, u = w.lane, seq, n = w.piece->size](absl::Status s) {
+                        {
+                          absl::MutexLock tl(&u->mu);
+                          u->writing = false;
+                          if (!u->pieces.empty()) u->pieces.pop_front();  // The one written.
+                          if (s.ok()) {
+                            u->received += n;
+                          } else if (u->error.ok()) {
+                            u->error = std::move(s);
+                          }
+                          u->StartReadLocked();  // Also after the last byte: to see the end.
                         }
-                        u->StartReadLocked();  // Also after the last byte: to see the end.
-                      }
-                      if (auto owner = self.lock()) owner->Event(seq);
-                    });
+                        if (auto owner = self.lock()) owner->Event(seq);
+                      });
+  }
   return false;
 }
 
 bool BulkTransfers::StepDownload(Device& device, StreamRunner& runner, ReplySink& sink) {
-  std::shared_ptr<DownloadState> d;
-  std::vector<std::pair<uint64_t, BulkPiece>> issue;
-  std::vector<uint64_t> sizes;
+  std::vector<std::shared_ptr<DownloadState>> lanes;
+  struct Issue {
+    std::shared_ptr<DownloadState> lane;
+    uint64_t index;  // In its lane.
+    BulkPiece piece;
+    std::vector<uint64_t> sizes;  // For a lane's first piece.
+  };
+  std::vector<Issue> issue;
   absl::Status error;
   bool finished = false;
   uint64_t seq = 0;
   {
     absl::MutexLock lock(&mu_);
     seq = wait_->command.seq;
-    auto it = downloads_.find(seq);
-    if (it == downloads_.end()) return false;
-    d = it->second;
-    absl::MutexLock tl(&d->mu);
+    auto [it, end] = LanesOf(downloads_, seq);
+    for (; it != end; ++it) lanes.push_back(it->second);
+    if (lanes.empty()) return false;
     if (wait_->plan == nullptr) {
+      // The lanes agree on chunk_bytes (Attach): the first one's cuts the pieces.
       absl::StatusOr<std::unique_ptr<BulkReadPlan>> plan =
-          BulkReadPlan::Make(wait_->command.read_tensor, d->chunk_bytes);
+          BulkReadPlan::Make(wait_->command.read_tensor, lanes.front()->chunk_bytes);
       if (plan.ok()) {
         wait_->plan = *std::move(plan);
-      } else if (d->error.ok()) {
-        d->error = plan.status();
+      } else {
+        error = plan.status();
       }
     }
-    if (!d->error.ok()) {
-      error = d->error;
-    } else if (d->cancelled || d->failed) {
-      error = absl::CancelledError(
-          absl::StrCat("the client cancelled the download after ", d->written, " bytes"));
-    } else if (BulkReadPlan& plan = *wait_->plan; plan.done() && wait_->pieces == 0) {
-      // Nothing to read: one chunk with the sizes only.
-      v1::DownloadChunk msg;
-      for (uint64_t s : plan.sizes()) msg.add_sizes(s);
-      d->ready.emplace(wait_->pieces++, DownloadPiece{DownloadHeader(msg, 0), nullptr});
-      ++d->outstanding;
-      d->MaybeWriteLocked();
-    } else if (plan.done() && d->outstanding == 0) {
-      finished = true;
-    } else {
-      while (!plan.done() && d->outstanding < kDownloadWindow) {
-        issue.emplace_back(wait_->pieces++, plan.Next());
+    finished = error.ok() && lanes.size() == lanes.front()->lanes;
+    for (const std::shared_ptr<DownloadState>& d : lanes) {
+      if (!error.ok()) break;
+      absl::MutexLock tl(&d->mu);
+      BulkReadPlan& plan = *wait_->plan;
+      if (!d->error.ok()) {
+        error = d->error;
+      } else if (d->cancelled || d->failed) {
+        error = absl::CancelledError(absl::StrCat("the client cancelled the download after ",
+                                                  d->written, " bytes (lane ", d->lane, ")"));
+      } else if (plan.done() && d->issued == 0) {
+        // Nothing (left) for this lane: one chunk with the sizes only.
+        v1::DownloadChunk msg;
+        for (uint64_t s : plan.sizes()) msg.add_sizes(s);
+        d->ready.emplace(d->issued++, DownloadPiece{DownloadHeader(msg, 0), nullptr});
         ++d->outstanding;
+        d->MaybeWriteLocked();
+      } else {
+        while (!plan.done() && d->outstanding < kDownloadWindow) {
+          Issue next{d, d->issued++, plan.Next(), {}};
+          if (next.index == 0) next.sizes = plan.sizes();
+          issue.push_back(std::move(next));
+          ++d->outstanding;
+        }
       }
-      if (!issue.empty() && issue.front().first == 0) sizes = plan.sizes();
+      if (!plan.done() || d->outstanding != 0) finished = false;
     }
   }
   if (!error.ok() || finished) {
@@ -463,18 +538,16 @@ bool BulkTransfers::StepDownload(Device& device, StreamRunner& runner, ReplySink
     return true;
   }
   std::weak_ptr<BulkTransfers> self = weak_from_this();
-  for (auto& [index, piece] : issue) {
+  for (Issue& i : issue) {
     v1::DownloadChunk msg;
-    if (index == 0) {
-      for (uint64_t s : sizes) msg.add_sizes(s);
-    }
-    msg.set_binding(piece.binding);
-    msg.set_offset(piece.offset);
-    DownloadPiece ready{DownloadHeader(msg, piece.bytes), std::make_unique<std::string>()};
+    for (uint64_t s : i.sizes) msg.add_sizes(s);
+    msg.set_binding(i.piece.binding);
+    msg.set_offset(i.piece.offset);
+    DownloadPiece ready{DownloadHeader(msg, i.piece.bytes), std::make_unique<std::string>()};
     std::string* out = ready.data.get();
-    device.ReadPiece(runner.session(), piece.ref, out, absl::Now(),
-                     [self, d, seq, index = index, ready = std::move(ready),
-                      bytes = piece.bytes](absl::Status s) mutable {
+    device.ReadPiece(runner.session(), i.piece.ref, out, absl::Now(),
+                     [self, d = i.lane, seq, index = i.index, ready = std::move(ready),
+                      bytes = i.piece.bytes](absl::Status s) mutable {
                        {
                          absl::MutexLock tl(&d->mu);
                          if (s.ok() && ready.data->size() != bytes) {

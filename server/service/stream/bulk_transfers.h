@@ -34,11 +34,25 @@
 // a transfer that never comes holds the stream (nothing else of the daemon) until the client
 // ends it or the daemon shuts down; if the lease passes meanwhile the daemon closes the session
 // (freeing its memory) and the stream ends NOT_FOUND at its next step.
+//
+// Note [Bulk lanes]: one connection carries a transfer at the speed of gRPC's per-byte work on
+// one thread at each end (HTTP/2 framing, copies into and out of its buffers), well below what
+// the socket itself moves (docs/benchmarks.md, P3). So the bytes of one bulk command may come on
+// up to kMaxBulkLanes transfers at once, each an Upload or Download of its own on a connection of
+// its own (the client opens them; session.proto: UploadChunk.lane, DownloadRequest.lane). The
+// transfers of one command are its lanes, keyed (seq, lane); the command waits until every lane
+// came and finished. An upload's lanes carry fixed ranges (UploadLaneRange, common/bulk_lanes.h:
+// both ends compute them), each written as its chunks come, one write in flight per lane. A
+// download's pieces are dealt to whichever lane has room (kDownloadWindow each), so a slow
+// connection takes fewer; every lane's first chunk carries the sizes. Lanes that disagree
+// (lanes, total_size, chunk_bytes) or name a bad lane fail the command, and every lane ends with
+// its error; a command's failure is remembered, so that lanes still to come end with it too.
 
 #include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
@@ -97,14 +111,21 @@ class BulkTransfers : public std::enable_shared_from_this<BulkTransfers> {
  private:
   struct Wait;
   struct Direction;
+  // (seq, lane): the lanes of one command lie together, in lane order.
+  using LaneKey = std::pair<uint64_t, uint32_t>;
   template <typename State>
-  using TransferMap = std::map<uint64_t, std::shared_ptr<State>>;
+  using TransferMap = std::map<LaneKey, std::shared_ptr<State>>;
   // AttachUpload / AttachDownload: refuses a transfer that cannot be joined (stream ended, seq
-  // failed, duplicate, wrong direction, seq already ran) by finishing it, else records it and
-  // kicks the stream when it waits for it.
+  // failed, duplicate lane, wrong direction, seq already ran) by finishing it, else records it
+  // (with an error when it disagrees with its command's other lanes) and kicks the stream when
+  // it waits for it.
   template <typename State>
   void Attach(TransferMap<State> BulkTransfers::*member, const std::shared_ptr<State>& state,
               const Direction& direction);
+  // Finishes every lane of `seq` in `transfers` with `status` and forgets them.
+  template <typename State>
+  void EndLanesLocked(TransferMap<State>& transfers, uint64_t seq, const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RememberFailureLocked(uint64_t seq, absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the transfers of seqs <= `seq` that no command will join: FAILED_PRECONDITION, except
   // uploads that brought their command's bytes and wait for the client's half-close.
@@ -114,7 +135,7 @@ class BulkTransfers : public std::enable_shared_from_this<BulkTransfers> {
   void SettleLocked(uint64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool StepUpload(Device& device, StreamRunner& runner, ReplySink& sink);
   bool StepDownload(Device& device, StreamRunner& runner, ReplySink& sink);
-  // Ends the wait with `status` (FinishBulk) and ends its transfer with the recorded error.
+  // Ends the wait with `status` (FinishBulk) and ends its lanes with the recorded error.
   void EndWait(Device& device, StreamRunner& runner, ReplySink& sink, const absl::Status& status);
 
   absl::AnyInvocable<void()> kick_;
@@ -125,8 +146,8 @@ class BulkTransfers : public std::enable_shared_from_this<BulkTransfers> {
   bool kicked_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t last_seq_ ABSL_GUARDED_BY(mu_) = 0;  // Of the last command run (bulk or not).
   std::atomic<size_t> attached_{0};             // uploads_.size() + downloads_.size().
-  std::map<uint64_t, std::shared_ptr<UploadState>> uploads_ ABSL_GUARDED_BY(mu_);
-  std::map<uint64_t, std::shared_ptr<DownloadState>> downloads_ ABSL_GUARDED_BY(mu_);
+  TransferMap<UploadState> uploads_ ABSL_GUARDED_BY(mu_);
+  TransferMap<DownloadState> downloads_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, absl::Status> failed_ ABSL_GUARDED_BY(mu_);
 };
 

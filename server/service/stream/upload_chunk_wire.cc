@@ -77,6 +77,8 @@ absl::Status ParseUploadChunk(const grpc::ByteBuffer& buffer, UploadPiece* piece
         if (field == 2) piece->seq = v;
         if (field == 3) piece->total = v;
         if (field == 4) piece->offset = v;
+        if (field == 6) piece->lane = static_cast<uint32_t>(v);  // uint32 fields, as protobuf.
+        if (field == 7) piece->lanes = static_cast<uint32_t>(v);
         break;
       case 1:  // Fixed 64.
         if (!c.Take(8, nullptr)) return Malformed("truncated fixed64");

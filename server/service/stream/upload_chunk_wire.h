@@ -22,6 +22,8 @@ struct UploadPiece {
   uint64_t seq = 0;
   uint64_t total = 0;  // total_size.
   uint64_t offset = 0;
+  uint32_t lane = 0;  // Note [Bulk lanes]; as sent (the daemon checks them).
+  uint32_t lanes = 0;
   uint64_t size = 0;                            // Bytes of data.
   std::vector<absl::Span<const uint8_t>> data;  // `size` bytes in order.
   std::vector<grpc::Slice> slices;              // Holds the received bytes.
