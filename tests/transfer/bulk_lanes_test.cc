@@ -275,6 +275,34 @@ TEST_F(BulkLanesTest, ADuplicateLaneIsRefusedAndTheOthersGoOn) {
   EXPECT_TRUE(r.read().data(0) == bytes);
 }
 
+TEST_F(BulkLanesTest, ALaneCancelledBeforeItsCommandRanFailsTheCommand) {
+  auto raw = OpenRaw();
+  const uint64_t s = raw->session;
+  const std::string bytes = Pattern(2 * kMiB, 17);
+  {
+    // Lane 0 of command 1 arrives first and is cancelled before the command was sent.
+    grpc::ClientContext context;
+    v1::UploadDone done;
+    auto writer = stub_->Upload(&context, &done);
+    ASSERT_TRUE(writer->Write(LaneChunks(s, 1, bytes, 0, 2, kMiB)[0]));
+    absl::SleepFor(absl::Milliseconds(100));  // The daemon read the first chunk.
+    context.TryCancel();
+    EXPECT_EQ(writer->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  absl::SleepFor(absl::Milliseconds(100));
+  raw->Send({BulkCreate(1, kFirstClientId + 1, bytes.size())});
+  const grpc::Status lane1 = Upload(LaneChunks(s, 1, bytes, 1, 2, kMiB));
+  EXPECT_EQ(lane1.error_code(), grpc::StatusCode::CANCELLED) << lane1.error_message();
+  raw->Send({Read(2, kFirstClientId + 1, false), Sync(3)});
+  const v1::Reply r = raw->Await(2);
+  EXPECT_EQ(r.code(), static_cast<int>(grpc::StatusCode::CANCELLED)) << r.message();
+  EXPECT_TRUE(absl::StrContains(r.message(), "before the command ran")) << r.message();
+  EXPECT_EQ(raw->Await(3).code(), static_cast<int>(grpc::StatusCode::CANCELLED));  // It counts.
+  raw->Send({Release(4, kFirstClientId + 1), Sync(5)});
+  (void)raw->Await(5);
+  EXPECT_EQ(BytesInUse(), 0u);
+}
+
 TEST_F(BulkLanesTest, BadDownloadLanesFailTheRead) {
   auto raw = OpenRaw();
   const uint64_t s = raw->session;

@@ -1,5 +1,7 @@
 #include "tests/bench/cpu/baseline_child.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -118,16 +120,30 @@ void ServeRaw(int fd) {
       listen(listener, 8) != 0) {
     _exit(3);
   }
-  std::thread([listener] {
-    for (;;) {
-      int fd = accept(listener, nullptr, nullptr);
-      if (fd < 0) {
-        if (errno == EINTR) continue;
-        return;
+  // The same raw server on TCP 127.0.0.1 (an ephemeral port).
+  int tcp_listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in tcp_addr{};
+  tcp_addr.sin_family = AF_INET;
+  tcp_addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t tcp_len = sizeof(tcp_addr);
+  if (tcp_listener < 0 ||
+      bind(tcp_listener, reinterpret_cast<sockaddr*>(&tcp_addr), sizeof(tcp_addr)) != 0 ||
+      listen(tcp_listener, 8) != 0 ||
+      getsockname(tcp_listener, reinterpret_cast<sockaddr*>(&tcp_addr), &tcp_len) != 0) {
+    _exit(3);
+  }
+  for (int l : {listener, tcp_listener}) {
+    std::thread([l] {
+      for (;;) {
+        int fd = accept(l, nullptr, nullptr);
+        if (fd < 0) {
+          if (errno == EINTR) continue;
+          return;
+        }
+        std::thread(ServeRaw, fd).detach();
       }
-      std::thread(ServeRaw, fd).detach();
-    }
-  }).detach();
+    }).detach();
+  }
 
   auto* service = new EchoService();  // Leaked: its worker never ends; the child _exits.
   grpc::ServerBuilder builder;
@@ -139,7 +155,7 @@ void ServeRaw(int fd) {
   builder.RegisterService(service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || tcp_port == 0) _exit(4);
-  std::string port = absl::StrCat(tcp_port, "\n");
+  std::string port = absl::StrCat(tcp_port, " ", ntohs(tcp_addr.sin_port), "\n");
   if (!WriteFull(ready_fd, port.data(), port.size())) _exit(5);
   close(ready_fd);
 
@@ -184,7 +200,10 @@ absl::StatusOr<std::unique_ptr<BaselineChild>> BaselineChild::Start(const std::s
   }
   close(ready[0]);
   int port = 0;
-  if (text.empty() || !absl::SimpleAtoi(text.substr(0, text.find('\n')), &port)) {
+  const std::string line = text.substr(0, text.find('\n'));
+  const size_t space = line.find(' ');
+  if (space == std::string::npos || !absl::SimpleAtoi(line.substr(0, space), &port) ||
+      !absl::SimpleAtoi(line.substr(space + 1), &c->raw_tcp_port_)) {
     return absl::FailedPreconditionError("the baseline child did not start its servers");
   }
   c->echo_tcp_ = absl::StrCat("127.0.0.1:", port);
@@ -211,6 +230,20 @@ absl::StatusOr<int> ConnectUnix(const std::string& path) {
   if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     if (fd >= 0) close(fd);
     return absl::UnavailableError(absl::StrCat("cannot connect to ", path, ": errno ", errno));
+  }
+  return fd;
+}
+
+absl::StatusOr<int> ConnectTcp(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    if (fd >= 0) close(fd);
+    return absl::UnavailableError(
+        absl::StrCat("cannot connect to 127.0.0.1:", port, ": errno ", errno));
   }
   return fd;
 }

@@ -162,8 +162,12 @@ int main(int argc, char** argv) {
         bulk.bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_bulk_mib)) << 20;
         bulk.repetitions = absl::GetFlag(FLAGS_bulk_reps);
         std::fprintf(stderr, "cubed-bench: P3 bulk create+read ...\n");
-        absl::StatusOr<std::vector<Row>> p3 =
-            MeasureBulkCreateRead((*daemon)->unix_address(), (*baseline)->raw_socket_path(), bulk);
+        const std::string raw_path = (*baseline)->raw_socket_path();
+        const int raw_port = (*baseline)->raw_tcp_port();
+        std::vector<BulkPath> paths = {
+            {"unix", (*daemon)->unix_address(), [raw_path] { return ConnectUnix(raw_path); }, 0},
+            {"tcp", (*daemon)->tcp_address(), [raw_port] { return ConnectTcp(raw_port); }, 2}};
+        absl::StatusOr<std::vector<Row>> p3 = MeasureBulkCreateRead(paths, bulk);
         if (!p3.ok()) return p3.status();
         rows.insert(rows.end(), p3->begin(), p3->end());
       }
