@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <future>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,6 +23,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/client.h"
+#include "common/checked_math.h"
 #include "cubed/v1/session.pb.h"
 
 namespace {
@@ -562,11 +566,70 @@ int32_t cubed_client_read(cubed_client* client, uint64_t id, uint64_t offset_sta
   return Send(client, std::move(command), reply, error);
 }
 
+namespace {
+
+// The size of the handle a read_into of `capacity` bytes reads when it is a large read
+// (capacity >= the client's bulk_threshold on the stream), else nothing. Not when the SDK would
+// read it through its staging region (region_threshold): that path sizes the bytes by the
+// handle, and `capacity` may be more than the read holds; such reads stay one message.
+std::optional<uint64_t> LargeReadSize(cubed_client& c, uint64_t offset_start, uint64_t capacity,
+                                      uint64_t offset_end) {
+  absl::ReaderMutexLock lock(&c.mu);
+  if (c.client == nullptr || c.client->transport() != cubed::Transport::kStream) return {};
+  const cubed::ClientOptions& o = c.client->options();
+  if (o.bulk_threshold == 0 || capacity < o.bulk_threshold) return {};
+  if (o.region_threshold != 0 && capacity >= o.region_threshold) return {};
+  std::optional<uint64_t> whole = cubed::CheckedAdd(offset_start, capacity);
+  return whole.has_value() ? cubed::CheckedAdd(*whole, offset_end) : std::nullopt;
+}
+
+// read_into of a large read: cubed::Client::Read of the handle (adopted, and detached at once:
+// the caller owns its reference), waited for up to `timeout_ms`, copied into `out`.
+int32_t ReadLarge(cubed_client& c, uint64_t id, uint64_t offset_start, uint64_t offset_end,
+                  uint64_t whole, void* out, uint64_t capacity, uint64_t* size, int64_t timeout_ms,
+                  cubed_error* error) {
+  std::future<absl::StatusOr<std::vector<std::string>>> read;
+  {
+    absl::ReaderMutexLock lock(&c.mu);
+    if (c.client == nullptr) return Fail(error, Closed());
+    cubed::Handle handle = c.client->Adopt(id, whole);
+    handle.Detach();
+    read = c.client->Read({cubed::Binding(handle, offset_start, offset_end)});
+  }
+  if (timeout_ms >= 0 &&
+      read.wait_for(std::chrono::milliseconds(timeout_ms)) != std::future_status::ready) {
+    return Fail(error,
+                absl::DeadlineExceededError(absl::StrCat("no reply within ", timeout_ms, " ms")));
+  }
+  absl::StatusOr<std::vector<std::string>> got = read.get();
+  if (!got.ok()) return Fail(error, got.status());
+  if (got->size() != 1) {
+    return Fail(error, absl::InternalError(absl::StrCat("read: the daemon answered ", got->size(),
+                                                        " data entries, not 1")));
+  }
+  const std::string& bytes = (*got)[0];
+  if (bytes.size() > capacity) {
+    return Fail(error,
+                absl::OutOfRangeError(absl::StrCat("read: ", bytes.size(), " bytes do not fit the ",
+                                                   capacity, " bytes of out")));
+  }
+  if (!bytes.empty()) std::memcpy(out, bytes.data(), bytes.size());
+  *size = bytes.size();
+  return 0;
+}
+
+}  // namespace
+
 int32_t cubed_client_read_into(cubed_client* client, uint64_t id, uint64_t offset_start,
                                uint64_t offset_end, void* out, uint64_t capacity, uint64_t* size,
                                int64_t timeout_ms, cubed_error* error) {
   if (client == nullptr || size == nullptr || (out == nullptr && capacity != 0)) {
     return Invalid(error, "cubed_client_read_into: client or size is NULL, or out with capacity");
+  }
+  if (const std::optional<uint64_t> whole =
+          LargeReadSize(*client, offset_start, capacity, offset_end)) {
+    return ReadLarge(*client, id, offset_start, offset_end, *whole, out, capacity, size, timeout_ms,
+                     error);
   }
   cubed_reply reply{std::make_shared<ReplyState>()};
   if (const int32_t code = cubed_client_read(client, id, offset_start, offset_end, &reply, error)) {

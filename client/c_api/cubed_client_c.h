@@ -206,9 +206,11 @@ CUBED_C_EXPORT int32_t cubed_client_read(cubed_client* client, uint64_t id, uint
 // trait: read, waited for: reads handle `id` as cubed_client_read does, waits up to
 // `timeout_ms` (< 0: without end) on this thread, polling first (Note [Waiting awake] in
 // client/client.h), and copies the bytes into `out` (`capacity` bytes; *size gets how many).
-// For small reads: no reply object, one call. Errors: the read's (as cubed_reply_status
-// gives them); OUT_OF_RANGE when the bytes do not fit `capacity` (nothing copied);
-// DEADLINE_EXCEEDED when no answer came in time (the read may still run).
+// For small reads: no reply object, one call. A read of `capacity` >= the client's
+// bulk_threshold (and, where region_threshold is not 0, below it) goes through Upload /
+// Download in bulk lanes (as cubed::Client::Read) instead of one reply message. Errors: the
+// read's (as cubed_reply_status gives them); OUT_OF_RANGE when the bytes do not fit `capacity`
+// (nothing copied); DEADLINE_EXCEEDED when no answer came in time (the read may still run).
 CUBED_C_EXPORT int32_t cubed_client_read_into(cubed_client* client, uint64_t id,
                                               uint64_t offset_start, uint64_t offset_end, void* out,
                                               uint64_t capacity, uint64_t* size, int64_t timeout_ms,

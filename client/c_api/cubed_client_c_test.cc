@@ -426,6 +426,49 @@ TEST_F(CApiTest, ReadIntoCopiesIntoTheCallersMemory) {
   }
 }
 
+// A read_into at or above bulk_threshold goes through Download instead of one reply message
+// (which max_message_bytes would refuse here): the bytes are exact, at an offset and with room
+// to spare, and the errors are the read's.
+TEST_F(CApiTest, ALargeReadIntoGoesThroughDownload) {
+  cubed_connect_options o;
+  cubed_connect_options_init(&o);
+  const std::string address = daemon_->unix_address();
+  o.address = address.c_str();
+  o.region_threshold = 0;         // Not through a staging region.
+  o.bulk_threshold = 1 << 20;     // 1 MiB and more: Upload / Download ...
+  o.max_message_bytes = 2 << 20;  // ... which a 6 MiB message could not be.
+  o.bulk_chunk = 1 << 20;
+  cubed_client* raw = nullptr;
+  Error e;
+  ASSERT_EQ(cubed_client_connect(&o, &raw, &e), 0) << e.text();
+  ClientPtr c(raw);
+  std::string data(6 << 20, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 131 + (i >> 12));
+  uint64_t id = 0;
+  ASSERT_EQ(cubed_client_create(c.get(), data.data(), data.size(), &id, &e), 0) << e.text();
+  std::string out(data.size(), '\0');
+  uint64_t size = 0;
+  ASSERT_EQ(cubed_client_read_into(c.get(), id, 0, 0, out.data(), out.size(), &size, 20000, &e), 0)
+      << e.text();
+  EXPECT_EQ(size, data.size());
+  EXPECT_TRUE(out == data);
+  // 100 bytes off the front, room for 64 bytes more than the read holds.
+  std::string roomy(data.size() - 100 + 64, 'x');
+  ASSERT_EQ(
+      cubed_client_read_into(c.get(), id, 100, 0, roomy.data(), roomy.size(), &size, 20000, &e), 0)
+      << e.text();
+  EXPECT_EQ(size, data.size() - 100);
+  EXPECT_TRUE(roomy.substr(0, size) == data.substr(100));
+  EXPECT_EQ(roomy.substr(size), std::string(64, 'x'));
+  uint64_t unknown = 0;
+  ASSERT_EQ(cubed_client_next_id(c.get(), &unknown, &e), 0) << e.text();
+  EXPECT_EQ(
+      cubed_client_read_into(c.get(), unknown, 0, 0, out.data(), out.size(), &size, 20000, &e),
+      kNotFound);
+  // The handle still belongs to the caller: releasing it frees the memory.
+  ASSERT_EQ(cubed_client_release(c.get(), &id, 1, &e), 0) << e.text();
+}
+
 TEST_F(CApiTest, ErrorsComeBackFromTheReplyThatTouchesThem) {
   ClientPtr c = Connect();
   ASSERT_NE(c, nullptr);

@@ -311,6 +311,10 @@ class Client(KernelMethods):
             finally:
                 self._staging.release()
             return Tensor(self, self._handle(handle_id, n), a.shape, strides, dt)
+        if stored.nbytes and getattr(transport, "creates_arrays", False):
+            # The native core reads the array where it is (no bytes object in between).
+            handle_id = transport.create(stored)
+            return Tensor(self, self._handle(handle_id, stored.nbytes), a.shape, strides, dt)
         data = stored.tobytes() if stored.nbytes else b"\0"
         handle_id = transport.create(data)
         return Tensor(self, self._handle(handle_id, len(data)), a.shape, strides, dt)

@@ -88,7 +88,7 @@ _SIGNATURES = {
     "cubed_client_next_id": (_i32, [_ptr, _P(_u64), _P(_Error)]),
     "cubed_reply_create": (_ptr, [_u64]),
     "cubed_client_send": (_i32, [_ptr, ctypes.c_char_p, _size, _ptr, _P(_Error)]),
-    "cubed_client_create": (_i32, [_ptr, ctypes.c_char_p, _u64, _P(_u64), _P(_Error)]),
+    "cubed_client_create": (_i32, [_ptr, _ptr, _u64, _P(_u64), _P(_Error)]),
     "cubed_client_empty": (_i32, [_ptr, _u64, _P(_u64), _P(_Error)]),
     "cubed_client_execute": (_i32, [_ptr, ctypes.c_char_p, _size, _P(_Error)]),
     "cubed_client_release": (_i32, [_ptr, _P(_u64), _size, _P(_Error)]),
@@ -345,6 +345,7 @@ class NativeTransport:
     methods. Thread-safe; commands sent from one thread go out in that order."""
 
     kind = "stream"
+    creates_arrays = True  # create() takes a C-contiguous ndarray too (Client.create).
 
     def __init__(self, target: str, timeout: float, device: int, lease_ms: int, carrier: str,
                  token: Optional[str] = None, root_certificates: Any = None,
@@ -550,10 +551,17 @@ class NativeTransport:
             _raise(self._lib, code, err)
         return i.value
 
-    def create(self, data: bytes) -> int:
+    def create(self, data: Union[bytes, np.ndarray]) -> int:
+        """Stores ``data``: bytes, or the bytes of a C-contiguous non-empty array, read in place
+        (cubed_client_create returns once it has them: copied into a message or a staging
+        region, or uploaded)."""
         self._next_seq += 1
         i, err = _u64(), _Error()
-        code = self._lib.cubed_client_create(self._client, data, len(data), ctypes.byref(i),
+        if isinstance(data, np.ndarray):
+            where, n = data.ctypes.data, data.nbytes
+        else:
+            where, n = data, len(data)
+        code = self._lib.cubed_client_create(self._client, where, n, ctypes.byref(i),
                                              ctypes.byref(err))
         if code:
             _raise(self._lib, code, err)
