@@ -121,6 +121,8 @@ class DownloadSink {
   // first touch of the result's pages). Otherwise the result is zero-filled once and each chunk
   // copied to its place.
   explicit DownloadSink(bool in_order) : in_order_(in_order) {}
+  // Every binding's bytes, one after the other, into `into` instead (Result gives nothing).
+  explicit DownloadSink(absl::Span<uint8_t> into) : in_order_(false), into_(into), to_span_(true) {}
 
   // Parses one DownloadChunk (Note [Bulk wire format]) and copies its data into the result.
   absl::Status Consume(const grpc::ByteBuffer& buffer) {
@@ -173,29 +175,43 @@ class DownloadSink {
       }
     }
     std::string* out = nullptr;
+    uint8_t* place = nullptr;  // to_span_: where the bytes go.
     {
       absl::MutexLock lock(&mu_);
       if (!sized_) {
         if (sizes.empty() && !has_data) return absl::OkStatus();
         sized_ = true;
         sizes_ = std::move(sizes);
-        out_.resize(sizes_.size());
         copied_.assign(sizes_.size(), 0);
-        std::vector<std::pair<char*, uint64_t>> ranges;
-        for (size_t i = 0; i < sizes_.size(); ++i) {
-          if (in_order_) {
-            ReserveForRead(out_[i], sizes_[i]);
-            ranges.emplace_back(out_[i].data(), sizes_[i]);
-          } else {
-            SizeForRead(out_[i], sizes_[i]);
+        if (to_span_) {
+          uint64_t total = 0;
+          for (uint64_t size : sizes_) {
+            bases_.push_back(total);
+            if (size > into_.size() - total) {
+              return absl::OutOfRangeError(absl::StrCat("read: the bindings hold more than the ",
+                                                        into_.size(), " bytes of out"));
+            }
+            total += size;
           }
+          total_ = total;
+        } else {
+          out_.resize(sizes_.size());
+          std::vector<std::pair<char*, uint64_t>> ranges;
+          for (size_t i = 0; i < sizes_.size(); ++i) {
+            if (in_order_) {
+              ReserveForRead(out_[i], sizes_[i]);
+              ranges.emplace_back(out_[i].data(), sizes_[i]);
+            } else {
+              SizeForRead(out_[i], sizes_[i]);
+            }
+          }
+          if (in_order_) prefault_ = std::make_unique<Prefault>(std::move(ranges));
         }
-        if (in_order_) prefault_ = std::make_unique<Prefault>(std::move(ranges));
       } else if (!sizes.empty() && sizes != sizes_) {
         return Bad("lanes announce different sizes");
       }
       if (!has_data || data_len == 0) return absl::OkStatus();
-      if (binding >= out_.size() || offset > sizes_[binding] ||
+      if (binding >= sizes_.size() || offset > sizes_[binding] ||
           data_len > sizes_[binding] - offset) {
         return absl::InternalError(absl::StrCat("SessionStream.Download: a chunk for binding ",
                                                 binding, " at offset ", offset,
@@ -209,9 +225,15 @@ class DownloadSink {
                                                 out_[binding].size(), " bytes of it"));
       }
       copied_[binding] += data_len;
-      out = &out_[binding];  // Stays where it is: out_ is not resized again.
+      if (to_span_) {
+        place = into_.data() + bases_[binding] + offset;  // Inside `into_`: checked above.
+      } else {
+        out = &out_[binding];  // Stays where it is: out_ is not resized again.
+      }
     }
-    if (in_order_) {
+    if (to_span_) {
+      c.CopyTo(data_slice, data_pos, data_len, reinterpret_cast<char*>(place));
+    } else if (in_order_) {
       c.AppendTo(data_slice, data_pos, data_len, out);  // Only this lane's copier appends.
     } else {
       c.CopyTo(data_slice, data_pos, data_len, out->data() + offset);
@@ -221,24 +243,40 @@ class DownloadSink {
 
   // Once every lane's copier is done.
   absl::StatusOr<std::vector<std::string>> Result() {
+    RETURN_IF_ERROR(Check());
+    absl::MutexLock lock(&mu_);
+    return std::move(out_);
+  }
+  // The bytes written into `into` (to_span_), once every lane's copier is done.
+  absl::StatusOr<uint64_t> Written() {
+    RETURN_IF_ERROR(Check());
+    absl::MutexLock lock(&mu_);
+    return total_;
+  }
+
+ private:
+  // Whether every binding got all its bytes.
+  absl::Status Check() {
     absl::MutexLock lock(&mu_);
     prefault_.reset();
-    for (size_t i = 0; i < out_.size(); ++i) {
+    for (size_t i = 0; i < sizes_.size(); ++i) {
       if (copied_[i] != sizes_[i]) {
         return absl::InternalError(absl::StrCat("SessionStream.Download: binding ", i, " got ",
                                                 copied_[i], " of ", sizes_[i], " bytes"));
       }
     }
-    return std::move(out_);
+    return absl::OkStatus();
   }
-
- private:
   static absl::Status Bad(absl::string_view what) {
     return absl::InternalError(
         absl::StrCat("SessionStream.Download: a malformed chunk (", what, ")"));
   }
   const bool in_order_;
+  const absl::Span<uint8_t> into_;
+  const bool to_span_ = false;
   absl::Mutex mu_;
+  std::vector<uint64_t> bases_ ABSL_GUARDED_BY(mu_);  // to_span_: where each binding starts.
+  uint64_t total_ ABSL_GUARDED_BY(mu_) = 0;           // to_span_: the bytes of every binding.
   bool sized_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::string> out_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> sizes_ ABSL_GUARDED_BY(mu_);   // Announced by the first chunk.
@@ -413,6 +451,17 @@ absl::Status DownloadLane(const BulkRoute& route, uint64_t session, uint64_t seq
   return status;
 }
 
+// Runs a download's `lanes` lanes into `sink`; their combined status.
+absl::Status DownloadLanes(const BulkRoute& route, uint64_t session, uint64_t seq,
+                           uint64_t expected, uint32_t lanes, DownloadSink& sink) {
+  LaneCalls calls;
+  std::vector<absl::Status> status(lanes);
+  RunLanes(lanes, [&](uint32_t lane) {
+    status[lane] = DownloadLane(route, session, seq, expected, lanes, lane, calls, sink);
+  });
+  return CombineLanes(status);
+}
+
 }  // namespace
 
 absl::Duration BulkDeadline(absl::Duration timeout, uint64_t bytes) {
@@ -441,13 +490,17 @@ absl::StatusOr<std::vector<std::string>> BulkDownload(const BulkRoute& route, ui
   const uint32_t lanes =
       ChooseBulkLanes(expected, static_cast<uint32_t>(route.channels.size()), route.lane_bytes);
   DownloadSink sink(lanes == 1);
-  LaneCalls calls;
-  std::vector<absl::Status> status(lanes);
-  RunLanes(lanes, [&](uint32_t lane) {
-    status[lane] = DownloadLane(route, session, seq, expected, lanes, lane, calls, sink);
-  });
-  RETURN_IF_ERROR(CombineLanes(status));
+  RETURN_IF_ERROR(DownloadLanes(route, session, seq, expected, lanes, sink));
   return sink.Result();
+}
+
+absl::StatusOr<uint64_t> BulkDownloadInto(const BulkRoute& route, uint64_t session, uint64_t seq,
+                                          absl::Span<uint8_t> into) {
+  const uint32_t lanes =
+      ChooseBulkLanes(into.size(), static_cast<uint32_t>(route.channels.size()), route.lane_bytes);
+  DownloadSink sink(into);
+  RETURN_IF_ERROR(DownloadLanes(route, session, seq, into.size(), lanes, sink));
+  return sink.Written();
 }
 
 }  // namespace cubed

@@ -58,4 +58,12 @@ absl::Status BulkUpload(const BulkRoute& route, uint64_t session, uint64_t seq,
 absl::StatusOr<std::vector<std::string>> BulkDownload(const BulkRoute& route, uint64_t session,
                                                       uint64_t seq, uint64_t expected);
 
+// As BulkDownload, but the bytes of every binding, one after the other, are copied straight from
+// gRPC's receive buffers into `into` (no result strings, no zero-fill); returns how many bytes
+// that is. `into` must stay valid until it returns, which is once every lane ended, whatever
+// the outcome: nothing is written to it afterwards. OUT_OF_RANGE (the download cancelled) when
+// the read holds more than into.size() bytes.
+absl::StatusOr<uint64_t> BulkDownloadInto(const BulkRoute& route, uint64_t session, uint64_t seq,
+                                          absl::Span<uint8_t> into);
+
 }  // namespace cubed

@@ -348,6 +348,13 @@ class Client {
   std::future<absl::StatusOr<std::vector<std::string>>> Read(std::vector<Binding> bindings);
   // trait: read_tensor. Densely packed row-major bytes per tensor; ready like Read.
   std::future<absl::StatusOr<std::vector<std::string>>> ReadTensor(std::vector<Tensor> tensors);
+  // trait: read, into the caller's memory: the bytes of `binding` land at the front of `out`,
+  // which must hold them (OUT_OF_RANGE otherwise, nothing meaningful in `out`). The future gives
+  // how many bytes were written once they are all there. A bulk read (session stream,
+  // bulk_threshold) downloads straight into `out`: no result strings, no second copy; other
+  // reads go as Read and are copied in. `out` must stay valid and unread until the future is
+  // ready; nothing is written to it after that.
+  std::future<absl::StatusOr<uint64_t>> ReadInto(const Binding& binding, absl::Span<uint8_t> out);
   // trait: get_resource.
   absl::StatusOr<Resource> GetResource(const Binding& binding);
 

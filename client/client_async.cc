@@ -1,6 +1,8 @@
 // The Client methods whose results arrive through futures: Read, ReadTensor and Sync. They use
 // gRPC's callback API (client/async_call.h), so no thread blocks per call.
 
+#include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <utility>
@@ -59,11 +61,36 @@ std::future<ReadResult> BulkRead(const Client::Impl& impl, v1::Command command, 
   std::thread([route = impl.bulk_route, session = impl.session, seq, bytes,
                answer = std::move(answer), promise]() mutable {
     ReadResult data = BulkDownload(route, session, seq, bytes);
-    absl::Status status = answer.get();  // The read's own verdict first.
-    if (!status.ok()) {
+    absl::Status status = answer.get();
+    // The read's own verdict first, unless it only says that this side cancelled the download.
+    if (!status.ok() && !(absl::IsCancelled(status) && !data.ok())) {
       promise->set_value(std::move(status));
     } else {
       promise->set_value(std::move(data));
+    }
+  }).detach();
+  return result;
+}
+
+// Stream mode, Note [Bulk transfers]: BulkRead's download straight into `into`.
+std::future<absl::StatusOr<uint64_t>> BulkReadInto(const Client::Impl& impl, v1::Command command,
+                                                   absl::Span<uint8_t> into) {
+  uint64_t seq = 0;
+  const absl::Duration deadline = BulkDeadline(impl.options.timeout, into.size());
+  std::future<absl::Status> answer = impl.Ask<absl::Status>(
+      std::move(command), [](absl::StatusOr<v1::Reply*> r) { return ReplyStatus(r); }, &seq,
+      deadline);
+  auto promise = std::make_shared<std::promise<absl::StatusOr<uint64_t>>>();
+  std::future<absl::StatusOr<uint64_t>> result = promise->get_future();
+  std::thread([route = impl.bulk_route, session = impl.session, seq, into,
+               answer = std::move(answer), promise]() mutable {
+    absl::StatusOr<uint64_t> written = BulkDownloadInto(route, session, seq, into);
+    absl::Status status = answer.get();
+    // As BulkRead: the read's verdict first, unless it is this side's cancel.
+    if (!status.ok() && !(absl::IsCancelled(status) && !written.ok())) {
+      promise->set_value(std::move(status));
+    } else {
+      promise->set_value(std::move(written));
     }
   }).detach();
   return result;
@@ -144,6 +171,42 @@ std::future<ReadResult> Client::Read(std::vector<Binding> bindings) {
       [expected](absl::Status status, v1::ReadResponse* response) {
         return TakeData(std::move(status), response, expected);
       });
+}
+
+std::future<absl::StatusOr<uint64_t>> Client::ReadInto(const Binding& binding,
+                                                       absl::Span<uint8_t> out) {
+  if (impl_->stream != nullptr) {
+    const uint64_t size = binding.handle.size();
+    const uint64_t cut = binding.offset_start + binding.offset_end;
+    const uint64_t bytes = size > cut ? size - cut : 0;
+    if (!impl_->UsesRegion(bytes) && impl_->Bulk(bytes)) {
+      v1::Command command;
+      absl::Status s = ToProto(binding, command.mutable_read()->add_bindings());
+      if (!s.ok()) return ReadyFuture<absl::StatusOr<uint64_t>>(std::move(s));
+      command.mutable_read()->set_bulk(true);
+      return BulkReadInto(*impl_, std::move(command), out);
+    }
+  }
+  // Any other read: as Read, copied in on a thread of its own once it is there.
+  auto read = std::make_shared<std::future<ReadResult>>(Read({binding}));
+  auto promise = std::make_shared<std::promise<absl::StatusOr<uint64_t>>>();
+  std::future<absl::StatusOr<uint64_t>> result = promise->get_future();
+  std::thread([read, out, promise] {
+    ReadResult got = read->get();
+    if (!got.ok()) {
+      promise->set_value(got.status());
+    } else if (got->size() != 1) {
+      promise->set_value(absl::InternalError(
+          absl::StrCat("read: the daemon answered ", got->size(), " data entries, not 1")));
+    } else if ((*got)[0].size() > out.size()) {
+      promise->set_value(absl::OutOfRangeError(absl::StrCat(
+          "read: ", (*got)[0].size(), " bytes do not fit the ", out.size(), " bytes of out")));
+    } else {
+      if (!(*got)[0].empty()) std::memcpy(out.data(), (*got)[0].data(), (*got)[0].size());
+      promise->set_value((*got)[0].size());
+    }
+  }).detach();
+  return result;
 }
 
 std::future<ReadResult> Client::ReadTensor(std::vector<Tensor> tensors) {

@@ -583,38 +583,25 @@ std::optional<uint64_t> LargeReadSize(cubed_client& c, uint64_t offset_start, ui
   return whole.has_value() ? cubed::CheckedAdd(*whole, offset_end) : std::nullopt;
 }
 
-// read_into of a large read: cubed::Client::Read of the handle (adopted, and detached at once:
-// the caller owns its reference), waited for up to `timeout_ms`, copied into `out`.
+// read_into of a large read: cubed::Client::ReadInto of the handle (adopted, and detached at
+// once: the caller owns its reference), downloading straight into `out`. Waits until the read
+// ended whatever `timeout_ms` says (the download has its own deadline, BulkDeadline), so that
+// nothing lands in `out` after this returns.
 int32_t ReadLarge(cubed_client& c, uint64_t id, uint64_t offset_start, uint64_t offset_end,
-                  uint64_t whole, void* out, uint64_t capacity, uint64_t* size, int64_t timeout_ms,
+                  uint64_t whole, void* out, uint64_t capacity, uint64_t* size,
                   cubed_error* error) {
-  std::future<absl::StatusOr<std::vector<std::string>>> read;
+  std::future<absl::StatusOr<uint64_t>> read;
   {
     absl::ReaderMutexLock lock(&c.mu);
     if (c.client == nullptr) return Fail(error, Closed());
     cubed::Handle handle = c.client->Adopt(id, whole);
     handle.Detach();
-    read = c.client->Read({cubed::Binding(handle, offset_start, offset_end)});
+    read = c.client->ReadInto(cubed::Binding(handle, offset_start, offset_end),
+                              absl::MakeSpan(static_cast<uint8_t*>(out), capacity));
   }
-  if (timeout_ms >= 0 &&
-      read.wait_for(std::chrono::milliseconds(timeout_ms)) != std::future_status::ready) {
-    return Fail(error,
-                absl::DeadlineExceededError(absl::StrCat("no reply within ", timeout_ms, " ms")));
-  }
-  absl::StatusOr<std::vector<std::string>> got = read.get();
-  if (!got.ok()) return Fail(error, got.status());
-  if (got->size() != 1) {
-    return Fail(error, absl::InternalError(absl::StrCat("read: the daemon answered ", got->size(),
-                                                        " data entries, not 1")));
-  }
-  const std::string& bytes = (*got)[0];
-  if (bytes.size() > capacity) {
-    return Fail(error,
-                absl::OutOfRangeError(absl::StrCat("read: ", bytes.size(), " bytes do not fit the ",
-                                                   capacity, " bytes of out")));
-  }
-  if (!bytes.empty()) std::memcpy(out, bytes.data(), bytes.size());
-  *size = bytes.size();
+  absl::StatusOr<uint64_t> written = read.get();
+  if (!written.ok()) return Fail(error, written.status());
+  *size = *written;
   return 0;
 }
 
@@ -628,8 +615,7 @@ int32_t cubed_client_read_into(cubed_client* client, uint64_t id, uint64_t offse
   }
   if (const std::optional<uint64_t> whole =
           LargeReadSize(*client, offset_start, capacity, offset_end)) {
-    return ReadLarge(*client, id, offset_start, offset_end, *whole, out, capacity, size, timeout_ms,
-                     error);
+    return ReadLarge(*client, id, offset_start, offset_end, *whole, out, capacity, size, error);
   }
   cubed_reply reply{std::make_shared<ReplyState>()};
   if (const int32_t code = cubed_client_read(client, id, offset_start, offset_end, &reply, error)) {

@@ -207,8 +207,11 @@ CUBED_C_EXPORT int32_t cubed_client_read(cubed_client* client, uint64_t id, uint
 // `timeout_ms` (< 0: without end) on this thread, polling first (Note [Waiting awake] in
 // client/client.h), and copies the bytes into `out` (`capacity` bytes; *size gets how many).
 // For small reads: no reply object, one call. A read of `capacity` >= the client's
-// bulk_threshold (and, where region_threshold is not 0, below it) goes through Upload /
-// Download in bulk lanes (as cubed::Client::Read) instead of one reply message. Errors: the
+// bulk_threshold (and, where region_threshold is not 0, below it) is downloaded straight into
+// `out` in bulk lanes (cubed::Client::ReadInto) instead of coming as one reply message; it
+// waits until its bytes are in or it failed (the download's deadline is the client's timeout
+// plus 1 s per 64 MiB), whatever `timeout_ms` says, so that nothing lands in `out` after the
+// call returns. Errors: the
 // read's (as cubed_reply_status gives them); OUT_OF_RANGE when the bytes do not fit `capacity`
 // (nothing copied); DEADLINE_EXCEEDED when no answer came in time (the read may still run).
 CUBED_C_EXPORT int32_t cubed_client_read_into(cubed_client* client, uint64_t id,

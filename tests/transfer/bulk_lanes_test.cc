@@ -111,6 +111,34 @@ TEST_F(BulkLanesTest, SdkRoundTripsOnOneToFourLanes) {
   EXPECT_EQ(BytesInUse(), 0u);
 }
 
+TEST_F(BulkLanesTest, ReadIntoLandsInTheCallersMemory) {
+  for (cubed::Transport transport : {cubed::Transport::kStream, cubed::Transport::kUnary}) {
+    SCOPED_TRACE(transport == cubed::Transport::kStream ? "stream (lanes)" : "unary (copied in)");
+    std::unique_ptr<cubed::Client> c = Connect(1, 256 * kKiB, transport, 4, kMiB);
+    ASSERT_NE(c, nullptr);
+    const std::string bytes = Pattern(24 * kMiB + 5, 21);
+    absl::StatusOr<cubed::Handle> h = c->Create(Bytes(bytes));
+    ASSERT_TRUE(h.ok()) << h.status();
+    std::string out(bytes.size() + 3, 'x');
+    auto into = absl::MakeSpan(reinterpret_cast<uint8_t*>(out.data()), out.size());
+    absl::StatusOr<uint64_t> n = c->ReadInto(cubed::Binding(*h), into).get();
+    ASSERT_TRUE(n.ok()) << n.status();
+    EXPECT_EQ(*n, bytes.size());
+    EXPECT_TRUE(out.substr(0, bytes.size()) == bytes);
+    EXPECT_EQ(out.substr(bytes.size()), "xxx");  // Nothing past the read.
+    // A view: 7 bytes off the front, 2 MiB off the back.
+    n = c->ReadInto(cubed::Binding(*h, 7, 2 * kMiB), into).get();
+    ASSERT_TRUE(n.ok()) << n.status();
+    EXPECT_EQ(*n, bytes.size() - 7 - 2 * kMiB);
+    EXPECT_TRUE(out.substr(0, *n) == bytes.substr(7, *n));
+    // Too little room: OUT_OF_RANGE.
+    n = c->ReadInto(cubed::Binding(*h), into.subspan(0, kMiB)).get();
+    EXPECT_EQ(n.status().code(), absl::StatusCode::kOutOfRange) << n.status();
+    c.reset();
+    EXPECT_EQ(BytesInUse(), 0u);
+  }
+}
+
 TEST_F(BulkLanesTest, UploadLanesArriveInAnyOrder) {
   auto raw = OpenRaw();
   const uint64_t s = raw->session;
