@@ -166,7 +166,7 @@ int main(int argc, char** argv) {
         const int raw_port = (*baseline)->raw_tcp_port();
         std::vector<BulkPath> paths = {
             {"unix", (*daemon)->unix_address(), [raw_path] { return ConnectUnix(raw_path); }, 0},
-            {"tcp", (*daemon)->tcp_address(), [raw_port] { return ConnectTcp(raw_port); }, 2}};
+            {"tcp", (*daemon)->tcp_address(), [raw_port] { return ConnectTcp(raw_port); }, 3}};
         absl::StatusOr<std::vector<Row>> p3 = MeasureBulkCreateRead(paths, bulk);
         if (!p3.ok()) return p3.status();
         rows.insert(rows.end(), p3->begin(), p3->end());

@@ -25,9 +25,11 @@ struct BulkOptions {
   struct Setting {
     uint64_t chunk;
     uint32_t lanes;
+    bool read_into = false;  // Client::ReadInto into a buffer reused (as the raw path's) instead
+                             // of Client::Read's fresh strings.
   };
-  std::vector<Setting> settings = {
-      {4ull << 20, 0}, {4ull << 20, 1}, {4ull << 20, 2}, {4ull << 20, 4}, {4ull << 20, 8}};
+  std::vector<Setting> settings = {{4ull << 20, 0}, {4ull << 20, 0, true}, {4ull << 20, 1},
+                                   {4ull << 20, 2}, {4ull << 20, 4},       {4ull << 20, 8}};
 };
 
 // One way to the daemon and the baseline: "unix" or "tcp", the daemon's gRPC address that way,
