@@ -48,21 +48,24 @@ ReadResult TakeReplyData(absl::StatusOr<v1::Reply*> reply, int expected) {
   return TakeData(absl::OkStatus(), (*reply)->mutable_read(), expected);
 }
 
-// Stream mode, Note [Bulk transfers]: sends the bulk read `command` and downloads its bytes on a
-// thread of its own (the future is ready when both the download and the read's reply are in).
-std::future<ReadResult> BulkRead(const Client::Impl& impl, v1::Command command, uint64_t bytes) {
+// Stream mode, Note [Bulk transfers]: sends the bulk read `command` and runs `download` (the
+// transfer, given the route, session and seq; returns a T) on a thread of its own. The future is
+// ready when both the download and the read's reply are in: the read's own verdict first,
+// unless it only says that this side cancelled the download (then the download's error).
+template <typename T, typename Download>
+std::future<T> BulkReadWith(const Client::Impl& impl, v1::Command command, uint64_t bytes,
+                            Download download) {
   uint64_t seq = 0;
   const absl::Duration deadline = BulkDeadline(impl.options.timeout, bytes);
   std::future<absl::Status> answer = impl.Ask<absl::Status>(
       std::move(command), [](absl::StatusOr<v1::Reply*> r) { return ReplyStatus(r); }, &seq,
       deadline);
-  auto promise = std::make_shared<std::promise<ReadResult>>();
-  std::future<ReadResult> result = promise->get_future();
-  std::thread([route = impl.bulk_route, session = impl.session, seq, bytes,
-               answer = std::move(answer), promise]() mutable {
-    ReadResult data = BulkDownload(route, session, seq, bytes);
+  auto promise = std::make_shared<std::promise<T>>();
+  std::future<T> result = promise->get_future();
+  std::thread([route = impl.bulk_route, session = impl.session, seq, answer = std::move(answer),
+               download = std::move(download), promise]() mutable {
+    T data = download(route, session, seq);
     absl::Status status = answer.get();
-    // The read's own verdict first, unless it only says that this side cancelled the download.
     if (!status.ok() && !(absl::IsCancelled(status) && !data.ok())) {
       promise->set_value(std::move(status));
     } else {
@@ -72,28 +75,22 @@ std::future<ReadResult> BulkRead(const Client::Impl& impl, v1::Command command, 
   return result;
 }
 
-// Stream mode, Note [Bulk transfers]: BulkRead's download straight into `into`.
+// The bulk read `command` of `bytes` (an estimate) into new strings.
+std::future<ReadResult> BulkRead(const Client::Impl& impl, v1::Command command, uint64_t bytes) {
+  return BulkReadWith<ReadResult>(impl, std::move(command), bytes,
+                                  [bytes](const BulkRoute& route, uint64_t session, uint64_t seq) {
+                                    return BulkDownload(route, session, seq, bytes);
+                                  });
+}
+
+// The bulk read `command` straight into `into`.
 std::future<absl::StatusOr<uint64_t>> BulkReadInto(const Client::Impl& impl, v1::Command command,
                                                    absl::Span<uint8_t> into) {
-  uint64_t seq = 0;
-  const absl::Duration deadline = BulkDeadline(impl.options.timeout, into.size());
-  std::future<absl::Status> answer = impl.Ask<absl::Status>(
-      std::move(command), [](absl::StatusOr<v1::Reply*> r) { return ReplyStatus(r); }, &seq,
-      deadline);
-  auto promise = std::make_shared<std::promise<absl::StatusOr<uint64_t>>>();
-  std::future<absl::StatusOr<uint64_t>> result = promise->get_future();
-  std::thread([route = impl.bulk_route, session = impl.session, seq, into,
-               answer = std::move(answer), promise]() mutable {
-    absl::StatusOr<uint64_t> written = BulkDownloadInto(route, session, seq, into);
-    absl::Status status = answer.get();
-    // As BulkRead: the read's verdict first, unless it is this side's cancel.
-    if (!status.ok() && !(absl::IsCancelled(status) && !written.ok())) {
-      promise->set_value(std::move(status));
-    } else {
-      promise->set_value(std::move(written));
-    }
-  }).detach();
-  return result;
+  return BulkReadWith<absl::StatusOr<uint64_t>>(
+      impl, std::move(command), into.size(),
+      [into](const BulkRoute& route, uint64_t session, uint64_t seq) {
+        return BulkDownloadInto(route, session, seq, into);
+      });
 }
 
 // Stream mode, ClientOptions::region_threshold: the bytes land in the staging region (held from
