@@ -8,10 +8,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <future>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -51,7 +53,8 @@ struct ReplyState {
   absl::Status stream_status;  // Not OK: the stream's error, no answer.
   Reply reply;                 // Its read data moved to `data`.
   std::vector<std::string> data;
-  std::string bytes;  // `reply` serialized, on first cubed_reply_bytes (under mu).
+  uint64_t read_size = 0;  // cubed_client_read_into_async: the bytes written.
+  std::string bytes;       // `reply` serialized, on first cubed_reply_bytes (under mu).
   bool serialized ABSL_GUARDED_BY(mu) = false;
   uint64_t tag = 0;
   std::atomic<bool> used{false};  // Handed to a send.
@@ -131,43 +134,57 @@ namespace {
 
 absl::Status Closed() { return absl::FailedPreconditionError("the client is closed"); }
 
+// Hands fresh `reply` to a command of `c` (INVALID_ARGUMENT when it was handed out before).
+int32_t ClaimReply(cubed_client* c, cubed_reply* reply, cubed_error* error) {
+  if (reply->state->used.exchange(true)) {
+    return Invalid(error, "the cubed_reply was sent before (make one per command)");
+  }
+  {
+    absl::MutexLock lock(&reply->state->mu);
+    reply->state->queue = c->queue;
+  }
+  reply->state->spin = c->reply_spin;
+  return 0;
+}
+
+// Completes `state`: `fill` writes its result (under its lock), then it is done, and its tag
+// goes to the client's queue when cubed_reply_notify asked for it. Any thread, once.
+void CompleteReply(ReplyState& state, const std::function<void(ReplyState&)>& fill) {
+  bool to_queue = false;
+  {
+    absl::MutexLock lock(&state.mu);
+    fill(state);
+    state.done = true;
+    state.ready.store(true, std::memory_order_release);
+    to_queue = state.notify && !state.queued;
+    state.queued = state.queued || to_queue;
+  }
+  if (to_queue) {
+    absl::MutexLock lock(&state.queue->mu);
+    state.queue->tags.push_back(state.tag);
+  }
+}
+
 // Queues `command` on `c`'s stream; `reply`, when set (fresh), gets its answer.
 int32_t Send(cubed_client* c, Command command, cubed_reply* reply, cubed_error* error) {
   cubed::Client::StreamReplyCallback on_reply;
   if (reply != nullptr) {
-    if (reply->state->used.exchange(true)) {
-      return Invalid(error, "the cubed_reply was sent before (make one per command)");
-    }
-    {
-      absl::MutexLock lock(&reply->state->mu);
-      reply->state->queue = c->queue;
-    }
-    reply->state->spin = c->reply_spin;
+    if (const int32_t code = ClaimReply(c, reply, error)) return code;
     on_reply = [state = reply->state](absl::StatusOr<Reply*> r) {
-      bool to_queue = false;
-      {
-        absl::MutexLock lock(&state->mu);
-        if (r.ok()) {
-          Reply& answer = **r;
-          if (answer.has_read()) {
-            auto* data = answer.mutable_read()->mutable_data();
-            state->data.reserve(data->size());
-            for (std::string& bytes : *data) state->data.push_back(std::move(bytes));
-            data->Clear();
-          }
-          state->reply.Swap(&answer);
-        } else {
-          state->stream_status = r.status();
+      CompleteReply(*state, [&r](ReplyState& s) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        if (!r.ok()) {
+          s.stream_status = r.status();
+          return;
         }
-        state->done = true;
-        state->ready.store(true, std::memory_order_release);
-        to_queue = state->notify && !state->queued;
-        state->queued = state->queued || to_queue;
-      }
-      if (to_queue) {
-        absl::MutexLock lock(&state->queue->mu);
-        state->queue->tags.push_back(state->tag);
-      }
+        Reply& answer = **r;
+        if (answer.has_read()) {
+          auto* data = answer.mutable_read()->mutable_data();
+          s.data.reserve(data->size());
+          for (std::string& bytes : *data) s.data.push_back(std::move(bytes));
+          data->Clear();
+        }
+        s.reply.Swap(&answer);
+      });
     };
   }
   absl::Status sent;
@@ -606,6 +623,54 @@ int32_t ReadLarge(cubed_client& c, uint64_t id, uint64_t offset_start, uint64_t 
 }
 
 }  // namespace
+
+int32_t cubed_client_read_into_async(cubed_client* client, uint64_t id, uint64_t offset_start,
+                                     uint64_t offset_end, void* out, uint64_t capacity,
+                                     cubed_reply* reply, cubed_error* error) {
+  if (client == nullptr || reply == nullptr || (out == nullptr && capacity != 0)) {
+    return Invalid(error,
+                   "cubed_client_read_into_async: client or reply is NULL, or out with capacity");
+  }
+  if (id == 0) return Invalid(error, "cubed_client_read_into_async: handle id 0");
+  std::optional<uint64_t> whole = cubed::CheckedAdd(offset_start, capacity);
+  if (whole.has_value()) whole = cubed::CheckedAdd(*whole, offset_end);
+  if (!whole.has_value()) {
+    return Invalid(error,
+                   "cubed_client_read_into_async: offset_start + capacity + offset_end "
+                   "overflows 64 bits");
+  }
+  if (const int32_t code = ClaimReply(client, reply, error)) return code;
+  std::future<absl::StatusOr<uint64_t>> read;
+  {
+    absl::ReaderMutexLock lock(&client->mu);
+    if (client->client == nullptr) {
+      reply->state->used.store(false);
+      return Fail(error, Closed());
+    }
+    cubed::Handle handle = client->client->Adopt(id, *whole);
+    handle.Detach();  // The caller's reference.
+    read = client->client->ReadInto(cubed::Binding(handle, offset_start, offset_end),
+                                    absl::MakeSpan(static_cast<uint8_t*>(out), capacity));
+  }
+  // The reply completes once nothing more can land in `out`.
+  std::thread([read = std::move(read), state = reply->state]() mutable {
+    absl::StatusOr<uint64_t> written = read.get();
+    CompleteReply(*state, [&written](ReplyState& s) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      if (written.ok()) {
+        s.read_size = *written;
+      } else {
+        s.reply.set_code(static_cast<int32_t>(written.status().code()));
+        s.reply.set_message(std::string(written.status().message()));
+      }
+    });
+  }).detach();
+  return 0;
+}
+
+uint64_t cubed_reply_read_size(const cubed_reply* reply) {
+  if (reply == nullptr || !reply->state->Done()) return 0;
+  return reply->state->read_size;
+}
 
 int32_t cubed_client_read_into(cubed_client* client, uint64_t id, uint64_t offset_start,
                                uint64_t offset_end, void* out, uint64_t capacity, uint64_t* size,

@@ -43,7 +43,7 @@
 extern "C" {
 #endif
 
-#define CUBED_C_API_VERSION 1
+#define CUBED_C_API_VERSION 2
 
 #if defined(__GNUC__)
 #define CUBED_C_EXPORT __attribute__((visibility("default")))
@@ -218,6 +218,21 @@ CUBED_C_EXPORT int32_t cubed_client_read_into(cubed_client* client, uint64_t id,
                                               uint64_t offset_start, uint64_t offset_end, void* out,
                                               uint64_t capacity, uint64_t* size, int64_t timeout_ms,
                                               cubed_error* error);
+
+// trait: read, into the caller's memory, not waited for: queues a read of handle `id` (as
+// cubed_client_read) whose bytes land in `out` (`capacity` bytes): a bulk read (capacity >=
+// bulk_threshold on the stream) is downloaded straight into it in lanes (cubed::Client::
+// ReadInto), any other read copied in once it is there. `reply` (fresh) completes once every
+// byte is in `out` or the read failed, never before nothing more can be written to `out`: keep
+// `out` valid and unread until then. On success cubed_reply_read_size gives how many bytes were
+// written; errors as cubed_client_read's, OUT_OF_RANGE when they do not fit `capacity`. Uses a
+// thread until the reply completes: for large reads.
+CUBED_C_EXPORT int32_t cubed_client_read_into_async(cubed_client* client, uint64_t id,
+                                                    uint64_t offset_start, uint64_t offset_end,
+                                                    void* out, uint64_t capacity,
+                                                    cubed_reply* reply, cubed_error* error);
+// The bytes cubed_client_read_into_async wrote; 0 before `reply` completed or for other replies.
+CUBED_C_EXPORT uint64_t cubed_reply_read_size(const cubed_reply* reply);
 
 // trait: flush.
 CUBED_C_EXPORT int32_t cubed_client_flush(cubed_client* client, cubed_error* error);

@@ -460,11 +460,30 @@ TEST_F(CApiTest, ALargeReadIntoGoesThroughDownload) {
   EXPECT_EQ(size, data.size() - 100);
   EXPECT_TRUE(roomy.substr(0, size) == data.substr(100));
   EXPECT_EQ(roomy.substr(size), std::string(64, 'x'));
+  // Not waited for: the reply completes once the bytes are in.
+  std::string later(data.size(), '\0');
+  ReplyPtr async_read(cubed_reply_create(7));
+  ASSERT_EQ(cubed_client_read_into_async(c.get(), id, 0, 0, later.data(), later.size(),
+                                         async_read.get(), &e),
+            0)
+      << e.text();
+  ASSERT_EQ(cubed_reply_wait(async_read.get(), 20000, &e), 0) << e.text();
+  EXPECT_EQ(cubed_reply_status(async_read.get(), &e), 0) << e.text();
+  EXPECT_EQ(cubed_reply_read_size(async_read.get()), data.size());
+  EXPECT_TRUE(later == data);
   uint64_t unknown = 0;
   ASSERT_EQ(cubed_client_next_id(c.get(), &unknown, &e), 0) << e.text();
   EXPECT_EQ(
       cubed_client_read_into(c.get(), unknown, 0, 0, out.data(), out.size(), &size, 20000, &e),
       kNotFound);
+  ReplyPtr failed(cubed_reply_create(8));
+  ASSERT_EQ(cubed_client_read_into_async(c.get(), unknown, 0, 0, later.data(), later.size(),
+                                         failed.get(), &e),
+            0)
+      << e.text();
+  ASSERT_EQ(cubed_reply_wait(failed.get(), 20000, &e), 0) << e.text();
+  EXPECT_EQ(cubed_reply_status(failed.get(), &e), kNotFound);
+  EXPECT_EQ(cubed_reply_read_size(failed.get()), 0u);
   // The handle still belongs to the caller: releasing it frees the memory.
   ASSERT_EQ(cubed_client_release(c.get(), &id, 1, &e), 0) << e.text();
 }

@@ -35,6 +35,9 @@ from ._types import (BuiltinKernel, DTypeLike, Info, MemoryUsage, Scalars,
                      cube_count_for, dense_strides, dtype_of, encode_metadata, wire_dtype)
 
 _MAX_BYTES = (1 << 63) - 1
+# read_async of this many bytes or more on the native core lands straight in the new array
+# (the C++ SDK's bulk_threshold: such reads are downloaded in bulk lanes).
+_LARGE_READ = 4 << 20
 # Collected tensors whose releases are sent together (Client._live).
 RELEASE_BATCH = 32
 
@@ -354,6 +357,10 @@ class Client(KernelMethods):
             staged = self._staging.read(transport, t, start)
             if staged is not None:
                 return staged
+        into_async = getattr(transport, "read_into_async", None)
+        if t.is_contiguous and into_async is not None and t.nbytes >= _LARGE_READ:
+            # The native core downloads a large read straight into the new array.
+            return into_async(self._read_range(t, start), np.empty(t.shape, t.dtype))
         if t.is_contiguous:
             raw = transport.read([self._binding(self._read_range(t, start))])
         else:

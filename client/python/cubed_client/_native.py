@@ -37,7 +37,7 @@ from ._proto import session_pb2, types_pb2
 
 LIBRARY_ENV = "CUBED_CLIENT_LIBRARY"
 LIBRARY_NAME = "libcubed_client_c.so"
-ABI_VERSION = 1  # CUBED_C_API_VERSION this module speaks.
+ABI_VERSION = 2  # CUBED_C_API_VERSION this module speaks.
 
 _DEADLINE_EXCEEDED = 4
 
@@ -93,6 +93,9 @@ _SIGNATURES = {
     "cubed_client_execute": (_i32, [_ptr, ctypes.c_char_p, _size, _P(_Error)]),
     "cubed_client_release": (_i32, [_ptr, _P(_u64), _size, _P(_Error)]),
     "cubed_client_read": (_i32, [_ptr, _u64, _u64, _u64, _ptr, _P(_Error)]),
+    "cubed_client_read_into_async": (_i32, [_ptr, _u64, _u64, _u64, _ptr, _u64, _ptr,
+                                             _P(_Error)]),
+    "cubed_reply_read_size": (_u64, [_ptr]),
     "cubed_client_read_into": (_i32, [_ptr, _u64, _u64, _u64, _ptr, _u64, _P(_u64), _i64,
                                       _P(_Error)]),
     "cubed_client_reply_spin_us": (_i64, [_ptr]),
@@ -634,6 +637,34 @@ class NativeTransport:
         if size.value != nbytes:
             raise error_from_number(13, f"read: the daemon answered {size.value} bytes, not "
                                         f"{nbytes}")
+
+    def read_into_async(self, plan: Tuple[int, int, int], out: np.ndarray) -> Future:
+        """Reads (handle, offset_start, offset_end) ``plan`` into C-contiguous ``out`` (exactly its
+        bytes) without waiting (cubed_client_read_into_async: a large read is downloaded straight
+        into it); the Future resolves to ``out`` once every byte is there, or raises the read's
+        CubedError. ``out`` is the Future's until then."""
+        lib, err = self._lib, _Error()
+        self._next_seq += 1
+        tag = next(self._tags)
+        reply = lib.cubed_reply_create(tag)
+        future = _NativeFuture(self, tag)
+        nbytes = out.nbytes
+
+        def filled(lib: ctypes.CDLL, reply: int) -> np.ndarray:
+            _check(lib, reply)
+            n = lib.cubed_reply_read_size(reply)
+            if n != nbytes:
+                raise error_from_number(13, f"read: the daemon answered {n} bytes, not {nbytes}")
+            return out
+
+        self._pending[tag] = (future, filled, reply)
+        code = lib.cubed_client_read_into_async(self._client, plan[0], plan[1], plan[2],
+                                                out.ctypes.data, nbytes, reply, ctypes.byref(err))
+        if code:
+            del self._pending[tag]
+            lib.cubed_reply_free(reply)
+            _raise(lib, code, err)
+        return future
 
     def read_tensor(self, bindings: List[types_pb2.BindingWithMeta]) -> Future:
         return self._send(session_pb2.Command(

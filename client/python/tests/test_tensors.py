@@ -129,6 +129,13 @@ def test_large_round_trip_over_tcp(request, core):
             np.testing.assert_array_equal(c.read(t[1 << 20:]), data[1 << 20:])  # An offset.
             strided = c.create(m[:, ::2])  # A strided view: stored packed.
             np.testing.assert_array_equal(c.read(strided), m[:, ::2])
+            # Pipelined large reads (read_async; into the new arrays on the native core), then
+            # a write after them: each read sees the bytes from before it.
+            futures = [c.read_async(t), c.read_async(t[4 << 20:])]
+            c._launch("fill", [], t, scalars=[cubed_client.Scalars(np.uint32, [0])])  # In place.
+            np.testing.assert_array_equal(futures[0].result(), data)
+            np.testing.assert_array_equal(futures[1].result(), data[4 << 20:])
+            np.testing.assert_array_equal(c.read_many([t])[0], np.zeros_like(data))
             del t, f, strided
             gc.collect()
             c.sync()
