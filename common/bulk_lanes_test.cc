@@ -24,7 +24,7 @@ void ExpectCover(uint64_t total, uint32_t lanes) {
   EXPECT_EQ(next, total);
 }
 
-TEST(BulkLanesTest, LanesCoverEveryByteOnce) {
+TEST(BulkLaneRangeTest, LanesCoverEveryByteOnce) {
   ExpectCover(1, 1);
   ExpectCover(256ull << 20, 4);
   ExpectCover((256ull << 20) + 1, 4);
@@ -34,14 +34,14 @@ TEST(BulkLanesTest, LanesCoverEveryByteOnce) {
   ExpectCover(std::numeric_limits<uint64_t>::max(), 16);
 }
 
-TEST(BulkLanesTest, ZeroLanesIsOne) {
+TEST(BulkLaneRangeTest, ZeroLanesIsOne) {
   absl::StatusOr<BulkLaneRange> r = UploadLaneRange(100, 0, 0);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->begin, 0u);
   EXPECT_EQ(r->end, 100u);
 }
 
-TEST(BulkLanesTest, BadLanesAreNamed) {
+TEST(BulkLaneRangeTest, BadLanesAreNamed) {
   EXPECT_NE(UploadLaneRange(1 << 30, 17, 0).status().message().find("lanes: 17"),
             std::string::npos);
   EXPECT_NE(UploadLaneRange(1 << 30, 4, 4).status().message().find("lane: lane 4 of 4"),
@@ -50,7 +50,7 @@ TEST(BulkLanesTest, BadLanesAreNamed) {
   EXPECT_NE(UploadLaneRange(100, 2, 1).status().message().find("without bytes"), std::string::npos);
 }
 
-TEST(BulkLanesTest, ChosenLanesAlwaysFit) {
+TEST(BulkLaneRangeTest, ChosenLanesAlwaysFit) {
   EXPECT_EQ(ChooseBulkLanes(256ull << 20, 4, 16ull << 20), 4u);
   EXPECT_EQ(ChooseBulkLanes(40ull << 20, 4, 16ull << 20), 2u);
   EXPECT_EQ(ChooseBulkLanes(10ull << 20, 4, 16ull << 20), 1u);
