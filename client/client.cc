@@ -219,7 +219,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
     }
   }
   impl->bulk_route.lane_bytes = impl->options.bulk_lane_bytes;
-  impl->bulk_route.chunk = impl->options.bulk_chunk;
+  // A chunk with its header fits one message each way (a larger one fails the transfer before
+  // the daemon hears of it, leaving the command waiting for its bytes).
+  constexpr int kChunkHeaderRoom = 128;
+  impl->bulk_route.chunk = std::min<uint64_t>(
+      impl->options.bulk_chunk,
+      static_cast<uint64_t>(std::max(1, impl->options.max_message_bytes - kChunkHeaderRoom)));
   impl->bulk_route.timeout = impl->options.timeout;
 
   if (impl->options.session != 0) {

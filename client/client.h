@@ -86,7 +86,8 @@ struct ClientOptions {
   // besides the data itself. Such a Create / CreateTensor returns once every byte is on the
   // daemon, with the daemon's error if the create failed. 0 = never.
   uint64_t bulk_threshold = uint64_t{4} << 20;
-  // Chunk size of those transfers, 1 byte .. 4 MiB.
+  // Chunk size of those transfers, 1 byte .. 4 MiB; a chunk and its header must fit one message
+  // either way, so with a max_message_bytes under 4 MiB + 128 the chunks are that much smaller.
   uint64_t bulk_chunk = uint64_t{4} << 20;
   // Connections one of those transfers may spread its bytes over, 1 .. 16 (Note [Bulk lanes],
   // server/service/stream/bulk_transfers.h): one connection moves what gRPC's per-byte work on

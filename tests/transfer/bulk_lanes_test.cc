@@ -139,6 +139,25 @@ TEST_F(BulkLanesTest, ReadIntoLandsInTheCallersMemory) {
   }
 }
 
+// Messages smaller than a default chunk: the chunks shrink to fit them (before, the first chunk
+// failed on this side and the create waited for bytes that never came).
+TEST_F(BulkLanesTest, ChunksFitTheMessageLimit) {
+  cubed::ClientOptions o;
+  o.address = daemon_->unix_address();
+  o.region_threshold = 0;
+  o.bulk_threshold = 1;
+  o.max_message_bytes = static_cast<int>(kMiB);
+  o.timeout = absl::Seconds(20);
+  absl::StatusOr<std::unique_ptr<cubed::Client>> c = cubed::Client::Connect(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::string bytes = Pattern(3 * kMiB + 1, 22);
+  absl::StatusOr<cubed::Handle> h = (*c)->Create(Bytes(bytes));
+  ASSERT_TRUE(h.ok()) << h.status();
+  absl::StatusOr<std::vector<std::string>> back = (*c)->Read({cubed::Binding(*h)}).get();
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE((*back)[0] == bytes);
+}
+
 TEST_F(BulkLanesTest, UploadLanesArriveInAnyOrder) {
   auto raw = OpenRaw();
   const uint64_t s = raw->session;
