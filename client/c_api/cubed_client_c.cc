@@ -1,19 +1,13 @@
-// The C ABI (cubed_client_c.h) over cubed::Client: Note [One client core].
+// The C ABI (cubed_client_c.h) over cubed::Client: Note [One client core]. Its reads are in
+// cubed_client_c_read.cc, what both share in c_api_state.h.
 
 #include "client/c_api/cubed_client_c.h"
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
-#include <functional>
-#include <future>
 #include <memory>
-#include <optional>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -24,76 +18,22 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/c_api/c_api_state.h"
 #include "client/client.h"
-#include "common/checked_math.h"
 #include "cubed/v1/session.pb.h"
 
 namespace {
 
+using cubed::c_api::ClaimReply;
+using cubed::c_api::Closed;
+using cubed::c_api::CompleteReply;
+using cubed::c_api::DoneQueue;
+using cubed::c_api::Fail;
+using cubed::c_api::Invalid;
+using cubed::c_api::ReplyState;
+using cubed::c_api::Send;
 using cubed::v1::Command;
 using cubed::v1::Reply;
-
-// Tags of completed replies that cubed_reply_notify asked for (cubed_client_next_done), shared by
-// a client and its replies, whose callbacks may run while the client closes.
-struct DoneQueue {
-  absl::Mutex mu;
-  std::deque<uint64_t> tags ABSL_GUARDED_BY(mu);
-  bool closed ABSL_GUARDED_BY(mu) = false;
-  int pollers ABSL_GUARDED_BY(mu) = 0;  // Calls inside cubed_client_next_done.
-};
-
-// One command's answer, filled once by the stream's reader thread.
-struct ReplyState {
-  absl::Mutex mu;
-  bool done ABSL_GUARDED_BY(mu) = false;
-  bool notify ABSL_GUARDED_BY(mu) = false;  // cubed_reply_notify asked.
-  bool queued ABSL_GUARDED_BY(mu) = false;  // Its tag went to `queue`.
-  std::shared_ptr<DoneQueue> queue;         // The client's; set before it is sent.
-  // Written before `done` is set, read only after: no lock needed then.
-  absl::Status stream_status;  // Not OK: the stream's error, no answer.
-  Reply reply;                 // Its read data moved to `data`.
-  std::vector<std::string> data;
-  uint64_t read_size = 0;  // cubed_client_read_into_async: the bytes written.
-  std::string bytes;       // `reply` serialized, on first cubed_reply_bytes (under mu).
-  bool serialized ABSL_GUARDED_BY(mu) = false;
-  uint64_t tag = 0;
-  std::atomic<bool> used{false};  // Handed to a send.
-  // `done`, for polling without mu (Note [Waiting awake]): set after `done`, under mu.
-  std::atomic<bool> ready{false};
-  absl::Duration spin;  // The client's reply spin; set before it is sent.
-
-  bool Done() const { return ready.load(std::memory_order_acquire); }
-
-  // Polls `ready` for `spin`, then sleeps on mu until `done` or `timeout` passed; true once
-  // done. Any thread.
-  bool Wait(absl::Duration timeout) {
-    if (spin > absl::ZeroDuration() && !Done()) {
-      const absl::Time until = absl::Now() + std::min(spin, timeout);
-      while (!Done() && absl::Now() < until) {
-#if defined(__x86_64__)
-        __builtin_ia32_pause();
-#endif
-      }
-    }
-    if (Done()) return true;
-    absl::MutexLock lock(&mu);
-    return mu.AwaitWithTimeout(absl::Condition(&done), timeout);
-  }
-};
-
-int32_t Fail(cubed_error* error, const absl::Status& status) {
-  const int32_t code = static_cast<int32_t>(status.code());
-  if (error != nullptr) {
-    std::free(error->message);
-    error->code = code;
-    error->message = strdup(std::string(status.message()).c_str());
-  }
-  return code;
-}
-
-int32_t Invalid(cubed_error* error, absl::string_view what) {
-  return Fail(error, absl::InvalidArgumentError(what));
-}
 
 // Whether the daemon answers `command` (session.proto): those need a reply to be asked for.
 bool Answers(const Command& command) {
@@ -110,97 +50,6 @@ bool Answers(const Command& command) {
     default:
       return false;
   }
-}
-
-}  // namespace
-
-struct cubed_client {
-  // Guards `client` against cubed_client_close: calls hold it shared, close exclusive.
-  absl::Mutex mu;
-  std::unique_ptr<cubed::Client> client ABSL_GUARDED_BY(mu);  // Null once closed.
-  std::shared_ptr<DoneQueue> queue = std::make_shared<DoneQueue>();
-  uint64_t session = 0;
-  int64_t lease_ms = 0;
-  int32_t transport = 0;
-  int32_t carrier = 2;
-  absl::Duration reply_spin;  // Client::reply_spin().
-};
-
-struct cubed_reply {
-  std::shared_ptr<ReplyState> state;
-};
-
-namespace {
-
-absl::Status Closed() { return absl::FailedPreconditionError("the client is closed"); }
-
-// Hands fresh `reply` to a command of `c` (INVALID_ARGUMENT when it was handed out before).
-int32_t ClaimReply(cubed_client* c, cubed_reply* reply, cubed_error* error) {
-  if (reply->state->used.exchange(true)) {
-    return Invalid(error, "the cubed_reply was sent before (make one per command)");
-  }
-  {
-    absl::MutexLock lock(&reply->state->mu);
-    reply->state->queue = c->queue;
-  }
-  reply->state->spin = c->reply_spin;
-  return 0;
-}
-
-// Completes `state`: `fill` writes its result (under its lock), then it is done, and its tag
-// goes to the client's queue when cubed_reply_notify asked for it. Any thread, once.
-void CompleteReply(ReplyState& state, const std::function<void(ReplyState&)>& fill) {
-  bool to_queue = false;
-  {
-    absl::MutexLock lock(&state.mu);
-    fill(state);
-    state.done = true;
-    state.ready.store(true, std::memory_order_release);
-    to_queue = state.notify && !state.queued;
-    state.queued = state.queued || to_queue;
-  }
-  if (to_queue) {
-    absl::MutexLock lock(&state.queue->mu);
-    state.queue->tags.push_back(state.tag);
-  }
-}
-
-// Queues `command` on `c`'s stream; `reply`, when set (fresh), gets its answer.
-int32_t Send(cubed_client* c, Command command, cubed_reply* reply, cubed_error* error) {
-  cubed::Client::StreamReplyCallback on_reply;
-  if (reply != nullptr) {
-    if (const int32_t code = ClaimReply(c, reply, error)) return code;
-    on_reply = [state = reply->state](absl::StatusOr<Reply*> r) {
-      CompleteReply(*state, [&r](ReplyState& s) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-        if (!r.ok()) {
-          s.stream_status = r.status();
-          return;
-        }
-        Reply& answer = **r;
-        if (answer.has_read()) {
-          auto* data = answer.mutable_read()->mutable_data();
-          s.data.reserve(data->size());
-          for (std::string& bytes : *data) s.data.push_back(std::move(bytes));
-          data->Clear();
-        }
-        s.reply.Swap(&answer);
-      });
-    };
-  }
-  absl::Status sent;
-  {
-    absl::ReaderMutexLock lock(&c->mu);
-    if (c->client == nullptr) {
-      sent = Closed();
-    } else {
-      sent = c->client->SendStreamCommand(std::move(command), std::move(on_reply));
-    }
-  }
-  if (!sent.ok()) {
-    if (reply != nullptr) reply->state->used.store(false);
-    return Fail(error, sent);
-  }
-  return 0;
 }
 
 absl::Duration Timeout(int64_t timeout_ms) {
@@ -566,141 +415,6 @@ int32_t cubed_client_release(cubed_client* client, const uint64_t* ids, size_t c
       return code;
     }
   }
-  return 0;
-}
-
-int32_t cubed_client_read(cubed_client* client, uint64_t id, uint64_t offset_start,
-                          uint64_t offset_end, cubed_reply* reply, cubed_error* error) {
-  if (client == nullptr || reply == nullptr) {
-    return Invalid(error, "cubed_client_read: client or reply is NULL");
-  }
-  if (id == 0) return Invalid(error, "cubed_client_read: handle id 0");
-  Command command;
-  cubed::v1::Binding* b = command.mutable_read()->add_bindings();
-  b->set_handle(id);
-  b->set_offset_start(offset_start);
-  b->set_offset_end(offset_end);
-  return Send(client, std::move(command), reply, error);
-}
-
-namespace {
-
-// The size of the handle a read_into of `capacity` bytes reads when it is a large read
-// (capacity >= the client's bulk_threshold on the stream), else nothing. Not when the SDK would
-// read it through its staging region (region_threshold): that path sizes the bytes by the
-// handle, and `capacity` may be more than the read holds; such reads stay one message.
-std::optional<uint64_t> LargeReadSize(cubed_client& c, uint64_t offset_start, uint64_t capacity,
-                                      uint64_t offset_end) {
-  absl::ReaderMutexLock lock(&c.mu);
-  if (c.client == nullptr || c.client->transport() != cubed::Transport::kStream) return {};
-  const cubed::ClientOptions& o = c.client->options();
-  if (o.bulk_threshold == 0 || capacity < o.bulk_threshold) return {};
-  if (o.region_threshold != 0 && capacity >= o.region_threshold) return {};
-  std::optional<uint64_t> whole = cubed::CheckedAdd(offset_start, capacity);
-  return whole.has_value() ? cubed::CheckedAdd(*whole, offset_end) : std::nullopt;
-}
-
-// read_into of a large read: cubed::Client::ReadInto of the handle (adopted, and detached at
-// once: the caller owns its reference), downloading straight into `out`. Waits until the read
-// ended whatever `timeout_ms` says (the download has its own deadline, BulkDeadline), so that
-// nothing lands in `out` after this returns.
-int32_t ReadLarge(cubed_client& c, uint64_t id, uint64_t offset_start, uint64_t offset_end,
-                  uint64_t whole, void* out, uint64_t capacity, uint64_t* size,
-                  cubed_error* error) {
-  std::future<absl::StatusOr<uint64_t>> read;
-  {
-    absl::ReaderMutexLock lock(&c.mu);
-    if (c.client == nullptr) return Fail(error, Closed());
-    cubed::Handle handle = c.client->Adopt(id, whole);
-    handle.Detach();
-    read = c.client->ReadInto(cubed::Binding(handle, offset_start, offset_end),
-                              absl::MakeSpan(static_cast<uint8_t*>(out), capacity));
-  }
-  absl::StatusOr<uint64_t> written = read.get();
-  if (!written.ok()) return Fail(error, written.status());
-  *size = *written;
-  return 0;
-}
-
-}  // namespace
-
-int32_t cubed_client_read_into_async(cubed_client* client, uint64_t id, uint64_t offset_start,
-                                     uint64_t offset_end, void* out, uint64_t capacity,
-                                     cubed_reply* reply, cubed_error* error) {
-  if (client == nullptr || reply == nullptr || (out == nullptr && capacity != 0)) {
-    return Invalid(error,
-                   "cubed_client_read_into_async: client or reply is NULL, or out with capacity");
-  }
-  if (id == 0) return Invalid(error, "cubed_client_read_into_async: handle id 0");
-  std::optional<uint64_t> whole = cubed::CheckedAdd(offset_start, capacity);
-  if (whole.has_value()) whole = cubed::CheckedAdd(*whole, offset_end);
-  if (!whole.has_value()) {
-    return Invalid(error,
-                   "cubed_client_read_into_async: offset_start + capacity + offset_end "
-                   "overflows 64 bits");
-  }
-  if (const int32_t code = ClaimReply(client, reply, error)) return code;
-  std::future<absl::StatusOr<uint64_t>> read;
-  {
-    absl::ReaderMutexLock lock(&client->mu);
-    if (client->client == nullptr) {
-      reply->state->used.store(false);
-      return Fail(error, Closed());
-    }
-    cubed::Handle handle = client->client->Adopt(id, *whole);
-    handle.Detach();  // The caller's reference.
-    read = client->client->ReadInto(cubed::Binding(handle, offset_start, offset_end),
-                                    absl::MakeSpan(static_cast<uint8_t*>(out), capacity));
-  }
-  // The reply completes once nothing more can land in `out`.
-  std::thread([read = std::move(read), state = reply->state]() mutable {
-    absl::StatusOr<uint64_t> written = read.get();
-    CompleteReply(*state, [&written](ReplyState& s) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-      if (written.ok()) {
-        s.read_size = *written;
-      } else {
-        s.reply.set_code(static_cast<int32_t>(written.status().code()));
-        s.reply.set_message(std::string(written.status().message()));
-      }
-    });
-  }).detach();
-  return 0;
-}
-
-uint64_t cubed_reply_read_size(const cubed_reply* reply) {
-  if (reply == nullptr || !reply->state->Done()) return 0;
-  return reply->state->read_size;
-}
-
-int32_t cubed_client_read_into(cubed_client* client, uint64_t id, uint64_t offset_start,
-                               uint64_t offset_end, void* out, uint64_t capacity, uint64_t* size,
-                               int64_t timeout_ms, cubed_error* error) {
-  if (client == nullptr || size == nullptr || (out == nullptr && capacity != 0)) {
-    return Invalid(error, "cubed_client_read_into: client or size is NULL, or out with capacity");
-  }
-  if (const std::optional<uint64_t> whole =
-          LargeReadSize(*client, offset_start, capacity, offset_end)) {
-    return ReadLarge(*client, id, offset_start, offset_end, *whole, out, capacity, size, error);
-  }
-  cubed_reply reply{std::make_shared<ReplyState>()};
-  if (const int32_t code = cubed_client_read(client, id, offset_start, offset_end, &reply, error)) {
-    return code;
-  }
-  if (const int32_t code = cubed_reply_wait(&reply, timeout_ms, error)) return code;
-  if (const int32_t code = cubed_reply_status(&reply, error)) return code;
-  ReplyState* s = reply.state.get();  // Done: its fields are no longer written.
-  if (s->data.size() != 1) {
-    return Fail(error, absl::InternalError(absl::StrCat("read: the daemon answered ",
-                                                        s->data.size(), " data entries, not 1")));
-  }
-  const std::string& bytes = s->data[0];
-  if (bytes.size() > capacity) {
-    return Fail(error,
-                absl::OutOfRangeError(absl::StrCat("read: ", bytes.size(), " bytes do not fit the ",
-                                                   capacity, " bytes of out")));
-  }
-  if (!bytes.empty()) std::memcpy(out, bytes.data(), bytes.size());
-  *size = bytes.size();
   return 0;
 }
 
