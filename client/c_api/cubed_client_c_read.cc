@@ -42,41 +42,39 @@ int32_t cubed_client_read(cubed_client* client, uint64_t id, uint64_t offset_sta
 
 namespace {
 
-// The size of the handle a read_into of `capacity` bytes reads when it is a large read
-// (capacity >= the client's bulk_threshold on the stream), else nothing. Not when the SDK would
-// read it through its staging region (region_threshold): that path sizes the bytes by the
-// handle, and `capacity` may be more than the read holds; such reads stay one message.
-std::optional<uint64_t> LargeReadSize(cubed_client& c, uint64_t offset_start, uint64_t capacity,
-                                      uint64_t offset_end) {
+// Whether a read_into of `capacity` bytes is a large read (capacity >= the client's
+// bulk_threshold on the stream, and offset_start + capacity + offset_end fits 64 bits). Not when
+// the SDK would read it through its staging region (region_threshold): that path sizes the bytes by
+// the handle, and `capacity` may be more than the read holds; such reads stay one message.
+bool IsLargeRead(cubed_client& c, uint64_t offset_start, uint64_t capacity, uint64_t offset_end) {
   absl::ReaderMutexLock lock(&c.mu);
-  if (c.client == nullptr || c.client->transport() != cubed::Transport::kStream) return {};
+  if (c.client == nullptr || c.client->transport() != cubed::Transport::kStream) return false;
   const cubed::ClientOptions& o = c.client->options();
-  if (o.bulk_threshold == 0 || capacity < o.bulk_threshold) return {};
-  if (o.region_threshold != 0 && capacity >= o.region_threshold) return {};
-  std::optional<uint64_t> whole = cubed::CheckedAdd(offset_start, capacity);
-  return whole.has_value() ? cubed::CheckedAdd(*whole, offset_end) : std::nullopt;
+  if (o.bulk_threshold == 0 || capacity < o.bulk_threshold) return false;
+  if (o.region_threshold != 0 && capacity >= o.region_threshold) return false;
+  const std::optional<uint64_t> whole = cubed::CheckedAdd(offset_start, capacity);
+  return whole.has_value() && cubed::CheckedAdd(*whole, offset_end).has_value();
 }
 
-// read_into of a large read: cubed::Client::ReadInto of the handle (adopted, and detached at
-// once: the caller owns its reference), downloading straight into `out`. Waits until the read
-// ended whatever `timeout_ms` says (the download has its own deadline, BulkDeadline), so that
-// nothing lands in `out` after this returns.
-int32_t ReadLarge(cubed_client& c, uint64_t id, uint64_t offset_start, uint64_t offset_end,
-                  uint64_t whole, void* out, uint64_t capacity, uint64_t* size,
-                  cubed_error* error) {
-  std::future<absl::StatusOr<uint64_t>> read;
-  {
-    absl::ReaderMutexLock lock(&c.mu);
-    if (c.client == nullptr) return Fail(error, Closed());
-    cubed::Handle handle = c.client->Adopt(id, whole);
-    handle.Detach();
-    read = c.client->ReadInto(cubed::Binding(handle, offset_start, offset_end),
-                              absl::MakeSpan(static_cast<uint8_t*>(out), capacity));
+// Starts cubed::Client::ReadInto of handle `id` (adopted, and detached at once: the caller owns
+// its reference) into `out`: its bulk read downloads straight into it. INVALID_ARGUMENT when
+// offset_start + capacity + offset_end (the handle's size as far as the SDK knows) overflows;
+// FAILED_PRECONDITION once closed.
+absl::Status StartReadInto(cubed_client& c, uint64_t id, uint64_t offset_start, uint64_t offset_end,
+                           void* out, uint64_t capacity,
+                           std::future<absl::StatusOr<uint64_t>>* read) {
+  std::optional<uint64_t> whole = cubed::CheckedAdd(offset_start, capacity);
+  if (whole.has_value()) whole = cubed::CheckedAdd(*whole, offset_end);
+  if (!whole.has_value()) {
+    return absl::InvalidArgumentError("offset_start + capacity + offset_end overflows 64 bits");
   }
-  absl::StatusOr<uint64_t> written = read.get();
-  if (!written.ok()) return Fail(error, written.status());
-  *size = *written;
-  return 0;
+  absl::ReaderMutexLock lock(&c.mu);
+  if (c.client == nullptr) return Closed();
+  cubed::Handle handle = c.client->Adopt(id, *whole);
+  handle.Detach();
+  *read = c.client->ReadInto(cubed::Binding(handle, offset_start, offset_end),
+                             absl::MakeSpan(static_cast<uint8_t*>(out), capacity));
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -89,25 +87,12 @@ int32_t cubed_client_read_into_async(cubed_client* client, uint64_t id, uint64_t
                    "cubed_client_read_into_async: client or reply is NULL, or out with capacity");
   }
   if (id == 0) return Invalid(error, "cubed_client_read_into_async: handle id 0");
-  std::optional<uint64_t> whole = cubed::CheckedAdd(offset_start, capacity);
-  if (whole.has_value()) whole = cubed::CheckedAdd(*whole, offset_end);
-  if (!whole.has_value()) {
-    return Invalid(error,
-                   "cubed_client_read_into_async: offset_start + capacity + offset_end "
-                   "overflows 64 bits");
-  }
   if (const int32_t code = ClaimReply(client, reply, error)) return code;
   std::future<absl::StatusOr<uint64_t>> read;
-  {
-    absl::ReaderMutexLock lock(&client->mu);
-    if (client->client == nullptr) {
-      reply->state->used.store(false);
-      return Fail(error, Closed());
-    }
-    cubed::Handle handle = client->client->Adopt(id, *whole);
-    handle.Detach();  // The caller's reference.
-    read = client->client->ReadInto(cubed::Binding(handle, offset_start, offset_end),
-                                    absl::MakeSpan(static_cast<uint8_t*>(out), capacity));
+  if (absl::Status s = StartReadInto(*client, id, offset_start, offset_end, out, capacity, &read);
+      !s.ok()) {
+    reply->state->used.store(false);
+    return Fail(error, s);
   }
   // The reply completes once nothing more can land in `out`.
   std::thread([read = std::move(read), state = reply->state]() mutable {
@@ -135,9 +120,18 @@ int32_t cubed_client_read_into(cubed_client* client, uint64_t id, uint64_t offse
   if (client == nullptr || size == nullptr || (out == nullptr && capacity != 0)) {
     return Invalid(error, "cubed_client_read_into: client or size is NULL, or out with capacity");
   }
-  if (const std::optional<uint64_t> whole =
-          LargeReadSize(*client, offset_start, capacity, offset_end)) {
-    return ReadLarge(*client, id, offset_start, offset_end, *whole, out, capacity, size, error);
+  if (IsLargeRead(*client, offset_start, capacity, offset_end)) {
+    // Waits until the read ended whatever `timeout_ms` says (the download has its own
+    // deadline, BulkDeadline), so that nothing lands in `out` after this returns.
+    std::future<absl::StatusOr<uint64_t>> read;
+    if (absl::Status s = StartReadInto(*client, id, offset_start, offset_end, out, capacity, &read);
+        !s.ok()) {
+      return Fail(error, s);
+    }
+    absl::StatusOr<uint64_t> written = read.get();
+    if (!written.ok()) return Fail(error, written.status());
+    *size = *written;
+    return 0;
   }
   cubed_reply reply{std::make_shared<ReplyState>()};
   if (const int32_t code = cubed_client_read(client, id, offset_start, offset_end, &reply, error)) {
