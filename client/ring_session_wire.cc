@@ -90,7 +90,7 @@ RingSessionWire::~RingSessionWire() {
 }
 
 void RingSessionWire::RingDaemon() {
-  if (LoadWaiting(memory_.word32(kDaemonWaitingAt)) != 0) RingDoorbell(daemon_doorbell_);
+  if (TakeWaiting(memory_.word32(kDaemonWaitingAt))) RingDoorbell(daemon_doorbell_);
 }
 
 template <typename Ready>

@@ -102,7 +102,7 @@ uint64_t LoadAcquire(const uint64_t* word) { return __atomic_load_n(word, __ATOM
 void StoreSeqCst(uint64_t* word, uint64_t value) {
   __atomic_store_n(word, value, __ATOMIC_SEQ_CST);
 }
-uint32_t LoadWaiting(const uint32_t* word) { return __atomic_load_n(word, __ATOMIC_SEQ_CST); }
+bool TakeWaiting(uint32_t* word) { return __atomic_exchange_n(word, 0, __ATOMIC_SEQ_CST) != 0; }
 void StoreWaiting(uint32_t* word, uint32_t value) {
   __atomic_store_n(word, value, __ATOMIC_SEQ_CST);
 }

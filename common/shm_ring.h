@@ -34,8 +34,12 @@
 //
 // Sleeping (no core burnt while idle): a side that finds nothing to do sets its waiting word to 1,
 // looks once more, and only then sleeps in poll on its eventfd; the other side, after it published
-// a tail or a head, reads the word (sequentially consistent on both sides, so one of them sees the
-// other) and writes 1 to the sleeper's eventfd when it is set. Each side may spin for a few
+// a tail or a head, takes the word (exchanges it with 0; sequentially consistent on both sides, so
+// one of them sees the other) and writes 1 to the sleeper's eventfd when it was set. Taking the
+// word makes it one doorbell per sleep: a writer that only read it rang again for every chunk it
+// published until the sleeper ran and cleared it (on the 2-core VM one write(2) per 2-9 commands
+// of P2; the pure-Python core still only reads it: correct, with more doorbells). A sleeper sets
+// the word again before each sleep. Each side may spin for a few
 // microseconds before it sleeps.
 //
 // Hostile writers (the daemon's view): the client may change any byte at any moment. The readers
@@ -114,7 +118,8 @@ absl::StatusOr<RingMemory> ReadRingHeader(uint8_t* base, uint64_t file_bytes);
 
 // Shared-memory words, read and written atomically.
 uint64_t LoadAcquire(const uint64_t* word);
-uint32_t LoadWaiting(const uint32_t* word);         // Sequentially consistent.
+// Whether the sleeper's word was set, clearing it (an exchange with 0). Sequentially consistent.
+bool TakeWaiting(uint32_t* word);
 void StoreWaiting(uint32_t* word, uint32_t value);  // Sequentially consistent.
 void StoreSeqCst(uint64_t* word, uint64_t value);   // A position another side may sleep on.
 

@@ -109,11 +109,11 @@ void RingWire::ContinueWriteLocked() {
 }
 
 void RingWire::RingClientReply() {
-  if (LoadWaiting(memory_.word32(kClientReplyWaitingAt)) != 0) RingDoorbell(reply_doorbell_);
+  if (TakeWaiting(memory_.word32(kClientReplyWaitingAt))) RingDoorbell(reply_doorbell_);
 }
 
 void RingWire::RingClientSpace() {
-  if (LoadWaiting(memory_.word32(kClientSpaceWaitingAt)) != 0) RingDoorbell(space_doorbell_);
+  if (TakeWaiting(memory_.word32(kClientSpaceWaitingAt))) RingDoorbell(space_doorbell_);
 }
 
 void RingWire::Run() {
