@@ -9,10 +9,10 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "google/protobuf/arena.h"
 #include "server/channel/stream_runner.h"
 #include "server/service/status_conversion.h"
 #include "server/service/stream/bulk_transfers.h"
+#include "server/service/stream/request_arena.h"
 #include "server/service/stream/stream_command_conversion.h"
 #include "server/service/wire_conversion.h"
 #include "spdlog/spdlog.h"
@@ -157,17 +157,8 @@ class StreamState final : public ReplySink,
   bool ending_ ABSL_GUARDED_BY(mu_) = false;  // Cancelled or failed: stop, close, finish.
   absl::Status end_status_ ABSL_GUARDED_BY(mu_);
   bool got_first_ = false;  // Touched only in OnReadDone (one read at a time).
-  // The read target, on incoming_arena_ (Note [Request arena]); both touched only while no read
-  // is in flight.
-  google::protobuf::Arena incoming_arena_{IncomingArenaOptions()};
-  v1::SessionRequest* incoming_ =
-      google::protobuf::Arena::CreateMessage<v1::SessionRequest>(&incoming_arena_);
-  static google::protobuf::ArenaOptions IncomingArenaOptions() {
-    google::protobuf::ArenaOptions options;
-    options.start_block_size = 8 << 10;
-    options.max_block_size = 64 << 10;
-    return options;
-  }
+  // The read target (Note [Request arena]); touched only while no read is in flight.
+  RequestArena incoming_;
   bool read_in_flight_ ABSL_GUARDED_BY(mu_) = false;
   bool read_closed_ ABSL_GUARDED_BY(mu_) = false;
 
@@ -271,29 +262,30 @@ const std::string& StreamCommandRpc(StreamCommand::Kind kind) {
 }
 
 absl::StatusOr<StreamBatch> StreamState::TakeIncoming() {
+  v1::SessionRequest& in = *incoming_.request();
   const bool first = !got_first_;
   got_first_ = true;
-  if (first && !incoming_->has_open()) {
+  if (first && !in.has_open()) {
     return absl::InvalidArgumentError(
         "open: the first SessionRequest must carry open {device, lease_ms}");
   }
-  if (!first && incoming_->has_open()) {
+  if (!first && in.has_open()) {
     return absl::InvalidArgumentError("open: only the first SessionRequest may carry open");
   }
-  if (static_cast<uint64_t>(incoming_->commands_size()) > limits().max_commands) {
-    return absl::InvalidArgumentError(absl::StrCat("commands: ", incoming_->commands_size(),
+  if (static_cast<uint64_t>(in.commands_size()) > limits().max_commands) {
+    return absl::InvalidArgumentError(absl::StrCat("commands: ", in.commands_size(),
                                                    " in one SessionRequest; at most ",
                                                    limits().max_commands));
   }
   StreamBatch batch;
   batch.open = first;
-  batch.lease_ms = incoming_->open().lease_ms();
-  batch.resume = SessionId(incoming_->open().resume_session());
-  batch.bytes = incoming_->ByteSizeLong();
+  batch.lease_ms = in.open().lease_ms();
+  batch.resume = SessionId(in.open().resume_session());
+  batch.bytes = in.ByteSizeLong();
   batch.arrival = absl::Now();
   stream_metrics().bytes_received.fetch_add(batch.bytes, std::memory_order_relaxed);
-  batch.commands.reserve(incoming_->commands_size());
-  for (v1::Command& c : *incoming_->mutable_commands()) {
+  batch.commands.reserve(in.commands_size());
+  for (v1::Command& c : *in.mutable_commands()) {
     batch.commands.push_back(ToStreamCommand(c, service_->limits_));
   }
   ApplyPrincipal(batch);
@@ -341,11 +333,11 @@ void StreamState::OnReadDone(bool ok) {
     return;
   }
   DeviceLoop* loop = nullptr;
-  if (!got_first_ && incoming_->has_open()) {
+  if (!got_first_ && incoming_.request()->has_open()) {
     // A resumed session routes by its id (Note [Checkpoint and restore], device.h).
-    const uint64_t resume = incoming_->open().resume_session();
+    const uint64_t resume = incoming_.request()->open().resume_session();
     const uint32_t device =
-        resume != 0 ? DeviceOfSession(SessionId(resume)) : incoming_->open().device();
+        resume != 0 ? DeviceOfSession(SessionId(resume)) : incoming_.request()->open().device();
     if (device >= service_->loops_.size() && resume != 0) {
       End(SessionNotFound(SessionId(resume)));
       return;
@@ -360,10 +352,7 @@ void StreamState::OnReadDone(bool ok) {
   }
   std::vector<std::vector<StreamCommand>> spent;  // Freed after the lock (Note [Spent commands]).
   absl::StatusOr<StreamBatch> batch = TakeIncoming();
-  // Note [Request arena]: a parsed SessionRequest's messages (a dozen per execute) live on an
-  // arena, freed at once here instead of one by one; conversion moved out what commands keep.
-  incoming_arena_.Reset();
-  incoming_ = google::protobuf::Arena::CreateMessage<v1::SessionRequest>(&incoming_arena_);
+  incoming_.Reset();  // Conversion moved out what commands keep (Note [Request arena]).
   absl::MutexLock lock(&mu_);
   spent.swap(spent_);
   read_in_flight_ = false;
@@ -613,7 +602,7 @@ bool StreamState::RunBatch(Device& device, StreamBatch& batch) {
 void StreamState::MaybeReadLocked() {
   if (finished_ || ending_ || read_in_flight_ || read_closed_ || InFlightOverLocked()) return;
   read_in_flight_ = true;
-  wire_->StartRead(incoming_);
+  wire_->StartRead(incoming_.request());
 }
 
 void StreamState::MaybeWriteLocked() {

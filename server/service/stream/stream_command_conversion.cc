@@ -39,7 +39,7 @@ absl::Status ConvertExecute(const v1::Command::Execute& e, const RequestLimits& 
       break;
   }
   // Converted in place from the command's parts: no temporary ExecuteRequest (whose Swap would
-  // deep-copy across arenas; Note [Request arena], session_stream.cc).
+  // deep-copy across arenas; Note [Request arena], request_arena.h).
   return ToExecuteCommand(e.kernel(), e.count(), e.bindings(), e.mode(), limits, out.execute);
 }
 
