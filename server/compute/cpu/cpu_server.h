@@ -95,7 +95,7 @@ class CpuServer final : public ComputeServer {
   DeviceDescription description_;
   std::unique_ptr<ComputeStorage> storage_;
   std::unique_ptr<MemoryManager> memory_;
-  // Runs `work` and adds its duration to busy_.
+  // Runs `work` and, while a profile is open, adds its duration to busy_.
   template <typename F>
   auto Timed(F&& work) -> decltype(work());
 
@@ -107,7 +107,7 @@ class CpuServer final : public ComputeServer {
   absl::flat_hash_map<SliceId, Imported> imports_;
   uint64_t next_import_ = 1;
 
-  absl::Duration busy_;  // Total time spent running commands.
+  absl::Duration busy_;  // Time spent running commands while a profile was open.
   absl::flat_hash_map<ProfileToken, absl::Duration> profiles_;  // Token -> busy_ at start.
   ProfileToken next_profile_ = 1;
   std::string test_lost_file_;  // CpuServerOptions::test_lost_file.
