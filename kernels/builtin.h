@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -20,11 +21,23 @@
 
 namespace cubed::kernels {
 
+// A call's scalars and metadata are held inline for the common calls: a call is decoded on the
+// wire's thread and freed there, and these were three allocations and frees per command (P2 on
+// the 2-core VM).
+using ScalarBytes = absl::InlinedVector<uint8_t, 16>;
+using MetadataWords = absl::InlinedVector<uint32_t, 16>;  // CubeCL layout (kernel_metadata.h).
+
 // All scalars of one element type, packed little-endian, ElemSize(elem) bytes each.
 struct ScalarGroup {
   ElemType elem = ElemType::kF32;
-  std::vector<uint8_t> bytes;
+  ScalarBytes bytes;
 };
+using ScalarGroups = absl::InlinedVector<ScalarGroup, 1>;
+
+// `words` (EncodeKernelMetadata's) as a call's metadata.
+inline MetadataWords ToMetadataWords(absl::Span<const uint32_t> words) {
+  return MetadataWords(words.begin(), words.end());
+}
 
 // A builtin kernel call, as the service edge decoded it.
 struct BuiltinCall {
@@ -34,8 +47,8 @@ struct BuiltinCall {
   uint32_t axis = 0;                      // Reductions and gather.
   ElemType index_dtype = ElemType::kI64;  // "gather" only: its indices, i32 or i64.
   bool allow_tf32 = false;                // "matmul" of f32 only: TF32 tensor cores allowed.
-  std::vector<uint32_t> metadata;         // CubeCL layout (common/kernel_metadata.h).
-  std::vector<ScalarGroup> scalars;
+  MetadataWords metadata;                 // CubeCL layout (common/kernel_metadata.h).
+  ScalarGroups scalars;
 };
 
 // Most buffers a builtin kernel binds (where: cond, x, y, out).

@@ -84,7 +84,7 @@ std::vector<uint32_t> ContiguousMetadata(const std::vector<std::vector<uint64_t>
 BuiltinCall ContiguousCall(std::string name, ElemType dtype,
                            const std::vector<std::vector<uint64_t>>& shapes) {
   BuiltinCall call = MakeCall(std::move(name), dtype);
-  call.metadata = ContiguousMetadata(shapes);
+  call.metadata = kernels::ToMetadataWords(ContiguousMetadata(shapes));
   return call;
 }
 

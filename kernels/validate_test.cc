@@ -367,8 +367,8 @@ TEST(ValidateTest, BufferTooSmallForLayoutNamesBufferAndSizes) {
   TensorLayout padded = TensorLayout::Contiguous(std::vector<uint64_t>{2, 3});
   padded.strides[0] = 10;
   BuiltinCall call = MakeCall("copy", ElemType::kF64);
-  call.metadata = *EncodeKernelMetadata(
-      {6, 6}, {padded, TensorLayout::Contiguous(std::vector<uint64_t>{2, 3})});
+  call.metadata = kernels::ToMetadataWords(*EncodeKernelMetadata(
+      {6, 6}, {padded, TensorLayout::Contiguous(std::vector<uint64_t>{2, 3})}));
   st = ValidateBuiltin(call, {48, 48});
   EXPECT_THAT(st.message(), AllOf(HasSubstr("buffer 0 (in) holds 48 bytes"),
                                   HasSubstr("strides [10, 1]"), HasSubstr("= 104 bytes")));
@@ -377,7 +377,7 @@ TEST(ValidateTest, BufferTooSmallForLayoutNamesBufferAndSizes) {
 TEST(ValidateTest, BufferLenBeyondBufferIsRejected) {
   BuiltinCall call = MakeCall("copy", ElemType::kF32);
   const TensorLayout t = TensorLayout::Contiguous(std::vector<uint64_t>{4});
-  call.metadata = *EncodeKernelMetadata({4, 100}, {t, t});
+  call.metadata = kernels::ToMetadataWords(*EncodeKernelMetadata({4, 100}, {t, t}));
   const absl::Status st = ValidateBuiltin(call, {16, 16});
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(st.message(), AllOf(HasSubstr("buffer 1 (out)"), HasSubstr("buffer_len is 100"),
@@ -392,8 +392,8 @@ TEST(ValidateTest, HugeStridesAreMeasuredExactly) {
     t.strides[d] = 0xFFFFFFFFu;
   }
   BuiltinCall call = MakeCall("copy", ElemType::kI64);
-  call.metadata =
-      *EncodeKernelMetadata({1, 256}, {t, TensorLayout::Contiguous(std::vector<uint64_t>(8, 2))});
+  call.metadata = kernels::ToMetadataWords(
+      *EncodeKernelMetadata({1, 256}, {t, TensorLayout::Contiguous(std::vector<uint64_t>(8, 2))}));
   const absl::Status st = ValidateBuiltin(call, {uint64_t{1} << 37, 2048});
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   // 1 + 8 * (2^32 - 1) elements of 8 bytes.
@@ -407,7 +407,7 @@ TEST(ValidateTest, OutputWithOverlappingStridesIsRejected) {
   out.strides[0] = 2;  // Rows overlap.
   BuiltinCall call = MakeCall("fill", ElemType::kF32);
   call.scalars.push_back(OneScalar(ElemType::kF32, 1));
-  call.metadata = *EncodeKernelMetadata({16}, {out});
+  call.metadata = kernels::ToMetadataWords(*EncodeKernelMetadata({16}, {out}));
   const absl::Status st = ValidateBuiltin(call, {64});
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(st.message(), AllOf(HasSubstr("buffer 0 (out)"), HasSubstr("more than once")));
@@ -424,7 +424,7 @@ TEST(ValidateTest, DocumentedAddExampleEncodesAsShown) {
   EXPECT_EQ(words, (std::vector<uint32_t>{6,  3, 6, 6, 3, 6, 2, 2, 2, 15, 17, 19, 21, 23,
                                           25, 2, 3, 1, 3, 2, 3, 3, 1, 3,  1,  3,  1}));
   BuiltinCall call = MakeCall("add", ElemType::kF32);
-  call.metadata = words;
+  call.metadata = kernels::ToMetadataWords(words);
   EXPECT_TRUE(ValidateBuiltin(call, {24, 12, 24}).ok());
 }
 

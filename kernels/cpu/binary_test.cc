@@ -147,8 +147,8 @@ TEST(BinaryTest, RunsInPlaceOnLhs) {
   ForEachIndex(a.shape(),
                [&](const auto& i) { want.push_back(a.Get<int32_t>(i) * b.Get<int32_t>(i)); });
   BuiltinCall call = MakeCall("mul", ElemType::kI32);
-  call.metadata = *EncodeKernelMetadata({a.buffer_len(), b.buffer_len(), a.buffer_len()},
-                                        {a.layout(), b.layout(), a.layout()});
+  call.metadata = kernels::ToMetadataWords(*EncodeKernelMetadata(
+      {a.buffer_len(), b.buffer_len(), a.buffer_len()}, {a.layout(), b.layout(), a.layout()}));
   ASSERT_TRUE(RunBuiltinCpu(call, {a.buffer(), b.buffer(), a.buffer()}).ok());
   size_t k = 0;
   ForEachIndex(a.shape(), [&](const auto& i) { EXPECT_EQ(a.Get<int32_t>(i), want[k++]); });
@@ -299,8 +299,8 @@ TEST(CompareTest, OutputMustBeBoolSized) {
   TestTensor lhs(ElemType::kF32, {5}), rhs(ElemType::kF32, {5});
   BuiltinCall call = MakeCall("lt", ElemType::kF32);
   const TensorLayout l = TensorLayout::Contiguous({5});
-  call.metadata = *EncodeKernelMetadata({lhs.buffer_len(), rhs.buffer_len(), 5},
-                                        {lhs.layout(), rhs.layout(), l});
+  call.metadata = kernels::ToMetadataWords(*EncodeKernelMetadata(
+      {lhs.buffer_len(), rhs.buffer_len(), 5}, {lhs.layout(), rhs.layout(), l}));
   std::vector<uint8_t> out(4, 0x5a);
   const absl::Status s = RunBuiltinCpu(call, {lhs.buffer(), rhs.buffer(), {out.data(), 4}});
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
@@ -314,15 +314,15 @@ TEST(CompareTest, RunsInPlaceOnlyForOneByteTypes) {
   std::vector<uint8_t> want;
   for (uint64_t i = 0; i < 6; ++i) want.push_back(a.Get<uint8_t>({i}) < b.Get<uint8_t>({i}));
   BuiltinCall call = MakeCall("lt", ElemType::kU8);
-  call.metadata = *EncodeKernelMetadata({a.buffer_len(), b.buffer_len(), a.buffer_len()},
-                                        {a.layout(), b.layout(), a.layout()});
+  call.metadata = kernels::ToMetadataWords(*EncodeKernelMetadata(
+      {a.buffer_len(), b.buffer_len(), a.buffer_len()}, {a.layout(), b.layout(), a.layout()}));
   ASSERT_TRUE(RunBuiltinCpu(call, {a.buffer(), b.buffer(), a.buffer()}).ok());
   for (uint64_t i = 0; i < 6; ++i) EXPECT_EQ(a.Get<uint8_t>({i}), want[i]);
   // f32 in, bool out: the output cannot be the input's memory with its layout.
   TestTensor f(ElemType::kF32, {6}), g(ElemType::kF32, {6});
   call = MakeCall("lt", ElemType::kF32);
-  call.metadata = *EncodeKernelMetadata({f.buffer_len(), g.buffer_len(), f.buffer_len()},
-                                        {f.layout(), g.layout(), f.layout()});
+  call.metadata = kernels::ToMetadataWords(*EncodeKernelMetadata(
+      {f.buffer_len(), g.buffer_len(), f.buffer_len()}, {f.layout(), g.layout(), f.layout()}));
   const absl::Status s = RunBuiltinCpu(call, {f.buffer(), g.buffer(), f.buffer()});
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("overlaps buffer 0 (lhs)"), std::string::npos) << s;

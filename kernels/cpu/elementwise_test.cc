@@ -206,7 +206,8 @@ TEST(UnaryTest, RunsInPlace) {
   std::vector<double> before;
   ForEachIndex(t.shape(), [&](const auto& idx) { before.push_back(t.GetDouble(idx)); });
   BuiltinCall call = MakeCall("neg", ElemType::kF64);
-  call.metadata = *EncodeKernelMetadata({t.buffer_len(), t.buffer_len()}, {t.layout(), t.layout()});
+  call.metadata = kernels::ToMetadataWords(
+      *EncodeKernelMetadata({t.buffer_len(), t.buffer_len()}, {t.layout(), t.layout()}));
   ASSERT_TRUE(RunBuiltinCpu(call, {t.buffer(), t.buffer()}).ok());
   size_t i = 0;
   ForEachIndex(t.shape(), [&](const auto& idx) { EXPECT_EQ(t.GetDouble(idx), -before[i++]); });

@@ -219,7 +219,7 @@ TEST(GatherTest, RefusesAnOutputOverlappingTheTable) {
   BuiltinCall call = MakeCall("gather", ElemType::kF32);
   std::vector<uint64_t> lens = {table.buffer_len(), indices.buffer_len(), table.buffer_len()};
   std::vector<TensorLayout> layouts = {table.layout(), indices.layout(), table.layout()};
-  call.metadata = *EncodeKernelMetadata(lens, layouts);
+  call.metadata = kernels::ToMetadataWords(*EncodeKernelMetadata(lens, layouts));
   const std::vector<HostBuffer> buffers = {table.buffer(), indices.buffer(), table.buffer()};
   ExpectInvalid(RunBuiltinCpu(call, buffers), "overlaps buffer 0 (table)");
 }

@@ -269,8 +269,8 @@ TEST(NormTest, RefusesOverlapOtherThanInPlace) {
   // The output may not be the weight's memory (a different layout).
   TestTensor in(ElemType::kF32, {2, 4}), out(ElemType::kF32, {2, 4});
   BuiltinCall call = NormCall("rms_norm", ElemType::kF32);
-  call.metadata =
-      *EncodeKernelMetadata({8, 4, 8}, {in.layout(), TensorLayout::Contiguous({4}), out.layout()});
+  call.metadata = kernels::ToMetadataWords(
+      *EncodeKernelMetadata({8, 4, 8}, {in.layout(), TensorLayout::Contiguous({4}), out.layout()}));
   const HostBuffer o = out.buffer();
   const absl::Status s = RunBuiltinCpu(call, {in.buffer(), {o.data, 16}, o});
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;

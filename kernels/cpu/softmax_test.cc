@@ -103,7 +103,8 @@ TEST(SoftmaxTest, RunsInPlace) {
   TestTensor t(ElemType::kF64, {4, 33}, Layout::kPadded);
   t.FillRandom(11);
   BuiltinCall call = MakeCall("softmax", ElemType::kF64);
-  call.metadata = *EncodeKernelMetadata({t.buffer_len(), t.buffer_len()}, {t.layout(), t.layout()});
+  call.metadata = kernels::ToMetadataWords(
+      *EncodeKernelMetadata({t.buffer_len(), t.buffer_len()}, {t.layout(), t.layout()}));
   ASSERT_TRUE(RunBuiltinCpu(call, {t.buffer(), t.buffer()}).ok());
   for (uint64_t r = 0; r < 4; ++r) {
     double total = 0;

@@ -145,7 +145,7 @@ absl::Status RunKernel(BuiltinCall call, const std::vector<TestTensor*>& tensors
   }
   absl::StatusOr<std::vector<uint32_t>> meta = EncodeKernelMetadata(lens, layouts);
   if (!meta.ok()) return meta.status();
-  call.metadata = *std::move(meta);
+  call.metadata = kernels::ToMetadataWords(*std::move(meta));
   return RunBuiltinCpu(call, buffers);
 }
 

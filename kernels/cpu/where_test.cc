@@ -117,9 +117,9 @@ TEST(WhereTest, RunsInPlaceOnX) {
     want.push_back(cond.Get<uint8_t>(i) != 0 ? x.GetDouble(i) : y.GetDouble({i[0], 0}));
   });
   BuiltinCall call = MakeCall("where", ElemType::kF64);
-  call.metadata =
+  call.metadata = kernels::ToMetadataWords(
       *EncodeKernelMetadata({cond.buffer_len(), x.buffer_len(), y.buffer_len(), x.buffer_len()},
-                            {cond.layout(), x.layout(), y.layout(), x.layout()});
+                            {cond.layout(), x.layout(), y.layout(), x.layout()}));
   ASSERT_TRUE(RunBuiltinCpu(call, {cond.buffer(), x.buffer(), y.buffer(), x.buffer()}).ok());
   size_t k = 0;
   ForEachIndex(x.shape(), [&](const auto& i) { EXPECT_EQ(x.GetDouble(i), want[k++]); });
@@ -141,8 +141,9 @@ TEST(WhereTest, ShapesAndBuffersAreChecked) {
   EXPECT_EQ(s.message(), "kernel 'where' takes 4 buffers (cond, x, y, out), got 3");
   // cond holds bool: 12 of them need 12 bytes, whatever the dtype.
   BuiltinCall call = MakeCall("where", ElemType::kF32);
-  call.metadata = *EncodeKernelMetadata({12, x.buffer_len(), y.buffer_len(), out.buffer_len()},
-                                        {c2.layout(), x.layout(), y.layout(), out.layout()});
+  call.metadata = kernels::ToMetadataWords(
+      *EncodeKernelMetadata({12, x.buffer_len(), y.buffer_len(), out.buffer_len()},
+                            {c2.layout(), x.layout(), y.layout(), out.layout()}));
   std::vector<uint8_t> small(11, 1);
   s = RunBuiltinCpu(call, {{small.data(), 11}, x.buffer(), y.buffer(), out.buffer()});
   EXPECT_THAT(std::string(s.message()), HasSubstr("buffer 0 (cond) holds 11 bytes"));

@@ -42,7 +42,7 @@ Timed RunF32(BuiltinCall call, const std::vector<TensorLayout>& layouts,
     lens.push_back(b.size());
     host.push_back({reinterpret_cast<uint8_t*>(b.data()), b.size() * sizeof(float)});
   }
-  call.metadata = *EncodeKernelMetadata(lens, layouts);
+  call.metadata = kernels::ToMetadataWords(*EncodeKernelMetadata(lens, layouts));
   const auto start = std::chrono::steady_clock::now();
   absl::Status st = RunBuiltinCpu(call, host);
   return {std::move(st), std::chrono::steady_clock::now() - start};

@@ -141,7 +141,7 @@ absl::StatusOr<CudaBuiltinArgs> MakeCudaBuiltinArgs(const BuiltinCall& call,
   args.count = out.NumElements();
   switch (family) {
     case CudaFamily::kFill: {
-      const std::vector<uint8_t>& bytes = call.scalars[0].bytes;
+      const ScalarBytes& bytes = call.scalars[0].bytes;
       for (size_t i = 0; i < std::min<size_t>(bytes.size(), 8); ++i) {
         args.scalar |= uint64_t{bytes[i]} << (8 * i);
       }

@@ -29,7 +29,7 @@ BuiltinCall Call(const char* name, ElemType dtype, const std::vector<TensorLayou
     lens.push_back(t.SpanElements());
     bytes->push_back(t.SpanElements() * elem);
   }
-  call.metadata = *EncodeKernelMetadata(lens, tensors);
+  call.metadata = kernels::ToMetadataWords(*EncodeKernelMetadata(lens, tensors));
   return call;
 }
 
@@ -140,7 +140,7 @@ TEST(MakeCudaBuiltinArgsTest, ReductionSoftmaxAndMatmulCounts) {
       Call("causal_softmax", ElemType::kBF16,
            {TensorLayout::Contiguous({4, 9, 9}), TensorLayout::Contiguous({4, 9, 9})}, &bytes);
   const float eighth = 0.125f;
-  causal.scalars.push_back({ElemType::kF32, std::vector<uint8_t>(4)});
+  causal.scalars.push_back({ElemType::kF32, ScalarBytes(4)});
   std::memcpy(causal.scalars[0].bytes.data(), &eighth, 4);
   auto c = MakeCudaBuiltinArgs(causal, bytes);
   ASSERT_TRUE(c.ok()) << c.status();
@@ -217,7 +217,7 @@ TEST(MakeCudaBuiltinArgsTest, AttentionBlocks) {
     std::vector<uint64_t> bytes;
     const TensorLayout t = TensorLayout::Contiguous({2, 3, 300, 64});
     BuiltinCall call = Call("causal_attention", dtype, {t, t, t, t}, &bytes, 4);
-    ScalarGroup scale{ElemType::kF64, std::vector<uint8_t>(8)};
+    ScalarGroup scale{ElemType::kF64, ScalarBytes(8)};
     const double value = 0.125;
     std::memcpy(scale.bytes.data(), &value, 8);
     call.scalars.push_back(scale);

@@ -297,7 +297,7 @@ void RunCase(Gpu& gpu, const Case& c) {
   }
   auto meta = EncodeKernelMetadata(lens, c.tensors);
   ASSERT_TRUE(meta.ok()) << meta.status();
-  call.metadata = *meta;
+  call.metadata = kernels::ToMetadataWords(*meta);
   uint64_t seed = 12345;
   std::vector<std::vector<uint8_t>> host(n);
   for (size_t i = 0; i < n; ++i) {
@@ -365,7 +365,7 @@ BuiltinCall MakeCall(const CudaBuiltinSignature& s) {
   }
   const bool scaled = s.name == "causal_softmax" || s.name == "causal_attention";
   if (s.name == "layer_norm" || s.name == "rms_norm" || scaled) {
-    ScalarGroup param{ElemType::kF64, std::vector<uint8_t>(8)};  // eps, or the scale.
+    ScalarGroup param{ElemType::kF64, ScalarBytes(8)};  // eps, or the scale.
     const double value = scaled ? 0.125 : 1e-5;
     std::memcpy(param.bytes.data(), &value, 8);
     call.scalars.push_back(param);
@@ -624,7 +624,7 @@ TEST(CudaGpuTest, Bandwidth) {
       lens.push_back(l.SpanElements());
       sizes.push_back(l.SpanElements() * ElemSize(call.dtype));
     }
-    call.metadata = *EncodeKernelMetadata(lens, t);
+    call.metadata = kernels::ToMetadataWords(*EncodeKernelMetadata(lens, t));
     if (call.name == "fill") call.scalars.push_back({ElemType::kF32, {0, 0, 128, 63}});
     auto args = MakeCudaBuiltinArgs(call, sizes);
     EXPECT_TRUE(args.ok()) << args.status();

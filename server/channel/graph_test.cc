@@ -52,7 +52,8 @@ class GraphTest : public ::testing::Test {
     ExecuteCommand c;
     c.kernel.builtin.name = "add";
     const TensorLayout layout = TensorLayout::Contiguous({kN});
-    c.kernel.builtin.metadata = *EncodeKernelMetadata({kN, kN, kN}, {layout, layout, layout});
+    c.kernel.builtin.metadata =
+        kernels::ToMetadataWords(*EncodeKernelMetadata({kN, kN, kN}, {layout, layout, layout}));
     c.count[0] = 1;
     c.buffers = {{a, 0, 0}, {b, 0, 0}, {out, 0, 0}};
     return c;

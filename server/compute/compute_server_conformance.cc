@@ -369,7 +369,7 @@ TEST_P(ComputeServerConformance, ExecuteAddThenSyncThenRead) {
   absl::StatusOr<std::vector<uint32_t>> metadata =
       EncodeKernelMetadata({n, n, n}, {layout, layout, layout});
   ASSERT_TRUE(metadata.ok()) << metadata.status();
-  launch.kernel.builtin.metadata = *metadata;
+  launch.kernel.builtin.metadata = kernels::ToMetadataWords(*metadata);
   launch.count.x = (n + 255) / 256;
   launch.buffers = {Whole(*a), Whole(*b), Whole(*out)};
   ASSERT_TRUE(server_->Execute(std::move(launch)).ok());

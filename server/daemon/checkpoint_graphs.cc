@@ -88,7 +88,7 @@ absl::StatusOr<CheckpointedBinding> BindingFromManifest(const v1::CheckpointBind
 
 // Scalars as the daemon holds them: whole elements of a known type, each type once.
 absl::Status ScalarsFromManifest(const v1::CheckpointStep& in, KernelCall& kernel) {
-  std::vector<kernels::ScalarGroup>& groups = kernel.builtin.scalars;
+  kernels::ScalarGroups& groups = kernel.builtin.scalars;
   for (int i = 0; i < in.scalars_size(); ++i) {
     const v1::CheckpointScalars& s = in.scalars(i);
     const std::string field = absl::StrCat("scalars[", i, "]");
@@ -106,7 +106,7 @@ absl::Status ScalarsFromManifest(const v1::CheckpointStep& in, KernelCall& kerne
           absl::StrCat(field, ": ", bytes.size(), " bytes are not whole ", ElemTypeName(elem),
                        " elements", elem == ElemType::kBool ? " of 0 or 1" : ""));
     }
-    groups.push_back(kernels::ScalarGroup{elem, std::vector<uint8_t>(bytes.begin(), bytes.end())});
+    groups.push_back(kernels::ScalarGroup{elem, kernels::ScalarBytes(bytes.begin(), bytes.end())});
   }
   return absl::OkStatus();
 }

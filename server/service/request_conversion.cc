@@ -19,7 +19,7 @@ namespace {
 constexpr uint64_t kMaxBytes = uint64_t{1} << 63;
 
 template <typename T>
-void AppendLittleEndian(T value, std::vector<uint8_t>& out) {
+void AppendLittleEndian(T value, kernels::ScalarBytes& out) {
   uint8_t bytes[sizeof(T)];
   std::memcpy(bytes, &value, sizeof(T));  // x86-64 and aarch64 are little-endian.
   out.insert(out.end(), bytes, bytes + sizeof(T));
@@ -291,7 +291,7 @@ absl::Status ToExecuteCommand(const v1::Kernel& kernel, const v1::CubeCount& cou
   // kernels receive them too (docs/kernel-abi.md).
   command.kernel.builtin.metadata.assign(b.metadata().begin(), b.metadata().end());
   command.kernel.builtin.scalars.reserve(b.scalars_size());
-  std::vector<kernels::ScalarGroup>& groups = command.kernel.builtin.scalars;
+  kernels::ScalarGroups& groups = command.kernel.builtin.scalars;
   for (int i = 0; i < b.scalars_size(); ++i) {
     ASSIGN_OR_RETURN(kernels::ScalarGroup group, ToScalarGroup(b.scalars(i), i));
     // A search over the groups so far, not a table indexed by the type's wire value: there are

@@ -55,7 +55,7 @@ TEST(ToExecuteCommandTest, ConvertsBuiltinWithScalars) {
   absl::StatusOr<ExecuteCommand> c = ToExecuteCommand(req, RequestLimits{});
   ASSERT_TRUE(c.ok()) << c.status();
   ASSERT_EQ(c->kernel.builtin.scalars.size(), 1u);
-  const std::vector<uint8_t>& bytes = c->kernel.builtin.scalars[0].bytes;
+  const kernels::ScalarBytes& bytes = c->kernel.builtin.scalars[0].bytes;
   ASSERT_EQ(bytes.size(), 8u);
   int32_t first;
   std::memcpy(&first, bytes.data(), 4);

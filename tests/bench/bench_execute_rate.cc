@@ -18,7 +18,8 @@ absl::StatusOr<std::vector<double>> InProcessFillRate(int count, int repeats) {
   call.name = "fill";
   const uint64_t len[] = {1};
   const TensorLayout layout[] = {TensorLayout::Contiguous({1})};
-  ASSIGN_OR_RETURN(call.metadata, EncodeKernelMetadata(len, layout));
+  ASSIGN_OR_RETURN(const std::vector<uint32_t> words, EncodeKernelMetadata(len, layout));
+  call.metadata = kernels::ToMetadataWords(words);
   const float one = 1.0f;
   kernels::ScalarGroup group;
   group.bytes.resize(sizeof(float));

@@ -30,7 +30,8 @@ absl::StatusOr<std::vector<double>> InProcessGraphRate(int replays, int repeats)
   fill.kernel.builtin.name = "fill";
   const uint64_t len[] = {1};
   const TensorLayout layout[] = {TensorLayout::Contiguous({1})};
-  ASSIGN_OR_RETURN(fill.kernel.builtin.metadata, EncodeKernelMetadata(len, layout));
+  ASSIGN_OR_RETURN(const std::vector<uint32_t> words, EncodeKernelMetadata(len, layout));
+  fill.kernel.builtin.metadata = kernels::ToMetadataWords(words);
   const float one = 1.0f;
   kernels::ScalarGroup group;
   group.bytes.resize(sizeof(float));

@@ -422,7 +422,8 @@ absl::StatusOr<std::vector<double>> RunMatmul(ComputeServer& server, const Matmu
     launch.kernel.builtin.allow_tf32 = mc.tf32;
     absl::StatusOr<std::vector<uint32_t>> metadata = EncodeKernelMetadata(lens, layouts);
     status = metadata.status();
-    if (status.ok()) launch.kernel.builtin.metadata = *std::move(metadata);
+    if (status.ok())
+      launch.kernel.builtin.metadata = kernels::ToMetadataWords(*std::move(metadata));
   }
   if (status.ok()) status = server.Execute(launch);
   if (status.ok()) {

@@ -268,19 +268,19 @@ TEST_P(BuiltinKernelTest, MatchesTheCpuBackend) {
     lens.push_back(o.buffer_elems);
     layouts.push_back(o.layout);
   }
-  call.metadata = *EncodeKernelMetadata(lens, layouts);
+  call.metadata = kernels::ToMetadataWords(*EncodeKernelMetadata(lens, layouts));
   std::mt19937 rng(12345);
   if (*family == CudaFamily::kFill) {
     Operand one = Dense({1}, sig.dtype);
     const std::string value = RandomElements("fill", 0, one, rng);
-    call.scalars = {{sig.dtype, std::vector<uint8_t>(value.begin(), value.end())}};
+    call.scalars = {{sig.dtype, kernels::ScalarBytes(value.begin(), value.end())}};
   }
   if (*family == CudaFamily::kNorm || *family == CudaFamily::kAttention ||
       sig.name == "causal_softmax") {
     const float param = *family == CudaFamily::kNorm ? 1e-5f : 0.125f;  // eps, or the scale.
     std::vector<uint8_t> bytes(4);
     std::memcpy(bytes.data(), &param, 4);
-    call.scalars = {{ElemType::kF32, bytes}};
+    call.scalars = {{ElemType::kF32, kernels::ScalarBytes(bytes.begin(), bytes.end())}};
   }
   std::vector<std::string> inputs;
   for (size_t i = 0; i + 1 < operands.size(); ++i) {

@@ -113,7 +113,7 @@ ClientKernelParams::ClientKernelParams(absl::Span<const CUdeviceptr> buffers, CU
   pointers_.push_back(metadata);
   for (size_t i = 0; i < pointers_.size(); ++i) sizes_.push_back(sizeof(CUdeviceptr));
   for (const kernels::ScalarGroup& group : scalars) {
-    scalars_.push_back(group.bytes);
+    scalars_.emplace_back(group.bytes.begin(), group.bytes.end());
     // A kernel parameter cannot be empty: an empty group still passes one zero element.
     if (scalars_.back().empty()) scalars_.back().assign(ElemSize(group.elem), 0);
     scalar_names_.push_back(absl::StrCat(ElemTypeName(group.elem), "[",

@@ -139,7 +139,7 @@ extern "C" __global__ void slow_write(float* y, const unsigned int* metadata) {
   slow.kernel.cuda.cube_dim[0] = 1;
   slow.count.x = 1;
   slow.buffers = {{y.slice, 0, y.size}};
-  slow.kernel.builtin.metadata = *EncodeKernelMetadata({1}, {});
+  slow.kernel.builtin.metadata = kernels::ToMetadataWords(*EncodeKernelMetadata({1}, {}));
   auto as_float = [](const std::string& bytes) {
     float v = 0;
     if (bytes.size() == 4) std::memcpy(&v, bytes.data(), 4);
@@ -322,7 +322,8 @@ TEST_F(CudaServerTest, ProfileMeasuresDeviceTime) {
   fill.kernel.builtin.name = "fill";
   fill.kernel.builtin.dtype = ElemType::kF32;
   TensorLayout layout = TensorLayout::Contiguous({uint64_t{64} << 20});
-  fill.kernel.builtin.metadata = *EncodeKernelMetadata({uint64_t{64} << 20}, {layout});
+  fill.kernel.builtin.metadata =
+      kernels::ToMetadataWords(*EncodeKernelMetadata({uint64_t{64} << 20}, {layout}));
   fill.kernel.builtin.scalars = {{ElemType::kF32, {0, 0, 0x80, 0x3f}}};  // 1.0f
   fill.buffers = {{out->slice, 0, out->size}};
   ASSERT_TRUE(server_->Execute(fill).ok());
@@ -349,10 +350,11 @@ TEST_F(CudaServerTest, GraphReplaysRecaptureWhenTheParameterMoves) {
   const TensorLayout one = TensorLayout::Contiguous({1});
   Launch add;
   add.kernel.builtin.name = "add";
-  add.kernel.builtin.metadata = *EncodeKernelMetadata({n, n, n}, {vec, vec, vec});
+  add.kernel.builtin.metadata =
+      kernels::ToMetadataWords(*EncodeKernelMetadata({n, n, n}, {vec, vec, vec}));
   Launch sum;
   sum.kernel.builtin.name = "sum";
-  sum.kernel.builtin.metadata = *EncodeKernelMetadata({n, 1}, {vec, one});
+  sum.kernel.builtin.metadata = kernels::ToMetadataWords(*EncodeKernelMetadata({n, 1}, {vec, one}));
   sum.buffers = {{doubled->slice, 0, n * 4}, {total->slice, 0, 4}};
   std::unique_ptr<GraphExecutable> executable;
   auto replay = [&](const Allocation& x) -> float {
@@ -395,10 +397,10 @@ TEST_F(CudaServerTest, DocumentedCudaSourceExampleRuns) {
   Launch launch = ClientLaunch(kAxpySource, "axpby");
   launch.count.x = 4;
   launch.buffers = {{xa.slice, 0, xa.size}, {ya.slice, 0, ya.size}};
-  launch.kernel.builtin.metadata = *EncodeKernelMetadata({n, n}, {});
+  launch.kernel.builtin.metadata = kernels::ToMetadataWords(*EncodeKernelMetadata({n, n}, {}));
   const float ab[2] = {2.0f, 3.0f};
   launch.kernel.builtin.scalars = {
-      {ElemType::kF32, std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(ab),
+      {ElemType::kF32, kernels::ScalarBytes(reinterpret_cast<const uint8_t*>(ab),
                                             reinterpret_cast<const uint8_t*>(ab) + 8)}};
   ASSERT_TRUE(server_->Execute(launch).ok());
   const std::string got = ReadOrDie({ya.slice, 0, ya.size});
