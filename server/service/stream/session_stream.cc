@@ -21,6 +21,9 @@ namespace cubed {
 
 using Reactor = grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>;
 
+// Commands a stream runs in one turn on its loop (Note [Stream turns]): the ring's merged read.
+constexpr uint64_t kTurnCommands = 256;
+
 // How a stream ends when its session went away under it: session.proto promises NOT_FOUND.
 absl::Status SessionClosedUnder(SessionId session) {
   return absl::NotFoundError(
@@ -128,7 +131,7 @@ class StreamState final : public ReplySink,
   // with `error`, which closes its session.
   void OnDrainException(absl::Status error);
   // Runs `batch` from batch.next; returns false when it parked (batch.next says where).
-  bool RunBatch(Device& device, StreamBatch& batch);
+  bool RunBatch(Device& device, StreamBatch& batch, uint64_t& budget);
   // Runs one command through runner_, recording it in the metrics. `clock` is when it starts
   // (read once for the batch) and becomes when it ended: one clock read per command.
   void RunMetered(Device& device, StreamCommand& command, absl::Time arrival,
@@ -489,57 +492,72 @@ void StreamState::ScheduleDrainLocked() {
 }
 
 void StreamState::Drain(Device& device) {
-  StreamBatch batch;
-  bool step = false;  // The stream waits for a transfer: one step of it, not a batch.
-  {
-    absl::MutexLock lock(&mu_);
-    const bool work = WorkLocked();
-    if (!work) {
-      drain_scheduled_ = false;
-      if (ending_ || (read_closed_ && batches_.empty() && !parked_ && !WaitingLocked())) {
-        service_->UnregisterBulk(runner_.session());
-        bulk_->EndAll(end_status_);
-        runner_.Close(device);
-        session_closed_ = true;
-        MaybeFinishLocked();
+  uint64_t budget = kTurnCommands;  // Note [Stream turns].
+  bool first = true;
+  for (;;) {
+    StreamBatch batch;
+    bool step = false;  // The stream waits for a transfer: one step of it, not a batch.
+    {
+      absl::MutexLock lock(&mu_);
+      const bool work = WorkLocked();
+      if (!work && !first) {  // The turn ran every batch there was.
+        drain_scheduled_ = false;
+        ScheduleDrainLocked();
+        MaybeReadLocked();
+        return;
       }
+      if (!work) {
+        drain_scheduled_ = false;
+        if (ending_ || (read_closed_ && batches_.empty() && !parked_ && !WaitingLocked())) {
+          service_->UnregisterBulk(runner_.session());
+          bulk_->EndAll(end_status_);
+          runner_.Close(device);
+          session_closed_ = true;
+          MaybeFinishLocked();
+        }
+        return;
+      }
+      step = WaitingLocked();
+      if (!step) {
+        batch = std::move(batches_.front());
+        batches_.pop_front();
+      }
+    }
+    first = false;
+    if (step) {
+      // One step of the transfer the stream waits for (Note [Bulk transfers]), without mu_: a
+      // step that throws leaves it free (Note [Loop task exceptions], device_loop.h).
+      if (!device.HasSession(runner_.session())) {
+        End(SessionClosedUnder(runner_.session()));
+      } else {
+        bulk_->Step(device, runner_, *this);
+      }
+      absl::MutexLock lock(&mu_);
+      drain_scheduled_ = false;
+      ScheduleDrainLocked();
+      MaybeReadLocked();
+      MaybeFinishLocked();
       return;
     }
-    step = WaitingLocked();
-    if (!step) {
-      batch = std::move(batches_.front());
-      batches_.pop_front();
-    }
-  }
-  if (step) {
-    // One step of the transfer the stream waits for (Note [Bulk transfers]), without mu_: a
-    // step that throws leaves it free (Note [Loop task exceptions], device_loop.h).
-    if (!device.HasSession(runner_.session())) {
-      End(SessionClosedUnder(runner_.session()));
-    } else {
-      bulk_->Step(device, runner_, *this);
-    }
+    const bool done = RunBatch(device, batch, budget);
     absl::MutexLock lock(&mu_);
-    drain_scheduled_ = false;
-    ScheduleDrainLocked();
-    MaybeReadLocked();
-    MaybeFinishLocked();
-    return;
+    if (done) {
+      pending_bytes_ -= batch.bytes;
+      // Note [Spent commands]: their vectors were allocated on the wire's thread; freeing them
+      // there (the next read) keeps a dozen frees per command off the loop.
+      spent_.push_back(std::move(batch.commands));
+    } else if (!ending_) {
+      batches_.push_front(std::move(batch));  // Parked, waiting, or its turn is over.
+    }
+    if (!done || budget == 0 || ending_) {
+      // The turn is over: other streams and unary calls on this loop get theirs.
+      drain_scheduled_ = false;
+      ScheduleDrainLocked();
+      MaybeReadLocked();
+      return;
+    }
+    MaybeReadLocked();  // Room freed: the wire may read while the turn goes on.
   }
-  const bool done = RunBatch(device, batch);
-  absl::MutexLock lock(&mu_);
-  drain_scheduled_ = false;
-  if (done) {
-    pending_bytes_ -= batch.bytes;
-    // Note [Spent commands]: their vectors were allocated on the wire's thread; freeing them
-    // there (the next read) keeps a dozen frees per command off the loop.
-    spent_.push_back(std::move(batch.commands));
-  } else if (!ending_) {
-    batches_.push_front(std::move(batch));
-  }
-  // One batch per task: other streams and unary calls on this loop get their turn.
-  ScheduleDrainLocked();
-  MaybeReadLocked();
 }
 
 void StreamState::OnDrainException(absl::Status error) {
@@ -568,7 +586,7 @@ void StreamState::RunMetered(Device& device, StreamCommand& command, absl::Time 
   running_ = RunningCommand();
 }
 
-bool StreamState::RunBatch(Device& device, StreamBatch& batch) {
+bool StreamState::RunBatch(Device& device, StreamBatch& batch, uint64_t& budget) {
   if (batch.open) {
     batch.open = false;
     // A session closed under the stream (lease, CloseSession) ends it at once with NOT_FOUND.
@@ -595,6 +613,8 @@ bool StreamState::RunBatch(Device& device, StreamBatch& batch) {
   const std::shared_ptr<ReplySink> sink = shared_from_this();
   absl::Time clock = absl::Now();
   while (batch.next < batch.commands.size()) {
+    if (budget == 0) return false;  // The turn is over (Note [Stream turns]); the rest waits.
+    --budget;
     {
       absl::MutexLock lock(&mu_);
       if (ending_) return true;

@@ -13,7 +13,14 @@
 // once it drained below the bound. When replies pile up because the client does not read them,
 // the loop also stops running the stream's commands (the stream "parks") until writes drain, so
 // reads cannot grow the reply queue past the bound either. Other streams and unary calls on the
-// same loop keep being served: each posted task runs one batch of one stream.
+// same loop keep being served: each posted task is one turn of one stream (Note [Stream turns]).
+//
+// Note [Stream turns]: a stream's turn on its loop runs up to kTurnCommands of its commands,
+// across as many of its received batches as that takes, splitting a larger batch; then the stream
+// goes to the back of the loop's queue. Turns of one batch each made the share of a stream that
+// of its batches' sizes: a client whose commands were read as they came (a spinning ring thread:
+// batches of a few commands) got a few commands a turn beside clients read 256 at a time
+// (P9 on a 16-core H100 host, run 79: the slowest of four clients at 0.21-0.38x of the fastest).
 
 #include <atomic>
 #include <cstdint>
