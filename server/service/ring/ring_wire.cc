@@ -178,7 +178,7 @@ void RingWire::Run() {
         requests_done_ = true;
         read_into_ = nullptr;
       }
-      events_->OnReadDone(false);
+      events_->OnReadDone(false, 0);
       continue;
     }
     if (into != nullptr) {
@@ -190,6 +190,7 @@ void RingWire::Run() {
         // Parsed here, then the requests behind it that are whole, merged (their commands
         // append); only the first request of a stream may carry `open`, so none is merged into
         // it and a merged one must not bring one.
+        uint64_t read_bytes = message.size();
         if (!into->ParseFromString(message)) {
           fault = absl::InvalidArgumentError(
               "command ring: a request does not parse as a cubed.v1.SessionRequest");
@@ -209,12 +210,15 @@ void RingWire::Run() {
             fault = absl::DataLossError(absl::StrCat("command ring: a chunk of kind ",
                                                      static_cast<int>(next_kind),
                                                      " (a reply's) in the command ring"));
-          } else if (!into->MergeFromString(message)) {
-            fault = absl::InvalidArgumentError(
-                "command ring: a request does not parse as a cubed.v1.SessionRequest");
-          } else if (into->has_open()) {
-            fault =
-                absl::InvalidArgumentError("open: only the first SessionRequest may carry open");
+          } else {
+            read_bytes += message.size();
+            if (!into->MergeFromString(message)) {
+              fault = absl::InvalidArgumentError(
+                  "command ring: a request does not parse as a cubed.v1.SessionRequest");
+            } else if (into->has_open()) {
+              fault =
+                  absl::InvalidArgumentError("open: only the first SessionRequest may carry open");
+            }
           }
           message.clear();
           if (half_close_read) break;
@@ -226,7 +230,7 @@ void RingWire::Run() {
             absl::MutexLock lock(&mu_);
             read_into_ = nullptr;
           }
-          events_->OnReadDone(true);  // May call StartRead again, on this thread.
+          events_->OnReadDone(true, read_bytes);  // May call StartRead again, on this thread.
         }
         got = false;  // Handled.
       } else if (commands_.head() != head) {
@@ -243,7 +247,7 @@ void RingWire::Run() {
             requests_done_ = true;
             read_into_ = nullptr;
           }
-          events_->OnReadDone(false);  // The client half-closed.
+          events_->OnReadDone(false, 0);  // The client half-closed.
         } else {
           fault = absl::DataLossError(absl::StrCat("command ring: a chunk of kind ",
                                                    static_cast<int>(kind),

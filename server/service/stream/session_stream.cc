@@ -107,7 +107,7 @@ class StreamState final : public ReplySink,
   // Starts the first read, or ends the stream UNAVAILABLE when the daemon is draining.
   void Start(bool draining);
   // StreamEvents: what the wire reports.
-  void OnReadDone(bool ok) override;
+  void OnReadDone(bool ok, uint64_t wire_bytes) override;
   void OnWriteDone(bool ok) override;
   void OnBroken(absl::Status status) override { End(std::move(status)); }
   // Ends the stream with `status` (not OK), dropping commands not yet run and closing the session.
@@ -118,8 +118,8 @@ class StreamState final : public ReplySink,
 
  private:
   // Converts incoming_ into a batch (its commands in recycled_'s room), or returns the protocol
-  // error that ends the stream.
-  absl::StatusOr<StreamBatch> TakeIncoming();
+  // error that ends the stream. `wire_bytes`: the request's serialized size, or 0 to compute it.
+  absl::StatusOr<StreamBatch> TakeIncoming(uint64_t wire_bytes);
   // Destroys the commands of `spent` and keeps the largest vector's room in recycled_.
   void Recycle(std::vector<std::vector<StreamCommand>> spent);
   // Fails the commands of `batch` the principal may not run or that exceed its in-flight quotas
@@ -227,7 +227,7 @@ class StreamReactor final : public Reactor, public StreamWire {
       : state_(std::make_shared<StreamState>(service, this)) {}
   std::shared_ptr<StreamState> state() const { return state_; }
 
-  void OnReadDone(bool ok) override { state_->OnReadDone(ok); }
+  void OnReadDone(bool ok) override { state_->OnReadDone(ok, 0); }
   void OnWriteDone(bool ok) override { state_->OnWriteDone(ok); }
   void OnCancel() override {
     state_->OnBroken(absl::CancelledError("the client cancelled the stream"));
@@ -271,7 +271,7 @@ const std::string& StreamCommandRpc(StreamCommand::Kind kind) {
   return (*names)[static_cast<size_t>(kind)];
 }
 
-absl::StatusOr<StreamBatch> StreamState::TakeIncoming() {
+absl::StatusOr<StreamBatch> StreamState::TakeIncoming(uint64_t wire_bytes) {
   v1::SessionRequest& in = *incoming_.request();
   const bool first = !got_first_;
   got_first_ = true;
@@ -293,7 +293,7 @@ absl::StatusOr<StreamBatch> StreamState::TakeIncoming() {
   batch.open = first;
   batch.lease_ms = in.open().lease_ms();
   batch.resume = SessionId(in.open().resume_session());
-  batch.bytes = in.ByteSizeLong();
+  batch.bytes = wire_bytes != 0 ? wire_bytes : in.ByteSizeLong();
   batch.arrival = absl::Now();
   stream_metrics().bytes_received.fetch_add(batch.bytes, std::memory_order_relaxed);
   batch.commands.reserve(in.commands_size());
@@ -335,7 +335,7 @@ void StreamState::ApplyPrincipal(StreamBatch& batch) {
   }
 }
 
-void StreamState::OnReadDone(bool ok) {
+void StreamState::OnReadDone(bool ok, uint64_t wire_bytes) {
   if (!ok) {  // Half-close, cancel or a broken stream.
     absl::MutexLock lock(&mu_);
     read_in_flight_ = false;
@@ -372,7 +372,7 @@ void StreamState::OnReadDone(bool ok) {
     }
     Recycle(std::move(spent));
   }
-  absl::StatusOr<StreamBatch> batch = TakeIncoming();
+  absl::StatusOr<StreamBatch> batch = TakeIncoming(wire_bytes);
   incoming_.Reset();  // Conversion moved out what commands keep (Note [Request arena]).
   absl::MutexLock lock(&mu_);
   read_in_flight_ = false;

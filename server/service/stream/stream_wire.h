@@ -9,6 +9,8 @@
 // a wire never calls StreamEvents from inside StartRead, StartWrite or Finish (their callers
 // hold a lock the events take); after Finish the stream makes no more calls.
 
+#include <cstdint>
+
 #include "absl/status/status.h"
 #include "cubed/v1/session.pb.h"
 
@@ -29,8 +31,10 @@ class StreamWire {
 class StreamEvents {
  public:
   virtual ~StreamEvents() = default;
-  // A read finished: `ok` false when the client half-closed or the wire broke.
-  virtual void OnReadDone(bool ok) = 0;
+  // A read finished: `ok` false when the client half-closed or the wire broke. `wire_bytes`: the
+  // request's serialized size when the wire knows it (the ring, which copied the bytes), else 0
+  // (the stream then computes it: a walk over every parsed message).
+  virtual void OnReadDone(bool ok, uint64_t wire_bytes) = 0;
   // A write finished: `ok` false when the wire broke.
   virtual void OnWriteDone(bool ok) = 0;
   // The client went away, or broke the wire's rules: the stream ends with `status`, closing its
