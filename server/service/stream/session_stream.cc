@@ -125,12 +125,14 @@ class StreamState final : public ReplySink,
   // Fails the commands of `batch` the principal may not run or that exceed its in-flight quotas
   // (they fail in their place, like any invalid command), and takes the batch's quota slots.
   void ApplyPrincipal(StreamBatch& batch);
-  // One step on the loop: runs one batch, or closes the session when the stream is over.
+  // One turn on the loop (Note [Stream turns]): runs up to kTurnCommands commands of its batches,
+  // or one step of a transfer, or closes the session when the stream is over.
   void Drain(Device& device);
   // Loop thread: a Drain threw (Note [Loop task exceptions], device_loop.h): ends the stream
   // with `error`, which closes its session.
   void OnDrainException(absl::Status error);
-  // Runs `batch` from batch.next; returns false when it parked (batch.next says where).
+  // Runs `batch` from batch.next, at most `budget` commands (each taken from it); returns false
+  // when it parked, waits for a transfer or spent the budget (batch.next says where).
   bool RunBatch(Device& device, StreamBatch& batch, uint64_t& budget);
   // Runs one command through runner_, recording it in the metrics. `clock` is when it starts
   // (read once for the batch) and becomes when it ended: one clock read per command.
