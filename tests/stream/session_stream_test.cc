@@ -304,6 +304,47 @@ TEST_F(SessionStreamTest, PipelinedCommandsRunInOrder) {
   EXPECT_TRUE(s.Close().ok());
 }
 
+// Note [Stream turns]: a request of more commands than one turn (256) runs over several turns,
+// whole and in order, with its reads' replies in place.
+TEST_F(SessionStreamTest, ARequestLongerThanATurnRunsWholeAndInOrder) {
+  Stream s(*stream_stub_);
+  ASSERT_TRUE(s.opened());
+  constexpr uint64_t kN = 16;
+  const uint64_t one = s.NewId();
+  uint64_t x = s.NewId();
+  std::vector<v1::Command> batch;  // One SessionRequest: 2 + 700 * 3 + 7 + 1 commands.
+  batch.push_back(Create(s.NextSeq(), one, FloatBytes(std::vector<float>(kN, 1.0f))));
+  batch.push_back(Create(s.NextSeq(), x, FloatBytes(std::vector<float>(kN, 0.0f))));
+  std::vector<uint64_t> read_seqs;
+  for (int i = 1; i <= 700; ++i) {
+    const uint64_t next = s.NewId();
+    batch.push_back(Empty(s.NextSeq(), next, kN * sizeof(float)));
+    batch.push_back(Add(s.NextSeq(), x, one, next, kN));
+    batch.push_back(Release(s.NextSeq(), x));
+    x = next;
+    if (i % 100 == 0) {
+      read_seqs.push_back(s.NextSeq());
+      batch.push_back(Read(read_seqs.back(), x));
+    }
+  }
+  const uint64_t sync_seq = s.NextSeq();
+  batch.push_back(Sync(sync_seq));
+  ASSERT_GT(batch.size(), 2000u);
+  ASSERT_TRUE(s.Send(std::move(batch)));
+  for (size_t k = 0; k < read_seqs.size(); ++k) {
+    v1::Reply r = s.Next();
+    ASSERT_EQ(r.seq(), read_seqs[k]);
+    ASSERT_EQ(r.code(), 0) << r.message();
+    ASSERT_EQ(r.read().data_size(), 1);
+    for (float v : Floats(r.read().data(0))) ASSERT_EQ(v, 100.0f * static_cast<float>(k + 1));
+  }
+  v1::Reply sync = s.Next();
+  EXPECT_EQ(sync.seq(), sync_seq);
+  EXPECT_EQ(sync.code(), 0) << sync.message();
+  EXPECT_EQ(sync.failed_commands(), 0u);
+  EXPECT_TRUE(s.Close().ok());
+}
+
 TEST_F(SessionStreamTest, FailedExecutePoisonsItsOutputWithTheOriginalError) {
   Stream s(*stream_stub_);
   ASSERT_TRUE(s.opened());
