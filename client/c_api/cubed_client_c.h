@@ -102,9 +102,10 @@ typedef struct cubed_reply cubed_reply;
 // Connects and opens a session (cubed::Client::Connect; the environment variables
 // CUBED_CLIENT_TRANSPORT and CUBED_CLIENT_CARRIER apply as there). Turns Abseil's mutex deadlock
 // detection off for the process (a debug aid on in Debian's Abseil; docs/api.md, "Abseil's
-// lock-order graph"): a host program that uses Abseil itself sees that setting. On success *client is a new
-// client the caller ends with cubed_client_close and frees with cubed_client_free. Errors:
-// INVALID_ARGUMENT (a NULL or bad option, naming it), UNAVAILABLE (no daemon), the daemon's.
+// lock-order graph"): a host program that uses Abseil itself sees that setting. On success
+// *client is a new client the caller ends with cubed_client_close and frees with
+// cubed_client_free. Errors: INVALID_ARGUMENT (a NULL or bad option, naming it), UNAVAILABLE (no
+// daemon), the daemon's.
 CUBED_C_EXPORT int32_t cubed_client_connect(const cubed_connect_options* options,
                                             cubed_client** client, cubed_error* error);
 
