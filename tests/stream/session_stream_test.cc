@@ -4,12 +4,14 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <deque>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <thread>
@@ -190,6 +192,54 @@ class Stream {
   uint64_t ids_ = 0;
 };
 
+// An add chain x[i] = x[i - 1] + one of `links` links of `n` floats as commands of `s`: creates
+// of `one` (ones) and x[0] (zeros), then per link an empty, the add and the release of the link
+// before, a read of every 100th link, and a sync at the end.
+struct AddChain {
+  std::vector<v1::Command> commands;
+  std::vector<uint64_t> read_seqs;  // Read k sees 100 * (k + 1) in every element.
+  uint64_t sync_seq = 0;
+};
+
+AddChain MakeAddChain(Stream& s, int links, uint64_t n) {
+  AddChain chain;
+  const uint64_t one = s.NewId();
+  uint64_t x = s.NewId();
+  chain.commands.push_back(Create(s.NextSeq(), one, FloatBytes(std::vector<float>(n, 1.0f))));
+  chain.commands.push_back(Create(s.NextSeq(), x, FloatBytes(std::vector<float>(n, 0.0f))));
+  for (int i = 1; i <= links; ++i) {
+    const uint64_t next = s.NewId();
+    chain.commands.push_back(Empty(s.NextSeq(), next, n * sizeof(float)));
+    chain.commands.push_back(Add(s.NextSeq(), x, one, next, n));
+    chain.commands.push_back(Release(s.NextSeq(), x));
+    x = next;
+    if (i % 100 == 0) {
+      chain.read_seqs.push_back(s.NextSeq());
+      chain.commands.push_back(Read(chain.read_seqs.back(), x));
+    }
+  }
+  chain.sync_seq = s.NextSeq();
+  chain.commands.push_back(Sync(chain.sync_seq));
+  return chain;
+}
+
+// The chain's answers, in order: each read's value, then the sync with no failed command.
+void ExpectAddChainAnswers(Stream& s, const AddChain& chain, uint64_t n) {
+  for (size_t k = 0; k < chain.read_seqs.size(); ++k) {
+    v1::Reply r = s.Next();
+    ASSERT_EQ(r.seq(), chain.read_seqs[k]);
+    ASSERT_EQ(r.code(), 0) << r.message();
+    ASSERT_EQ(r.read().data_size(), 1);
+    const std::vector<float> got = Floats(r.read().data(0));
+    ASSERT_EQ(got.size(), n);
+    for (float v : got) ASSERT_EQ(v, 100.0f * static_cast<float>(k + 1));
+  }
+  v1::Reply sync = s.Next();
+  EXPECT_EQ(sync.seq(), chain.sync_seq);
+  EXPECT_EQ(sync.code(), 0) << sync.message();
+  EXPECT_EQ(sync.failed_commands(), 0u);
+}
+
 class SessionStreamTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -261,46 +311,16 @@ std::string SessionStreamTest::start_error_;
 TEST_F(SessionStreamTest, PipelinedCommandsRunInOrder) {
   Stream s(*stream_stub_);
   ASSERT_TRUE(s.opened());
-  // A chain x[i+1] = x[i] + one, 1000 links, sent without waiting; every 100th link is read.
+  // 1000 links, sent without waiting in requests of 200 commands.
   constexpr uint64_t kN = 64;
-  const uint64_t one = s.NewId();
-  uint64_t x = s.NewId();
-  std::vector<v1::Command> batch;
-  batch.push_back(Create(s.NextSeq(), one, FloatBytes(std::vector<float>(kN, 1.0f))));
-  batch.push_back(Create(s.NextSeq(), x, FloatBytes(std::vector<float>(kN, 0.0f))));
-  std::vector<uint64_t> read_seqs;
-  for (int i = 1; i <= 1000; ++i) {
-    const uint64_t next = s.NewId();
-    batch.push_back(Empty(s.NextSeq(), next, kN * sizeof(float)));
-    batch.push_back(Add(s.NextSeq(), x, one, next, kN));
-    batch.push_back(Release(s.NextSeq(), x));
-    x = next;
-    if (i % 100 == 0) {
-      read_seqs.push_back(s.NextSeq());
-      batch.push_back(Read(read_seqs.back(), x));
-    }
-    if (batch.size() >= 200) {
-      ASSERT_TRUE(s.Send(std::move(batch)));
-      batch.clear();
-    }
+  AddChain chain = MakeAddChain(s, 1000, kN);
+  for (size_t i = 0; i < chain.commands.size(); i += 200) {
+    const size_t end = std::min(chain.commands.size(), i + 200);
+    ASSERT_TRUE(
+        s.Send(std::vector<v1::Command>(std::make_move_iterator(chain.commands.begin() + i),
+                                        std::make_move_iterator(chain.commands.begin() + end))));
   }
-  const uint64_t sync_seq = s.NextSeq();
-  batch.push_back(Sync(sync_seq));
-  ASSERT_TRUE(s.Send(std::move(batch)));
-
-  for (size_t k = 0; k < read_seqs.size(); ++k) {
-    v1::Reply r = s.Next();
-    ASSERT_EQ(r.seq(), read_seqs[k]);
-    ASSERT_EQ(r.code(), 0) << r.message();
-    ASSERT_EQ(r.read().data_size(), 1);
-    const std::vector<float> got = Floats(r.read().data(0));
-    ASSERT_EQ(got.size(), kN);
-    for (float v : got) ASSERT_EQ(v, 100.0f * static_cast<float>(k + 1));
-  }
-  v1::Reply sync = s.Next();
-  EXPECT_EQ(sync.seq(), sync_seq);
-  EXPECT_EQ(sync.code(), 0) << sync.message();
-  EXPECT_EQ(sync.failed_commands(), 0u);
+  ExpectAddChainAnswers(s, chain, kN);
   EXPECT_TRUE(s.Close().ok());
 }
 
@@ -310,38 +330,10 @@ TEST_F(SessionStreamTest, ARequestLongerThanATurnRunsWholeAndInOrder) {
   Stream s(*stream_stub_);
   ASSERT_TRUE(s.opened());
   constexpr uint64_t kN = 16;
-  const uint64_t one = s.NewId();
-  uint64_t x = s.NewId();
-  std::vector<v1::Command> batch;  // One SessionRequest: 2 + 700 * 3 + 7 + 1 commands.
-  batch.push_back(Create(s.NextSeq(), one, FloatBytes(std::vector<float>(kN, 1.0f))));
-  batch.push_back(Create(s.NextSeq(), x, FloatBytes(std::vector<float>(kN, 0.0f))));
-  std::vector<uint64_t> read_seqs;
-  for (int i = 1; i <= 700; ++i) {
-    const uint64_t next = s.NewId();
-    batch.push_back(Empty(s.NextSeq(), next, kN * sizeof(float)));
-    batch.push_back(Add(s.NextSeq(), x, one, next, kN));
-    batch.push_back(Release(s.NextSeq(), x));
-    x = next;
-    if (i % 100 == 0) {
-      read_seqs.push_back(s.NextSeq());
-      batch.push_back(Read(read_seqs.back(), x));
-    }
-  }
-  const uint64_t sync_seq = s.NextSeq();
-  batch.push_back(Sync(sync_seq));
-  ASSERT_GT(batch.size(), 2000u);
-  ASSERT_TRUE(s.Send(std::move(batch)));
-  for (size_t k = 0; k < read_seqs.size(); ++k) {
-    v1::Reply r = s.Next();
-    ASSERT_EQ(r.seq(), read_seqs[k]);
-    ASSERT_EQ(r.code(), 0) << r.message();
-    ASSERT_EQ(r.read().data_size(), 1);
-    for (float v : Floats(r.read().data(0))) ASSERT_EQ(v, 100.0f * static_cast<float>(k + 1));
-  }
-  v1::Reply sync = s.Next();
-  EXPECT_EQ(sync.seq(), sync_seq);
-  EXPECT_EQ(sync.code(), 0) << sync.message();
-  EXPECT_EQ(sync.failed_commands(), 0u);
+  AddChain chain = MakeAddChain(s, 700, kN);  // One SessionRequest: 2 + 700 * 3 + 7 + 1.
+  ASSERT_GT(chain.commands.size(), 2000u);
+  ASSERT_TRUE(s.Send(std::move(chain.commands)));
+  ExpectAddChainAnswers(s, chain, kN);
   EXPECT_TRUE(s.Close().ok());
 }
 
