@@ -528,21 +528,30 @@ class NativeTransport:
     def _send(self, command: Union[session_pb2.Command, bytes],
               convert: Optional[Convert] = None) -> Optional[Future]:
         wire = command if isinstance(command, bytes) else command.SerializeToString()
-        lib, err = self._lib, _Error()
+        lib = self._lib
         self._next_seq += 1
         if convert is None:
+            err = _Error()
             code = lib.cubed_client_send(self._client, wire, len(wire), None, ctypes.byref(err))
             if code:
                 _raise(lib, code, err)
             return None
+        return self._ask(convert, lambda reply, err_ref: lib.cubed_client_send(
+            self._client, wire, len(wire), reply, err_ref))
+
+    def _ask(self, convert: Convert, call: Callable[[int, Any], int]) -> Future:
+        """A Future of ``convert``'s result for the reply that ``call(reply, error_ref)`` (a
+        library call that sends a command and hands it ``reply``; returns its code) fills. The
+        reply is filed before the call: its answer may come before the call returns. When the
+        call fails, nothing was sent: the reply is unfiled and freed and its error raised."""
+        lib, err = self._lib, _Error()
         tag = next(self._tags)
         reply = lib.cubed_reply_create(tag)
         future = _NativeFuture(self, tag)
-        # Filed before the send: the answer may come before cubed_client_send returns.
         self._pending[tag] = (future, convert, reply)
-        code = lib.cubed_client_send(self._client, wire, len(wire), reply, ctypes.byref(err))
+        code = call(reply, ctypes.byref(err))
         if code:
-            del self._pending[tag]  # Unsent: nobody else saw it.
+            del self._pending[tag]
             lib.cubed_reply_free(reply)
             _raise(lib, code, err)
         return future
@@ -597,19 +606,9 @@ class NativeTransport:
     def read(self, bindings: List[types_pb2.Binding]) -> Future:
         if len(bindings) == 1:  # Client.read's: no Command built here.
             b = bindings[0]
-            lib, err = self._lib, _Error()
             self._next_seq += 1
-            tag = next(self._tags)
-            reply = lib.cubed_reply_create(tag)
-            future = _NativeFuture(self, tag)
-            self._pending[tag] = (future, _data, reply)
-            code = lib.cubed_client_read(self._client, b.handle, b.offset_start, b.offset_end,
-                                         reply, ctypes.byref(err))
-            if code:
-                del self._pending[tag]
-                lib.cubed_reply_free(reply)
-                _raise(lib, code, err)
-            return future
+            return self._ask(_data, lambda reply, err_ref: self._lib.cubed_client_read(
+                self._client, b.handle, b.offset_start, b.offset_end, reply, err_ref))
         return self._send(session_pb2.Command(read=session_pb2.Command.Read(bindings=bindings)),
                           _data)  # type: ignore[return-value]
 
@@ -643,11 +642,7 @@ class NativeTransport:
         bytes) without waiting (cubed_client_read_into_async: a large read is downloaded straight
         into it); the Future resolves to ``out`` once every byte is there, or raises the read's
         CubedError. ``out`` is the Future's until then."""
-        lib, err = self._lib, _Error()
         self._next_seq += 1
-        tag = next(self._tags)
-        reply = lib.cubed_reply_create(tag)
-        future = _NativeFuture(self, tag)
         nbytes = out.nbytes
 
         def filled(lib: ctypes.CDLL, reply: int) -> np.ndarray:
@@ -657,14 +652,8 @@ class NativeTransport:
                 raise error_from_number(13, f"read: the daemon answered {n} bytes, not {nbytes}")
             return out
 
-        self._pending[tag] = (future, filled, reply)
-        code = lib.cubed_client_read_into_async(self._client, plan[0], plan[1], plan[2],
-                                                out.ctypes.data, nbytes, reply, ctypes.byref(err))
-        if code:
-            del self._pending[tag]
-            lib.cubed_reply_free(reply)
-            _raise(lib, code, err)
-        return future
+        return self._ask(filled, lambda reply, err_ref: self._lib.cubed_client_read_into_async(
+            self._client, plan[0], plan[1], plan[2], out.ctypes.data, nbytes, reply, err_ref))
 
     def read_tensor(self, bindings: List[types_pb2.BindingWithMeta]) -> Future:
         return self._send(session_pb2.Command(
