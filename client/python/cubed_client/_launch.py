@@ -53,14 +53,20 @@ def parts(key: Tuple[Any, ...]) -> Tuple[bytes, bytes]:
 
 
 _scalar_cache: dict = {}
+_ONE_GROUP = object()  # Heads the keys of one group without a zero: no other key equals them.
 
 
 def scalar_field(scalars: Sequence[Scalars]) -> bytes:
     """The serialized scalars field of Bindings for ``scalars``, cached by their types and values
-    (a model repeats its eps and scales; bounded like the launch cache). Floats key by their
-    exact value (float.hex: -0.0 is not 0.0 there)."""
-    key = tuple([(s.dtype, tuple([float(v).hex() if isinstance(v, (float, np.floating)) else v
-                                  for v in s.values])) for s in scalars])
+    (a model repeats its eps and scales; bounded like the launch cache). Values that compare
+    equal encode alike for one dtype (1, 1.0 and True; np.float32(1.5) and 1.5), except zeros
+    (-0.0 == 0.0): one group without a zero, the wrappers' case, keys by its values as they are;
+    other scalars key floats by their exact value (float.hex)."""
+    if len(scalars) == 1 and 0 not in (values := tuple(scalars[0].values)):
+        key: Any = (_ONE_GROUP, scalars[0].dtype, values)
+    else:
+        key = tuple([(s.dtype, tuple([float(v).hex() if isinstance(v, (float, np.floating))
+                                      else v for v in s.values])) for s in scalars])
     field = _scalar_cache.get(key)
     if field is None:
         field = cache_put(_scalar_cache, key, types_pb2.Bindings(
