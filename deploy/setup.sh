@@ -20,6 +20,7 @@ packages=(
   python3-yaml  # tests/k8s: reads the manifests of deploy/k8s
   python3-hypothesis  # tests/stateful: the stateful fuzzer (RuleBasedStateMachine)
   python3-venv python3-pytest python3-setuptools python3-wheel
+  python3-dev  # the Python SDK's compiled launch (client/python/cubed_client/_speedups.c)
   ca-certificates openssl libssl-dev  # libcrypto: SHA-256 of the kernel cache keys
   systemd  # systemd-analyze: tests/systemd checks the unit with it (no systemd as PID 1 needed)
 )

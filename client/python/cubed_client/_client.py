@@ -24,7 +24,7 @@ from ._errors import (CubedError, InvalidArgumentError, UnimplementedError, erro
                       error_from_rpc)
 from ._graph import Graph
 from . import _devices
-from . import _import, _interop, _launch, _wire
+from . import _import, _interop, _launch
 from ._proto import compute_pb2, compute_pb2_grpc, types_pb2
 from ._address import region_socket_path
 from ._kernels import KernelMethods
@@ -549,8 +549,7 @@ class Client(KernelMethods):
             head, tail = _launch.parts(key)
             if scalars:
                 tail += _launch.scalar_field(scalars)
-            self._live().execute_wire(
-                _wire.execute(head, [v[1] for v in views], tail, _launch.CHECKED))
+            self._live().execute_views(head, views, tail, _launch.CHECKED)
         except BaseException:
             out.close()  # Unary: the launch failed; its output must not outlive the error.
             raise

@@ -26,7 +26,7 @@ import threading
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import grpc
 import numpy as np
@@ -34,6 +34,31 @@ import numpy as np
 from ._errors import CubedError, error_for, error_from_number
 from . import _wire
 from ._proto import session_pb2, types_pb2
+
+try:  # Note [Compiled launch]
+    from . import _speedups
+except ImportError:
+    _speedups = None
+
+# Note [Compiled launch]
+# A pipelined builtin launch from Python (P2: fill of 1 x f32, 20,000 then a sync) cost 5.2 us
+# of the Python thread on the 2-core VM, against 0.82 us a command for the C++ SDK: the
+# interpreter, not the library (cubed_client_send itself ~0.85 us). 1.6 us of it assembled the
+# Command (_wire.execute's joins and length prefixes) and called the library through ctypes (an
+# _Error, byref, argument conversion), and an `a + b` spent as much again on its output's
+# empty (cubed_client_next_id and the send: two more ctypes calls). The extension
+# cubed_client._speedups (_speedups.c, CPython's stable ABI, so a build on Python 3.11 loads on
+# 3.12) does both in C: it writes the Command from the launch's encoded parts (or the empty's id
+# and size) into a stack buffer and calls the library through the addresses of its functions,
+# releasing the GIL around the send as ctypes does. Nothing else moves: the launch key, its
+# cached parts and the bindings stay Client._launch's, and the bytes are those _wire.execute and
+# _wire.empty build (tests/test_speedups.py compares them). With the scalars' cache key made
+# cheaper (_launch.scalar_field), a launch costs 1.9 us and an `a + b` 7.0 us (were 5.2 and
+# 10.7; docs/benchmarks.md, "fifteenth session"). setup.py builds the extension where a C
+# compiler and Python's headers are (deploy/setup.sh installs python3-dev); without it, or with
+# CUBED_NO_SPEEDUPS=1 at install, empty and execute_views run as before in Python.
+# COMPILED_LAUNCH says which one this process runs.
+COMPILED_LAUNCH = _speedups is not None
 
 LIBRARY_ENV = "CUBED_CLIENT_LIBRARY"
 LIBRARY_NAME = "libcubed_client_c.so"
@@ -409,6 +434,14 @@ class NativeTransport:
         # count kept here, for tests that name the seq of a command, as of the Python core).
         self._next_seq = 1
         self._held: List[bytes] = []  # Nothing is held (Note [Held commands] is the Python core's).
+        # What empty and execute_views hand the compiled extension (Note [Compiled launch]): the
+        # addresses of cubed_client_send and cubed_error_clear, the client, the address of
+        # cubed_client_next_id; valid while this transport lives (the client is freed in
+        # __del__). None without the extension.
+        self._target: Optional[Tuple[int, int, int, int]] = None if _speedups is None else (
+            ctypes.cast(lib.cubed_client_send, _ptr).value,
+            ctypes.cast(lib.cubed_error_clear, _ptr).value, self._client,
+            ctypes.cast(lib.cubed_client_next_id, _ptr).value)
         # tag -> (Future, converter, cubed_reply): answers nobody claimed yet.
         self._pending: Dict[int, Tuple[_NativeFuture, Convert, int]] = {}
         self._closed = False
@@ -582,18 +615,33 @@ class NativeTransport:
     def empty(self, size: int) -> int:
         # Sent as built here: a size the daemon refuses (0) poisons the handle, as on the Python
         # core, instead of failing now.
-        i = self._new_id()
-        self._send(_wire.empty(i, size))
-        return i
+        if self._target is None:
+            i = self._new_id()
+            self._send(_wire.empty(i, size))
+            return i
+        got = _speedups.empty(self._target, size)  # Note [Compiled launch].
+        if type(got) is tuple:
+            raise error_from_number(*got)
+        self._next_seq += 1
+        return got
 
     def execute(self, kernel: types_pb2.Kernel, count: types_pb2.CubeCount,
                 bindings: Union[types_pb2.Bindings, Dict[str, Any]], mode: int) -> None:
         self._send(session_pb2.Command(execute={"kernel": kernel, "count": count,
                                                 "bindings": bindings, "mode": mode}))
 
-    def execute_wire(self, command: bytes) -> None:
-        """execute() of a Command already encoded (Note [Hand-encoded commands]), without seq."""
-        self._send(command)
+    def execute_views(self, head: bytes, views: Sequence[Tuple[Any, bytes]], tail: bytes,
+                      mode: bytes) -> None:
+        """execute() of a builtin launch in its encoded parts (_wire.execute's arguments, each
+        view a Tensor._launch_view() pair): assembled and sent by the compiled extension where
+        it is installed (Note [Compiled launch]), else in Python."""
+        if self._target is None:
+            self._send(_wire.execute(head, [v[1] for v in views], tail, mode))
+            return
+        failed = _speedups.execute(self._target, head, views, tail, mode)
+        if failed is not None:
+            raise error_from_number(*failed)
+        self._next_seq += 1
 
     def release(self, ids: List[int]) -> None:
         self._next_seq += (len(ids) + 65535) // 65536

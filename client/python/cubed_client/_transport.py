@@ -124,9 +124,12 @@ class UnaryTransport:
         self._call("Execute", compute_pb2.ExecuteRequest(session=self.session, kernel=kernel,
                                                          count=count, bindings=bindings, mode=mode))
 
-    def execute_wire(self, command: bytes) -> None:
-        """execute() of an encoded Command (Note [Hand-encoded commands])."""
-        e = session_pb2.Command.FromString(command).execute
+    def execute_views(self, head: bytes, views: Sequence[Tuple[Any, bytes]], tail: bytes,
+                      mode: bytes) -> None:
+        """execute() of a builtin launch in its encoded parts (_wire.execute's arguments, each
+        view a Tensor._launch_view() pair)."""
+        e = session_pb2.Command.FromString(
+            _wire.execute(head, [v[1] for v in views], tail, mode)).execute
         self.execute(e.kernel, e.count, e.bindings, e.mode)
 
     def release(self, ids: List[int]) -> None:
@@ -600,9 +603,11 @@ class StreamTransport:
         self._send(session_pb2.Command(execute={"kernel": kernel, "count": count,
                                                 "bindings": bindings, "mode": mode}))
 
-    def execute_wire(self, command: bytes) -> None:
-        """execute() of a Command already encoded (Note [Hand-encoded commands]), without seq."""
-        self._send(command)
+    def execute_views(self, head: bytes, views: Sequence[Tuple[Any, bytes]], tail: bytes,
+                      mode: bytes) -> None:
+        """execute() of a builtin launch in its encoded parts (_wire.execute's arguments, each
+        view a Tensor._launch_view() pair; Note [Hand-encoded commands])."""
+        self._send(_wire.execute(head, [v[1] for v in views], tail, mode))
 
     def release(self, ids: List[int]) -> None:
         for start in range(0, len(ids), 65536):

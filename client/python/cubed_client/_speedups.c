@@ -1,0 +1,254 @@
+/* cubed_client._speedups: a builtin launch's Commands (its output's empty, its execute)
+ * assembled and handed to the native client core in C (Note [Compiled launch] in _native.py says
+ * why and when it is used).
+ *
+ * Built against CPython's stable ABI (Py_LIMITED_API 3.10: METH_FASTCALL is in it from 3.10), so
+ * one build loads on every later CPython: the wheel built on Debian 12's Python 3.11 runs on the
+ * GPU machine's 3.12. Optional: setup.py builds it when a compiler and Python's headers are there;
+ * without it the SDK runs the same launch in Python (_native.py, _wire.py).
+ *
+ * It knows protobuf's wire format for the fields it writes (Note [Hand-encoded commands] in
+ * _wire.py: Command.execute = 6 and its bindings = 3, Command.empty = 4 and its id and size; the
+ * rest comes encoded) and the C ABI's cubed_client_send, cubed_error_clear and
+ * cubed_client_next_id (client/c_api/cubed_client_c.h), whose addresses the caller passes: the
+ * extension links against neither libprotobuf nor the library.
+ */
+
+#ifndef Py_LIMITED_API /* setup.py defines it; the same value for a build by hand. */
+#define Py_LIMITED_API 0x030A0000
+#endif
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The C ABI's types, as client/c_api/cubed_client_c.h declares them. */
+typedef struct {
+  int32_t code;
+  char* message;
+} cubed_error;
+typedef int32_t (*cubed_send_fn)(void* client, const void* command, size_t size, void* reply,
+                                 cubed_error* error);
+typedef void (*cubed_error_clear_fn)(cubed_error* error);
+typedef int32_t (*cubed_next_id_fn)(void* client, uint64_t* id, cubed_error* error);
+
+enum {
+  kEmptyTag = 0x22,    /* Command.empty = 4, length-delimited. */
+  kIdTag = 0x08,       /* Command.Empty.id = 1, varint. */
+  kSizeTag = 0x10,     /* Command.Empty.size = 2, varint. */
+  kExecuteTag = 0x32,  /* Command.execute = 6, length-delimited. */
+  kBindingsTag = 0x1a, /* Command.Execute.bindings = 3, length-delimited. */
+  kStackBytes = 1024,  /* Commands up to this size are assembled without malloc. */
+};
+
+/* Writes the varint of n at p; returns its length (at most 10). */
+static size_t put_varint(uint8_t* p, uint64_t n) {
+  size_t i = 0;
+  while (n >= 0x80) {
+    p[i++] = (uint8_t)(n | 0x80);
+    n >>= 7;
+  }
+  p[i++] = (uint8_t)n;
+  return i;
+}
+
+static size_t varint_size(uint64_t n) {
+  size_t i = 1;
+  while (n >= 0x80) {
+    n >>= 7;
+    ++i;
+  }
+  return i;
+}
+
+/* The bytes of a bytes object, or NULL with TypeError naming `what`. */
+static const char* bytes_of(PyObject* o, Py_ssize_t* size, const char* what) {
+  char* data = NULL;
+  if (!PyBytes_Check(o)) {
+    PyErr_Format(PyExc_TypeError, "execute: %s must be bytes", what);
+    return NULL;
+  }
+  if (PyBytes_AsStringAndSize(o, &data, size) < 0) return NULL;
+  return data;
+}
+
+/* The C ABI's functions and client of a target tuple (send, error_clear, client, next_id), all
+ * nonzero addresses; 0 with TypeError (or OverflowError) otherwise. */
+typedef struct {
+  cubed_send_fn send;
+  cubed_error_clear_fn clear;
+  void* client;
+  cubed_next_id_fn next_id;
+} Target;
+
+static int parse_target(PyObject* target, Target* out) {
+  if (!PyTuple_Check(target) || PyTuple_Size(target) != 4) {
+    PyErr_SetString(PyExc_TypeError, "target must be (send, error_clear, client, next_id)");
+    return 0;
+  }
+  void* addresses[4];
+  for (Py_ssize_t i = 0; i < 4; ++i) {
+    addresses[i] = PyLong_AsVoidPtr(PyTuple_GetItem(target, i));
+    if (addresses[i] == NULL) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "target holds a null address");
+      return 0;
+    }
+  }
+  out->send = (cubed_send_fn)addresses[0];
+  out->clear = (cubed_error_clear_fn)addresses[1];
+  out->client = addresses[2];
+  out->next_id = (cubed_next_id_fn)addresses[3];
+  return 1;
+}
+
+/* (code, message) of a failed library call, its message freed through cubed_error_clear. */
+static PyObject* failure(const Target* target, int32_t code, cubed_error* error) {
+  const char* message = error->message != NULL ? error->message : "";
+  PyObject* text = PyUnicode_DecodeUTF8(message, (Py_ssize_t)strlen(message), "replace");
+  target->clear(error);
+  if (text == NULL) return NULL;
+  return Py_BuildValue("(iN)", (int)code, text);
+}
+
+/* execute(target, head, views, tail, mode) -> None or (code, message)
+ *
+ * Sends Command{execute: head + bindings{views' encoded Bindings.buffers entries, tail} + mode}:
+ * `target` is (the addresses of cubed_client_send and cubed_error_clear, the cubed_client*, the
+ * address of cubed_client_next_id), `head` the Execute's encoded kernel and count fields, `views` a
+ * list or tuple of (layout, encoded binding) pairs (Tensor._launch_view()), `tail` the encoded
+ * metadata and scalars fields of Bindings, `mode` the encoded mode field. Returns None once the
+ * command is queued, or the library's (code, message) when it refused it (nothing was sent); raises
+ * TypeError for arguments of the wrong shape and MemoryError. The GIL is released around the send,
+ * as ctypes does: it may wait for room in the command ring while the daemon catches up. */
+static PyObject* execute(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
+  (void)module;
+  if (nargs != 5) {
+    PyErr_SetString(PyExc_TypeError, "execute: takes (target, head, views, tail, mode)");
+    return NULL;
+  }
+  Target target;
+  if (!parse_target(args[0], &target)) return NULL;
+
+  Py_ssize_t head_size, tail_size, mode_size;
+  const char* head = bytes_of(args[1], &head_size, "head");
+  if (head == NULL) return NULL;
+  const char* tail = bytes_of(args[3], &tail_size, "tail");
+  if (tail == NULL) return NULL;
+  const char* mode = bytes_of(args[4], &mode_size, "mode");
+  if (mode == NULL) return NULL;
+
+  PyObject* views = args[2];
+  const int is_list = PyList_Check(views);
+  if (!is_list && !PyTuple_Check(views)) {
+    PyErr_SetString(PyExc_TypeError, "execute: views must be a list or tuple");
+    return NULL;
+  }
+  /* The views are borrowed: nothing below runs Python code that could change the list. */
+  const Py_ssize_t count = is_list ? PyList_Size(views) : PyTuple_Size(views);
+
+  /* Sizes first: every length is of a bytes object, so the sums cannot overflow size_t. */
+  size_t bindings_size = (size_t)tail_size;
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    PyObject* view = is_list ? PyList_GetItem(views, i) : PyTuple_GetItem(views, i);
+    if (!PyTuple_Check(view) || PyTuple_Size(view) != 2 ||
+        !PyBytes_Check(PyTuple_GetItem(view, 1))) {
+      PyErr_Format(PyExc_TypeError, "execute: views[%zd] must be (layout, bytes)", i);
+      return NULL;
+    }
+    bindings_size += (size_t)PyBytes_Size(PyTuple_GetItem(view, 1));
+  }
+  const size_t execute_size =
+      (size_t)head_size + 1 + varint_size(bindings_size) + bindings_size + (size_t)mode_size;
+  const size_t total = 1 + varint_size(execute_size) + execute_size;
+
+  uint8_t stack[kStackBytes];
+  uint8_t* message = total <= sizeof stack ? stack : (uint8_t*)malloc(total);
+  if (message == NULL) return PyErr_NoMemory();
+  size_t n = 0;
+  message[n++] = kExecuteTag;
+  n += put_varint(message + n, execute_size);
+  memcpy(message + n, head, (size_t)head_size);
+  n += (size_t)head_size;
+  message[n++] = kBindingsTag;
+  n += put_varint(message + n, bindings_size);
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    PyObject* view = is_list ? PyList_GetItem(views, i) : PyTuple_GetItem(views, i);
+    PyObject* binding = PyTuple_GetItem(view, 1);
+    const size_t size = (size_t)PyBytes_Size(binding);
+    memcpy(message + n, PyBytes_AsString(binding), size);
+    n += size;
+  }
+  memcpy(message + n, tail, (size_t)tail_size);
+  n += (size_t)tail_size;
+  memcpy(message + n, mode, (size_t)mode_size);
+  n += (size_t)mode_size;
+
+  cubed_error error = {0, NULL};
+  int32_t code;
+  Py_BEGIN_ALLOW_THREADS code = target.send(target.client, message, n, NULL, &error);
+  Py_END_ALLOW_THREADS
+  if (message != stack) free(message);
+  if (code == 0) Py_RETURN_NONE;
+  return failure(&target, code, &error);
+}
+
+/* empty(target, size) -> the new handle id, or (code, message)
+ *
+ * Takes a fresh client id (cubed_client_next_id) and sends Command{empty: {id, size}}, as
+ * _wire.empty encodes it; `target` as execute's, `size` 0 .. 2^64 - 1 (the daemon refuses 0:
+ * the handle is then poisoned, as any refused command's). Returns the id once the command is
+ * queued, or the library's (code, message) when it failed (then nothing was sent); raises
+ * TypeError / OverflowError for bad arguments. */
+static PyObject* empty(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
+  (void)module;
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "empty: takes (target, size)");
+    return NULL;
+  }
+  Target target;
+  if (!parse_target(args[0], &target)) return NULL;
+  const unsigned long long size = PyLong_AsUnsignedLongLong(args[1]);
+  if (PyErr_Occurred()) return NULL;
+
+  cubed_error error = {0, NULL};
+  uint64_t id = 0;
+  int32_t code = target.next_id(target.client, &id, &error);
+  if (code != 0) return failure(&target, code, &error);
+  uint8_t message[2 + 1 + 10 + 1 + 10];
+  size_t n = 2; /* The tag and the length, written last (the payload is at most 22 bytes). */
+  message[n++] = kIdTag;
+  n += put_varint(message + n, id);
+  message[n++] = kSizeTag;
+  n += put_varint(message + n, size);
+  message[0] = kEmptyTag;
+  message[1] = (uint8_t)(n - 2);
+  Py_BEGIN_ALLOW_THREADS code = target.send(target.client, message, n, NULL, &error);
+  Py_END_ALLOW_THREADS
+  if (code != 0) return failure(&target, code, &error);
+  return PyLong_FromUnsignedLongLong(id);
+}
+
+static PyMethodDef kMethods[] = {
+    {"execute", (PyCFunction)(void (*)(void))execute, METH_FASTCALL,
+     "execute(target, head, views, tail, mode) -> None or (code, message): sends a builtin "
+     "launch's Command through the native client core (cubed_client._native)."},
+    {"empty", (PyCFunction)(void (*)(void))empty, METH_FASTCALL,
+     "empty(target, size) -> id or (code, message): takes a client id and sends an empty of "
+     "`size` bytes through the native client core."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef kModule = {
+    PyModuleDef_HEAD_INIT,
+    "cubed_client._speedups",
+    "A builtin launch's Command assembled in C (Note [Compiled launch] in _native.py).",
+    -1,
+    kMethods,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+};
+
+PyMODINIT_FUNC PyInit__speedups(void) { return PyModule_Create(&kModule); }
