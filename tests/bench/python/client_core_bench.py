@@ -8,7 +8,8 @@
 
 The C++ figures come from cubed_sdk_bench (tests/bench/sdk_core_bench.cc), run against the same
 daemon; the Python ones from connect(core="native") (libcubed_client_c.so) and
-connect(core="python") in this process, one after the other.
+connect(core="python") in this process, one after the other; "py ctypes" is the native core with
+its compiled launch turned off (where it is built), the baseline of that extension.
 
   python3 client_core_bench.py CUBED_BINARY [--sdk-bench=PATH] [--library=PATH] [--tcp]
                                [--backend=cpu] [--reads=2000] [--executes=20000]
@@ -52,8 +53,10 @@ def start(binary, backend, tcp):
 def measure_python(address, core, args):
     """L1, P2, P2+ and P3 of the Python SDK on ``core``."""
     out = {}
-    with cubed_client.connect(address, core=core) as c:
+    with cubed_client.connect(address, core="native" if core == "ctypes" else core) as c:
         out["carrier"] = c.carrier
+        if core == "ctypes":  # The native core without its compiled launch: the baseline of it.
+            c._transport._target = None
         t = c.create(np.array([1.5], np.float32))
         samples = []
         for r in range(-100, args.reads):
@@ -143,7 +146,10 @@ def main():
     os.environ["CUBED_CLIENT_LIBRARY"] = library
 
     daemon, address = start(args.binary, args.backend, args.tcp)
-    runs = {"cpp": [], "native": [], "python": []}
+    # "ctypes": the native core with its compiled launch off (Note [Compiled launch] in
+    # cubed_client/_native.py), measured only where the extension is there to turn off.
+    compiled = cubed_client._native.COMPILED_LAUNCH
+    runs = {"cpp": [], "native": [], "ctypes": [], "python": []}
     try:
         for _ in range(args.rounds):  # Interleaved: a busy machine slows all three alike.
             cc = subprocess.run([sdk_bench, f"--address={address}", f"--reads={args.reads}",
@@ -154,11 +160,14 @@ def main():
                 raise RuntimeError(f"cubed_sdk_bench failed: {cc.stderr}")
             runs["cpp"].append(json.loads(cc.stdout))
             runs["native"].append(measure_python(address, "native", args))
+            if compiled:
+                runs["ctypes"].append(measure_python(address, "ctypes", args))
             runs["python"].append(measure_python(address, "python", args))
     finally:
         daemon.terminate()
         daemon.wait()
     cpp, native, pure = (medians(runs[k]) for k in ("cpp", "native", "python"))
+    plain = medians(runs["ctypes"]) if compiled else None
 
     rows = [("L1", "4-byte read, median us", "read_us", "<= 1.2x C++ (lower is better)"),
             ("P2", "pipelined fill(1 x f32), cmd/s", "execute_per_s", ">= 0.9x C++"),
@@ -168,18 +177,20 @@ def main():
     link = "TCP loopback" if args.tcp else "Unix socket"
     print(f"Python SDK cores vs the C++ SDK, {args.backend} backend, {link}; carriers: "
           f"C++ {cpp['carrier']}, native {native['carrier']}, python {pure['carrier']}; medians "
-          f"of {args.rounds} interleaved rounds")
-    head = (f"{'id':4} {'measurement':34} {'C++ SDK':>12} {'py native':>12} {'py pure':>12} "
-            f"{'native/C++':>11} {'pure/C++':>9}  goal")
+          f"of {args.rounds} interleaved rounds; native's compiled launch: "
+          f"{'on (ctypes: the same core with it off)' if compiled else 'not built'}")
+    head = (f"{'id':4} {'measurement':34} {'C++ SDK':>12} {'py native':>12} {'py ctypes':>12} "
+            f"{'py pure':>12} {'native/C++':>11} {'pure/C++':>9}  goal")
     print(head)
     print("-" * len(head))
     for rid, name, key, goal in rows:
         base = cpp.get(key)
         n, q = native[key], pure[key]
         cell = fmt(base) if base is not None else f"{'-':>12}"
+        mid = fmt(plain[key]) if plain else f"{'-':>12}"
         rn = f"{n / base:10.2f}x" if base else f"{'-':>11}"
         rq = f"{q / base:8.2f}x" if base else f"{'-':>9}"
-        print(f"{rid:4} {name:34} {cell} {fmt(n)} {fmt(q)} {rn} {rq}  {goal}")
+        print(f"{rid:4} {name:34} {cell} {fmt(n)} {mid} {fmt(q)} {rn} {rq}  {goal}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rounds": runs, "tcp": args.tcp, "backend": args.backend}, f, indent=1)
