@@ -185,9 +185,9 @@ static PyObject* execute(PyObject* module, PyObject* const* args, Py_ssize_t nar
   n += (size_t)mode_size;
 
   cubed_error error = {0, NULL};
-  int32_t code;
-  Py_BEGIN_ALLOW_THREADS code = target.send(target.client, message, n, NULL, &error);
-  Py_END_ALLOW_THREADS
+  PyThreadState* gil = PyEval_SaveThread(); /* The send may wait for room in the ring. */
+  const int32_t code = target.send(target.client, message, n, NULL, &error);
+  PyEval_RestoreThread(gil);
   if (message != stack) free(message);
   if (code == 0) Py_RETURN_NONE;
   return failure(&target, code, &error);
@@ -223,8 +223,9 @@ static PyObject* empty(PyObject* module, PyObject* const* args, Py_ssize_t nargs
   n += put_varint(message + n, size);
   message[0] = kEmptyTag;
   message[1] = (uint8_t)(n - 2);
-  Py_BEGIN_ALLOW_THREADS code = target.send(target.client, message, n, NULL, &error);
-  Py_END_ALLOW_THREADS
+  PyThreadState* gil = PyEval_SaveThread();
+  code = target.send(target.client, message, n, NULL, &error);
+  PyEval_RestoreThread(gil);
   if (code != 0) return failure(&target, code, &error);
   return PyLong_FromUnsignedLongLong(id);
 }
