@@ -8,7 +8,9 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "common/kernel_metadata.h"
 #include "kernels/builtin.h"
+#include "kernels/kernel_def.h"
 
 namespace cubed::kernels {
 
@@ -25,5 +27,11 @@ struct HostBuffer {
 // exactly (same memory and layout) for an in-place elementwise kernel. Thread-safe; usually called
 // on a device's server-loop thread.
 absl::Status RunBuiltinCpu(const BuiltinCall& call, absl::Span<const HostBuffer> buffers);
+
+// RunBuiltinCpu of a call already validated for buffers of these sizes: `def` and `meta` as
+// ValidatedCalls (kernels/validated_calls.h) or FindKernel and ValidateCall gave them for `call`
+// and the buffers' size_bytes. Checks and runs the rest (addresses, overlaps); same errors.
+absl::Status RunValidatedCpu(const KernelDef& def, const BuiltinCall& call,
+                             const KernelMetadata& meta, absl::Span<const HostBuffer> buffers);
 
 }  // namespace cubed::kernels

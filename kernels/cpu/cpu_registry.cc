@@ -104,11 +104,16 @@ absl::StatusOr<const CpuKernel*> FindCpuKernel(const KernelDef& def) {
 
 absl::Status RunBuiltinCpu(const BuiltinCall& call, absl::Span<const HostBuffer> buffers) {
   ASSIGN_OR_RETURN(const KernelDef* def, FindKernel(call.name, buffers.size()));
-  ASSIGN_OR_RETURN(const CpuKernel* cpu, FindCpuKernel(*def));
   absl::InlinedVector<uint64_t, kMaxBuiltinBuffers> sizes;
   for (const HostBuffer& b : buffers) sizes.push_back(b.size_bytes);
   ASSIGN_OR_RETURN(const KernelMetadata meta, ValidateCall(*def, call, sizes));
-  RETURN_IF_ERROR(CheckHostBuffers(*def, call, meta, buffers));
+  return RunValidatedCpu(*def, call, meta, buffers);
+}
+
+absl::Status RunValidatedCpu(const KernelDef& def, const BuiltinCall& call,
+                             const KernelMetadata& meta, absl::Span<const HostBuffer> buffers) {
+  ASSIGN_OR_RETURN(const CpuKernel* cpu, FindCpuKernel(def));
+  RETURN_IF_ERROR(CheckHostBuffers(def, call, meta, buffers));
   return cpu->run(KernelArgs{call, meta, buffers, cpu->op});
 }
 

@@ -115,15 +115,18 @@ bool AttentionOnTensorCores(const BuiltinCall& call, const KernelMetadata& meta)
 
 absl::StatusOr<CudaBuiltinArgs> MakeCudaBuiltinArgs(const BuiltinCall& call,
                                                     absl::Span<const uint64_t> buffer_bytes) {
-  RETURN_IF_ERROR(ValidateBuiltin(call, buffer_bytes));
+  ASSIGN_OR_RETURN(const KernelDef* def, FindKernel(call.name, buffer_bytes.size()));
+  ASSIGN_OR_RETURN(const KernelMetadata meta, ValidateCall(*def, call, buffer_bytes));
+  return MakeValidatedCudaBuiltinArgs(call, meta, buffer_bytes);
+}
+
+absl::StatusOr<CudaBuiltinArgs> MakeValidatedCudaBuiltinArgs(
+    const BuiltinCall& call, const KernelMetadata& meta, absl::Span<const uint64_t> buffer_bytes) {
   const size_t n = buffer_bytes.size();
-  if (n == 0 || n > CUBED_CUDA_MAX_BUFFERS) {
+  if (n == 0 || n > CUBED_CUDA_MAX_BUFFERS || meta.tensors.size() != n) {
     return absl::InternalError(absl::StrCat("builtin '", call.name, "' with ", n, " buffers"));
   }
   ASSIGN_OR_RETURN(const CudaFamily family, FindCudaFamily(call.name, n));
-  ASSIGN_OR_RETURN(
-      const KernelMetadata meta,
-      DecodeKernelMetadata(call.metadata, static_cast<uint32_t>(n), static_cast<uint32_t>(n)));
   CudaBuiltinArgs args;
   std::memset(&args, 0, sizeof(args));
   args.num_buffers = static_cast<uint32_t>(n);

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/kernel_metadata.h"
 #include "kernels/builtin.h"
 #include "kernels/cuda/builtin_args.h"
 
@@ -93,6 +94,12 @@ class CudaKernelCompiler {
 // asks for into args.workspace.
 absl::StatusOr<CudaBuiltinArgs> MakeCudaBuiltinArgs(const BuiltinCall& call,
                                                     absl::Span<const uint64_t> buffer_bytes);
+
+// MakeCudaBuiltinArgs of a call already validated for buffers of `buffer_bytes`: `meta` is its
+// decoded metadata as ValidatedCalls (kernels/validated_calls.h) or ValidateCall gave it. The
+// errors left are INTERNAL (a catalogue row without a CUDA family).
+absl::StatusOr<CudaBuiltinArgs> MakeValidatedCudaBuiltinArgs(
+    const BuiltinCall& call, const KernelMetadata& meta, absl::Span<const uint64_t> buffer_bytes);
 
 // Grid and block size for a builtin launch of `call` with `args` from MakeCudaBuiltinArgs
 // (grid-stride kernels: any grid is correct; this one fills the device; at least one block even

@@ -14,6 +14,7 @@
 #include "common/status_macros.h"
 #include "kernels/builtin.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/validated_calls.h"
 #include "storage/host_storage.h"
 
 namespace cubed {
@@ -69,7 +70,9 @@ auto CpuServer::Timed(F&& work) -> decltype(work()) {
   return work();
 }
 
-CpuServer::CpuServer(CpuServerOptions options) : test_lost_file_(options.test_lost_file) {
+CpuServer::CpuServer(CpuServerOptions options)
+    : test_lost_file_(options.test_lost_file),
+      validated_calls_(std::make_unique<kernels::ValidatedCalls>()) {
   const uint64_t physical = PhysicalMemoryBytes();
   const uint64_t limit =
       options.memory_limit != 0
@@ -445,11 +448,17 @@ absl::Status CpuServer::Execute(const Launch& launch) {
     }
   }
   absl::InlinedVector<kernels::HostBuffer, 4> buffers(launch.buffers.size());
+  absl::InlinedVector<uint64_t, 4> sizes(launch.buffers.size());
   for (size_t i = 0; i < launch.buffers.size(); ++i) {
     ASSIGN_OR_RETURN(buffers[i].data, Address(launch.buffers[i]));
-    buffers[i].size_bytes = launch.buffers[i].size;
+    buffers[i].size_bytes = sizes[i] = launch.buffers[i].size;
   }
-  return Timed([&] { return kernels::RunBuiltinCpu(launch.kernel.builtin, buffers); });
+  const kernels::BuiltinCall& call = launch.kernel.builtin;
+  return Timed([&]() -> absl::Status {
+    ASSIGN_OR_RETURN(const kernels::ValidatedCalls::Validated* v,
+                     validated_calls_->Validate(call, sizes));
+    return kernels::RunValidatedCpu(*v->def, call, v->meta, buffers);
+  });
 }
 
 absl::StatusOr<ProfileToken> CpuServer::StartProfile() {

@@ -11,6 +11,9 @@
 #include "storage/compute_storage.h"
 
 namespace cubed {
+namespace kernels {
+class ValidatedCalls;
+}  // namespace kernels
 
 struct CpuServerOptions {
   uint32_t index = 0;
@@ -113,6 +116,8 @@ class CpuServer final : public ComputeServer {
   std::string test_lost_file_;  // CpuServerOptions::test_lost_file.
   absl::AnyInvocable<void(const absl::Status&)> on_lost_;
   absl::Status lost_;  // Not OK once lost.
+  // Builtin calls validated lately (Note [Validated calls]); Execute's, on the device loop.
+  std::unique_ptr<kernels::ValidatedCalls> validated_calls_;
 };
 
 }  // namespace cubed

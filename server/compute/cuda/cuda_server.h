@@ -29,6 +29,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/validated_calls.h"
 #include "server/compute/compute_server.h"
 #include "server/compute/cuda/cublas_matmul.h"
 #include "server/compute/cuda/cuda_completion.h"
@@ -286,6 +287,8 @@ class CudaServer final : public ComputeServer {
     }
   };
   absl::flat_hash_map<BuiltinKey, CUfunction> builtin_functions_;
+  // Builtin calls validated lately (Note [Validated calls]); ExecuteBuiltin's, on the loop.
+  kernels::ValidatedCalls validated_calls_;
   uint64_t builtin_functions_evictions_ = 0;  // modules_->evictions() when last valid.
   uint64_t builtin_function_hits_ = 0;
 

@@ -1,0 +1,121 @@
+#include "kernels/validated_calls.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/builtin.h"
+#include "kernels/builtin_test_util.h"
+#include "kernels/validate.h"
+
+namespace cubed::kernels::testing {
+namespace {
+
+using Shapes = std::vector<std::vector<uint64_t>>;
+
+// The same decoded metadata as ValidateCall's.
+void ExpectSameMeta(const KernelMetadata& got, const KernelMetadata& want) {
+  EXPECT_EQ(got.buffer_len, want.buffer_len);
+  EXPECT_EQ(got.logical_len, want.logical_len);
+  ASSERT_EQ(got.tensors.size(), want.tensors.size());
+  for (size_t i = 0; i < got.tensors.size(); ++i) {
+    EXPECT_EQ(got.tensors[i].rank, want.tensors[i].rank);
+    EXPECT_EQ(got.tensors[i].shape, want.tensors[i].shape);
+    EXPECT_EQ(got.tensors[i].strides, want.tensors[i].strides);
+  }
+}
+
+TEST(ValidatedCallsTest, AnEqualCallTakesTheKeptResult) {
+  const Shapes s = {{2, 3}, {1, 3}, {2, 3}};
+  const BuiltinCall call = ContiguousCall("add", ElemType::kF32, s);
+  const std::vector<uint64_t> bytes = ContiguousBytes(s);
+  ValidatedCalls calls;
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<const ValidatedCalls::Validated*> v = calls.Validate(call, bytes);
+    ASSERT_TRUE(v.ok()) << v.status();
+    EXPECT_EQ((*v)->def, *FindKernel("add", 3));
+    absl::StatusOr<KernelMetadata> want = ValidateCall(**FindKernel("add", 3), call, bytes);
+    ASSERT_TRUE(want.ok());
+    ExpectSameMeta((*v)->meta, *want);
+  }
+  EXPECT_EQ(calls.misses(), 1u);
+  EXPECT_EQ(calls.hits(), 2u);
+}
+
+// What a kept result must never answer: the same call with anything ValidateCall reads changed
+// is validated again, so a change that makes it invalid is refused.
+TEST(ValidatedCallsTest, AnyDifferenceValidatesAgainAndFailuresAreNotKept) {
+  const Shapes s = {{4}, {4}, {4}};
+  const BuiltinCall good = ContiguousCall("add", ElemType::kF32, s);
+  const std::vector<uint64_t> bytes = ContiguousBytes(s);
+  ValidatedCalls calls;
+  ASSERT_TRUE(calls.Validate(good, bytes).ok());
+
+  std::vector<uint64_t> small = bytes;
+  small[2] = 8;  // The output no longer fits its buffer.
+  EXPECT_EQ(calls.Validate(good, small).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(calls.Validate(good, small).status().code(), absl::StatusCode::kInvalidArgument);
+
+  BuiltinCall other = good;
+  other.dtype = ElemType::kBool;  // add has no bool.
+  EXPECT_EQ(calls.Validate(other, bytes).status().code(), absl::StatusCode::kInvalidArgument);
+  other = good;
+  other.name = "frobnicate";
+  EXPECT_EQ(calls.Validate(other, bytes).status().code(), absl::StatusCode::kNotFound);
+  other = good;
+  other.metadata[0] = 1000;  // buffer_len of the lhs beyond its 16 bytes.
+  EXPECT_EQ(calls.Validate(other, bytes).status().code(), absl::StatusCode::kInvalidArgument);
+  other = good;
+  other.allow_tf32 = true;  // Not for add.
+  EXPECT_EQ(calls.Validate(other, bytes).status().code(), absl::StatusCode::kInvalidArgument);
+  other = good;
+  other.scalars.push_back(OneScalar(ElemType::kF32, 1.0));  // add takes none.
+  EXPECT_EQ(calls.Validate(other, bytes).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      calls.Validate(good, std::vector<uint64_t>(bytes.begin(), bytes.end() - 1)).status().code(),
+      absl::StatusCode::kInvalidArgument);  // A buffer fewer.
+
+  EXPECT_EQ(calls.hits(), 0u);
+  ASSERT_TRUE(calls.Validate(good, bytes).ok());  // The good call is still kept.
+  EXPECT_EQ(calls.hits(), 1u);
+}
+
+TEST(ValidatedCallsTest, ScalarsAndAxisAreKeys) {
+  const Shapes s = {{4}, {4}};
+  BuiltinCall fill = ContiguousCall("fill", ElemType::kF32, {{4}});
+  fill.scalars = {OneScalar(ElemType::kF32, 1.0)};
+  ValidatedCalls calls;
+  const std::vector<uint64_t> bytes = {16};
+  ASSERT_TRUE(calls.Validate(fill, bytes).ok());
+  fill.scalars = {OneScalar(ElemType::kF32, 2.0)};
+  ASSERT_TRUE(calls.Validate(fill, bytes).ok());
+  EXPECT_EQ(calls.misses(), 2u);                    // Another value is another call.
+  fill.scalars = {OneScalar(ElemType::kF64, 2.0)};  // fill of f32 takes an f32.
+  EXPECT_FALSE(calls.Validate(fill, bytes).ok());
+
+  BuiltinCall sum = ContiguousCall("sum", ElemType::kF32, {{2, 3}, {1, 3}});
+  const std::vector<uint64_t> sum_bytes = ContiguousBytes({{2, 3}, {1, 3}});
+  ASSERT_TRUE(calls.Validate(sum, sum_bytes).ok());
+  sum.axis = 1;  // Reducing axis 1 of [2, 3] needs an output of [2, 1].
+  EXPECT_EQ(calls.Validate(sum, sum_bytes).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ValidatedCallsTest, KeepsTheLastEightCallsRoundRobin) {
+  ValidatedCalls calls;
+  std::vector<BuiltinCall> fills;
+  for (uint64_t n = 1; n <= 9; ++n) fills.push_back(ContiguousCall("fill", ElemType::kF32, {{n}}));
+  for (BuiltinCall& f : fills) f.scalars = {OneScalar(ElemType::kF32, 0.0)};
+  auto bytes = [](uint64_t n) { return std::vector<uint64_t>{4 * n}; };
+  for (uint64_t n = 1; n <= 8; ++n) ASSERT_TRUE(calls.Validate(fills[n - 1], bytes(n)).ok());
+  for (uint64_t n = 1; n <= 8; ++n) ASSERT_TRUE(calls.Validate(fills[n - 1], bytes(n)).ok());
+  EXPECT_EQ(calls.misses(), 8u);
+  EXPECT_EQ(calls.hits(), 8u);
+  ASSERT_TRUE(calls.Validate(fills[8], bytes(9)).ok());  // Replaces the first one kept.
+  ASSERT_TRUE(calls.Validate(fills[1], bytes(2)).ok());
+  EXPECT_EQ(calls.hits(), 9u);
+  ASSERT_TRUE(calls.Validate(fills[0], bytes(1)).ok());
+  EXPECT_EQ(calls.misses(), 10u);
+}
+
+}  // namespace
+}  // namespace cubed::kernels::testing
