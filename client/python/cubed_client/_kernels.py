@@ -99,7 +99,7 @@ class KernelMethods:
         if ta._dtype != tb._dtype:
             raise TypeError(f"{name}: dtypes differ ({ta.dtype} and {tb.dtype}); convert one "
                             "with .astype()")
-        shape = self._broadcast_shape(name, ta, tb)
+        shape = ta._shape if ta._shape == tb._shape else self._broadcast_shape(name, ta, tb)
         rank = len(shape)
         out = self._alloc(shape, ta._dtype if out_dtype is None else out_dtype)
         return self._launch(name, [ta if len(ta._shape) == rank else self._pad(ta, rank),

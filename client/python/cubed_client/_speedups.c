@@ -39,6 +39,9 @@ enum {
   kSizeTag = 0x10,     /* Command.Empty.size = 2, varint. */
   kExecuteTag = 0x32,  /* Command.execute = 6, length-delimited. */
   kBindingsTag = 0x1a, /* Command.Execute.bindings = 3, length-delimited. */
+  kBufferTag = 0x0a,   /* Bindings.buffers = 1, length-delimited. */
+  kHandleTag = 0x08,   /* Binding.handle = 1, varint. */
+  kOffsetTag = 0x10,   /* Binding.offset_start = 2, varint. */
   kStackBytes = 1024,  /* Commands up to this size are assembled without malloc. */
 };
 
@@ -230,6 +233,36 @@ static PyObject* empty(PyObject* module, PyObject* const* args, Py_ssize_t nargs
   return PyLong_FromUnsignedLongLong(id);
 }
 
+/* binding(handle, offset_start) -> bytes
+ *
+ * _wire.binding's bytes: a Bindings.buffers entry (tag 0x0a, its length) holding a Binding of
+ * `handle` (field 1) from `offset_start` (field 2), each omitted when 0 as protobuf does; both
+ * 0 .. 2^64 - 1 (OverflowError / TypeError otherwise). */
+static PyObject* binding(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
+  (void)module;
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "binding: takes (handle, offset_start)");
+    return NULL;
+  }
+  const unsigned long long handle = PyLong_AsUnsignedLongLong(args[0]);
+  if (PyErr_Occurred()) return NULL;
+  const unsigned long long offset = PyLong_AsUnsignedLongLong(args[1]);
+  if (PyErr_Occurred()) return NULL;
+  uint8_t out[2 + 1 + 10 + 1 + 10];
+  size_t n = 2; /* The tag and the length, written last (the payload is at most 22 bytes). */
+  if (handle != 0) {
+    out[n++] = kHandleTag;
+    n += put_varint(out + n, handle);
+  }
+  if (offset != 0) {
+    out[n++] = kOffsetTag;
+    n += put_varint(out + n, offset);
+  }
+  out[0] = kBufferTag;
+  out[1] = (uint8_t)(n - 2);
+  return PyBytes_FromStringAndSize((const char*)out, (Py_ssize_t)n);
+}
+
 static PyMethodDef kMethods[] = {
     {"execute", (PyCFunction)(void (*)(void))execute, METH_FASTCALL,
      "execute(target, head, views, tail, mode) -> None or (code, message): sends a builtin "
@@ -237,6 +270,8 @@ static PyMethodDef kMethods[] = {
     {"empty", (PyCFunction)(void (*)(void))empty, METH_FASTCALL,
      "empty(target, size) -> id or (code, message): takes a client id and sends an empty of "
      "`size` bytes through the native client core."},
+    {"binding", (PyCFunction)(void (*)(void))binding, METH_FASTCALL,
+     "binding(handle, offset_start) -> bytes: _wire.binding's encoding, in C."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -83,6 +83,13 @@ def binding(handle: int, offset_start: int) -> bytes:
     return field(_BUFFER, inner)
 
 
+python_binding = binding
+try:  # The same bytes from C where the compiled launch is built (Note [Compiled launch]).
+    from ._speedups import binding  # noqa: F811
+except ImportError:
+    pass
+
+
 def mode(value: int) -> bytes:
     """Command.Execute.mode (empty for 0, as the library omits a default)."""
     return _MODE + varint(value) if value else b""

@@ -172,6 +172,22 @@ def test_an_empty_that_fails_sends_nothing_or_reports_the_send() -> None:
     assert len(rec.sent) == 1 and rec.cleared == 1
 
 
+@needs_speedups
+def test_a_binding_is_the_pythons() -> None:
+    """_wire.binding is the extension's where it is built: the same bytes as the Python
+    encoding (test_wire.py compares those with protobuf's) for every varint length."""
+    assert _wire.binding is speedups.binding
+    edges = [0, 1, 127, 128, 16383, 16384, (1 << 21) - 1, 1 << 28, (1 << 56) - 1, 1 << 63,
+             (1 << 63) + (1 << 28), (1 << 64) - 1]
+    rng = random.Random(11)
+    values = edges + [rng.getrandbits(rng.randrange(1, 65)) for _ in range(500)]
+    for handle, offset in zip(values, reversed(values)):
+        assert speedups.binding(handle, offset) == _wire.python_binding(handle, offset)
+    for bad in ((-1, 0), (0, -1), (1 << 64, 0), (1.0, 0)):
+        with pytest.raises((OverflowError, TypeError)):
+            speedups.binding(*bad)
+
+
 def _launches(c: cubed_client.Client) -> list:
     """Launches of several shapes: views at offsets, scalars, a reduction, a matmul."""
     x = np.arange(64 * 33, dtype=np.float32).reshape(64, 33)
