@@ -52,9 +52,10 @@ except ImportError:
 # and size) into a stack buffer and calls the library through the addresses of its functions,
 # releasing the GIL around the send as ctypes does. Nothing else moves: the launch key, its
 # cached parts and the bindings stay Client._launch's, and the bytes are those _wire.execute and
-# _wire.empty build (tests/test_speedups.py compares them). With the scalars' cache key made
-# cheaper (_launch.scalar_field), a launch costs 1.9 us and an `a + b` 7.0 us (were 5.2 and
-# 10.7; docs/benchmarks.md, "fifteenth session"). setup.py builds the extension where a C
+# _wire.empty build (tests/test_speedups.py compares them); _wire.binding (a new output's
+# encoded Binding) is the extension's too. With the scalars' cache key made cheaper
+# (_launch.scalar_field), a launch costs 1.9 us and an `a + b` 5.5 us (were 5.2 and 10.7;
+# docs/benchmarks.md, "fifteenth session"). setup.py builds the extension where a C
 # compiler and Python's headers are (deploy/setup.sh installs python3-dev); without it, or with
 # CUBED_NO_SPEEDUPS=1 at install, empty and execute_views run as before in Python.
 # COMPILED_LAUNCH says which one this process runs.
