@@ -448,14 +448,13 @@ absl::Status Device::Execute(SessionId session, ExecuteCommand& command, absl::T
   trace.set_name(command.kernel.is_builtin ? absl::string_view(command.kernel.builtin.name)
                                            : absl::string_view(command.kernel.cuda.entry_point));
   ASSIGN_OR_RETURN(Launch launch, PrepareLaunch(*s, command));
-  launch.kernel = std::move(command.kernel);
+  launch.borrowed = &command.kernel;
   // The launch's run on the device, where the backend has a clock (Note [Command traces]).
   const bool marked =
       s->trace() != nullptr && s->trace()->has_device_clock() && !s->trace()->full();
   const uint64_t begin = marked ? server_->DeviceMark() : 0;
   absl::Status status = server_->Execute(launch);
   if (marked) trace.set_marks(begin, server_->DeviceMark());
-  command.kernel = std::move(launch.kernel);
   if (status.ok()) s->CountKernels(1);
   return status;
 }

@@ -6,7 +6,7 @@
 namespace cubed {
 
 uint64_t LaunchBytes(const Launch& launch) {
-  const KernelCall& k = launch.kernel;
+  const KernelCall& k = launch.Kernel();
   uint64_t bytes = sizeof(Launch) + k.builtin.name.size() +
                    k.builtin.metadata.size() * sizeof(uint32_t) + k.cuda.code.size() +
                    k.cuda.entry_point.size() + launch.buffers.size() * sizeof(ResolvedBinding);

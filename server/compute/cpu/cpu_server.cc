@@ -428,7 +428,7 @@ absl::Status CpuServer::Execute(const Launch& launch) {
     if (on_lost_ != nullptr) on_lost_(lost_);
     return lost_;
   }
-  if (!launch.kernel.is_builtin) {
+  if (!launch.Kernel().is_builtin) {
     return absl::UnimplementedError(
         "the cpu backend runs builtin kernels only; cuda_source and ptx kernels need the cuda "
         "backend");
@@ -453,7 +453,7 @@ absl::Status CpuServer::Execute(const Launch& launch) {
     ASSIGN_OR_RETURN(buffers[i].data, Address(launch.buffers[i]));
     buffers[i].size_bytes = sizes[i] = launch.buffers[i].size;
   }
-  const kernels::BuiltinCall& call = launch.kernel.builtin;
+  const kernels::BuiltinCall& call = launch.Kernel().builtin;
   return Timed([&]() -> absl::Status {
     ASSIGN_OR_RETURN(const kernels::ValidatedCalls::Validated* v,
                      validated_calls_->Validate(call, sizes));

@@ -30,7 +30,7 @@ bool IsClientLaunchError(CUresult r) {
 absl::Status CudaServer::Execute(const Launch& launch) {
   RETURN_IF_ERROR(LostStatus());
   RETURN_IF_ERROR(context_->MakeCurrent());
-  return Check(launch.kernel.is_builtin ? ExecuteBuiltin(launch) : ExecuteClient(launch));
+  return Check(launch.Kernel().is_builtin ? ExecuteBuiltin(launch) : ExecuteClient(launch));
 }
 
 // Note [Dynamic cube count]: CUDA has no launch whose grid is read from device memory, so the
@@ -84,7 +84,7 @@ absl::StatusOr<CUfunction> CudaServer::BuiltinFunction(const kernels::BuiltinCal
 }
 
 absl::Status CudaServer::ExecuteBuiltin(const Launch& launch) {
-  const kernels::BuiltinCall& call = launch.kernel.builtin;
+  const kernels::BuiltinCall& call = launch.Kernel().builtin;
   absl::InlinedVector<uint64_t, CUBED_CUDA_MAX_BUFFERS> sizes;
   for (const ResolvedBinding& b : launch.buffers) sizes.push_back(b.size);
   ASSIGN_OR_RETURN(const kernels::ValidatedCalls::Validated* validated,
@@ -140,9 +140,9 @@ absl::StatusOr<CUdeviceptr> CudaServer::UploadMetadata(absl::Span<const uint32_t
 }
 
 absl::Status CudaServer::ExecuteClient(const Launch& launch) {
-  const CudaKernel& k = launch.kernel.cuda;
+  const CudaKernel& k = launch.Kernel().cuda;
   // Request conversion carries a client kernel's metadata and scalars in the builtin call.
-  const kernels::BuiltinCall& bindings = launch.kernel.builtin;
+  const kernels::BuiltinCall& bindings = launch.Kernel().builtin;
   absl::StatusOr<const kernels::CompiledCudaKernel*> compiled =
       compiler_->Client(k.code, k.entry_point, k.options, k.is_ptx);
   if (!compiled.ok()) return compiled.status();

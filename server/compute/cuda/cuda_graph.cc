@@ -64,7 +64,7 @@ class CudaGraphExecutable final : public GraphExecutable {
 bool Capturable(absl::Span<const Launch> launches) {
   if (launches.empty() || Cu().StreamBeginCapture == nullptr) return false;
   return std::all_of(launches.begin(), launches.end(),
-                     [](const Launch& l) { return l.kernel.is_builtin && !l.count.dynamic; });
+                     [](const Launch& l) { return l.Kernel().is_builtin && !l.count.dynamic; });
 }
 
 }  // namespace
