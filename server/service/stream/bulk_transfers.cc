@@ -75,7 +75,7 @@ bool BulkTransfers::Start(Device& device, StreamRunner& runner, StreamCommand& c
   const absl::Status status = runner.StartBulk(device, command, sink);
   const uint64_t seq = command.seq;
   absl::MutexLock lock(&mu_);
-  last_seq_ = std::max(last_seq_, seq);
+  RaiseLastSeq(seq);
   // Transfers of earlier seqs will never be joined.
   if (seq > 0) EndUnjoinedLocked(seq - 1);
   if (!status.ok()) {
@@ -116,14 +116,19 @@ void BulkTransfers::EndLanesLocked(TransferMap<State>& transfers, uint64_t seq,
   }
 }
 
+void BulkTransfers::RaiseLastSeq(uint64_t seq) {
+  if (seq > last_seq_.load(std::memory_order_relaxed)) last_seq_.store(seq);
+}
+
 void BulkTransfers::Passed(uint64_t seq) {
+  // With no transfer attached there is nothing to end: as before, a transfer attaching while
+  // this runs is ended by the next command's Passed, its Start, or the stream's end.
   if (attached_.load() == 0) {
-    absl::MutexLock lock(&mu_);
-    last_seq_ = std::max(last_seq_, seq);
+    RaiseLastSeq(seq);
     return;
   }
   absl::MutexLock lock(&mu_);
-  last_seq_ = std::max(last_seq_, seq);
+  RaiseLastSeq(seq);
   EndUnjoinedLocked(seq);
 }
 
@@ -179,7 +184,7 @@ void BulkTransfers::Attach(TransferMap<State> BulkTransfers::*member,
     } else if (waited && wait_->upload != direction.upload) {
       reject =
           absl::FailedPreconditionError(absl::StrCat("seq: command ", seq, direction.wrong_kind));
-    } else if (!waited && seq <= last_seq_) {
+    } else if (!waited && seq <= last_seq_.load()) {
       reject =
           absl::FailedPreconditionError(absl::StrCat("seq: command ", seq, direction.not_kind));
     }
