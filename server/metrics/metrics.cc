@@ -19,26 +19,13 @@ constexpr const char* kCodeNames[] = {
 
 }  // namespace
 
-size_t LatencyHistogram::Bucket(absl::Duration latency, uint64_t* us) {
-  const int64_t whole = absl::ToInt64Microseconds(latency);
-  const uint64_t value = whole < 0 ? 0 : static_cast<uint64_t>(whole);
+void LatencyHistogram::Observe(absl::Duration latency) {
+  const int64_t us = absl::ToInt64Microseconds(latency);
+  const uint64_t value = us < 0 ? 0 : static_cast<uint64_t>(us);
   size_t bucket = 0;
   while (bucket < kNumLatencyBounds && value > kLatencyBoundsUs[bucket]) ++bucket;
-  *us = value;
-  return bucket;
-}
-
-void LatencyHistogram::Observe(absl::Duration latency) {
-  uint64_t us = 0;
-  buckets_[Bucket(latency, &us)].fetch_add(1, kRelaxed);
-  sum_us_.fetch_add(us, kRelaxed);
-}
-
-void LatencyHistogram::Add(absl::Span<const uint64_t> counts, uint64_t sum_us) {
-  for (size_t i = 0; i < counts.size() && i <= kNumLatencyBounds; ++i) {
-    if (counts[i] != 0) buckets_[i].fetch_add(counts[i], kRelaxed);
-  }
-  if (sum_us != 0) sum_us_.fetch_add(sum_us, kRelaxed);
+  buckets_[bucket].fetch_add(1, kRelaxed);
+  sum_us_.fetch_add(value, kRelaxed);
 }
 
 HistogramSnapshot LatencyHistogram::Snapshot() const {
@@ -54,17 +41,10 @@ HistogramSnapshot LatencyHistogram::Snapshot() const {
   return out;
 }
 
-int CodeCounters::Index(absl::StatusCode code) {
-  const int i = static_cast<int>(code);
-  return i < 0 || i >= kNumCodes ? static_cast<int>(absl::StatusCode::kUnknown) : i;
-}
-
-void CodeCounters::Count(absl::StatusCode code) { counts_[Index(code)].fetch_add(1, kRelaxed); }
-
-void CodeCounters::Add(absl::Span<const uint64_t> counts) {
-  for (size_t i = 0; i < counts.size() && i < static_cast<size_t>(kNumCodes); ++i) {
-    if (counts[i] != 0) counts_[i].fetch_add(counts[i], kRelaxed);
-  }
+void CodeCounters::Count(absl::StatusCode code) {
+  int i = static_cast<int>(code);
+  if (i < 0 || i >= kNumCodes) i = static_cast<int>(absl::StatusCode::kUnknown);
+  counts_[i].fetch_add(1, kRelaxed);
 }
 
 std::vector<CodeCount> CodeCounters::Snapshot() const {

@@ -18,7 +18,6 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "absl/types/span.h"
 #include "server/auth/rpc.h"
 #include "server/metrics/stats_snapshot.h"
 
@@ -33,14 +32,8 @@ inline constexpr size_t kNumLatencyBounds = sizeof(kLatencyBoundsUs) / sizeof(kL
 // A latency histogram with the fixed buckets above. Thread-safe, lock-free.
 class LatencyHistogram {
  public:
-  // The bucket (0 .. kNumLatencyBounds, the last +Inf) an observation of `latency` falls in;
-  // sets *us to its whole microseconds (negative durations count as 0).
-  static size_t Bucket(absl::Duration latency, uint64_t* us);
   // Records one observation; negative durations count as 0.
   void Observe(absl::Duration latency);
-  // Adds observations counted elsewhere (StreamCommandTally): `counts[i]` in bucket i
-  // (kNumLatencyBounds + 1 of them), summing to `sum_us` microseconds.
-  void Add(absl::Span<const uint64_t> counts, uint64_t sum_us);
   // Cumulative buckets, count and sum.
   HistogramSnapshot Snapshot() const;
 
@@ -52,16 +45,12 @@ class LatencyHistogram {
 // Finished calls by gRPC status code. Thread-safe, lock-free.
 class CodeCounters {
  public:
-  static constexpr int kNumCodes = 17;  // OK .. UNAUTHENTICATED; others count as UNKNOWN.
-  // The counter `code` counts in (0 .. kNumCodes - 1).
-  static int Index(absl::StatusCode code);
   void Count(absl::StatusCode code);
-  // Adds calls counted elsewhere (StreamCommandTally): `counts[i]` of code i, kNumCodes of them.
-  void Add(absl::Span<const uint64_t> counts);
   // One CodeCount per code seen, in code order.
   std::vector<CodeCount> Snapshot() const;
 
  private:
+  static constexpr int kNumCodes = 17;  // OK .. UNAUTHENTICATED; others count as UNKNOWN.
   std::atomic<uint64_t> counts_[kNumCodes] = {};
 };
 

@@ -6,13 +6,11 @@
 #include <string>
 #include <utility>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/channel/stream_runner.h"
-#include "server/metrics/stream_command_tally.h"
 #include "server/service/status_conversion.h"
 #include "server/service/stream/bulk_transfers.h"
 #include "server/service/stream/request_arena.h"
@@ -133,6 +131,8 @@ class StreamState final : public ReplySink,
   // One turn on the loop (Note [Stream turns]): runs up to kTurnCommands commands of its batches,
   // or one step of a transfer, or closes the session when the stream is over.
   void Drain(Device& device);
+  // Ends Drain's turn: schedules the next one if the stream has work, reads if it has room.
+  void EndTurnLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Loop thread: a Drain threw (Note [Loop task exceptions], device_loop.h): ends the stream
   // with `error`, which closes its session.
   void OnDrainException(absl::Status error);
@@ -220,9 +220,6 @@ class StreamState final : public ReplySink,
     bool reserved = false;  // It reserved a reply slot: Fill records it.
   };
   RunningCommand running_;
-  // The turn's commands that were done when they ran, added to the metrics at the turn's end
-  // (Note [Stream command tally]). On the loop only.
-  StreamCommandTally tally_;
   absl::flat_hash_map<uint64_t, RunningCommand> answering_ ABSL_GUARDED_BY(mu_);
   MethodMetrics& stream_metrics() { return service_->metrics_->method(Method::kSession); }
 };
@@ -511,9 +508,7 @@ void StreamState::Drain(Device& device) {
       absl::MutexLock lock(&mu_);
       const bool work = WorkLocked();
       if (!work && !first) {  // The turn ran every batch there was.
-        drain_scheduled_ = false;
-        ScheduleDrainLocked();
-        MaybeReadLocked();
+        EndTurnLocked();
         return;
       }
       if (!work) {
@@ -543,9 +538,7 @@ void StreamState::Drain(Device& device) {
         bulk_->Step(device, runner_, *this);
       }
       absl::MutexLock lock(&mu_);
-      drain_scheduled_ = false;
-      ScheduleDrainLocked();
-      MaybeReadLocked();
+      EndTurnLocked();
       MaybeFinishLocked();
       return;
     }
@@ -560,14 +553,17 @@ void StreamState::Drain(Device& device) {
       batches_.push_front(std::move(batch));  // Parked, waiting, or its turn is over.
     }
     if (!done || budget == 0 || ending_) {
-      // The turn is over: other streams and unary calls on this loop get theirs.
-      drain_scheduled_ = false;
-      ScheduleDrainLocked();
-      MaybeReadLocked();
+      EndTurnLocked();  // Other streams and unary calls on this loop get theirs.
       return;
     }
     MaybeReadLocked();  // Room freed: the wire may read while the turn goes on.
   }
+}
+
+void StreamState::EndTurnLocked() {
+  drain_scheduled_ = false;
+  ScheduleDrainLocked();
+  MaybeReadLocked();
 }
 
 void StreamState::OnDrainException(absl::Status error) {
@@ -581,21 +577,17 @@ void StreamState::RunMetered(Device& device, StreamCommand& command, absl::Time 
   StreamCommandMetrics& metrics =
       service_->metrics_->stream_command(static_cast<int>(command.kind));
   const absl::Time start = clock;
-  // What ran before a command that answers is in the registry before its answer can leave: a
-  // client that reads its stats after a sync sees every command up to the sync.
-  if (Answers(command.kind)) tally_.Flush();
+  metrics.queue.Observe(start - arrival);
   const uint64_t failures = runner_.failures();
   running_ = RunningCommand{&metrics, start, false};
   device.NoteArrival(arrival);  // For its trace event (TraceEvent::queued_ns).
   runner_.Run(device, command, sink, start);
   device.NoteArrival(absl::InfinitePast());  // Unused when the command touched no session.
   clock = absl::Now();
-  if (running_.reserved) {  // Fill records its execution and code when it answers.
-    metrics.queue.Observe(start - arrival);
-  } else {  // Done now: counted in the turn's tally (Note [Stream command tally]).
-    tally_.Observe(
-        metrics, start - arrival, clock - start,
-        runner_.failures() != failures ? runner_.last_failure_code() : absl::StatusCode::kOk);
+  if (!running_.reserved) {  // Done now; otherwise Fill records it.
+    metrics.execution.Observe(clock - start);
+    metrics.codes.Count(runner_.failures() != failures ? runner_.last_failure_code()
+                                                       : absl::StatusCode::kOk);
   }
   running_ = RunningCommand();
 }
@@ -626,7 +618,6 @@ bool StreamState::RunBatch(Device& device, StreamBatch& batch, uint64_t& budget)
   }
   const std::shared_ptr<ReplySink> sink = shared_from_this();
   absl::Time clock = absl::Now();
-  absl::Cleanup flush_tally = [this] { tally_.Flush(); };  // Note [Stream command tally].
   // Note [Claimed executes]: a command is counted off pending_commands_ under mu_ before it runs,
   // after the stream's state is looked at: has it ended, do its replies pile up (then it parks).
   // An execute answers nothing, so it cannot pile replies up: the executes that follow it are
