@@ -202,8 +202,7 @@ std::vector<std::string> BuiltinKernelNames() {
 }
 
 absl::Status ValidateBuiltin(const BuiltinCall& call, absl::Span<const uint64_t> buffer_bytes) {
-  ASSIGN_OR_RETURN(const KernelDef* def, FindKernel(call.name, buffer_bytes.size()));
-  return ValidateCall(*def, call, buffer_bytes).status();
+  return ValidateBuiltinCall(call, buffer_bytes).status();
 }
 
 }  // namespace cubed::kernels

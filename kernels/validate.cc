@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -542,6 +543,13 @@ absl::StatusOr<KernelMetadata> ValidateCall(const KernelDef& def, const BuiltinC
   RETURN_IF_ERROR(CheckShapes(def, call, *meta));
   RETURN_IF_ERROR(CheckWork(def, call, *meta, buffer_bytes));
   return meta;
+}
+
+absl::StatusOr<ValidatedCall> ValidateBuiltinCall(const BuiltinCall& call,
+                                                  absl::Span<const uint64_t> buffer_bytes) {
+  ASSIGN_OR_RETURN(const KernelDef* def, FindKernel(call.name, buffer_bytes.size()));
+  ASSIGN_OR_RETURN(KernelMetadata meta, ValidateCall(*def, call, buffer_bytes));
+  return ValidatedCall{def, std::move(meta)};
 }
 
 }  // namespace cubed::kernels

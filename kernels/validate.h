@@ -23,6 +23,17 @@ namespace cubed::kernels {
 absl::StatusOr<KernelMetadata> ValidateCall(const KernelDef& def, const BuiltinCall& call,
                                             absl::Span<const uint64_t> buffer_bytes);
 
+// A builtin call that passed validation: its catalogue row and its decoded metadata.
+struct ValidatedCall {
+  const KernelDef* def = nullptr;
+  KernelMetadata meta;
+};
+
+// FindKernel and ValidateCall of `call` on buffers of `buffer_bytes` bytes (one per buffer):
+// ValidateBuiltin (builtin.h) with what it found. NOT_FOUND or INVALID_ARGUMENT as those.
+absl::StatusOr<ValidatedCall> ValidateBuiltinCall(const BuiltinCall& call,
+                                                  absl::Span<const uint64_t> buffer_bytes);
+
 // The float parameter (FloatParam: the norms' eps, causal_softmax's scale) of a call whose
 // scalars passed validation (one f32 or f64 value), as f64.
 double FloatScalar(const BuiltinCall& call);

@@ -3,6 +3,7 @@
 #include "kernels/validated_calls.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "common/status_macros.h"
 #include "kernels/validate.h"
@@ -39,14 +40,13 @@ absl::StatusOr<const ValidatedCalls::Validated*> ValidatedCalls::Validate(
     }
   }
   ++misses_;
-  ASSIGN_OR_RETURN(const KernelDef* def, FindKernel(call.name, buffer_bytes.size()));
-  ASSIGN_OR_RETURN(KernelMetadata meta, ValidateCall(*def, call, buffer_bytes));
+  ASSIGN_OR_RETURN(Validated validated, ValidateBuiltinCall(call, buffer_bytes));
   Entry& e = entries_[next_];
   next_ = (next_ + 1) % kEntries;
   e.used = true;
   e.call = call;
   e.buffer_bytes.assign(buffer_bytes.begin(), buffer_bytes.end());
-  e.validated = Validated{def, std::move(meta)};
+  e.validated = std::move(validated);
   return &e.validated;
 }
 

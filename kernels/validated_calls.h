@@ -11,6 +11,7 @@
 #include "common/kernel_metadata.h"
 #include "kernels/builtin.h"
 #include "kernels/kernel_def.h"
+#include "kernels/validate.h"
 
 namespace cubed::kernels {
 
@@ -26,14 +27,10 @@ namespace cubed::kernels {
 // addresses) is not part of validation and runs per call as before.
 class ValidatedCalls {
  public:
-  // A call that passed validation: its catalogue row and its decoded metadata.
-  struct Validated {
-    const KernelDef* def = nullptr;
-    KernelMetadata meta;
-  };
+  using Validated = ValidatedCall;  // Its catalogue row and decoded metadata (validate.h).
 
-  // FindKernel and ValidateCall of `call` on buffers of `buffer_bytes` bytes (one per buffer),
-  // or the result kept for an equal call. The pointer stays valid until the next Validate;
+  // ValidateBuiltinCall of `call` on buffers of `buffer_bytes` bytes (one per buffer), or the
+  // result kept for an equal call. The pointer stays valid until the next Validate;
   // errors are theirs (NOT_FOUND, INVALID_ARGUMENT), never kept. Not thread-safe: one owner
   // thread (a backend's device loop).
   absl::StatusOr<const Validated*> Validate(const BuiltinCall& call,

@@ -103,11 +103,10 @@ absl::StatusOr<const CpuKernel*> FindCpuKernel(const KernelDef& def) {
 }
 
 absl::Status RunBuiltinCpu(const BuiltinCall& call, absl::Span<const HostBuffer> buffers) {
-  ASSIGN_OR_RETURN(const KernelDef* def, FindKernel(call.name, buffers.size()));
   absl::InlinedVector<uint64_t, kMaxBuiltinBuffers> sizes;
   for (const HostBuffer& b : buffers) sizes.push_back(b.size_bytes);
-  ASSIGN_OR_RETURN(const KernelMetadata meta, ValidateCall(*def, call, sizes));
-  return RunValidatedCpu(*def, call, meta, buffers);
+  ASSIGN_OR_RETURN(const ValidatedCall v, ValidateBuiltinCall(call, sizes));
+  return RunValidatedCpu(*v.def, call, v.meta, buffers);
 }
 
 absl::Status RunValidatedCpu(const KernelDef& def, const BuiltinCall& call,

@@ -115,9 +115,8 @@ bool AttentionOnTensorCores(const BuiltinCall& call, const KernelMetadata& meta)
 
 absl::StatusOr<CudaBuiltinArgs> MakeCudaBuiltinArgs(const BuiltinCall& call,
                                                     absl::Span<const uint64_t> buffer_bytes) {
-  ASSIGN_OR_RETURN(const KernelDef* def, FindKernel(call.name, buffer_bytes.size()));
-  ASSIGN_OR_RETURN(const KernelMetadata meta, ValidateCall(*def, call, buffer_bytes));
-  return MakeValidatedCudaBuiltinArgs(call, meta, buffer_bytes);
+  ASSIGN_OR_RETURN(const ValidatedCall v, ValidateBuiltinCall(call, buffer_bytes));
+  return MakeValidatedCudaBuiltinArgs(call, v.meta, buffer_bytes);
 }
 
 absl::StatusOr<CudaBuiltinArgs> MakeValidatedCudaBuiltinArgs(
