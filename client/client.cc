@@ -254,12 +254,15 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
       if (!channel.ok()) return channel.status();
       return std::unique_ptr<SessionWire>(std::make_unique<GrpcSessionWire>(*channel));
     };
-    ASSIGN_OR_RETURN(
-        impl->stream,
-        StreamTransport::Open(std::move(wire), impl->options.device,
-                              static_cast<uint64_t>(absl::ToInt64Milliseconds(impl->options.lease)),
-                              impl->options.timeout, std::move(reconnect),
-                              impl->options.resume_timeout));
+    StreamTransport::Options stream_options;
+    stream_options.device = impl->options.device;
+    stream_options.lease_ms = static_cast<uint64_t>(absl::ToInt64Milliseconds(impl->options.lease));
+    stream_options.call_timeout = impl->options.timeout;
+    stream_options.max_request_bytes = static_cast<size_t>(impl->options.max_message_bytes);
+    stream_options.reconnect = std::move(reconnect);
+    stream_options.resume_timeout = impl->options.resume_timeout;
+    ASSIGN_OR_RETURN(impl->stream,
+                     StreamTransport::Open(std::move(wire), std::move(stream_options)));
     impl->session = impl->stream->opened().session();
     impl->owns_session = true;
     impl->lease = absl::Milliseconds(static_cast<int64_t>(impl->stream->opened().lease_ms()));

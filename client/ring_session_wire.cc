@@ -12,7 +12,6 @@
 #include "absl/time/clock.h"
 #include "common/fd_passing.h"
 #include "cubed/v1/ring.pb.h"
-#include "google/protobuf/io/coded_stream.h"
 
 namespace cubed {
 namespace {
@@ -146,20 +145,13 @@ bool RingSessionWire::Write(const v1::SessionRequest& request) {
 }
 
 bool RingSessionWire::WriteCommand(const v1::Command& command) {
-  // The bytes SessionRequest{commands: [command]} serializes to: the field's tag, the length,
-  // then the command (protobuf's encoding of one length-delimited field).
-  using google::protobuf::io::CodedOutputStream;
-  constexpr uint32_t kTag = (v1::SessionRequest::kCommandsFieldNumber << 3) | 2;
-  const size_t size = command.ByteSizeLong();
-  if (size > static_cast<size_t>(INT32_MAX)) return false;
-  const size_t framed = CodedOutputStream::VarintSize32(kTag) +
-                        CodedOutputStream::VarintSize32(static_cast<uint32_t>(size)) + size;
-  write_buffer_.resize(framed);
-  uint8_t* p = reinterpret_cast<uint8_t*>(write_buffer_.data());
-  p = CodedOutputStream::WriteVarint32ToArray(kTag, p);
-  p = CodedOutputStream::WriteVarint32ToArray(static_cast<uint32_t>(size), p);
-  command.SerializeWithCachedSizesToArray(p);
+  write_buffer_.clear();  // Keeps its capacity.
+  if (!AppendSerializedCommand(command, &write_buffer_)) return false;
   return Append(RingChunk::kRequest, write_buffer_);
+}
+
+bool RingSessionWire::WriteSerialized(absl::string_view request) {
+  return Append(RingChunk::kRequest, request);
 }
 
 void RingSessionWire::WritesDone() { (void)Append(RingChunk::kRequestsDone, {}); }

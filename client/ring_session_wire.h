@@ -42,6 +42,7 @@ class RingSessionWire final : public SessionWire {
   // Frames `command` as a one-command SessionRequest straight into the write buffer (reused: no
   // allocation once it has grown).
   bool WriteCommand(const v1::Command& command) override;
+  bool WriteSerialized(absl::string_view request) override;
   bool Read(v1::SessionResponse* response) override;
   void WritesDone() override;
   absl::Status Finish() override;

@@ -1,13 +1,71 @@
 #include "client/session_wire.h"
 
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/str_cat.h"
 #include "client/status_conversion.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "grpcpp/support/slice.h"
 
 namespace cubed {
+
+bool AppendSerializedCommand(const v1::Command& command, std::string* out) {
+  // Protobuf's encoding of one length-delimited field: its tag, the length, the bytes.
+  using google::protobuf::io::CodedOutputStream;
+  constexpr uint32_t kTag = (v1::SessionRequest::kCommandsFieldNumber << 3) | 2;
+  const size_t size = command.ByteSizeLong();
+  if (size > static_cast<size_t>(INT32_MAX)) return false;
+  const size_t framed = CodedOutputStream::VarintSize32(kTag) +
+                        CodedOutputStream::VarintSize32(static_cast<uint32_t>(size)) + size;
+  const size_t at = out->size();
+  out->resize(at + framed);
+  uint8_t* p = reinterpret_cast<uint8_t*>(out->data() + at);
+  p = CodedOutputStream::WriteVarint32ToArray(kTag, p);
+  p = CodedOutputStream::WriteVarint32ToArray(static_cast<uint32_t>(size), p);
+  command.SerializeWithCachedSizesToArray(p);
+  return true;
+}
 
 bool SessionWire::WriteCommand(const v1::Command& command) {
   v1::SessionRequest request;
   *request.add_commands() = command;
   return Write(request);
+}
+
+bool SessionWire::WriteSerialized(absl::string_view request) {
+  v1::SessionRequest parsed;
+  if (!parsed.ParseFromArray(request.data(), static_cast<int>(request.size()))) return false;
+  return Write(parsed);
+}
+
+namespace {
+
+const char* SessionMethodName() {
+  static const std::string* const name =
+      new std::string(absl::StrCat("/", v1::SessionStream::service_full_name(), "/Session"));
+  return name->c_str();
+}
+
+}  // namespace
+
+GrpcSessionWire::GrpcSessionWire(const std::shared_ptr<grpc::Channel>& channel)
+    : channel_(channel),
+      method_(SessionMethodName(), grpc::internal::RpcMethod::BIDI_STREAMING, channel),
+      stream_(
+          grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, v1::SessionResponse>::Create(
+              channel_.get(), method_, &context_)) {}
+
+bool GrpcSessionWire::Write(const v1::SessionRequest& request) {
+  std::string bytes;
+  if (!request.SerializeToString(&bytes)) return false;
+  return WriteSerialized(bytes);
+}
+
+bool GrpcSessionWire::WriteSerialized(absl::string_view request) {
+  grpc::Slice slice(request.data(), request.size());
+  grpc::ByteBuffer buffer(&slice, 1);
+  return stream_->Write(buffer);
 }
 
 absl::Status GrpcSessionWire::Finish() {

@@ -6,14 +6,25 @@
 // mirror grpc::ClientReaderWriter's: one thread may write while another reads.
 
 #include <memory>
+#include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "cubed/v1/session.grpc.pb.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
+#include "grpcpp/impl/rpc_method.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/sync_stream.h"
 
 namespace cubed {
+
+// Appends to `out` what a SessionRequest's `commands` field holding `command` serializes to
+// (the field's tag, the length, the command): any concatenation of such appends is the
+// serialized SessionRequest that carries those commands in that order. False, with nothing
+// appended, for a command of 2 GiB or more (protobuf cannot frame it).
+bool AppendSerializedCommand(const v1::Command& command, std::string* out);
 
 class SessionWire {
  public:
@@ -23,6 +34,10 @@ class SessionWire {
   // Sends a request that holds only `command`, as Write does. This default copies the command
   // into a SessionRequest; a direct wire frames it without the copy.
   virtual bool WriteCommand(const v1::Command& command);
+  // Sends the serialized bytes of one SessionRequest (AppendSerializedCommand's), as Write does.
+  // This default parses them into a SessionRequest (false when they do not parse); gRPC sends
+  // them as they are.
+  virtual bool WriteSerialized(absl::string_view request);
   // Waits for the next response; false once the stream is over (then call Finish). One reader
   // thread.
   virtual bool Read(v1::SessionResponse* response) = 0;
@@ -43,22 +58,28 @@ class SessionWire {
   virtual absl::Duration suggested_spin() const { return absl::ZeroDuration(); }
 };
 
-// The session stream over gRPC (cubed.v1.SessionStream/Session) on `channel`.
+// The session stream over gRPC (cubed.v1.SessionStream/Session) on `channel`. Its requests go
+// out as bytes (a ByteBuffer), so that StreamTransport's serialized batches need no message;
+// its responses are parsed as usual.
 class GrpcSessionWire final : public SessionWire {
  public:
-  explicit GrpcSessionWire(const std::shared_ptr<grpc::Channel>& channel)
-      : stub_(v1::SessionStream::NewStub(channel)), stream_(stub_->Session(&context_)) {}
+  explicit GrpcSessionWire(const std::shared_ptr<grpc::Channel>& channel);
 
-  bool Write(const v1::SessionRequest& request) override { return stream_->Write(request); }
+  bool Write(const v1::SessionRequest& request) override;
+  // Copies `request` into one slice and writes it (a memcpy: no parse, no serialization).
+  bool WriteSerialized(absl::string_view request) override;
   bool Read(v1::SessionResponse* response) override { return stream_->Read(response); }
   void WritesDone() override { stream_->WritesDone(); }
   absl::Status Finish() override;
   void Cancel() override { context_.TryCancel(); }
 
  private:
+  std::shared_ptr<grpc::Channel> channel_;  // The call uses it (as the generated stub keeps it).
   grpc::ClientContext context_;
-  std::unique_ptr<v1::SessionStream::Stub> stub_;
-  std::unique_ptr<grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionResponse>> stream_;
+  // The generated stub's method, with bytes for requests: what SessionStream::Stub::Session
+  // creates, with grpc::ByteBuffer in place of SessionRequest (gRPC's own generic message type).
+  grpc::internal::RpcMethod method_;
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, v1::SessionResponse>> stream_;
 };
 
 }  // namespace cubed

@@ -11,18 +11,18 @@
 namespace cubed {
 
 absl::StatusOr<std::unique_ptr<StreamTransport>> StreamTransport::Open(
-    std::unique_ptr<SessionWire> wire, uint32_t device, uint64_t lease_ms,
-    absl::Duration call_timeout, WireFactory reconnect, absl::Duration resume_timeout) {
+    std::unique_ptr<SessionWire> wire, Options options) {
   std::unique_ptr<StreamTransport> t(new StreamTransport());
-  if (!wire->direct() && resume_timeout > absl::ZeroDuration()) {  // Note [Stream resume].
-    t->reconnect_ = std::move(reconnect);
-    t->resume_timeout_ = resume_timeout;
+  if (!wire->direct() && options.resume_timeout > absl::ZeroDuration()) {  // Note [Stream resume].
+    t->reconnect_ = std::move(options.reconnect);
+    t->resume_timeout_ = options.resume_timeout;
   }
-  t->call_timeout_ = call_timeout;
+  t->call_timeout_ = options.call_timeout;
+  t->batch_bytes_ = std::min(kBatchBytes, std::max<size_t>(1, options.max_request_bytes));
   t->wire_ = std::move(wire);
   v1::SessionRequest open;
-  open.mutable_open()->set_device(device);
-  open.mutable_open()->set_lease_ms(lease_ms);
+  open.mutable_open()->set_device(options.device);
+  open.mutable_open()->set_lease_ms(options.lease_ms);
   v1::SessionResponse response;
   if (!t->wire_->Write(open) || !t->wire_->Read(&response)) {
     // The call is over (a failed Write or Read says so): Finish returns the daemon's status
@@ -107,7 +107,7 @@ uint64_t StreamTransport::NextId() {
 absl::Status StreamTransport::Send(v1::Command command, Callback on_reply, uint64_t* seq_out,
                                    absl::Duration timeout) {
   if (direct_) return SendDirect(command, std::move(on_reply), seq_out, timeout);
-  return Enqueue(std::move(command), std::move(on_reply), seq_out, timeout);
+  return Enqueue(command, std::move(on_reply), seq_out, timeout);
 }
 
 absl::Status StreamTransport::SendInPlace(v1::Command& command, Callback on_reply) {
@@ -115,34 +115,64 @@ absl::Status StreamTransport::SendInPlace(v1::Command& command, Callback on_repl
   return Enqueue(command, std::move(on_reply), nullptr, absl::ZeroDuration());
 }
 
-absl::Status StreamTransport::Enqueue(v1::Command command, Callback on_reply, uint64_t* seq_out,
+absl::Status StreamTransport::Enqueue(v1::Command& command, Callback on_reply, uint64_t* seq_out,
                                       absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   if (ended_) return end_status_;
   if (closing_) return absl::FailedPreconditionError("session stream is closing");
-  while (queue_.size() >= kMaxQueued && !broken_) space_.Wait(&mu_);
-  const uint64_t seq = next_seq_++;
-  if (seq_out != nullptr) *seq_out = seq;
+  while (queued_ >= kMaxQueued && !broken_) space_.Wait(&mu_);
+  const uint64_t seq = next_seq_;
   command.set_seq(seq);
-  if (command.has_sync() && on_reply != nullptr && !lost_commands_.ok()) {
-    // Note [Stream resume]: the first sync after a resume reports the commands it lost.
-    on_reply = [lost = std::exchange(lost_commands_, absl::OkStatus()),
-                inner = std::move(on_reply)](absl::StatusOr<v1::Reply*> reply) {
-      inner(reply.ok() ? absl::StatusOr<v1::Reply*>(lost) : std::move(reply));
-    };
+  if (queue_.empty() || queue_.back().commands >= kMaxPerRequest) NewBatch();
+  const size_t before = queue_.back().request.size();
+  if (!AppendSerializedCommand(command, &queue_.back().request)) {
+    if (queue_.back().commands == 0) queue_.pop_back();
+    return absl::InvalidArgumentError(absl::StrCat("command of ", command.ByteSizeLong(),
+                                                   " bytes: over the 2 GiB a message can carry"));
   }
-  if (queue_.empty()) first_queued_ = absl::Now();
-  queue_.push_back(std::move(command));
+  if (queue_.back().commands > 0 && queue_.back().request.size() > batch_bytes_) {
+    // Past the batch's bytes: the command starts the next one (Note [Serialized queue]).
+    std::string& full = queue_.back().request;
+    std::string moved = full.substr(before);
+    full.resize(before);
+    NewBatch();
+    queue_.back().request.append(moved);
+  }
+  Batch& batch = queue_.back();
+  ++next_seq_;
+  if (seq_out != nullptr) *seq_out = seq;
+  if (queued_ == 0) first_queued_ = absl::Now();
+  ++queued_;
+  ++batch.commands;
+  batch.last_seq = seq;
+  if (command.has_sync()) {
+    batch.syncs.push_back(seq);
+    if (on_reply != nullptr && !lost_commands_.ok()) {
+      // Note [Stream resume]: the first sync after a resume reports the commands it lost.
+      on_reply = [lost = std::exchange(lost_commands_, absl::OkStatus()),
+                  inner = std::move(on_reply)](absl::StatusOr<v1::Reply*> reply) {
+        inner(reply.ok() ? absl::StatusOr<v1::Reply*>(lost) : std::move(reply));
+      };
+    }
+  }
   if (on_reply != nullptr) {
     pending_.emplace(seq, std::move(on_reply));
     deadlines_.emplace(seq,
                        absl::Now() + (timeout != absl::ZeroDuration() ? timeout : call_timeout_));
     push_now_ = true;
     wake_writer_.Signal();
-  } else if (queue_.size() == 1 || queue_.size() >= kBatchCommands) {
+  } else if (queued_ == 1 || queued_ >= kBatchCommands) {
     wake_writer_.Signal();
   }
   return absl::OkStatus();
+}
+
+void StreamTransport::NewBatch() {
+  Batch& batch = queue_.emplace_back();
+  if (!spare_buffers_.empty()) {
+    batch.request = std::move(spare_buffers_.back());
+    spare_buffers_.pop_back();
+  }
 }
 
 absl::Status StreamTransport::SendDirect(v1::Command& command, Callback on_reply, uint64_t* seq_out,
@@ -186,7 +216,7 @@ StreamTransport::ResumeState StreamTransport::resume_state() {
 void StreamTransport::Push() {
   if (direct_) return;  // Nothing waits in a queue.
   absl::MutexLock lock(&mu_);
-  if (queue_.empty()) return;
+  if (queued_ == 0) return;
   push_now_ = true;
   wake_writer_.Signal();
 }
@@ -208,21 +238,17 @@ void StreamTransport::WriterLoop() {
       wake_writer_.Wait(&mu_);
       continue;
     }
-    if (!closing_ && !push_now_ && queue_.size() < kBatchCommands) {
+    if (!closing_ && !push_now_ && queued_ < kBatchCommands) {
       const absl::Time due = first_queued_ + kBatchDelay;
       if (absl::Now() < due) {
         wake_writer_.WaitWithDeadline(&mu_, due);
         continue;
       }
     }
-    v1::SessionRequest request;
-    const size_t n = std::min(queue_.size(), kMaxPerRequest);
-    request.mutable_commands()->Reserve(static_cast<int>(n));
-    for (size_t i = 0; i < n; ++i) {
-      *request.add_commands() = std::move(queue_.front());
-      queue_.pop_front();
-    }
-    written_seq_ = request.commands(static_cast<int>(n) - 1).seq();
+    Batch batch = std::move(queue_.front());
+    queue_.pop_front();
+    queued_ -= batch.commands;
+    written_seq_ = batch.last_seq;
     if (queue_.empty()) {
       push_now_ = false;
     } else {
@@ -230,9 +256,13 @@ void StreamTransport::WriterLoop() {
     }
     space_.SignalAll();
     mu_.Unlock();
-    const bool ok = wire_->Write(request);
+    const bool ok = wire_->WriteSerialized(batch.request);
     mu_.Lock();
     if (!ok) broken_ = true;
+    if (spare_buffers_.size() < 2) {
+      batch.request.clear();  // Keeps its capacity.
+      spare_buffers_.push_back(std::move(batch.request));
+    }
   }
   if (!broken_) {
     mu_.Unlock();
@@ -344,14 +374,17 @@ bool StreamTransport::Resume(absl::Status& status) {
       // The first sync still queued reports it (one queued during the resume would otherwise
       // answer OK); without one, the next sync sent.
       bool reported = false;
-      for (const v1::Command& queued : queue_) {
-        auto it = queued.has_sync() ? pending_.find(queued.seq()) : pending_.end();
-        if (it == pending_.end()) continue;
-        it->second = [lost, inner = std::move(it->second)](absl::StatusOr<v1::Reply*> reply) {
-          inner(reply.ok() ? absl::StatusOr<v1::Reply*>(lost) : std::move(reply));
-        };
-        reported = true;
-        break;
+      for (const Batch& batch : queue_) {
+        for (const uint64_t sync : batch.syncs) {
+          auto it = pending_.find(sync);
+          if (it == pending_.end()) continue;
+          it->second = [lost, inner = std::move(it->second)](absl::StatusOr<v1::Reply*> reply) {
+            inner(reply.ok() ? absl::StatusOr<v1::Reply*>(lost) : std::move(reply));
+          };
+          reported = true;
+          break;
+        }
+        if (reported) break;
       }
       if (!reported) lost_commands_ = lost;
     }

@@ -13,6 +13,16 @@
 // seq. When the stream ends (error or close) every pending callback gets the stream's status, and
 // so does every command queued later (but see Note [Stream resume]).
 //
+// Note [Serialized queue]: a queued command is serialized as Send queues it, straight from the
+// caller's message (a stack arena's: Note [Commands on the stack] in client.cc), onto the end of
+// the newest batch: the bytes of a SessionRequest (AppendSerializedCommand), which the writer
+// hands to the wire as they are (SessionWire::WriteSerialized). No command is copied onto the
+// heap, none crosses threads as an object, and written batches' buffers are reused: the sending
+// thread's allocations and the writer's frees were the bound of P2 over TCP (a dozen mallocs a
+// command, freed on another thread). A batch holds at most kMaxPerRequest commands and
+// kBatchBytes (or Options::max_request_bytes, if less): a command that would take it past that
+// starts the next batch (its bytes moved there), and one larger than that goes alone.
+//
 // Note [Stream resume]: with a WireFactory (ClientOptions::resume_timeout), a stream that the
 // daemon ended UNAVAILABLE without being asked (it drained with a checkpoint and a new daemon
 // restores the session: docs/reliability.md, "Checkpoint and restore") is resumed instead of
@@ -29,6 +39,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -54,19 +65,30 @@ class StreamTransport {
   static constexpr size_t kMaxPerRequest = 4096;
   // Queued commands past which Send() waits for the writer (bounds client memory).
   static constexpr size_t kMaxQueued = 65536;
+  // Serialized bytes a batch grows to at most (Note [Serialized queue]), unless
+  // Options::max_request_bytes is less.
+  static constexpr size_t kBatchBytes = size_t{4} << 20;
 
-  // Opens the session on `device` over `wire`; returns once `opened` arrived.
-  // A command that answers and gets no reply within `call_timeout` of being queued has its
-  // callback resolved with DEADLINE_EXCEEDED (a later reply is dropped): every call has a
-  // deadline, as on the unary path. The stream itself has none.
   // Opens new wires for Note [Stream resume].
   using WireFactory = std::function<absl::StatusOr<std::unique_ptr<SessionWire>>()>;
-  // `reconnect` (null: never) and `resume_timeout` turn on Note [Stream resume] for a queued
-  // (not direct) wire.
-  static absl::StatusOr<std::unique_ptr<StreamTransport>> Open(
-      std::unique_ptr<SessionWire> wire, uint32_t device, uint64_t lease_ms,
-      absl::Duration call_timeout, WireFactory reconnect = nullptr,
-      absl::Duration resume_timeout = absl::ZeroDuration());
+  struct Options {
+    uint32_t device = 0;
+    uint64_t lease_ms = 0;
+    // A command that answers and gets no reply within `call_timeout` of being queued has its
+    // callback resolved with DEADLINE_EXCEEDED (a later reply is dropped): every call has a
+    // deadline, as on the unary path. The stream itself has none.
+    absl::Duration call_timeout = absl::Seconds(60);
+    // The largest request the channel sends (ClientOptions::max_message_bytes): batches stay
+    // within it (one command larger than it goes alone, and gRPC refuses it).
+    size_t max_request_bytes = kBatchBytes;
+    // `reconnect` (null: never) and `resume_timeout` turn on Note [Stream resume] for a queued
+    // (not direct) wire.
+    WireFactory reconnect;
+    absl::Duration resume_timeout = absl::ZeroDuration();
+  };
+  // Opens the session on `options.device` over `wire`; returns once `opened` arrived.
+  static absl::StatusOr<std::unique_ptr<StreamTransport>> Open(std::unique_ptr<SessionWire> wire,
+                                                               Options options);
 
   // Half-closes the stream (the daemon runs what was sent, then closes the session) and waits up
   // to `timeout` for it to end; cancels it after that.
@@ -91,8 +113,8 @@ class StreamTransport {
   absl::Status Send(v1::Command command, Callback on_reply = nullptr, uint64_t* seq_out = nullptr,
                     absl::Duration timeout = absl::ZeroDuration());
   // Send for a command the caller keeps (one built on a stack arena: Note [Commands on the
-  // stack] in client.cc): over a direct wire it is serialized where it is, with no copy; queued
-  // commands are copied. Sets `command`'s seq.
+  // stack] in client.cc): it is serialized where it is, with no copy (Note [Serialized queue]).
+  // Sets `command`'s seq.
   absl::Status SendInPlace(v1::Command& command, Callback on_reply = nullptr);
 
   // Sends what is queued now (without waiting for the interval).
@@ -114,9 +136,11 @@ class StreamTransport {
  private:
   StreamTransport() = default;
   void WriterLoop();
-  // Queues `command` for the writer thread.
-  absl::Status Enqueue(v1::Command command, Callback on_reply, uint64_t* seq_out,
-                       absl::Duration timeout);
+  // Serializes `command` onto the queue for the writer thread (Note [Serialized queue]).
+  absl::Status Enqueue(v1::Command& command, Callback on_reply, uint64_t* seq_out,
+                       absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
+  // Appends an empty batch to queue_, with a spare buffer if there is one.
+  void NewBatch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Send over a direct wire.
   absl::Status SendDirect(v1::Command& command, Callback on_reply, uint64_t* seq_out,
                           absl::Duration timeout);
@@ -139,6 +163,14 @@ class StreamTransport {
   // One attempt: a new wire resuming the session, and its `opened`.
   absl::StatusOr<std::unique_ptr<SessionWire>> ResumeOnce(v1::SessionResponse::Opened* opened);
 
+  // Note [Serialized queue]: queued commands, serialized, in seq order.
+  struct Batch {
+    std::string request;          // A serialized SessionRequest.
+    size_t commands = 0;          // How many it carries.
+    uint64_t last_seq = 0;        // The seq of its last command.
+    std::vector<uint64_t> syncs;  // The seqs of its syncs (Note [Stream resume]).
+  };
+
   std::unique_ptr<SessionWire> wire_;
   v1::SessionResponse::Opened opened_;
   // Note [Stream resume]. Wires replaced by a resume stay alive until the transport goes, since
@@ -150,7 +182,10 @@ class StreamTransport {
   absl::Mutex mu_;
   absl::CondVar wake_writer_;
   absl::CondVar space_;
-  std::deque<v1::Command> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<Batch> queue_ ABSL_GUARDED_BY(mu_);
+  size_t queued_ ABSL_GUARDED_BY(mu_) = 0;  // Commands in queue_.
+  // Written batches' buffers, cleared, for new batches (no allocation once they have grown).
+  std::vector<std::string> spare_buffers_ ABSL_GUARDED_BY(mu_);
   absl::Time first_queued_ ABSL_GUARDED_BY(mu_);
   bool push_now_ ABSL_GUARDED_BY(mu_) = false;
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
@@ -171,6 +206,7 @@ class StreamTransport {
   // Deadline of each pending callback, by seq (deadlines grow with seq: one timeout for all).
   std::map<uint64_t, absl::Time> deadlines_ ABSL_GUARDED_BY(mu_);
   absl::Duration call_timeout_ = absl::Seconds(60);
+  size_t batch_bytes_ = kBatchBytes;  // Note [Serialized queue].
   bool stop_watchdog_ ABSL_GUARDED_BY(mu_) = false;
   std::thread watchdog_;
   bool closed_ = false;  // Close() ran; only touched by the owner.

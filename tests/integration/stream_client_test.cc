@@ -108,6 +108,36 @@ TEST_F(StreamClientTest, TenThousandTinyExecutesAndASyncFinishQuickly) {
   EXPECT_EQ(ReadScalar(*client, a), 10000.f);
 }
 
+// Note [Serialized queue] (client/stream_transport.h): queued creates whose bytes add up to many
+// times max_message_bytes go out in batches that each fit it (a batch past it would fail the
+// whole stream: gRPC refuses to send it).
+TEST_F(StreamClientTest, QueuedCreatesBeyondTheMessageLimitGoOutInBatchesThatFitIt) {
+  ClientOptions options;
+  options.max_message_bytes = 64 << 10;  // Three of the creates below at most.
+  options.bulk_threshold = 32 << 10;     // The creates stay inline, on the stream.
+  auto client = StreamClient(Connect(options));
+  if (client == nullptr) GTEST_SKIP() << "stream transport only";
+  constexpr int kCreates = 256;
+  constexpr size_t kBytes = (20 << 10) + 3;  // Odd: batches split between unaligned commands.
+  std::vector<std::vector<uint8_t>> data(kCreates, std::vector<uint8_t>(kBytes));
+  for (int i = 0; i < kCreates; ++i) {
+    for (size_t j = 0; j < kBytes; ++j) data[i][j] = static_cast<uint8_t>(i * 31 + j * 7);
+  }
+  // Queued faster than the writer's batch interval: without the byte bound, batches of dozens.
+  std::vector<Handle> made;
+  for (int i = 0; i < kCreates; ++i) {
+    absl::StatusOr<Handle> h = client->Create(data[i]);
+    ASSERT_TRUE(h.ok()) << h.status();
+    made.push_back(*h);
+  }
+  absl::Status synced = client->Sync().get();
+  ASSERT_TRUE(synced.ok()) << synced;
+  for (int i = 0; i < kCreates; ++i) {
+    ASSERT_EQ(ReadOrDie(*client, made[i]), std::string(data[i].begin(), data[i].end()))
+        << "create " << i;
+  }
+}
+
 TEST_F(StreamClientTest, AnAnsweringCommandWithoutAReplyInTimeIsDeadlineExceeded) {
   ClientOptions options;
   options.timeout = absl::Milliseconds(20);
