@@ -1,8 +1,10 @@
 // Measurement 3: tiny Execute rate through the daemon (the client's transport: the pipelined
-// session stream over the command ring, P2, or over gRPC, P2g, or one unary call per command,
-// P2u) vs in-process launches; over the ring also with samples ten times longer (P2s).
+// session stream over the command ring, P2, over gRPC on the Unix socket, P2g, or on TCP
+// loopback, P2t (P2 remote), or one unary call per command, P2u) vs in-process launches; over
+// the ring and TCP also with samples ten times longer (P2s, P2ts).
 #include <cstring>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/kernel_metadata.h"
 #include "common/status_macros.h"
@@ -62,15 +64,17 @@ absl::StatusOr<std::vector<Row>> MeasureExecuteRate(Client& client, CudaBaseline
   ASSIGN_OR_RETURN(std::vector<double> figure, measure(options.execute_count));
   const bool stream = client.transport() == Transport::kStream;
   const bool ring = stream && client.stream_carrier() == StreamCarrier::kRing;
+  const bool tcp = stream && !absl::StartsWith(client.options().address, "unix:");
   Row row;
-  row.id = !stream ? "P2u" : ring ? "P2" : "P2g";
+  row.id = !stream ? "P2u" : ring ? "P2" : tcp ? "P2t" : "P2g";
   row.name = !stream ? "unary Execute fill(1 x f32) via SDK"
              : ring  ? "pipelined Execute fill(1 x f32), SDK session stream over the command ring"
+             : tcp   ? "pipelined Execute fill(1 x f32), SDK session stream over TCP loopback"
                      : "pipelined Execute fill(1 x f32), SDK session stream over gRPC";
   row.unit = "cmd/s";
   row.figure = Summarize(figure);
-  row.goal = ring ? (cuda != nullptr ? ">= 0.9x" : ">= 1,000,000 cmd/s")
-                  : "report (the goal is for the local session stream)";
+  row.goal = ring || tcp ? (cuda != nullptr ? ">= 0.9x" : ">= 1,000,000 cmd/s")
+                         : "report (the goal is for the local and the remote session stream)";
   row.note =
       absl::StrCat(options.execute_count, " commands + Sync per sample, one thread, ",
                    stream ? "batched on the session stream" : "each a unary gRPC round trip");
@@ -86,14 +90,14 @@ absl::StatusOr<std::vector<Row>> MeasureExecuteRate(Client& client, CudaBaseline
     row.baseline = Summarize(rate);
   }
   std::vector<Row> rows = {row};
-  if (ring) {
+  if (ring || tcp) {
     // The same with samples ten times longer: a Sync drains the pipeline (up to the stream's
     // 4096 commands in flight, and the ring), and the client waits meanwhile; the longer the
     // sample, the less that weighs. What a client that syncs rarely gets.
     const int sustained = options.execute_count * 10;
     ASSIGN_OR_RETURN(std::vector<double> long_figure, measure(sustained));
     Row s = row;
-    s.id = "P2s";
+    s.id = ring ? "P2s" : "P2ts";
     s.name = "the same, sustained: samples ten times longer";
     s.figure = Summarize(long_figure);
     s.goal = "report (P2's goal, with fewer syncs)";

@@ -106,6 +106,7 @@ absl::Status Run() {
                           "--log_level=warn"};
   for (const std::string& f : absl::GetFlag(FLAGS_daemon_flags)) daemon_options.flags.push_back(f);
   daemon_options.start_timeout = absl::Seconds(60);
+  daemon_options.tcp = true;  // P2t: the session stream over TCP loopback (issue 13's P2 remote).
   ASSIGN_OR_RETURN(std::unique_ptr<testing::DaemonProcess> daemon,
                    testing::DaemonProcess::Start(daemon_options));
   context.push_back({"daemon", daemon_options.binary});
@@ -147,7 +148,9 @@ absl::Status Run() {
     grpc_options.stream_carrier = StreamCarrier::kGrpc;
     ClientOptions unary_options = client_options;
     unary_options.transport = Transport::kUnary;
-    for (const ClientOptions& other : {grpc_options, unary_options}) {
+    ClientOptions tcp_options = client_options;
+    tcp_options.address = daemon->tcp_address();
+    for (const ClientOptions& other : {grpc_options, tcp_options, unary_options}) {
       absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(other);
       if (!c.ok()) continue;
       absl::StatusOr<std::vector<Row>> got = MeasureExecuteRate(**c, cuda.get(), options);

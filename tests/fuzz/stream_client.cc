@@ -68,7 +68,8 @@ void StreamClient::Close() {
 
 void StreamClient::Run(v1::Command& wire, const Transfer& transfer) {
   if (runner_ == nullptr) return;
-  StreamCommand command = ToStreamCommand(wire, unary_.fixture().limits);
+  StreamCommand command;
+  ToStreamCommand(wire, unary_.fixture().limits, command);
   // As StreamState::ApplyPrincipal (the quota principal may call every RPC).
   if (owner_ != nullptr && command.invalid.ok() && command.kind == Kind::kExecute) {
     command.invalid =

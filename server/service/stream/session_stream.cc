@@ -305,7 +305,7 @@ absl::StatusOr<StreamBatch> StreamState::TakeIncoming(uint64_t wire_bytes) {
   stream_metrics().bytes_received.fetch_add(batch.bytes, std::memory_order_relaxed);
   batch.commands.reserve(in.commands_size());
   for (v1::Command& c : *in.mutable_commands()) {
-    batch.commands.push_back(ToStreamCommand(c, service_->limits_));
+    ToStreamCommand(c, service_->limits_, batch.commands.emplace_back());
   }
   ApplyPrincipal(batch);
   return batch;

@@ -236,11 +236,9 @@ absl::Status Convert(v1::Command& c, const RequestLimits& limits, StreamCommand&
 
 }  // namespace
 
-StreamCommand ToStreamCommand(v1::Command& command, const RequestLimits& limits) {
-  StreamCommand out;
+void ToStreamCommand(v1::Command& command, const RequestLimits& limits, StreamCommand& out) {
   out.seq = command.seq();
   out.invalid = Convert(command, limits, out);
-  return out;
 }
 
 }  // namespace cubed

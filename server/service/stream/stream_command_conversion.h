@@ -9,8 +9,9 @@
 
 namespace cubed {
 
-// Converts `command`, moving its payload out (the message is left unspecified). Never fails:
-// errors land in `invalid`. Pure; any thread.
-StreamCommand ToStreamCommand(v1::Command& command, const RequestLimits& limits);
+// Converts `command` into `out`, a default-constructed StreamCommand (converted where it lives:
+// a batch's, with no move), moving the command's payload out (the message is left unspecified).
+// Never fails: errors land in `out.invalid`. Pure; any thread.
+void ToStreamCommand(v1::Command& command, const RequestLimits& limits, StreamCommand& out);
 
 }  // namespace cubed
