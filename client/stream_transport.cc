@@ -9,6 +9,12 @@
 #include "common/thread_name.h"
 
 namespace cubed {
+namespace {
+
+// The transport whose reader thread this is (Note [Answering commands write through]).
+thread_local const StreamTransport* reading_here = nullptr;
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<StreamTransport>> StreamTransport::Open(
     std::unique_ptr<SessionWire> wire, Options options) {
@@ -160,11 +166,49 @@ absl::Status StreamTransport::Enqueue(v1::Command& command, Callback on_reply, u
     deadlines_.emplace(seq,
                        absl::Now() + (timeout != absl::ZeroDuration() ? timeout : call_timeout_));
     push_now_ = true;
-    wake_writer_.Signal();
+    if (!writing_ && !broken_ && !resuming_ && reading_here != this) {
+      WriteThrough(seq);  // Note [Answering commands write through].
+    } else {
+      wake_writer_.Signal();
+    }
   } else if (queued_ == 1 || queued_ >= kBatchCommands) {
     wake_writer_.Signal();
   }
   return absl::OkStatus();
+}
+
+void StreamTransport::WriteThrough(uint64_t seq) {
+  while (!queue_.empty() && !broken_) {
+    const bool last = queue_.front().last_seq >= seq;
+    WriteFront();
+    if (last) break;
+  }
+  if (!queue_.empty()) wake_writer_.Signal();  // Later commands of other threads.
+}
+
+void StreamTransport::WriteFront() {
+  Batch batch = std::move(queue_.front());
+  queue_.pop_front();
+  queued_ -= batch.commands;
+  written_seq_ = batch.last_seq;
+  if (queue_.empty()) {
+    push_now_ = false;
+  } else {
+    first_queued_ = absl::Now();
+  }
+  space_.SignalAll();
+  writing_ = true;
+  SessionWire* wire = wire_.get();  // A resume replaces wire_ only while nobody writes.
+  mu_.Unlock();
+  const bool ok = wire->WriteSerialized(batch.request);
+  mu_.Lock();
+  writing_ = false;
+  if (!ok) broken_ = true;
+  if (spare_buffers_.size() < 2) {
+    batch.request.clear();  // Keeps its capacity.
+    spare_buffers_.push_back(std::move(batch.request));
+  }
+  wake_writer_.Signal();  // A writer waiting for !writing_, or Close's.
 }
 
 void StreamTransport::NewBatch() {
@@ -233,6 +277,10 @@ void StreamTransport::WriterLoop() {
       writer_parked_ = false;
       continue;
     }
+    if (writing_) {  // A sender writes through (Note [Answering commands write through]).
+      wake_writer_.Wait(&mu_);
+      continue;
+    }
     if (queue_.empty()) {
       if (closing_) break;
       wake_writer_.Wait(&mu_);
@@ -245,24 +293,7 @@ void StreamTransport::WriterLoop() {
         continue;
       }
     }
-    Batch batch = std::move(queue_.front());
-    queue_.pop_front();
-    queued_ -= batch.commands;
-    written_seq_ = batch.last_seq;
-    if (queue_.empty()) {
-      push_now_ = false;
-    } else {
-      first_queued_ = absl::Now();
-    }
-    space_.SignalAll();
-    mu_.Unlock();
-    const bool ok = wire_->WriteSerialized(batch.request);
-    mu_.Lock();
-    if (!ok) broken_ = true;
-    if (spare_buffers_.size() < 2) {
-      batch.request.clear();  // Keeps its capacity.
-      spare_buffers_.push_back(std::move(batch.request));
-    }
+    WriteFront();
   }
   if (!broken_) {
     mu_.Unlock();
@@ -275,6 +306,7 @@ void StreamTransport::WriterLoop() {
 
 void StreamTransport::ReaderLoop() {
   NameThisThread("cubed-sdk-read");
+  reading_here = this;
   v1::SessionResponse response;
   for (;;) {
     if (ReadWire(response)) continue;  // A resume: read the new wire.

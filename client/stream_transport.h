@@ -6,12 +6,21 @@
 //
 // Note [Stream batching]: commands are queued and a writer thread sends them as one
 // SessionRequest when kBatchCommands are queued, as soon as a command that answers is queued
-// (reads and syncs should not wait), or kBatchDelay after the first command of a batch was
-// queued. Over a direct wire (the command ring: SessionWire::direct) there is no queue and no
-// writer thread: Send writes each command itself, in seq order, and the daemon gathers what
-// arrived into its batches. A reader thread resolves the callbacks of answering commands by their
-// seq. When the stream ends (error or close) every pending callback gets the stream's status, and
-// so does every command queued later (but see Note [Stream resume]).
+// (reads and syncs should not wait; its sender writes it: Note [Answering commands write
+// through]), or kBatchDelay after the first command of a batch was queued. Over a direct wire
+// (the command ring: SessionWire::direct) there is no queue and no writer thread: Send writes
+// each command itself, in seq order, and the daemon gathers what arrived into its batches. A reader
+// thread resolves the callbacks of answering commands by their seq. When the stream ends (error or
+// close) every pending callback gets the stream's status, and so does every command queued later
+// (but see Note [Stream resume]).
+//
+// Note [Answering commands write through]: a command that answers (a read, a sync) is written
+// by the thread that sends it when no write is under way, with what is queued before it, instead
+// of waking the writer thread to write it: its caller waits for the reply anyway, and the
+// writer's wake-up was a thread hop on every round trip (tens of microseconds on a loaded
+// machine). One write at a time (`writing_`), in queue order; the writer thread waits while a
+// sender writes. Not on the reader thread (a callback sending): a write blocked on flow control
+// there would stop the replies the daemon waits to send, so it wakes the writer as before.
 //
 // Note [Serialized queue]: a queued command is serialized as Send queues it, straight from the
 // caller's message (a stack arena's: Note [Commands on the stack] in client.cc), onto the end of
@@ -141,6 +150,12 @@ class StreamTransport {
                        absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
   // Appends an empty batch to queue_, with a spare buffer if there is one.
   void NewBatch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Note [Answering commands write through]: writes the queued batches up to the one holding
+  // `seq` on this thread (mu_ released while each is written).
+  void WriteThrough(uint64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes the oldest batch off the queue and writes it (mu_ released meanwhile, writing_ set);
+  // a failed write marks the stream broken. Queue not empty.
+  void WriteFront() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Send over a direct wire.
   absl::Status SendDirect(v1::Command& command, Callback on_reply, uint64_t* seq_out,
                           absl::Duration timeout);
@@ -156,7 +171,9 @@ class StreamTransport {
   // Reads replies until the wire ends; true when a resume replaced it (read again).
   bool ReadWire(v1::SessionResponse& response);
   // Conditions on mu_: the writer is not using the wire; the writer may leave its park.
-  bool WriterIdle() const ABSL_SHARED_LOCKS_REQUIRED(mu_) { return writer_done_ || writer_parked_; }
+  bool WriterIdle() const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return (writer_done_ || writer_parked_) && !writing_;
+  }
   bool WriterMayGoOn() const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     return !broken_ || ended_ || (closing_ && !resuming_);
   }
@@ -188,6 +205,8 @@ class StreamTransport {
   std::vector<std::string> spare_buffers_ ABSL_GUARDED_BY(mu_);
   absl::Time first_queued_ ABSL_GUARDED_BY(mu_);
   bool push_now_ ABSL_GUARDED_BY(mu_) = false;
+  // A thread (the writer, or a sender writing through) is inside a write of the wire.
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   bool writer_done_ ABSL_GUARDED_BY(mu_) = false;
   bool ended_ ABSL_GUARDED_BY(mu_) = false;       // The reader saw the stream's end.
