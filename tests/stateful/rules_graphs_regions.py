@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
 import model as M
+import model_launch as L
 from daemon import register_region
 from machine_base import diverge, mostly, u64
 
@@ -56,7 +57,7 @@ class GraphRegionRules:
         rec = s.recording
         launch = self.draw_launch(data, s, tame=data.draw(st.integers(0, 9), label="tame") > 0)
         try:
-            M.check_launch_request(launch)
+            L.check_launch_request(launch)
             invalid = None
         except M.Fail as f:
             invalid = f
@@ -65,13 +66,13 @@ class GraphRegionRules:
             pass
         elif status is None:
             try:
-                views, tensors = M.predict_record(self.m, s, launch)
+                views, tensors = L.predict_record(self.m, s, launch)
                 if launch.dynamic is not None:  # Replays would read its bytes: count statically.
                     launch.dynamic, launch.count = None, (1, 1, 1)
             except M.Fail as f:
                 status = f
             else:
-                M.record_step(self.m, s, rec.graph, launch, views, tensors)
+                L.record_step(self.m, s, rec.graph, launch, views, tensors)
         RUN.count("graph step", "not checked" if status is None and rec.failure is not None else
                   "recorded" if status is None else status.code)
         if status is not None and rec.failure is None:
@@ -82,7 +83,7 @@ class GraphRegionRules:
         command = C(seq=seq, execute=C.Execute(kernel=k, count=count, bindings=bindings,
                                                mode=mode))
         if status is not None:
-            self.poison_outputs(s, self.fail(s, seq, "execute", status), M.graph_outputs(launch))
+            self.poison_outputs(s, self.fail(s, seq, "execute", status), L.graph_outputs(launch))
         return command, None, None
 
     def draw_graph_id(self, data, s, existing=False):
@@ -123,7 +124,7 @@ class GraphRegionRules:
                 s.recording = M.Recording(None, status)
                 return command, None, None
             try:
-                s.recording = M.Recording(M.new_graph(s, gid, params), None)
+                s.recording = M.Recording(L.new_graph(s, gid, params), None)
             except M.Fail as f:
                 s.recording = M.Recording(None, f)
             return command, None, None
@@ -183,7 +184,7 @@ class GraphRegionRules:
         status = self.seq_status(s, seq, M.Fail(M.IA) if n > M.MAX_BINDINGS else None)
         written = []
         if status is None:
-            written, status = M.predict_replay(self.m, s, gid, bindings)
+            written, status = L.predict_replay(self.m, s, gid, bindings)
             if status is not None and not status.poison:
                 status = M.Fail(status.code, prefix=f"command {seq} ({kind}) failed: " +
                                 (status.prefix or ""))

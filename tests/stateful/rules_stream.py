@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
 import model as M
+import model_launch as L
 from machine_base import (LEASE_MS, MAX_SESSIONS, RPC_TIMEOUT, diverge, elem_sizes, mostly,
                           payloads, shapes, sizes, u32)
 
@@ -179,7 +180,7 @@ class StreamRules:
                        if launch.kind == "builtin" else
                        [] if launch.kind == "none" else [b[0] for b in launch.buffers])
             try:
-                M.check_launch_request(launch)
+                L.check_launch_request(launch)
                 invalid = None
             except M.Fail as f:
                 invalid = f

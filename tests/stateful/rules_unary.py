@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
 import model as M
+import model_launch as L
 from machine_base import (DTYPES, KERNEL_NAMES, LEASE_MS, MAX_SESSIONS, diverge, elem_sizes,
                           mostly, payloads, shapes, sizes, u32)
 
@@ -418,7 +419,7 @@ class UnaryRules:
                                 pct(95)), label="mode")
         cube = data.draw(st.sampled_from([(1, 1, 1), (1024, 1, 1), (0, 1, 1), (1024, 2, 1)]),
                          label="cube_dim")
-        return M.Launch(kind, name=name, dtype=dtype, axis=axis,
+        return L.Launch(kind, name=name, dtype=dtype, axis=axis,
                         allow_tf32=data.draw(st.integers(0, 49), label="tf32") == 0,
                         count=count, dynamic=dynamic, buffers=buffers, metadata=words,
                         scalars=scalars, mode=mode, cube_dim=cube,
@@ -457,14 +458,14 @@ class UnaryRules:
     def predict_launch(self, s, launch):
         """(expected, apply, ambiguous code or None) for a launch in session s (None: unknown)."""
         try:
-            M.check_launch_request(launch)
+            L.check_launch_request(launch)
             if s is None:
                 raise M.Fail(M.NF)
             try:
-                return M.OK, M.predict_execute(self.m, s, launch), None
+                return M.OK, L.predict_execute(self.m, s, launch), None
             except M.Ambiguous as a:
                 try:
-                    return M.OK, M.predict_execute(self.m, s, launch, dynamic_ok=True), a.code
+                    return M.OK, L.predict_execute(self.m, s, launch, dynamic_ok=True), a.code
                 except M.Fail as f:
                     return f, None, a.code
         except M.Fail as f:
