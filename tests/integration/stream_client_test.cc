@@ -2,11 +2,16 @@
 // pipelined, a failed execute surfacing later with the daemon's error, and that tiny commands
 // are batched rather than paid for one round trip each.
 
+#include <chrono>
 #include <cstdlib>
+#include <functional>
+#include <future>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "tests/integration/integration_test.h"
@@ -136,6 +141,78 @@ TEST_F(StreamClientTest, QueuedCreatesBeyondTheMessageLimitGoOutInBatchesThatFit
     ASSERT_EQ(ReadOrDie(*client, made[i]), std::string(data[i].begin(), data[i].end()))
         << "create " << i;
   }
+}
+
+// Note [Answering commands write through] (client/stream_transport.h): reads written by their
+// senders, executes queued for the writer, from several threads at once: each thread's read sees
+// every execute it queued before it.
+TEST_F(StreamClientTest, ThreadsMixingQueuedExecutesAndReadsSeeTheirOwnExecutes) {
+  auto client = StreamClient(Connect());
+  if (client == nullptr) GTEST_SKIP() << "stream transport only";
+  constexpr int kThreads = 4;
+  constexpr int kSteps = 300;
+  std::vector<std::string> errors(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      absl::StatusOr<Tensor> x = client->CreateTensor(ToBytes(std::vector<float>{0.f}), {1}, 4);
+      absl::StatusOr<Tensor> one = client->CreateTensor(ToBytes(std::vector<float>{1.f}), {1}, 4);
+      if (!x.ok() || !one.ok()) {
+        errors[t] = "create failed";
+        return;
+      }
+      for (int i = 1; i <= kSteps; ++i) {
+        absl::Status run = client->Execute(Builtin("add", ElemType::kF32), {*x, *one}, {*x});
+        if (!run.ok()) {
+          errors[t] = run.ToString();
+          return;
+        }
+        if (i % 7 != 0) continue;
+        absl::StatusOr<std::vector<std::string>> got = client->Read({x->handle}).get();
+        if (!got.ok() || got->size() != 1) {
+          errors[t] = got.ok() ? "read: no data" : got.status().ToString();
+          return;
+        }
+        const std::vector<float> v = FromBytes<float>((*got)[0]);
+        if (v.size() != 1 || v[0] != static_cast<float>(i)) {
+          errors[t] = absl::StrCat("read after ", i, " adds gave ", v.empty() ? -1.f : v[0]);
+          return;
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(errors[t], "") << "thread " << t;
+}
+
+// A reply's callback runs on the SDK's reader thread; an answering command sent from there is
+// handed to the writer thread instead of written through (Note [Answering commands write
+// through]): a chain of 200 syncs, each sent from the previous one's callback, completes.
+TEST_F(StreamClientTest, AnsweringCommandsSentFromReplyCallbacksComplete) {
+  auto client = StreamClient(Connect());
+  if (client == nullptr) GTEST_SKIP() << "stream transport only";
+  constexpr int kChain = 200;
+  std::promise<absl::Status> done;
+  std::function<void(int)> send = [&](int left) {
+    v1::Command sync;
+    sync.mutable_sync();
+    absl::Status sent =
+        client->SendStreamCommand(std::move(sync), [&, left](absl::StatusOr<v1::Reply*> reply) {
+          if (!reply.ok()) {
+            done.set_value(reply.status());
+          } else if (left == 0) {
+            done.set_value(absl::OkStatus());
+          } else {
+            send(left - 1);
+          }
+        });
+    if (!sent.ok()) done.set_value(sent);
+  };
+  send(kChain);
+  std::future<absl::Status> finished = done.get_future();
+  ASSERT_EQ(finished.wait_for(std::chrono::seconds(30)), std::future_status::ready)
+      << "the chain of syncs stalled";
+  EXPECT_TRUE(finished.get().ok());
 }
 
 TEST_F(StreamClientTest, AnAnsweringCommandWithoutAReplyInTimeIsDeadlineExceeded) {
