@@ -7,9 +7,11 @@
 #   tests/bench/gpu_loop_ab.sh run [ROUNDS]                         (there, in the run's command)
 #
 # pack: strips the two daemons (kept as cubed-a and cubed-b, with their symbols), packs them with
-#   build/tests/bench/cubed_gpu_bench and this machine's perf and every library they need
-#   (../shared/tools/device-pack.sh), and compresses the folder into OUT_TAR (default
-#   .perfab/device.tar.xz; perf's libraries put the plain folder past the 64 MiB carry limit).
+#   build/tests/bench/cubed_gpu_bench, cubed_sdk_bench, this machine's perf and every library
+#   they need (../shared/tools/device-pack.sh), adds libcubed_client_c.so (the Python SDK's
+#   native core: CUBED_CLIENT_LIBRARY=$PWD/.device/lib/libcubed_client_c.so there), and
+#   compresses the folder into OUT_TAR (default .perfab/device.tar.xz; perf's libraries put the
+#   plain folder past the 64 MiB carry limit).
 #   Carry OUT_TAR's folder; on the GPU machine run:
 #     tar -xJf .perfab/device.tar.xz && . .device/env.sh && bash .device/extra/gpu_loop_ab.sh run
 # run: ROUNDS (default 2) alternations of `perf record -F 2000 -a` around `cubed_gpu_bench
@@ -30,9 +32,12 @@ case ${1:-} in
     strip --strip-debug -o "$work/cubed-a" "$a"
     strip --strip-debug -o "$work/cubed-b" "$b"
     strip --strip-all -o "$work/cubed_gpu_bench" "$root/build/tests/bench/cubed_gpu_bench"
+    strip --strip-all -o "$work/cubed_sdk_bench" "$root/build/tests/bench/cubed_sdk_bench"
     cp "$(command -v perf)" "$work/perf"
     "$root/../shared/tools/device-pack.sh" "$work/cubed-a" "$work/cubed-b" \
-      "$work/cubed_gpu_bench" "$work/perf" -- "$0"
+      "$work/cubed_gpu_bench" "$work/cubed_sdk_bench" "$work/perf" -- "$0"
+    strip --strip-debug -o .device/lib/libcubed_client_c.so \
+      "$root/build/client/c_api/libcubed_client_c.so"
     mkdir -p "$(dirname "$tar")"
     tar -cJf "$tar" .device
     echo "packed $(du -h "$tar" | cut -f1) into $tar"
