@@ -496,46 +496,60 @@ absl::StatusOr<Resource> Client::GetResource(const Binding& binding) {
   return r;
 }
 
-absl::Status Client::Execute(const BuiltinKernel& kernel, CubeCount count,
-                             const LaunchBindings& bindings, ExecutionMode mode) {
-  // Fills the fields ExecuteRequest and the stream's Command.Execute share, so that the stream
-  // builds its command directly (no request to swap from: fewer allocations per command).
+namespace {
+
+// Client::Execute's launch from its parts (a LaunchBindings', or a tensor launch's buffers and
+// metadata with the caller's scalars, not copied): fills the fields ExecuteRequest and the
+// stream's Command.Execute share, so that the stream builds its command directly on the stack
+// (Note [Commands on the stack]).
+absl::Status ExecuteParts(Client::Impl& impl, const BuiltinKernel& kernel, CubeCount count,
+                          absl::Span<const Binding> buffers, absl::Span<const uint32_t> metadata,
+                          absl::Span<const Scalars> scalars, ExecutionMode mode) {
   auto fill = [&](v1::Kernel* k, v1::CubeCount* cube_count, v1::Bindings* b) -> absl::Status {
     ToProto(kernel, k->mutable_builtin());
     v1::CubeCount::Static* c = cube_count->mutable_static_count();
     c->set_x(count.x);
     c->set_y(count.y);
     c->set_z(count.z);
-    b->mutable_buffers()->Reserve(static_cast<int>(bindings.buffers.size()));
-    for (const Binding& binding : bindings.buffers) {
+    b->mutable_buffers()->Reserve(static_cast<int>(buffers.size()));
+    for (const Binding& binding : buffers) {
       RETURN_IF_ERROR(ToProto(binding, b->add_buffers()));
     }
-    b->mutable_metadata()->Add(bindings.metadata.begin(), bindings.metadata.end());
-    for (const Scalars& s : bindings.scalars) RETURN_IF_ERROR(ToProto(s, b->add_scalars()));
+    b->mutable_metadata()->Add(metadata.begin(), metadata.end());
+    for (const Scalars& s : scalars) RETURN_IF_ERROR(ToProto(s, b->add_scalars()));
     return absl::OkStatus();
   };
   const v1::ExecutionMode wire_mode =
       mode == ExecutionMode::kUnchecked ? v1::EXECUTION_MODE_UNCHECKED : v1::EXECUTION_MODE_CHECKED;
-  if (impl_->stream != nullptr) {
+  if (impl.stream != nullptr) {
     StackCommand command;
     v1::Command::Execute* e = command->mutable_execute();
     RETURN_IF_ERROR(fill(e->mutable_kernel(), e->mutable_count(), e->mutable_bindings()));
     e->set_mode(wire_mode);
-    return impl_->stream->SendInPlace(*command);
+    return impl.stream->SendInPlace(*command);
   }
   v1::ExecuteRequest request;
-  request.set_session(impl_->session);
+  request.set_session(impl.session);
   RETURN_IF_ERROR(
       fill(request.mutable_kernel(), request.mutable_count(), request.mutable_bindings()));
   request.set_mode(wire_mode);
   v1::ExecuteResponse response;
-  return impl_->Call("Execute", &Impl::Stub::Execute, request, &response);
+  return impl.Call("Execute", &Client::Impl::Stub::Execute, request, &response);
 }
 
-absl::Status Client::Execute(const BuiltinKernel& kernel, const std::vector<Tensor>& inputs,
-                             const std::vector<Tensor>& outputs, std::vector<Scalars> scalars) {
-  ASSIGN_OR_RETURN(TensorLaunch launch, BuildTensorLaunch(inputs, outputs, std::move(scalars)));
-  return Execute(kernel, launch.count, launch.bindings, ExecutionMode::kChecked);
+}  // namespace
+
+absl::Status Client::Execute(const BuiltinKernel& kernel, CubeCount count,
+                             const LaunchBindings& bindings, ExecutionMode mode) {
+  return ExecuteParts(*impl_, kernel, count, bindings.buffers, bindings.metadata, bindings.scalars,
+                      mode);
+}
+
+absl::Status Client::Execute(const BuiltinKernel& kernel, absl::Span<const Tensor> inputs,
+                             absl::Span<const Tensor> outputs, absl::Span<const Scalars> scalars) {
+  ASSIGN_OR_RETURN(TensorLaunch launch, BuildTensorLaunch(inputs, outputs));
+  return ExecuteParts(*impl_, kernel, launch.count, launch.bindings.buffers,
+                      launch.bindings.metadata, scalars, ExecutionMode::kChecked);
 }
 
 absl::Status Client::Flush() {

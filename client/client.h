@@ -405,9 +405,9 @@ class Client {
                        ExecutionMode mode = ExecutionMode::kChecked);
   // Runs a builtin kernel on tensors: inputs then outputs as buffers, metadata built from their
   // layouts (buffer_len = handle bytes / elem size), cube count ceil(n / 256) for the first
-  // output's n elements.
-  absl::Status Execute(const BuiltinKernel& kernel, const std::vector<Tensor>& inputs,
-                       const std::vector<Tensor>& outputs, std::vector<Scalars> scalars = {});
+  // output's n elements. The spans are read before this returns (nothing is copied to keep).
+  absl::Status Execute(const BuiltinKernel& kernel, absl::Span<const Tensor> inputs,
+                       absl::Span<const Tensor> outputs, absl::Span<const Scalars> scalars = {});
 
   // trait: flush.
   absl::Status Flush();

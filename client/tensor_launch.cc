@@ -48,9 +48,8 @@ CubeCount CubeCountFor(uint64_t elements) {
   return c;
 }
 
-absl::StatusOr<TensorLaunch> BuildTensorLaunch(const std::vector<Tensor>& inputs,
-                                               const std::vector<Tensor>& outputs,
-                                               std::vector<Scalars> scalars) {
+absl::StatusOr<TensorLaunch> BuildTensorLaunch(absl::Span<const Tensor> inputs,
+                                               absl::Span<const Tensor> outputs) {
   // Inline for the usual handful of tensors: one launch, two heap allocations (the bindings and
   // the metadata it returns).
   absl::InlinedVector<const Tensor*, 4> all;
@@ -69,7 +68,6 @@ absl::StatusOr<TensorLaunch> BuildTensorLaunch(const std::vector<Tensor>& inputs
     launch.bindings.buffers.emplace_back(all[i]->handle);
   }
   ASSIGN_OR_RETURN(launch.bindings.metadata, EncodeKernelMetadata(buffer_len, layouts));
-  launch.bindings.scalars = std::move(scalars);
   const Tensor& sized = outputs.empty() ? inputs.front() : outputs.front();
   launch.count = CubeCountFor(sized.NumElements());
   return launch;

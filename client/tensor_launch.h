@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "client/client.h"
 
 namespace cubed {
@@ -29,8 +30,8 @@ struct TensorLaunch {
 // the count from the first output's elements (the first input's when there is no output).
 // INVALID_ARGUMENT for no tensors, an empty handle, a zero elem_size, shape/stride rank mismatch,
 // or metadata values beyond 32 bits.
-absl::StatusOr<TensorLaunch> BuildTensorLaunch(const std::vector<Tensor>& inputs,
-                                               const std::vector<Tensor>& outputs,
-                                               std::vector<Scalars> scalars);
+// `bindings.scalars` is left empty: Client::Execute passes the caller's scalars as they are.
+absl::StatusOr<TensorLaunch> BuildTensorLaunch(absl::Span<const Tensor> inputs,
+                                               absl::Span<const Tensor> outputs);
 
 }  // namespace cubed

@@ -36,12 +36,12 @@ TEST(BuildTensorLaunch, MetadataDescribesInputsThenOutputs) {
   // A padded 2x3 f32 input (row stride 4, 32 bytes) and a dense 2x1 output.
   Tensor in = FakeTensor(11, {2, 3}, {4, 1}, 4, 32);
   Tensor out = FakeTensor(12, {2, 1}, {1, 1}, 4, 8);
-  auto launch = BuildTensorLaunch({in}, {out}, {Scalars{ElemType::kF32, {1.5}, {}, {}}});
+  auto launch = BuildTensorLaunch({in}, {out});
   ASSERT_TRUE(launch.ok()) << launch.status();
   ASSERT_EQ(launch->bindings.buffers.size(), 2u);
   EXPECT_EQ(launch->bindings.buffers[0].handle.id(), 11u);
   EXPECT_EQ(launch->bindings.buffers[1].handle.id(), 12u);
-  ASSERT_EQ(launch->bindings.scalars.size(), 1u);
+  EXPECT_TRUE(launch->bindings.scalars.empty());  // Client::Execute passes its own.
   EXPECT_EQ(launch->count.x, 1u);
 
   auto meta = DecodeKernelMetadata(launch->bindings.metadata, 2, 2);
@@ -54,14 +54,14 @@ TEST(BuildTensorLaunch, MetadataDescribesInputsThenOutputs) {
 }
 
 TEST(BuildTensorLaunch, RejectsBadTensors) {
-  EXPECT_EQ(BuildTensorLaunch({}, {}, {}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(BuildTensorLaunch({}, {}).status().code(), absl::StatusCode::kInvalidArgument);
   Tensor empty;
   empty.shape = {1};
   empty.strides = {1};
   empty.elem_size = 4;
-  EXPECT_EQ(BuildTensorLaunch({empty}, {}, {}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(BuildTensorLaunch({empty}, {}).status().code(), absl::StatusCode::kInvalidArgument);
   Tensor mismatched = FakeTensor(1, {2, 2}, {1}, 4, 16);
-  EXPECT_EQ(BuildTensorLaunch({mismatched}, {}, {}).status().code(),
+  EXPECT_EQ(BuildTensorLaunch({mismatched}, {}).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
