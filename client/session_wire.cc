@@ -33,12 +33,6 @@ bool SessionWire::WriteCommand(const v1::Command& command) {
   return Write(request);
 }
 
-bool SessionWire::WriteSerialized(absl::string_view request) {
-  v1::SessionRequest parsed;
-  if (!parsed.ParseFromArray(request.data(), static_cast<int>(request.size()))) return false;
-  return Write(parsed);
-}
-
 namespace {
 
 const char* SessionMethodName() {

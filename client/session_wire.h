@@ -34,10 +34,9 @@ class SessionWire {
   // Sends a request that holds only `command`, as Write does. This default copies the command
   // into a SessionRequest; a direct wire frames it without the copy.
   virtual bool WriteCommand(const v1::Command& command);
-  // Sends the serialized bytes of one SessionRequest (AppendSerializedCommand's), as Write does.
-  // This default parses them into a SessionRequest (false when they do not parse); gRPC sends
-  // them as they are.
-  virtual bool WriteSerialized(absl::string_view request);
+  // Sends the serialized bytes of one SessionRequest (AppendSerializedCommand's), as they are,
+  // as Write does.
+  virtual bool WriteSerialized(absl::string_view request) = 0;
   // Waits for the next response; false once the stream is over (then call Finish). One reader
   // thread.
   virtual bool Read(v1::SessionResponse* response) = 0;
