@@ -187,24 +187,34 @@ def validate_builtin(launch, views, host=True):
     return tensors
 
 
-def predict_execute(m, s, launch, dynamic_ok=False):
-    """Device::Execute after the request checks and the session lookup. Returns a function that
-    applies the launch's effect on the model's contents. Raises Ambiguous when the dynamic
-    count's bytes are unknown (call again with dynamic_ok=True for the other branch)."""
+def launch_views(m, s, launch):
+    """What an execute and a recorded execute check first, in the daemon's order: the mode
+    (unchecked: PERMISSION_DENIED), the cube count (a dynamic count's binding must hold 12 bytes;
+    a static one within MAX_CUBE_COUNT), the buffers' handles. Returns the dynamic count's
+    resolved binding (None for a static count) and the buffers' resolved views."""
+    dynamic = None
     if launch.mode == 2:
         raise Fail(PD)
     if launch.dynamic is not None:
-        h, vs, vl = m.resolve(s, *launch.dynamic)
-        if vl < 12:
+        dynamic = m.resolve(s, *launch.dynamic)
+        if dynamic[2] < 12:
             raise Fail(IA)
     else:
         x, y, z = launch.count
         if not all(1 <= v <= hi for v, hi in zip((x, y, z), MAX_CUBE_COUNT)):
             raise Fail(IA)
-    views = [m.resolve(s, *b) for b in launch.buffers]
+    return dynamic, [m.resolve(s, *b) for b in launch.buffers]
+
+
+def predict_execute(m, s, launch, dynamic_ok=False):
+    """Device::Execute after the request checks and the session lookup. Returns a function that
+    applies the launch's effect on the model's contents. Raises Ambiguous when the dynamic
+    count's bytes are unknown (call again with dynamic_ok=True for the other branch)."""
+    dynamic, views = launch_views(m, s, launch)
     if launch.kind == "ptx":
         raise Fail(UNIMPLEMENTED)
     if launch.dynamic is not None and not dynamic_ok:
+        h, vs, _ = dynamic
         if h.content is None:
             raise Ambiguous(IA)
         xyz = struct.unpack("<3I", bytes(h.content[vs:vs + 12]))
@@ -265,17 +275,7 @@ def predict_record(m, s, launch):
     count's bytes. Such an execute is recorded, and every replay fails at that step. The model
     predicts what the daemon does (predict_replay), so that the run stays green; the fuzzer
     records dynamic counts as static ones (their bytes are not modelled at replay)."""
-    if launch.mode == 2:
-        raise Fail(PD)
-    if launch.dynamic is not None:
-        _, _, vl = m.resolve(s, *launch.dynamic)
-        if vl < 12:
-            raise Fail(IA)
-    else:
-        x, y, z = launch.count
-        if not all(1 <= v <= hi for v, hi in zip((x, y, z), MAX_CUBE_COUNT)):
-            raise Fail(IA)
-    views = [m.resolve(s, *b) for b in launch.buffers]
+    _, views = launch_views(m, s, launch)
     if launch.kind != "builtin":
         return views, None
     if launch.name not in KERNELS:
