@@ -144,12 +144,6 @@ bool RingSessionWire::Write(const v1::SessionRequest& request) {
   return Append(RingChunk::kRequest, write_buffer_);
 }
 
-bool RingSessionWire::WriteCommand(const v1::Command& command) {
-  write_buffer_.clear();  // Keeps its capacity.
-  if (!AppendSerializedCommand(command, &write_buffer_)) return false;
-  return Append(RingChunk::kRequest, write_buffer_);
-}
-
 bool RingSessionWire::WriteSerialized(absl::string_view request) {
   return Append(RingChunk::kRequest, request);
 }

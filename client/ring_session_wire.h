@@ -39,9 +39,6 @@ class RingSessionWire final : public SessionWire {
   ~RingSessionWire() override;  // Closes the connection: the daemon ends the stream.
 
   bool Write(const v1::SessionRequest& request) override;
-  // Frames `command` as a one-command SessionRequest straight into the write buffer (reused: no
-  // allocation once it has grown).
-  bool WriteCommand(const v1::Command& command) override;
   bool WriteSerialized(absl::string_view request) override;
   bool Read(v1::SessionResponse* response) override;
   void WritesDone() override;

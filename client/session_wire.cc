@@ -27,12 +27,6 @@ bool AppendSerializedCommand(const v1::Command& command, std::string* out) {
   return true;
 }
 
-bool SessionWire::WriteCommand(const v1::Command& command) {
-  v1::SessionRequest request;
-  *request.add_commands() = command;
-  return Write(request);
-}
-
 namespace {
 
 const char* SessionMethodName() {

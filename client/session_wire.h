@@ -31,9 +31,6 @@ class SessionWire {
   virtual ~SessionWire() = default;
   // Sends `request`, waiting for room; false once the wire is broken or over. One writer thread.
   virtual bool Write(const v1::SessionRequest& request) = 0;
-  // Sends a request that holds only `command`, as Write does. This default copies the command
-  // into a SessionRequest; a direct wire frames it without the copy.
-  virtual bool WriteCommand(const v1::Command& command);
   // Sends the serialized bytes of one SessionRequest (AppendSerializedCommand's), as they are,
   // as Write does.
   virtual bool WriteSerialized(absl::string_view request) = 0;

@@ -236,7 +236,10 @@ absl::Status StreamTransport::SendDirect(v1::Command& command, Callback on_reply
                          absl::Now() + (timeout != absl::ZeroDuration() ? timeout : call_timeout_));
     }
   }
-  if (!wire_->WriteCommand(command)) {
+  // Framed as a one-command SessionRequest in a reused buffer (no allocation once it has grown).
+  direct_buffer_.clear();
+  if (!AppendSerializedCommand(command, &direct_buffer_) ||
+      !wire_->WriteSerialized(direct_buffer_)) {
     absl::MutexLock lock(&mu_);
     broken_ = true;  // The reader sees the end and fails what is pending.
   }

@@ -235,6 +235,7 @@ class StreamTransport {
   // that commands reach the wire in seq order while the reader keeps resolving replies.
   bool direct_ = false;
   absl::Mutex write_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::string direct_buffer_ ABSL_GUARDED_BY(write_mu_);  // SendDirect's serialized command.
 };
 
 }  // namespace cubed

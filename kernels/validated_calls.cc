@@ -28,7 +28,7 @@ bool SameCall(const BuiltinCall& a, const BuiltinCall& b) {
 
 }  // namespace
 
-absl::StatusOr<const ValidatedCalls::Validated*> ValidatedCalls::Validate(
+absl::StatusOr<const ValidatedCall*> ValidatedCalls::Validate(
     const BuiltinCall& call, absl::Span<const uint64_t> buffer_bytes) {
   for (const Entry& e : entries_) {
     if (e.used &&
@@ -40,7 +40,7 @@ absl::StatusOr<const ValidatedCalls::Validated*> ValidatedCalls::Validate(
     }
   }
   ++misses_;
-  ASSIGN_OR_RETURN(Validated validated, ValidateBuiltinCall(call, buffer_bytes));
+  ASSIGN_OR_RETURN(ValidatedCall validated, ValidateBuiltinCall(call, buffer_bytes));
   Entry& e = entries_[next_];
   next_ = (next_ + 1) % kEntries;
   e.used = true;

@@ -27,14 +27,12 @@ namespace cubed::kernels {
 // addresses) is not part of validation and runs per call as before.
 class ValidatedCalls {
  public:
-  using Validated = ValidatedCall;  // Its catalogue row and decoded metadata (validate.h).
-
   // ValidateBuiltinCall of `call` on buffers of `buffer_bytes` bytes (one per buffer), or the
   // result kept for an equal call. The pointer stays valid until the next Validate;
   // errors are theirs (NOT_FOUND, INVALID_ARGUMENT), never kept. Not thread-safe: one owner
   // thread (a backend's device loop).
-  absl::StatusOr<const Validated*> Validate(const BuiltinCall& call,
-                                            absl::Span<const uint64_t> buffer_bytes);
+  absl::StatusOr<const ValidatedCall*> Validate(const BuiltinCall& call,
+                                                absl::Span<const uint64_t> buffer_bytes);
 
   // Calls answered from what was kept, and calls validated in full (tests, metrics).
   uint64_t hits() const { return hits_; }
@@ -46,7 +44,7 @@ class ValidatedCalls {
     bool used = false;
     BuiltinCall call;
     absl::InlinedVector<uint64_t, kMaxBuiltinBuffers> buffer_bytes;
-    Validated validated;
+    ValidatedCall validated;
   };
 
   std::array<Entry, kEntries> entries_;

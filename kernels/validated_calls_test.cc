@@ -31,7 +31,7 @@ TEST(ValidatedCallsTest, AnEqualCallTakesTheKeptResult) {
   const std::vector<uint64_t> bytes = ContiguousBytes(s);
   ValidatedCalls calls;
   for (int i = 0; i < 3; ++i) {
-    absl::StatusOr<const ValidatedCalls::Validated*> v = calls.Validate(call, bytes);
+    absl::StatusOr<const ValidatedCall*> v = calls.Validate(call, bytes);
     ASSERT_TRUE(v.ok()) << v.status();
     EXPECT_EQ((*v)->def, *FindKernel("add", 3));
     absl::StatusOr<KernelMetadata> want = ValidateCall(**FindKernel("add", 3), call, bytes);

@@ -88,6 +88,16 @@ def check_launch_request(launch):
         groups.add(elem)
 
 
+def launch_request_failure(launch):
+    """check_launch_request's Fail for `launch`, or None when the request passes: what a stream
+    command carries to its turn (a failed command fails in its place in the order)."""
+    try:
+        check_launch_request(launch)
+    except Fail as f:
+        return f
+    return None
+
+
 def decode_metadata(words, n):
     """DecodeKernelMetadata for n buffers, all tensors: [(shape, strides)] and buffer_len."""
     static = 5 * n

@@ -56,12 +56,7 @@ class GraphRegionRules:
         C = session_pb.Command
         rec = s.recording
         launch = self.draw_launch(data, s, tame=data.draw(st.integers(0, 9), label="tame") > 0)
-        try:
-            L.check_launch_request(launch)
-            invalid = None
-        except M.Fail as f:
-            invalid = f
-        status = self.seq_status(s, seq, invalid)
+        status = self.seq_status(s, seq, L.launch_request_failure(launch))
         if status is None and rec.failure is not None:
             pass
         elif status is None:

@@ -179,12 +179,7 @@ class StreamRules:
             outputs = (([launch.buffers[-1][0]] if launch.buffers else [])
                        if launch.kind == "builtin" else
                        [] if launch.kind == "none" else [b[0] for b in launch.buffers])
-            try:
-                L.check_launch_request(launch)
-                invalid = None
-            except M.Fail as f:
-                invalid = f
-            status = self.seq_status(s, seq, invalid)
+            status = self.seq_status(s, seq, L.launch_request_failure(launch))
             if status is None:
                 expected, apply, amb_code = self.predict_launch(s, launch)
                 if amb_code is not None:  # A dynamic count of unknown bytes: count statically.

@@ -455,8 +455,7 @@ absl::Status CpuServer::Execute(const Launch& launch) {
   }
   const kernels::BuiltinCall& call = launch.Kernel().builtin;
   return Timed([&]() -> absl::Status {
-    ASSIGN_OR_RETURN(const kernels::ValidatedCalls::Validated* v,
-                     validated_calls_->Validate(call, sizes));
+    ASSIGN_OR_RETURN(const kernels::ValidatedCall* v, validated_calls_->Validate(call, sizes));
     return kernels::RunValidatedCpu(*v->def, call, v->meta, buffers);
   });
 }

@@ -87,8 +87,7 @@ absl::Status CudaServer::ExecuteBuiltin(const Launch& launch) {
   const kernels::BuiltinCall& call = launch.Kernel().builtin;
   absl::InlinedVector<uint64_t, CUBED_CUDA_MAX_BUFFERS> sizes;
   for (const ResolvedBinding& b : launch.buffers) sizes.push_back(b.size);
-  ASSIGN_OR_RETURN(const kernels::ValidatedCalls::Validated* validated,
-                   validated_calls_.Validate(call, sizes));
+  ASSIGN_OR_RETURN(const kernels::ValidatedCall* validated, validated_calls_.Validate(call, sizes));
   ASSIGN_OR_RETURN(CudaBuiltinArgs args,
                    kernels::MakeValidatedCudaBuiltinArgs(call, validated->meta, sizes));
   for (size_t i = 0; i < launch.buffers.size(); ++i) {
