@@ -23,6 +23,7 @@ packages=(
   python3-dev  # the Python SDK's compiled launch (client/python/cubed_client/_speedups.c)
   ca-certificates openssl libssl-dev  # libcrypto: SHA-256 of the kernel cache keys
   systemd  # systemd-analyze: tests/systemd checks the unit with it (no systemd as PID 1 needed)
+  linux-perf  # tests/bench/gpu_loop_ab.sh packs Debian's perf for the GPU machine
 )
 
 sudo=""
