@@ -24,7 +24,8 @@ absl::StatusOr<std::unique_ptr<StreamTransport>> StreamTransport::Open(
     t->resume_timeout_ = options.resume_timeout;
   }
   t->call_timeout_ = options.call_timeout;
-  t->batch_bytes_ = std::min(kBatchBytes, std::max<size_t>(1, options.max_request_bytes));
+  t->max_request_bytes_ = std::max<size_t>(1, options.max_request_bytes);
+  t->batch_bytes_ = std::min(kBatchBytes, t->max_request_bytes_);
   t->wire_ = std::move(wire);
   v1::SessionRequest open;
   open.mutable_open()->set_device(options.device);
@@ -124,25 +125,38 @@ absl::Status StreamTransport::SendInPlace(v1::Command& command, Callback on_repl
 absl::Status StreamTransport::Enqueue(v1::Command& command, Callback on_reply, uint64_t* seq_out,
                                       absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
-  if (ended_) return end_status_;
-  if (closing_) return absl::FailedPreconditionError("session stream is closing");
-  while (queued_ >= kMaxQueued && !broken_) space_.Wait(&mu_);
+  for (;;) {  // Checked again after each wait: the stream may end or close meanwhile.
+    if (ended_) return end_status_;
+    if (closing_) return absl::FailedPreconditionError("session stream is closing");
+    if (queued_ < kMaxQueued || broken_) break;
+    space_.Wait(&mu_);
+  }
   const uint64_t seq = next_seq_;
   command.set_seq(seq);
   if (queue_.empty() || queue_.back().commands >= kMaxPerRequest) NewBatch();
-  const size_t before = queue_.back().request.size();
-  if (!AppendSerializedCommand(command, &queue_.back().request)) {
-    if (queue_.back().commands == 0) queue_.pop_back();
-    return absl::InvalidArgumentError(absl::StrCat("command of ", command.ByteSizeLong(),
-                                                   " bytes: over the 2 GiB a message can carry"));
+  std::string& tail = queue_.back().request;
+  const size_t before = tail.size();
+  absl::Status refused;
+  if (!AppendSerializedCommand(command, &tail)) {
+    refused = absl::InvalidArgumentError(absl::StrCat(
+        "command of ", command.ByteSizeLong(), " bytes: over the 2 GiB a request can carry"));
+  } else if (tail.size() - before > max_request_bytes_) {
+    refused = absl::InvalidArgumentError(
+        absl::StrCat("command of ", tail.size() - before, " bytes: over the ", max_request_bytes_,
+                     " bytes a request may carry (ClientOptions::max_message_bytes)"));
+    tail.resize(before);
   }
-  if (queue_.back().commands > 0 && queue_.back().request.size() > batch_bytes_) {
-    // Past the batch's bytes: the command starts the next one (Note [Serialized queue]).
-    std::string& full = queue_.back().request;
-    std::string moved = full.substr(before);
-    full.resize(before);
+  if (!refused.ok()) {
+    if (queue_.back().commands == 0) queue_.pop_back();
+    return refused;
+  }
+  if (queue_.back().commands > 0 && tail.size() > batch_bytes_) {
+    // Past the batch's bytes: the command starts the next one (Note [Serialized queue]). A
+    // deque's emplace_back leaves references to its other elements valid.
+    std::string& full = tail;
     NewBatch();
-    queue_.back().request.append(moved);
+    queue_.back().request.append(full, before, std::string::npos);
+    full.resize(before);
   }
   Batch& batch = queue_.back();
   ++next_seq_;
@@ -166,7 +180,7 @@ absl::Status StreamTransport::Enqueue(v1::Command& command, Callback on_reply, u
     deadlines_.emplace(seq,
                        absl::Now() + (timeout != absl::ZeroDuration() ? timeout : call_timeout_));
     push_now_ = true;
-    if (!writing_ && !broken_ && !resuming_ && reading_here != this) {
+    if (MayWriteThrough()) {
       WriteThrough(seq);  // Note [Answering commands write through].
     } else {
       wake_writer_.Signal();
@@ -175,6 +189,12 @@ absl::Status StreamTransport::Enqueue(v1::Command& command, Callback on_reply, u
     wake_writer_.Signal();
   }
   return absl::OkStatus();
+}
+
+bool StreamTransport::MayWriteThrough() const {
+  return !writing_ && !broken_ && !resuming_ && !closing_ && !writer_done_ &&
+         reading_here != this && queue_.size() == 1 &&
+         unanswered_bytes_ + queue_.front().request.size() <= kWriteThroughBytes;
 }
 
 void StreamTransport::WriteThrough(uint64_t seq) {
@@ -197,6 +217,13 @@ void StreamTransport::WriteFront() {
     first_queued_ = absl::Now();
   }
   space_.SignalAll();
+  unanswered_writes_.emplace_back(batch.last_seq, batch.request.size());
+  unanswered_bytes_ += batch.request.size();
+  if (unanswered_writes_.size() > kMaxUnansweredWrites) {
+    const size_t oldest = unanswered_writes_.front().second;  // Answered with the next one.
+    unanswered_writes_.pop_front();
+    unanswered_writes_.front().second += oldest;
+  }
   writing_ = true;
   SessionWire* wire = wire_.get();  // A resume replaces wire_ only while nobody writes.
   mu_.Unlock();
@@ -204,11 +231,19 @@ void StreamTransport::WriteFront() {
   mu_.Lock();
   writing_ = false;
   if (!ok) broken_ = true;
-  if (spare_buffers_.size() < 2) {
+  // A buffer grown past the batch bound (a command that went alone) is not kept.
+  if (spare_buffers_.size() < 2 && batch.request.capacity() <= 2 * batch_bytes_) {
     batch.request.clear();  // Keeps its capacity.
     spare_buffers_.push_back(std::move(batch.request));
   }
   wake_writer_.Signal();  // A writer waiting for !writing_, or Close's.
+}
+
+void StreamTransport::NoteAnswered(uint64_t seq) {
+  while (!unanswered_writes_.empty() && unanswered_writes_.front().first <= seq) {
+    unanswered_bytes_ -= unanswered_writes_.front().second;
+    unanswered_writes_.pop_front();
+  }
 }
 
 void StreamTransport::NewBatch() {
@@ -222,24 +257,34 @@ void StreamTransport::NewBatch() {
 absl::Status StreamTransport::SendDirect(v1::Command& command, Callback on_reply, uint64_t* seq_out,
                                          absl::Duration timeout) {
   absl::MutexLock write_lock(&write_mu_);
+  uint64_t seq;
   {
     absl::MutexLock lock(&mu_);
     if (ended_) return end_status_;
     if (closing_) return absl::FailedPreconditionError("session stream is closing");
     if (broken_) return absl::UnavailableError("SessionStream: the command ring broke");
-    const uint64_t seq = next_seq_++;
+    seq = next_seq_;  // Only direct sends take seqs, each under write_mu_: it stays ours.
+  }
+  // Framed as a one-command SessionRequest in a reused buffer (no allocation once it has grown),
+  // before anything is registered: a command that cannot be framed is refused alone.
+  command.set_seq(seq);
+  direct_buffer_.clear();
+  if (!AppendSerializedCommand(command, &direct_buffer_)) {
+    return absl::InvalidArgumentError(absl::StrCat("command of ", command.ByteSizeLong(),
+                                                   " bytes: over the 2 GiB a request can carry"));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (ended_) return end_status_;  // The reader failed what was pending meanwhile.
+    next_seq_ = seq + 1;
     if (seq_out != nullptr) *seq_out = seq;
-    command.set_seq(seq);
     if (on_reply != nullptr) {
       pending_.emplace(seq, std::move(on_reply));
       deadlines_.emplace(seq,
                          absl::Now() + (timeout != absl::ZeroDuration() ? timeout : call_timeout_));
     }
   }
-  // Framed as a one-command SessionRequest in a reused buffer (no allocation once it has grown).
-  direct_buffer_.clear();
-  if (!AppendSerializedCommand(command, &direct_buffer_) ||
-      !wire_->WriteSerialized(direct_buffer_)) {
+  if (!wire_->WriteSerialized(direct_buffer_)) {
     absl::MutexLock lock(&mu_);
     broken_ = true;  // The reader sees the end and fails what is pending.
   }
@@ -323,6 +368,7 @@ bool StreamTransport::ReadWire(v1::SessionResponse& response) {
       Callback callback;
       {
         absl::MutexLock lock(&mu_);
+        NoteAnswered(reply.seq());
         auto it = pending_.find(reply.seq());
         if (it == pending_.end()) continue;
         callback = std::move(it->second);
@@ -399,6 +445,8 @@ bool StreamTransport::Resume(absl::Status& status) {
     }
     retired_wires_.push_back(std::move(wire_));
     wire_ = *std::move(wire);
+    unanswered_writes_.clear();  // The new wire has nothing unread.
+    unanswered_bytes_ = 0;
     ++resumes_;
     resumed = opened.resumed_seq();
     if (written > resumed) {

@@ -15,12 +15,17 @@
 // (but see Note [Stream resume]).
 //
 // Note [Answering commands write through]: a command that answers (a read, a sync) is written
-// by the thread that sends it when no write is under way, with what is queued before it, instead
-// of waking the writer thread to write it: its caller waits for the reply anyway, and the
-// writer's wake-up was a thread hop on every round trip (tens of microseconds on a loaded
-// machine). One write at a time (`writing_`), in queue order; the writer thread waits while a
-// sender writes. Not on the reader thread (a callback sending): a write blocked on flow control
-// there would stop the replies the daemon waits to send, so it wakes the writer as before.
+// by the thread that sends it, instead of waking the writer thread to write it: its caller waits
+// for the reply anyway, and the writer's wake-up was a thread hop on every round trip (tens of
+// microseconds on a loaded machine). Only when that write cannot wait for the daemon: no write
+// is under way, the command's batch is the only one queued, and it fits, with every byte written
+// before it that the daemon has not answered past yet, in kWriteThroughBytes (half of the 64 KiB
+// window an HTTP/2 stream opens with). A backlog the daemon has stopped reading (its in-flight
+// quota: Note [Stream backpressure]) would otherwise hold the sender inside Send, past its call's
+// deadline, which the watchdog can only enforce on a caller that waits on the reply; such a
+// command goes to the writer thread as before. One write at a time (`writing_`), in queue order;
+// the writer thread waits while a sender writes. Not on the reader thread (a callback sending),
+// nor once the stream closes (the writer may be ending it).
 //
 // Note [Serialized queue]: a queued command is serialized as Send queues it, straight from the
 // caller's message (a stack arena's: Note [Commands on the stack] in client.cc), onto the end of
@@ -77,6 +82,8 @@ class StreamTransport {
   // Serialized bytes a batch grows to at most (Note [Serialized queue]), unless
   // Options::max_request_bytes is less.
   static constexpr size_t kBatchBytes = size_t{4} << 20;
+  // Note [Answering commands write through]: unanswered bytes a sender's own write may leave.
+  static constexpr size_t kWriteThroughBytes = size_t{32} << 10;
 
   // Opens new wires for Note [Stream resume].
   using WireFactory = std::function<absl::StatusOr<std::unique_ptr<SessionWire>>()>;
@@ -88,7 +95,8 @@ class StreamTransport {
     // deadline, as on the unary path. The stream itself has none.
     absl::Duration call_timeout = absl::Seconds(60);
     // The largest request the channel sends (ClientOptions::max_message_bytes): batches stay
-    // within it (one command larger than it goes alone, and gRPC refuses it).
+    // within it, and Send refuses a queued command larger than it (INVALID_ARGUMENT) instead of
+    // letting gRPC end the stream.
     size_t max_request_bytes = kBatchBytes;
     // `reconnect` (null: never) and `resume_timeout` turn on Note [Stream resume] for a queued
     // (not direct) wire.
@@ -115,8 +123,11 @@ class StreamTransport {
 
   // Queues `command` (its seq is assigned here). `on_reply`, if set, receives its reply; then the
   // queue is sent at once. Returns the stream's error once it ended (then `on_reply` is not
-  // called). Thread-safe; commands queued by one thread go out in that order. `seq_out`, if set,
-  // receives the command's seq (for joining a bulk transfer to it). `timeout` replaces the
+  // called); INVALID_ARGUMENT, queuing nothing, for a command larger than a request may be
+  // (Options::max_request_bytes; 2 GiB on a direct wire). Waits while kMaxQueued commands are
+  // queued; on a direct wire (the command ring) it writes the command itself and waits for room
+  // in the ring. Thread-safe; commands queued by one thread go out in that order. `seq_out`, if
+  // set, receives the command's seq (for joining a bulk transfer to it). `timeout` replaces the
   // call timeout for this reply when not zero (a bulk command's reply comes after its transfer);
   // replies are due in seq order, so a later command's DEADLINE_EXCEEDED may come that late.
   absl::Status Send(v1::Command command, Callback on_reply = nullptr, uint64_t* seq_out = nullptr,
@@ -153,9 +164,14 @@ class StreamTransport {
   // Note [Answering commands write through]: writes the queued batches up to the one holding
   // `seq` on this thread (mu_ released while each is written).
   void WriteThrough(uint64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Note [Answering commands write through]: whether the sender of the newest batch may write
+  // it now.
+  bool MayWriteThrough() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Takes the oldest batch off the queue and writes it (mu_ released meanwhile, writing_ set);
   // a failed write marks the stream broken. Queue not empty.
   void WriteFront() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The daemon answered command `seq`: it read every request up to the one that carried it.
+  void NoteAnswered(uint64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Send over a direct wire.
   absl::Status SendDirect(v1::Command& command, Callback on_reply, uint64_t* seq_out,
                           absl::Duration timeout);
@@ -226,6 +242,13 @@ class StreamTransport {
   std::map<uint64_t, absl::Time> deadlines_ ABSL_GUARDED_BY(mu_);
   absl::Duration call_timeout_ = absl::Seconds(60);
   size_t batch_bytes_ = kBatchBytes;  // Note [Serialized queue].
+  size_t max_request_bytes_ = kBatchBytes;
+  // Note [Answering commands write through]: the writes the daemon has not answered past yet
+  // (each write's last seq and bytes, oldest first; at most kMaxUnansweredWrites, the oldest
+  // folded into the next) and their bytes.
+  static constexpr size_t kMaxUnansweredWrites = 64;
+  std::deque<std::pair<uint64_t, size_t>> unanswered_writes_ ABSL_GUARDED_BY(mu_);
+  size_t unanswered_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_watchdog_ ABSL_GUARDED_BY(mu_) = false;
   std::thread watchdog_;
   bool closed_ = false;  // Close() ran; only touched by the owner.

@@ -143,6 +143,32 @@ TEST_F(StreamClientTest, QueuedCreatesBeyondTheMessageLimitGoOutInBatchesThatFit
   }
 }
 
+// On the gRPC carrier a command larger than max_message_bytes alone is refused by Send, naming the
+// limit, and the session goes on (gRPC would refuse to send it and end the stream with every handle
+// in it).
+TEST_F(StreamClientTest, ACommandOverTheMessageLimitIsRefusedAndTheSessionGoesOn) {
+  ClientOptions options;
+  options.max_message_bytes = 64 << 10;
+  options.bulk_threshold = 1 << 20;  // The create stays inline, on the stream.
+  auto client = StreamClient(Connect(options));
+  if (client == nullptr) GTEST_SKIP() << "stream transport only";
+  if (client->stream_carrier() == StreamCarrier::kRing) {
+    GTEST_SKIP() << "gRPC's message limit; the command ring has its own";
+  }
+  absl::StatusOr<Handle> kept = client->Create(std::vector<uint8_t>(100, 7));
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  absl::StatusOr<Handle> big = client->Create(std::vector<uint8_t>(100 << 10, 1));
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kInvalidArgument) << big.status();
+  EXPECT_TRUE(absl::StrContains(big.status().message(), "max_message_bytes")) << big.status();
+  absl::Status synced = client->Sync().get();
+  ASSERT_TRUE(synced.ok()) << synced;
+  EXPECT_EQ(ReadOrDie(*client, *kept), std::string(100, 7));
+  absl::StatusOr<Handle> after = client->Create(std::vector<uint8_t>(40 << 10, 3));
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(ReadOrDie(*client, *after), std::string(40 << 10, 3));
+}
+
 // Note [Answering commands write through] (client/stream_transport.h): reads written by their
 // senders, executes queued for the writer, from several threads at once: each thread's read sees
 // every execute it queued before it.
