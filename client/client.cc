@@ -135,7 +135,7 @@ absl::StatusOr<std::unique_ptr<SessionWire>> OpenSessionWire(
     }
   }
   *used = StreamCarrier::kGrpc;
-  return std::unique_ptr<SessionWire>(std::make_unique<GrpcSessionWire>(channel));
+  return MakeGrpcSessionWire(channel);
 }
 
 // Copies a tensor layout reply into `t`.
@@ -252,7 +252,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
       absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
           CreateSecureChannel(address, security, resume_args);
       if (!channel.ok()) return channel.status();
-      return std::unique_ptr<SessionWire>(std::make_unique<GrpcSessionWire>(*channel));
+      return MakeGrpcSessionWire(*channel);
     };
     StreamTransport::Options stream_options;
     stream_options.device = impl->options.device;

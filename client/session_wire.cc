@@ -5,8 +5,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/status_conversion.h"
+#include "cubed/v1/session.grpc.pb.h"
 #include "google/protobuf/io/coded_stream.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/impl/rpc_method.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
+#include "grpcpp/support/sync_stream.h"
 
 namespace cubed {
 
@@ -35,29 +40,44 @@ const char* SessionMethodName() {
   return name->c_str();
 }
 
+// The generated stub's bidirectional call, with bytes for requests: what
+// SessionStream::Stub::Session creates, with grpc::ByteBuffer (gRPC's own generic message type)
+// in place of SessionRequest.
+class GrpcSessionWire final : public SessionWire {
+ public:
+  explicit GrpcSessionWire(const std::shared_ptr<grpc::Channel>& channel)
+      : channel_(channel),
+        method_(SessionMethodName(), grpc::internal::RpcMethod::BIDI_STREAMING, channel),
+        stream_(grpc::internal::ClientReaderWriterFactory<
+                grpc::ByteBuffer, v1::SessionResponse>::Create(channel_.get(), method_,
+                                                               &context_)) {}
+
+  bool Write(const v1::SessionRequest& request) override {
+    std::string bytes;
+    if (!request.SerializeToString(&bytes)) return false;
+    return WriteSerialized(bytes);
+  }
+  bool WriteSerialized(absl::string_view request) override {
+    grpc::Slice slice(request.data(), request.size());
+    grpc::ByteBuffer buffer(&slice, 1);
+    return stream_->Write(buffer);
+  }
+  bool Read(v1::SessionResponse* response) override { return stream_->Read(response); }
+  void WritesDone() override { stream_->WritesDone(); }
+  absl::Status Finish() override { return FromGrpcStatus(stream_->Finish(), "SessionStream"); }
+  void Cancel() override { context_.TryCancel(); }
+
+ private:
+  std::shared_ptr<grpc::Channel> channel_;  // The call uses it (as the generated stub keeps it).
+  grpc::ClientContext context_;
+  grpc::internal::RpcMethod method_;
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, v1::SessionResponse>> stream_;
+};
+
 }  // namespace
 
-GrpcSessionWire::GrpcSessionWire(const std::shared_ptr<grpc::Channel>& channel)
-    : channel_(channel),
-      method_(SessionMethodName(), grpc::internal::RpcMethod::BIDI_STREAMING, channel),
-      stream_(
-          grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, v1::SessionResponse>::Create(
-              channel_.get(), method_, &context_)) {}
-
-bool GrpcSessionWire::Write(const v1::SessionRequest& request) {
-  std::string bytes;
-  if (!request.SerializeToString(&bytes)) return false;
-  return WriteSerialized(bytes);
-}
-
-bool GrpcSessionWire::WriteSerialized(absl::string_view request) {
-  grpc::Slice slice(request.data(), request.size());
-  grpc::ByteBuffer buffer(&slice, 1);
-  return stream_->Write(buffer);
-}
-
-absl::Status GrpcSessionWire::Finish() {
-  return FromGrpcStatus(stream_->Finish(), "SessionStream");
+std::unique_ptr<SessionWire> MakeGrpcSessionWire(const std::shared_ptr<grpc::Channel>& channel) {
+  return std::make_unique<GrpcSessionWire>(channel);
 }
 
 }  // namespace cubed

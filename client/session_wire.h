@@ -1,7 +1,7 @@
 #pragma once
 
 // SessionWire: what carries the session stream's messages for StreamTransport: gRPC's
-// bidirectional stream (GrpcSessionWire, below) or the daemon's command ring in shared memory
+// bidirectional stream (MakeGrpcSessionWire, below) or the daemon's command ring in shared memory
 // (RingSessionWire, ring_session_wire.h; Note [Command ring] in common/shm_ring.h). The calls
 // mirror grpc::ClientReaderWriter's: one thread may write while another reads.
 
@@ -11,12 +11,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "cubed/v1/session.grpc.pb.h"
+#include "cubed/v1/session.pb.h"
 #include "grpcpp/channel.h"
-#include "grpcpp/client_context.h"
-#include "grpcpp/impl/rpc_method.h"
-#include "grpcpp/support/byte_buffer.h"
-#include "grpcpp/support/sync_stream.h"
 
 namespace cubed {
 
@@ -54,28 +50,10 @@ class SessionWire {
   virtual absl::Duration suggested_spin() const { return absl::ZeroDuration(); }
 };
 
-// The session stream over gRPC (cubed.v1.SessionStream/Session) on `channel`. Its requests go
-// out as bytes (a ByteBuffer), so that StreamTransport's serialized batches need no message;
-// its responses are parsed as usual.
-class GrpcSessionWire final : public SessionWire {
- public:
-  explicit GrpcSessionWire(const std::shared_ptr<grpc::Channel>& channel);
-
-  bool Write(const v1::SessionRequest& request) override;
-  // Copies `request` into one slice and writes it (a memcpy: no parse, no serialization).
-  bool WriteSerialized(absl::string_view request) override;
-  bool Read(v1::SessionResponse* response) override { return stream_->Read(response); }
-  void WritesDone() override { stream_->WritesDone(); }
-  absl::Status Finish() override;
-  void Cancel() override { context_.TryCancel(); }
-
- private:
-  std::shared_ptr<grpc::Channel> channel_;  // The call uses it (as the generated stub keeps it).
-  grpc::ClientContext context_;
-  // The generated stub's method, with bytes for requests: what SessionStream::Stub::Session
-  // creates, with grpc::ByteBuffer in place of SessionRequest (gRPC's own generic message type).
-  grpc::internal::RpcMethod method_;
-  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, v1::SessionResponse>> stream_;
-};
+// The session stream over gRPC (cubed.v1.SessionStream/Session) on `channel`, started here. Its
+// requests go out as bytes (a grpc::ByteBuffer), so that StreamTransport's serialized batches
+// need no message; its responses are parsed as usual. WriteSerialized copies the bytes into one
+// slice (a memcpy: no parse, no serialization); Write serializes the request first.
+std::unique_ptr<SessionWire> MakeGrpcSessionWire(const std::shared_ptr<grpc::Channel>& channel);
 
 }  // namespace cubed
