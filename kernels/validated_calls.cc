@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/hash/hash.h"
 #include "common/status_macros.h"
 #include "kernels/validate.h"
 
@@ -19,35 +20,49 @@ bool SameScalars(const ScalarGroups& a, const ScalarGroups& b) {
   return true;
 }
 
-// Everything ValidateCall reads of a call, compared (metadata and sizes first: they differ most).
-bool SameCall(const BuiltinCall& a, const BuiltinCall& b) {
-  return a.metadata == b.metadata && a.dtype == b.dtype && a.out_dtype == b.out_dtype &&
-         a.axis == b.axis && a.index_dtype == b.index_dtype && a.allow_tf32 == b.allow_tf32 &&
-         a.name == b.name && SameScalars(a.scalars, b.scalars);
-}
+// Everything ValidateCall reads of a call, hashed.
+struct CallKey {
+  const BuiltinCall& c;
+  absl::Span<const uint64_t> buffer_bytes;
+  template <typename H>
+  friend H AbslHashValue(H h, const CallKey& k) {
+    h = H::combine(std::move(h), k.c.name, k.c.dtype, k.c.out_dtype, k.c.axis, k.c.index_dtype,
+                   k.c.allow_tf32, absl::MakeConstSpan(k.c.metadata), k.buffer_bytes,
+                   k.c.scalars.size());
+    for (const ScalarGroup& g : k.c.scalars) {
+      h = H::combine(std::move(h), g.elem, absl::MakeConstSpan(g.bytes));
+    }
+    return h;
+  }
+};
 
 }  // namespace
 
+size_t ValidatedCalls::KeyHash::operator()(const KeyView& k) const {
+  return absl::Hash<CallKey>()(CallKey{k.call, k.buffer_bytes});
+}
+
+// Everything ValidateCall reads of a call, compared (metadata and sizes first: they differ most).
+bool ValidatedCalls::KeyEq::operator()(const Key& a, const KeyView& b) const {
+  return std::equal(a.buffer_bytes.begin(), a.buffer_bytes.end(), b.buffer_bytes.begin(),
+                    b.buffer_bytes.end()) &&
+         a.call.metadata == b.call.metadata && a.call.dtype == b.call.dtype &&
+         a.call.out_dtype == b.call.out_dtype && a.call.axis == b.call.axis &&
+         a.call.index_dtype == b.call.index_dtype && a.call.allow_tf32 == b.call.allow_tf32 &&
+         a.call.name == b.call.name && SameScalars(a.call.scalars, b.call.scalars);
+}
+
 absl::StatusOr<const ValidatedCall*> ValidatedCalls::Validate(
     const BuiltinCall& call, absl::Span<const uint64_t> buffer_bytes) {
-  for (const Entry& e : entries_) {
-    if (e.used &&
-        std::equal(e.buffer_bytes.begin(), e.buffer_bytes.end(), buffer_bytes.begin(),
-                   buffer_bytes.end()) &&
-        SameCall(e.call, call)) {
-      ++hits_;
-      return &e.validated;
-    }
+  if (auto it = kept_.find(KeyView{call, buffer_bytes}); it != kept_.end()) {
+    ++hits_;
+    return &it->second;
   }
   ++misses_;
   ASSIGN_OR_RETURN(ValidatedCall validated, ValidateBuiltinCall(call, buffer_bytes));
-  Entry& e = entries_[next_];
-  next_ = (next_ + 1) % kEntries;
-  e.used = true;
-  e.call = call;
-  e.buffer_bytes.assign(buffer_bytes.begin(), buffer_bytes.end());
-  e.validated = std::move(validated);
-  return &e.validated;
+  if (kept_.size() >= kMaxEntries) kept_.clear();
+  Key key{call, {buffer_bytes.begin(), buffer_bytes.end()}};
+  return &kept_.insert_or_assign(std::move(key), std::move(validated)).first->second;
 }
 
 }  // namespace cubed::kernels

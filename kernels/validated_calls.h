@@ -3,9 +3,10 @@
 // The last few builtin calls a backend validated, with their decoded metadata, so that a launch
 // equal to one of them is not validated again (Note [Validated calls]).
 
-#include <array>
 #include <cstdint>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/kernel_metadata.h"
@@ -20,13 +21,18 @@ namespace cubed::kernels {
 // after step), and validating a builtin call (the catalogue search by name, the metadata's
 // decode, every check of docs/kernel-abi.md) was ~15% of the CPU backend's loop per tiny
 // command. Validation is a pure function of the call's kernel, types, axis, tf32 flag, metadata
-// and scalars and of its buffers' sizes, so a backend keeps the last few calls that passed, with
-// their kernel and decoded metadata, and a call equal in all of those takes that result instead
-// of validating again. Only successes are kept: a call that fails is validated (and refused)
-// every time. What depends on where the buffers are (overlap checks of in-place outputs, device
-// addresses) is not part of validation and runs per call as before.
+// and scalars and of its buffers' sizes, so a backend keeps the calls that passed, with their
+// kernel and decoded metadata, by a hash of all of those, and a call equal in all of them takes
+// that result instead of validating again. At most kMaxEntries are kept (all are dropped when a
+// new one would pass that: a model's step has tens of distinct calls, not hundreds); eight kept
+// round robin thrashed on any cycle of nine or more, which a model's step is. Only successes are
+// kept: a call that fails is validated (and refused) every time. What depends on where the
+// buffers are (overlap checks of in-place outputs, device addresses) is not part of validation
+// and runs per call as before.
 class ValidatedCalls {
  public:
+  static constexpr size_t kMaxEntries = 512;
+
   // ValidateBuiltinCall of `call` on buffers of `buffer_bytes` bytes (one per buffer), or the
   // result kept for an equal call. The pointer stays valid until the next Validate;
   // errors are theirs (NOT_FOUND, INVALID_ARGUMENT), never kept. Not thread-safe: one owner
@@ -39,16 +45,30 @@ class ValidatedCalls {
   uint64_t misses() const { return misses_; }
 
  private:
-  static constexpr size_t kEntries = 8;
-  struct Entry {
-    bool used = false;
+  // A kept call, and a call looked up (by reference: no copy per launch).
+  struct Key {
     BuiltinCall call;
     absl::InlinedVector<uint64_t, kMaxBuiltinBuffers> buffer_bytes;
-    ValidatedCall validated;
+  };
+  struct KeyView {
+    const BuiltinCall& call;
+    absl::Span<const uint64_t> buffer_bytes;
+  };
+  struct KeyHash {
+    using is_transparent = void;
+    size_t operator()(const Key& k) const { return (*this)(KeyView{k.call, k.buffer_bytes}); }
+    size_t operator()(const KeyView& k) const;
+  };
+  struct KeyEq {
+    using is_transparent = void;
+    bool operator()(const Key& a, const Key& b) const {
+      return (*this)(a, KeyView{b.call, b.buffer_bytes});
+    }
+    bool operator()(const Key& a, const KeyView& b) const;
+    bool operator()(const KeyView& a, const Key& b) const { return (*this)(b, a); }
   };
 
-  std::array<Entry, kEntries> entries_;
-  size_t next_ = 0;  // The entry the next miss replaces (round robin).
+  absl::flat_hash_map<Key, ValidatedCall, KeyHash, KeyEq> kept_;
   uint64_t hits_ = 0;
   uint64_t misses_ = 0;
 };

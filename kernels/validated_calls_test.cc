@@ -100,21 +100,42 @@ TEST(ValidatedCallsTest, ScalarsAndAxisAreKeys) {
   EXPECT_EQ(calls.Validate(sum, sum_bytes).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(ValidatedCallsTest, KeepsTheLastEightCallsRoundRobin) {
+// Note [Validated calls]: a model's step cycles through tens of distinct calls; every one is
+// kept (eight kept round robin missed every call of a cycle of nine or more).
+TEST(ValidatedCallsTest, ACycleOfManyCallsHitsFromItsSecondRound) {
   ValidatedCalls calls;
+  constexpr uint64_t kCalls = 40;
   std::vector<BuiltinCall> fills;
-  for (uint64_t n = 1; n <= 9; ++n) fills.push_back(ContiguousCall("fill", ElemType::kF32, {{n}}));
+  for (uint64_t n = 1; n <= kCalls; ++n) {
+    fills.push_back(ContiguousCall("fill", ElemType::kF32, {{n}}));
+  }
   for (BuiltinCall& f : fills) f.scalars = {OneScalar(ElemType::kF32, 0.0)};
   auto bytes = [](uint64_t n) { return std::vector<uint64_t>{4 * n}; };
-  for (uint64_t n = 1; n <= 8; ++n) ASSERT_TRUE(calls.Validate(fills[n - 1], bytes(n)).ok());
-  for (uint64_t n = 1; n <= 8; ++n) ASSERT_TRUE(calls.Validate(fills[n - 1], bytes(n)).ok());
-  EXPECT_EQ(calls.misses(), 8u);
-  EXPECT_EQ(calls.hits(), 8u);
-  ASSERT_TRUE(calls.Validate(fills[8], bytes(9)).ok());  // Replaces the first one kept.
-  ASSERT_TRUE(calls.Validate(fills[1], bytes(2)).ok());
-  EXPECT_EQ(calls.hits(), 9u);
-  ASSERT_TRUE(calls.Validate(fills[0], bytes(1)).ok());
-  EXPECT_EQ(calls.misses(), 10u);
+  for (int round = 0; round < 3; ++round) {
+    for (uint64_t n = 1; n <= kCalls; ++n) {
+      absl::StatusOr<const ValidatedCall*> v = calls.Validate(fills[n - 1], bytes(n));
+      ASSERT_TRUE(v.ok()) << v.status();
+      EXPECT_EQ((*v)->meta.tensors.at(0).shape.at(0), n);  // Its own result, not another's.
+    }
+  }
+  EXPECT_EQ(calls.misses(), kCalls);
+  EXPECT_EQ(calls.hits(), 2 * kCalls);
+}
+
+TEST(ValidatedCallsTest, PastItsBoundEverythingKeptIsDropped) {
+  ValidatedCalls calls;
+  BuiltinCall fill = ContiguousCall("fill", ElemType::kF32, {{1}});
+  fill.scalars = {OneScalar(ElemType::kF32, 0.0)};
+  auto bytes = [](uint64_t n) { return std::vector<uint64_t>{4 * n}; };
+  // The same call on buffers of more bytes than it needs: kMaxEntries + 1 distinct keys.
+  for (uint64_t n = 1; n <= ValidatedCalls::kMaxEntries + 1; ++n) {
+    ASSERT_TRUE(calls.Validate(fill, bytes(n)).ok());
+  }
+  EXPECT_EQ(calls.misses(), ValidatedCalls::kMaxEntries + 1);
+  ASSERT_TRUE(calls.Validate(fill, bytes(ValidatedCalls::kMaxEntries + 1)).ok());  // Kept.
+  EXPECT_EQ(calls.hits(), 1u);
+  ASSERT_TRUE(calls.Validate(fill, bytes(1)).ok());  // Dropped with the rest.
+  EXPECT_EQ(calls.misses(), ValidatedCalls::kMaxEntries + 2);
 }
 
 }  // namespace
