@@ -30,6 +30,10 @@ int RecordedGraph::ParameterIndex(HandleId handle) const {
 
 void RecordedGraph::AddStep(Launch launch, absl::Span<const ParameterUse> uses,
                             absl::Span<const uint32_t> writes) {
+  if (launch.borrowed != nullptr) {  // A step outlives the command that lent its kernel.
+    launch.kernel = *launch.borrowed;
+    launch.borrowed = nullptr;
+  }
   const uint32_t step = static_cast<uint32_t>(launches_.size());
   for (ParameterUse use : uses) {
     use.step = step;

@@ -63,8 +63,9 @@ class RecordedGraph {
   // Whether some step writes parameter i (its bindings are poisoned when a replay fails).
   bool writes_parameter(size_t i) const { return written_[i]; }
 
-  // Appends a step: `launch` as resolved at recording, `uses` its parameter bindings (their
-  // `step` is set here), `writes` the parameters it writes.
+  // Appends a step: `launch` as resolved at recording (a borrowed kernel is copied: the step
+  // owns it), `uses` its parameter bindings (their `step` is set here), `writes` the parameters
+  // it writes.
   void AddStep(Launch launch, absl::Span<const ParameterUse> uses,
                absl::Span<const uint32_t> writes);
   size_t step_count() const { return launches_.size(); }

@@ -150,7 +150,7 @@ static PyObject* execute(PyObject* module, PyObject* const* args, Py_ssize_t nar
   /* The views are borrowed: nothing below runs Python code that could change the list. */
   const Py_ssize_t count = is_list ? PyList_Size(views) : PyTuple_Size(views);
 
-  /* Sizes first: every length is of a bytes object, so the sums cannot overflow size_t. */
+  /* Sizes first, their sum checked: one bytes object may stand in many views. */
   size_t bindings_size = (size_t)tail_size;
   for (Py_ssize_t i = 0; i < count; ++i) {
     PyObject* view = is_list ? PyList_GetItem(views, i) : PyTuple_GetItem(views, i);
@@ -159,7 +159,12 @@ static PyObject* execute(PyObject* module, PyObject* const* args, Py_ssize_t nar
       PyErr_Format(PyExc_TypeError, "execute: views[%zd] must be (layout, bytes)", i);
       return NULL;
     }
-    bindings_size += (size_t)PyBytes_Size(PyTuple_GetItem(view, 1));
+    const size_t size = (size_t)PyBytes_Size(PyTuple_GetItem(view, 1));
+    if (size > (size_t)PY_SSIZE_T_MAX - bindings_size) {
+      PyErr_SetString(PyExc_OverflowError, "execute: the views' bytes add up past PY_SSIZE_T_MAX");
+      return NULL;
+    }
+    bindings_size += size;
   }
   const size_t execute_size =
       (size_t)head_size + 1 + varint_size(bindings_size) + bindings_size + (size_t)mode_size;

@@ -1,6 +1,7 @@
 #include "server/service/stream/session_stream.h"
 
 #include <algorithm>
+#include <atomic>
 #include <deque>
 #include <optional>
 #include <string>
@@ -187,7 +188,9 @@ class StreamState final : public ReplySink,
   bool drain_scheduled_ ABSL_GUARDED_BY(mu_) = false;
   bool parked_ ABSL_GUARDED_BY(mu_) = false;
   bool session_closed_ ABSL_GUARDED_BY(mu_) = true;  // No session to close (yet, or any more).
-  uint64_t pending_commands_ ABSL_GUARDED_BY(mu_) = 0;
+  // Commands received and not yet run (the in-flight quota's count): raised under mu_ as a batch
+  // arrives, lowered by the loop as each command starts, without mu_ (Note [Claimed executes]).
+  std::atomic<uint64_t> pending_commands_{0};
   uint64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 
   std::optional<StreamOpened> opened_ ABSL_GUARDED_BY(mu_);
@@ -324,7 +327,8 @@ void StreamState::ApplyPrincipal(StreamBatch& batch) {
   uint64_t room = n;
   if (const uint64_t quota = principal_->quotas.max_session_inflight_commands; quota != 0) {
     absl::MutexLock lock(&mu_);
-    room = pending_commands_ >= quota ? 0 : std::min(n, quota - pending_commands_);
+    const uint64_t pending = pending_commands_.load(std::memory_order_relaxed);
+    room = pending >= quota ? 0 : std::min(n, quota - pending);
   }
   const uint64_t taken = principal_->AcquireInflightUpTo(room);
   batch.inflight = InflightSlots(principal_, taken);
@@ -392,7 +396,7 @@ void StreamState::OnReadDone(bool ok, uint64_t wire_bytes) {
     loop_ = loop;
     session_closed_ = false;  // The open batch opens one; Drain closes it.
   }
-  pending_commands_ += batch->commands.size();
+  pending_commands_.fetch_add(batch->commands.size(), std::memory_order_relaxed);
   pending_bytes_ += batch->bytes;
   batches_.push_back(*std::move(batch));
   ScheduleDrainLocked();
@@ -471,7 +475,7 @@ void StreamState::Fill(uint64_t slot, StreamReply plain) {
 }
 
 bool StreamState::InFlightOverLocked() const {
-  return pending_commands_ + slots_.size() >= max_commands() ||
+  return pending_commands_.load(std::memory_order_relaxed) + slots_.size() >= max_commands() ||
          pending_bytes_ + reply_bytes_ >= limits().max_bytes;
 }
 
@@ -618,12 +622,14 @@ bool StreamState::RunBatch(Device& device, StreamBatch& batch, uint64_t& budget)
   }
   const std::shared_ptr<ReplySink> sink = shared_from_this();
   absl::Time clock = absl::Now();
-  // Note [Claimed executes]: a command is counted off pending_commands_ under mu_ before it runs,
-  // after the stream's state is looked at: has it ended, do its replies pile up (then it parks).
-  // An execute answers nothing, so it cannot pile replies up: the executes that follow it are
-  // claimed with it, up to kExecutesPerClaim and the turn's budget, and run without taking mu_
-  // (a lock a command was ~9% of the CPU backend's loop per tiny execute); a stream that ends
-  // meanwhile runs at most that many more. Every return below happens with no claim left.
+  // Note [Claimed executes]: a command is claimed under mu_ before it runs, after the stream's
+  // state is looked at: has it ended, do its replies pile up (then it parks). An execute answers
+  // nothing, so it cannot pile replies up: the executes that follow it are claimed with it, up to
+  // kExecutesPerClaim and the turn's budget, and run without taking mu_ (a lock a command was ~9%
+  // of the CPU backend's loop per tiny execute); a stream that ends meanwhile runs at most that
+  // many more. Each command leaves pending_commands_ as it starts (an atomic, so that the
+  // in-flight quota counts exactly the commands not yet run, not those merely claimed). Every
+  // return below happens with no claim left.
   uint64_t claimed = 0;
   while (batch.next < batch.commands.size()) {
     if (budget == 0) return false;  // The turn is over (Note [Stream turns]); the rest waits.
@@ -644,9 +650,9 @@ bool StreamState::RunBatch(Device& device, StreamBatch& batch, uint64_t& budget)
           ++claimed;
         }
       }
-      pending_commands_ -= claimed;
     }
     --claimed;
+    pending_commands_.fetch_sub(1, std::memory_order_relaxed);
     --budget;
     if (IsBulkCreate(command) || IsBulkRead(command)) {
       const bool waits = bulk_->Start(device, runner_, command, *this);
