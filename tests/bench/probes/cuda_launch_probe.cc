@@ -1,0 +1,166 @@
+// cuda_launch_probe: in-process CUDA driver costs that bound the daemon's figures, on the GPU
+// host (GPU run 84, docs/gpu-runs.md):
+//   * a CUDA graph node and a stream launch by kernel parameter size (none / 640 B, a builtin's
+//     CudaBuiltinArgs) and with one store, 1 or 256 threads: does a compact argument block
+//     shorten replayed nodes (P11) or launches (P2)?
+//   * the parts of a 4-byte read as the loop's inline read does it (cuStreamQuery, copies into
+//     pageable and pinned memory, synchronous and async + sync): what bounds L1.
+// Not part of the build (no GPU where it builds); here, with the toolkit's stub libcuda:
+//   g++ -O2 -std=c++17 -o cuda_launch_probe tests/bench/probes/cuda_launch_probe.cc \
+//     -I/usr/local/cuda/include -L/usr/local/cuda/lib64/stubs -lcuda
+// and run it there (it loads the driver's libcuda.so.1). Prints medians [min..max].
+#include <cuda.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+static const char kPtx[] = R"(.version 7.0
+.target sm_80
+.address_size 64
+.visible .entry e0() { ret; }
+.visible .entry e640(.param .align 8 .b8 a[640]) { ret; }
+.visible .entry s8(.param .u64 p) {
+  .reg .pred %p; .reg .u32 %r; .reg .u64 %d; .reg .f32 %f;
+  mov.u32 %r, %tid.x; setp.ne.u32 %p, %r, 0; @%p bra DONE;
+  ld.param.u64 %d, [p]; cvta.to.global.u64 %d, %d; mov.f32 %f, 0f3F800000; st.global.f32 [%d], %f;
+DONE: ret; }
+.visible .entry s640(.param .align 8 .b8 a[640]) {
+  .reg .pred %p; .reg .u32 %r; .reg .u64 %d; .reg .f32 %f;
+  mov.u32 %r, %tid.x; setp.ne.u32 %p, %r, 0; @%p bra DONE;
+  ld.param.u64 %d, [a+8]; cvta.to.global.u64 %d, %d; mov.f32 %f, 0f3F800000; st.global.f32 [%d], %f;
+DONE: ret; }
+)";
+#define CK(x)                    \
+  do {                           \
+    CUresult r_ = (x);           \
+    if (r_ != CUDA_SUCCESS) {    \
+      const char* s;             \
+      cuGetErrorString(r_, &s);  \
+      printf("%s: %s\n", #x, s); \
+      return 1;                  \
+    }                            \
+  } while (0)
+int main() {
+  CK(cuInit(0));
+  CUdevice dev;
+  CK(cuDeviceGet(&dev, 0));
+  CUcontext ctx;
+  CK(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CK(cuCtxSetCurrent(ctx));
+  CUmodule m;
+  CK(cuModuleLoadData(&m, kPtx));
+  CUstream st;
+  CK(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr buf;
+  CK(cuMemAlloc(&buf, 256));
+  alignas(8) unsigned char big[640] = {};
+  memcpy(big + 8, &buf, 8);
+  struct K {
+    const char* name;
+    unsigned threads;
+    void** params;
+  } ks[] = {{"e0", 1, nullptr},
+            {"e0", 256, nullptr},
+            {"e640", 256, nullptr},
+            {"s8", 256, nullptr},
+            {"s640", 256, nullptr}};
+  void* p8[] = {&buf};
+  void* p640[] = {big};
+  ks[2].params = p640;
+  ks[3].params = p8;
+  ks[4].params = p640;
+  const int nodes = 1000, replays = 20;
+  for (int round = 0; round < 2; ++round)
+    for (auto& k : ks) {
+      CUfunction f;
+      CK(cuModuleGetFunction(&f, m, k.name));
+      CK(cuStreamBeginCapture(st, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+      for (int i = 0; i < nodes; ++i)
+        CK(cuLaunchKernel(f, 1, 1, 1, k.threads, 1, 1, 0, st, k.params, nullptr));
+      CUgraph g;
+      CK(cuStreamEndCapture(st, &g));
+      CUgraphExec ge;
+      CK(cuGraphInstantiate(&ge, g, 0));
+      std::vector<double> ns;
+      for (int r = -1; r < 5; ++r) {
+        auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < replays; ++i) CK(cuGraphLaunch(ge, st));
+        CK(cuStreamSynchronize(st));
+        double dt =
+            std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+        if (r >= 0) ns.push_back(dt / (nodes * replays));
+      }
+      std::sort(ns.begin(), ns.end());
+      std::vector<double> ls;
+      for (int r = -1; r < 5; ++r) {
+        auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < 20000; ++i)
+          CK(cuLaunchKernel(f, 1, 1, 1, k.threads, 1, 1, 0, st, k.params, nullptr));
+        CK(cuStreamSynchronize(st));
+        double dt =
+            std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+        if (r >= 0) ls.push_back(dt / 20000);
+      }
+      std::sort(ls.begin(), ls.end());
+      printf(
+          "round %d %-5s threads %3u: graph node %.3f us [%.3f..%.3f]; stream launch %.3f us "
+          "[%.3f..%.3f]\n",
+          round, k.name, k.threads, ns[2] / 1e3, ns[0] / 1e3, ns[4] / 1e3, ls[2] / 1e3, ls[0] / 1e3,
+          ls[4] / 1e3);
+      cuGraphExecDestroy(ge);
+      cuGraphDestroy(g);
+    }
+  // A 4-byte read's parts in-process (what the loop's inline read does), medians of 2000.
+  auto med = [&](auto&& body) {
+    std::vector<double> v;
+    for (int i = -200; i < 2000; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      body();
+      double dt =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      if (i >= 0) v.push_back(dt);
+    }
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  float pageable = 0;
+  void* pinned = nullptr;
+  CK(cuMemHostAlloc(&pinned, 4, 0));
+  CUcontext cur;
+  printf("cuCtxGetCurrent %.3f us\n", med([&] { cuCtxGetCurrent(&cur); }));
+  printf("cuCtxSetCurrent %.3f us\n", med([&] { cuCtxSetCurrent(ctx); }));
+  printf("cuStreamQuery (idle) %.3f us\n", med([&] { cuStreamQuery(st); }));
+  printf("DtoHAsync pageable + StreamSynchronize %.3f us\n", med([&] {
+           cuMemcpyDtoHAsync(&pageable, buf, 4, st);
+           cuStreamSynchronize(st);
+         }));
+  printf("DtoHAsync pinned + StreamSynchronize %.3f us\n", med([&] {
+           cuMemcpyDtoHAsync(pinned, buf, 4, st);
+           cuStreamSynchronize(st);
+         }));
+  printf("DtoH (sync) pageable %.3f us\n", med([&] { cuMemcpyDtoH(&pageable, buf, 4); }));
+  printf("DtoH (sync) pinned %.3f us\n", med([&] { cuMemcpyDtoH(pinned, buf, 4); }));
+  printf("StreamQuery + DtoHAsync pageable + sync %.3f us\n", med([&] {
+           cuStreamQuery(st);
+           cuMemcpyDtoHAsync(&pageable, buf, 4, st);
+           cuStreamSynchronize(st);
+         }));
+  CUevent ev;
+  CK(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
+  printf("DtoHAsync pinned + event record + spin query %.3f us\n", med([&] {
+           cuMemcpyDtoHAsync(pinned, buf, 4, st);
+           cuEventRecord(ev, st);
+           while (cuEventQuery(ev) == CUDA_ERROR_NOT_READY) {
+           }
+         }));
+  printf("launch s8 + DtoHAsync pageable + sync %.3f us\n", med([&] {
+           CUfunction f;
+           cuModuleGetFunction(&f, m, "s8");
+           cuLaunchKernel(f, 1, 1, 1, 256, 1, 1, 0, st, p8, nullptr);
+           cuMemcpyDtoHAsync(&pageable, buf, 4, st);
+           cuStreamSynchronize(st);
+         }));
+  return 0;
+}
