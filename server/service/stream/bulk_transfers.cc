@@ -121,14 +121,13 @@ void BulkTransfers::RaiseLastSeq(uint64_t seq) {
 }
 
 void BulkTransfers::Passed(uint64_t seq) {
-  // With no transfer attached there is nothing to end: as before, a transfer attaching while
-  // this runs is ended by the next command's Passed, its Start, or the stream's end.
-  if (attached_.load() == 0) {
-    RaiseLastSeq(seq);
-    return;
-  }
-  absl::MutexLock lock(&mu_);
+  // With no transfer attached there is nothing to end. The seq is published before attached_ is
+  // read, and Attach counts its transfer in attached_ before it reads last_seq_ (both seq_cst):
+  // so either Attach sees this seq and refuses a transfer for it, or this sees the transfer and
+  // ends it under mu_ (which Attach holds until the transfer is in its map).
   RaiseLastSeq(seq);
+  if (attached_.load() == 0) return;
+  absl::MutexLock lock(&mu_);
   EndUnjoinedLocked(seq);
 }
 
@@ -173,6 +172,7 @@ void BulkTransfers::Attach(TransferMap<State> BulkTransfers::*member,
     absl::MutexLock lock(&mu_);
     TransferMap<State>& transfers = this->*member;  // Guarded by mu_, held from here.
     const bool waited = wait_ != nullptr && wait_->command.seq == seq;
+    ++attached_;  // Before last_seq_ is read: see Passed. Taken back if refused.
     absl::Status reject;
     if (ended_) {
       reject = EndedStatus(end_status_, seq);
@@ -189,6 +189,7 @@ void BulkTransfers::Attach(TransferMap<State> BulkTransfers::*member,
           absl::FailedPreconditionError(absl::StrCat("seq: command ", seq, direction.not_kind));
     }
     if (!reject.ok()) {
+      --attached_;
       absl::MutexLock tl(&state->mu);
       state->FinishLocked(reject);
       return;
@@ -203,7 +204,6 @@ void BulkTransfers::Attach(TransferMap<State> BulkTransfers::*member,
       if (!disagreement.ok() && state->error.ok()) state->error = disagreement;
     }
     transfers.emplace(key, state);
-    ++attached_;
     if (waited) {
       kicked_ = true;
       kick = true;

@@ -150,7 +150,9 @@ class BulkTransfers : public std::enable_shared_from_this<BulkTransfers> {
   // command that no transfer waits for updates it without mu_ (a lock a command was ~9% of the
   // CPU backend's loop per tiny execute); Attach reads it under mu_.
   std::atomic<uint64_t> last_seq_{0};
-  std::atomic<size_t> attached_{0};  // uploads_.size() + downloads_.size().
+  // uploads_.size() + downloads_.size(), and 1 more while Attach decides (Passed reads it
+  // without mu_).
+  std::atomic<size_t> attached_{0};
   TransferMap<UploadState> uploads_ ABSL_GUARDED_BY(mu_);
   TransferMap<DownloadState> downloads_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, absl::Status> failed_ ABSL_GUARDED_BY(mu_);
