@@ -57,7 +57,9 @@ struct ClientOptions {
   // Session lease; 0 = the daemon's default. The daemon frees the session's handles when this
   // long passes without a call.
   absl::Duration lease = absl::ZeroDuration();
-  // Largest message sent or received, bytes.
+  // Largest message sent or received, bytes. On the session stream's gRPC carrier a command
+  // larger than this alone (an inline create: below bulk_threshold) is refused by the call that
+  // sends it, INVALID_ARGUMENT naming this option, and the session goes on.
   int max_message_bytes = 1 << 30;
   // Security of a "host:port" address (docs/security.md); a Unix socket needs none (the daemon
   // knows the peer's uid). TLS when tls_ca_file is set: PEM file of the CA that signed the
