@@ -20,6 +20,12 @@ bool SameScalars(const ScalarGroups& a, const ScalarGroups& b) {
   return true;
 }
 
+// Note [Validated calls]: the hash and KeyEq below read every field of BuiltinCall, as
+// validation does; a field added to it must be added to both (or a call differing only in it
+// takes another's result). This trips when BuiltinCall changes size, as a reminder (x86-64).
+static_assert(sizeof(void*) != 8 || sizeof(BuiltinCall) == 160,
+              "BuiltinCall changed: add its new fields to CallKey and KeyEq, then this size");
+
 // Everything ValidateCall reads of a call, hashed.
 struct CallKey {
   const BuiltinCall& c;
