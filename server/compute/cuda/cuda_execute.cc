@@ -93,7 +93,7 @@ absl::Status CudaServer::ExecuteBuiltin(const Launch& launch) {
   for (size_t i = 0; i < launch.buffers.size(); ++i) {
     ASSIGN_OR_RETURN(args.buffers[i].ptr, DevicePointer(launch.buffers[i]));
   }
-  RETURN_IF_ERROR(CheckBuiltinAddresses(call, args));
+  RETURN_IF_ERROR(CheckBuiltinAddresses(*validated->def, call, args));
   if (launch.count.dynamic) {
     uint32_t xyz[3];
     RETURN_IF_ERROR(ReadCubeCount(launch.count.binding, xyz));

@@ -16,6 +16,7 @@
 #include "kernels/builtin.h"
 #include "kernels/cuda/builtin_args.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/kernel_def.h"
 
 namespace cubed {
 
@@ -57,8 +58,10 @@ class CudaModuleCache {
 // Checks the device addresses of a validated builtin launch, as RunBuiltinCpu checks host ones
 // (docs/kernel-abi.md): each non-empty buffer aligned to its element size, and the output
 // overlapping no input unless the kernel may run in place and the input is the very same memory
-// and layout. `args` holds the pointers. INVALID_ARGUMENT naming the buffer.
-absl::Status CheckBuiltinAddresses(const kernels::BuiltinCall& call, const CudaBuiltinArgs& args);
+// and layout. `def` is the call's kernel as validation found it (no catalogue search a launch);
+// `args` holds the pointers. INVALID_ARGUMENT naming the buffer.
+absl::Status CheckBuiltinAddresses(const kernels::KernelDef& def, const kernels::BuiltinCall& call,
+                                   const CudaBuiltinArgs& args);
 
 // The parameters of a client kernel launch, in order (docs/kernel-abi.md, "CUDA kernels"): one
 // device pointer per buffer, the metadata pointer, one by-value array per scalar group.
