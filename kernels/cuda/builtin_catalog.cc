@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <map>
+#include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -218,8 +220,23 @@ std::string Expression(const Row& row, ElemType dtype, ElemType out_dtype, ElemT
   return "";
 }
 
+// Every row by (name, buffer count): a launch finds its row by one lookup (the scan below, with
+// its string compares, ran on every builtin launch: BuiltinLaunchDims' FindCudaFamily).
+const absl::flat_hash_map<std::pair<absl::string_view, size_t>, const Row*>& RowIndex() {
+  static const auto* const index = [] {
+    auto* m = new absl::flat_hash_map<std::pair<absl::string_view, size_t>, const Row*>();
+    for (const Row& row : kRows) m->emplace(std::make_pair(row.name, row.num_buffers), &row);
+    return m;
+  }();
+  return *index;
+}
+
 absl::StatusOr<const Row*> FindRow(absl::string_view name, size_t num_buffers) {
-  std::vector<std::string> counts;
+  const auto& index = RowIndex();
+  if (auto it = index.find(std::make_pair(name, num_buffers)); it != index.end()) {
+    return it->second;
+  }
+  std::vector<std::string> counts;  // Not found: the scan says why.
   for (const Row& row : kRows) {
     if (row.name != name) continue;
     if (row.num_buffers == num_buffers) return &row;
