@@ -15,12 +15,15 @@
 
 namespace cubed {
 
-bool AppendSerializedCommand(const v1::Command& command, std::string* out) {
+absl::Status AppendSerializedCommand(const v1::Command& command, std::string* out) {
   // Protobuf's encoding of one length-delimited field: its tag, the length, the bytes.
   using google::protobuf::io::CodedOutputStream;
   constexpr uint32_t kTag = (v1::SessionRequest::kCommandsFieldNumber << 3) | 2;
   const size_t size = command.ByteSizeLong();
-  if (size > static_cast<size_t>(INT32_MAX)) return false;
+  if (size > static_cast<size_t>(INT32_MAX)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("command of ", size, " bytes: over the 2 GiB a request can carry"));
+  }
   const size_t framed = CodedOutputStream::VarintSize32(kTag) +
                         CodedOutputStream::VarintSize32(static_cast<uint32_t>(size)) + size;
   const size_t at = out->size();
@@ -29,7 +32,7 @@ bool AppendSerializedCommand(const v1::Command& command, std::string* out) {
   p = CodedOutputStream::WriteVarint32ToArray(kTag, p);
   p = CodedOutputStream::WriteVarint32ToArray(static_cast<uint32_t>(size), p);
   command.SerializeWithCachedSizesToArray(p);
-  return true;
+  return absl::OkStatus();
 }
 
 namespace {

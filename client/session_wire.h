@@ -18,9 +18,9 @@ namespace cubed {
 
 // Appends to `out` what a SessionRequest's `commands` field holding `command` serializes to
 // (the field's tag, the length, the command): any concatenation of such appends is the
-// serialized SessionRequest that carries those commands in that order. False, with nothing
-// appended, for a command of 2 GiB or more (protobuf cannot frame it).
-bool AppendSerializedCommand(const v1::Command& command, std::string* out);
+// serialized SessionRequest that carries those commands in that order. INVALID_ARGUMENT naming
+// the size, with nothing appended, for a command of 2 GiB or more (protobuf cannot frame it).
+absl::Status AppendSerializedCommand(const v1::Command& command, std::string* out);
 
 class SessionWire {
  public:

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status_macros.h"
 #include "common/thread_name.h"
 
 namespace cubed {
@@ -136,11 +137,8 @@ absl::Status StreamTransport::Enqueue(v1::Command& command, Callback on_reply, u
   if (queue_.empty() || queue_.back().commands >= kMaxPerRequest) NewBatch();
   std::string& tail = queue_.back().request;
   const size_t before = tail.size();
-  absl::Status refused;
-  if (!AppendSerializedCommand(command, &tail)) {
-    refused = absl::InvalidArgumentError(absl::StrCat(
-        "command of ", command.ByteSizeLong(), " bytes: over the 2 GiB a request can carry"));
-  } else if (tail.size() - before > max_request_bytes_) {
+  absl::Status refused = AppendSerializedCommand(command, &tail);
+  if (refused.ok() && tail.size() - before > max_request_bytes_) {
     refused = absl::InvalidArgumentError(
         absl::StrCat("command of ", tail.size() - before, " bytes: over the ", max_request_bytes_,
                      " bytes a request may carry (ClientOptions::max_message_bytes)"));
@@ -153,10 +151,9 @@ absl::Status StreamTransport::Enqueue(v1::Command& command, Callback on_reply, u
   if (queue_.back().commands > 0 && tail.size() > batch_bytes_) {
     // Past the batch's bytes: the command starts the next one (Note [Serialized queue]). A
     // deque's emplace_back leaves references to its other elements valid.
-    std::string& full = tail;
     NewBatch();
-    queue_.back().request.append(full, before, std::string::npos);
-    full.resize(before);
+    queue_.back().request.append(tail, before, std::string::npos);
+    tail.resize(before);
   }
   Batch& batch = queue_.back();
   ++next_seq_;
@@ -269,10 +266,7 @@ absl::Status StreamTransport::SendDirect(v1::Command& command, Callback on_reply
   // before anything is registered: a command that cannot be framed is refused alone.
   command.set_seq(seq);
   direct_buffer_.clear();
-  if (!AppendSerializedCommand(command, &direct_buffer_)) {
-    return absl::InvalidArgumentError(absl::StrCat("command of ", command.ByteSizeLong(),
-                                                   " bytes: over the 2 GiB a request can carry"));
-  }
+  RETURN_IF_ERROR(AppendSerializedCommand(command, &direct_buffer_));
   {
     absl::MutexLock lock(&mu_);
     if (ended_) return end_status_;  // The reader failed what was pending meanwhile.

@@ -173,13 +173,17 @@ ElemType BufferElemType(const KernelDef& def, const BuiltinCall& call, uint32_t 
   return call.dtype;
 }
 
+BuiltinBuffers BuiltinBufferTypes(const KernelDef& def, const BuiltinCall& call) {
+  BuiltinBuffers b;
+  b.count = def.num_buffers;
+  for (uint32_t i = 0; i < def.num_buffers; ++i) b.types[i] = BufferElemType(def, call, i);
+  b.in_place = def.in_place;
+  return b;
+}
+
 absl::StatusOr<BuiltinBuffers> BuiltinBufferTypes(const BuiltinCall& call, size_t num_buffers) {
   ASSIGN_OR_RETURN(const KernelDef* def, FindKernel(call.name, num_buffers));
-  BuiltinBuffers b;
-  b.count = def->num_buffers;
-  for (uint32_t i = 0; i < def->num_buffers; ++i) b.types[i] = BufferElemType(*def, call, i);
-  b.in_place = def->in_place;
-  return b;
+  return BuiltinBufferTypes(*def, call);
 }
 
 std::vector<std::string> BuiltinMatmulTypes() {

@@ -91,4 +91,8 @@ absl::StatusOr<const KernelDef*> FindKernel(absl::string_view name, size_t num_b
 // Element type of buffer `index` of a call to `def`.
 ElemType BufferElemType(const KernelDef& def, const BuiltinCall& call, uint32_t index);
 
+// BuiltinBufferTypes (builtin.h) of a call to `def`, its kernel as found already (a validated
+// call's: no catalogue search).
+BuiltinBuffers BuiltinBufferTypes(const KernelDef& def, const BuiltinCall& call);
+
 }  // namespace cubed::kernels

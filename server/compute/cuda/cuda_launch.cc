@@ -83,11 +83,10 @@ absl::Status CheckBuiltinAddresses(const kernels::KernelDef& def, const kernels:
     return absl::InternalError(absl::StrCat("kernel '", call.name, "': ", n,
                                             " buffers where its definition has ", def.num_buffers));
   }
-  ElemType types[CUBED_CUDA_MAX_BUFFERS] = {};
-  for (uint32_t i = 0; i < n; ++i) types[i] = kernels::BufferElemType(def, call, i);
+  const kernels::BuiltinBuffers buffers = kernels::BuiltinBufferTypes(def, call);
   uint64_t span[CUBED_CUDA_MAX_BUFFERS] = {};
   for (uint32_t i = 0; i < n; ++i) {
-    const uint32_t es = ElemSize(types[i]);
+    const uint32_t es = ElemSize(buffers.types[i]);
     span[i] = SpanBytes(args.buffers[i], es);
     if (span[i] != 0 && args.buffers[i].ptr % es != 0) {
       return absl::InvalidArgumentError(
@@ -100,8 +99,8 @@ absl::Status CheckBuiltinAddresses(const kernels::KernelDef& def, const kernels:
   for (uint32_t i = 0; i < out; ++i) {
     const uint64_t p = args.buffers[i].ptr;
     if (span[i] == 0 || span[out] == 0 || p >= o + span[out] || o >= p + span[i]) continue;
-    const bool identical = def.in_place && p == o && span[i] == span[out] &&
-                           ElemSize(types[i]) == ElemSize(types[out]) &&
+    const bool identical = buffers.in_place && p == o && span[i] == span[out] &&
+                           ElemSize(buffers.types[i]) == ElemSize(buffers.types[out]) &&
                            SameLayout(args.buffers[i], args.buffers[out]);
     if (!identical) {
       return absl::InvalidArgumentError(absl::StrCat(
