@@ -20,11 +20,11 @@ bool SameScalars(const ScalarGroups& a, const ScalarGroups& b) {
   return true;
 }
 
-// Note [Validated calls]: the hash and KeyEq below read every field of BuiltinCall, as
+// Note [Validated calls]: HashCall and SameCall below read every field of BuiltinCall, as
 // validation does; a field added to it must be added to both (or a call differing only in it
 // takes another's result). This trips when BuiltinCall changes size, as a reminder (x86-64).
 static_assert(sizeof(void*) != 8 || sizeof(BuiltinCall) == 160,
-              "BuiltinCall changed: add its new fields to CallKey and KeyEq, then this size");
+              "BuiltinCall changed: add its new fields to CallKey and SameCall, then this size");
 
 // Everything ValidateCall reads of a call, hashed.
 struct CallKey {
@@ -44,31 +44,20 @@ struct CallKey {
 
 }  // namespace
 
-size_t ValidatedCalls::KeyHash::operator()(const KeyView& k) const {
-  return absl::Hash<CallKey>()(CallKey{k.call, k.buffer_bytes});
+namespace validated_calls_internal {
+
+size_t HashCall(const BuiltinCall& call, absl::Span<const uint64_t> buffer_bytes) {
+  return absl::Hash<CallKey>()(CallKey{call, buffer_bytes});
 }
 
 // Everything ValidateCall reads of a call, compared (metadata and sizes first: they differ most).
-bool ValidatedCalls::KeyEq::operator()(const Key& a, const KeyView& b) const {
-  return std::equal(a.buffer_bytes.begin(), a.buffer_bytes.end(), b.buffer_bytes.begin(),
-                    b.buffer_bytes.end()) &&
-         a.call.metadata == b.call.metadata && a.call.dtype == b.call.dtype &&
-         a.call.out_dtype == b.call.out_dtype && a.call.axis == b.call.axis &&
-         a.call.index_dtype == b.call.index_dtype && a.call.allow_tf32 == b.call.allow_tf32 &&
-         a.call.name == b.call.name && SameScalars(a.call.scalars, b.call.scalars);
+bool SameCall(const BuiltinCall& a, absl::Span<const uint64_t> a_bytes, const BuiltinCall& b,
+              absl::Span<const uint64_t> b_bytes) {
+  return std::equal(a_bytes.begin(), a_bytes.end(), b_bytes.begin(), b_bytes.end()) &&
+         a.metadata == b.metadata && a.dtype == b.dtype && a.out_dtype == b.out_dtype &&
+         a.axis == b.axis && a.index_dtype == b.index_dtype && a.allow_tf32 == b.allow_tf32 &&
+         a.name == b.name && SameScalars(a.scalars, b.scalars);
 }
 
-absl::StatusOr<const ValidatedCall*> ValidatedCalls::Validate(
-    const BuiltinCall& call, absl::Span<const uint64_t> buffer_bytes) {
-  if (auto it = kept_.find(KeyView{call, buffer_bytes}); it != kept_.end()) {
-    ++hits_;
-    return &it->second;
-  }
-  ++misses_;
-  ASSIGN_OR_RETURN(ValidatedCall validated, ValidateBuiltinCall(call, buffer_bytes));
-  if (kept_.size() >= kMaxEntries) kept_.clear();
-  Key key{call, {buffer_bytes.begin(), buffer_bytes.end()}};
-  return &kept_.insert_or_assign(std::move(key), std::move(validated)).first->second;
-}
-
+}  // namespace validated_calls_internal
 }  // namespace cubed::kernels

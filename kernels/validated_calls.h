@@ -3,7 +3,9 @@
 // The last few builtin calls a backend validated, with their decoded metadata, so that a launch
 // equal to one of them is not validated again (Note [Validated calls]).
 
+#include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
@@ -29,16 +31,46 @@ namespace cubed::kernels {
 // kept: a call that fails is validated (and refused) every time. What depends on where the
 // buffers are (overlap checks of in-place outputs, device addresses) is not part of validation
 // and runs per call as before.
-class ValidatedCalls {
+// Note [Prepared launches]: what a backend derives from a validated call alone (the CUDA
+// backend's argument block, grid and function; Note [Prepared builtin launches] in
+// cuda_execute.cc) is kept beside it, as `Prepared`, so that an equal call derives nothing
+// again. `Prepared` is value-initialized when the call is first kept, and dropped with it.
+struct NotPrepared {};
+
+namespace validated_calls_internal {
+// A hash of everything ValidateCall reads of a call, and their comparison.
+size_t HashCall(const BuiltinCall& call, absl::Span<const uint64_t> buffer_bytes);
+bool SameCall(const BuiltinCall& a, absl::Span<const uint64_t> a_bytes, const BuiltinCall& b,
+              absl::Span<const uint64_t> b_bytes);
+}  // namespace validated_calls_internal
+
+template <typename Prepared>
+class ValidatedCallsWith {
  public:
   static constexpr size_t kMaxEntries = 512;
+
+  // A kept call's validation, and what its backend prepared from it (Note [Prepared launches]).
+  struct Kept : ValidatedCall {
+    explicit Kept(ValidatedCall v) : ValidatedCall(std::move(v)) {}
+    Prepared prepared{};
+  };
 
   // ValidateBuiltinCall of `call` on buffers of `buffer_bytes` bytes (one per buffer), or the
   // result kept for an equal call. The pointer stays valid until the next Validate;
   // errors are theirs (NOT_FOUND, INVALID_ARGUMENT), never kept. Not thread-safe: one owner
   // thread (a backend's device loop).
-  absl::StatusOr<const ValidatedCall*> Validate(const BuiltinCall& call,
-                                                absl::Span<const uint64_t> buffer_bytes);
+  absl::StatusOr<Kept*> Validate(const BuiltinCall& call, absl::Span<const uint64_t> buffer_bytes) {
+    if (auto it = kept_.find(KeyView{call, buffer_bytes}); it != kept_.end()) {
+      ++hits_;
+      return &it->second;
+    }
+    ++misses_;
+    absl::StatusOr<ValidatedCall> validated = ValidateBuiltinCall(call, buffer_bytes);
+    if (!validated.ok()) return validated.status();
+    if (kept_.size() >= kMaxEntries) kept_.clear();
+    Key key{call, {buffer_bytes.begin(), buffer_bytes.end()}};
+    return &kept_.insert_or_assign(std::move(key), Kept(*std::move(validated))).first->second;
+  }
 
   // Calls answered from what was kept, and calls validated in full (tests, metrics).
   uint64_t hits() const { return hits_; }
@@ -57,20 +89,27 @@ class ValidatedCalls {
   struct KeyHash {
     using is_transparent = void;
     size_t operator()(const Key& k) const { return (*this)(KeyView{k.call, k.buffer_bytes}); }
-    size_t operator()(const KeyView& k) const;
+    size_t operator()(const KeyView& k) const {
+      return validated_calls_internal::HashCall(k.call, k.buffer_bytes);
+    }
   };
   struct KeyEq {
     using is_transparent = void;
     bool operator()(const Key& a, const Key& b) const {
       return (*this)(a, KeyView{b.call, b.buffer_bytes});
     }
-    bool operator()(const Key& a, const KeyView& b) const;
+    bool operator()(const Key& a, const KeyView& b) const {
+      return validated_calls_internal::SameCall(a.call, a.buffer_bytes, b.call, b.buffer_bytes);
+    }
     bool operator()(const KeyView& a, const Key& b) const { return (*this)(b, a); }
   };
 
-  absl::flat_hash_map<Key, ValidatedCall, KeyHash, KeyEq> kept_;
+  absl::flat_hash_map<Key, Kept, KeyHash, KeyEq> kept_;
   uint64_t hits_ = 0;
   uint64_t misses_ = 0;
 };
+
+// A backend's validated calls with nothing prepared beside them (the CPU backend's).
+using ValidatedCalls = ValidatedCallsWith<NotPrepared>;
 
 }  // namespace cubed::kernels

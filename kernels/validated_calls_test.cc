@@ -138,5 +138,34 @@ TEST(ValidatedCallsTest, PastItsBoundEverythingKeptIsDropped) {
   EXPECT_EQ(calls.misses(), ValidatedCalls::kMaxEntries + 2);
 }
 
+// Note [Prepared launches]: what a backend keeps beside a call lives as long as the call: an
+// equal call finds it, a different one starts from a value-initialized one, and it goes when
+// everything kept is dropped.
+TEST(ValidatedCallsTest, WhatABackendPreparedStaysWithItsCall) {
+  struct Prepared {
+    int launches = 0;
+  };
+  ValidatedCallsWith<Prepared> calls;
+  BuiltinCall fill = ContiguousCall("fill", ElemType::kF32, {{4}});
+  fill.scalars = {OneScalar(ElemType::kF32, 0.0)};
+  const std::vector<uint64_t> bytes = {16};
+  for (int i = 1; i <= 3; ++i) {
+    absl::StatusOr<ValidatedCallsWith<Prepared>::Kept*> kept = calls.Validate(fill, bytes);
+    ASSERT_TRUE(kept.ok()) << kept.status();
+    EXPECT_EQ((*kept)->prepared.launches, i - 1);
+    ++(*kept)->prepared.launches;
+  }
+  absl::StatusOr<ValidatedCallsWith<Prepared>::Kept*> other =
+      calls.Validate(fill, std::vector<uint64_t>{32});
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ((*other)->prepared.launches, 0);
+  for (uint64_t n = 3; n <= ValidatedCallsWith<Prepared>::kMaxEntries + 1; ++n) {
+    ASSERT_TRUE(calls.Validate(fill, std::vector<uint64_t>{16 * n}).ok());
+  }
+  absl::StatusOr<ValidatedCallsWith<Prepared>::Kept*> again = calls.Validate(fill, bytes);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->prepared.launches, 0);  // Dropped with the rest, kept anew.
+}
+
 }  // namespace
 }  // namespace cubed::kernels::testing

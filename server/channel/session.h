@@ -90,6 +90,7 @@ class Session {
   void Poison(HandleId id, absl::Status error) { poisoned_.insert_or_assign(id, std::move(error)); }
   // The error `id` is poisoned with; nullptr when it is not poisoned.
   const absl::Status* PoisonOf(HandleId id) const {
+    if (poisoned_.empty()) return nullptr;  // The common case: no hash a binding.
     auto it = poisoned_.find(id);
     return it == poisoned_.end() ? nullptr : &it->second;
   }

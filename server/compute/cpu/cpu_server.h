@@ -12,7 +12,10 @@
 
 namespace cubed {
 namespace kernels {
-class ValidatedCalls;
+struct NotPrepared;
+template <typename Prepared>
+class ValidatedCallsWith;
+using ValidatedCalls = ValidatedCallsWith<NotPrepared>;
 }  // namespace kernels
 
 struct CpuServerOptions {

@@ -83,27 +83,52 @@ absl::StatusOr<CUfunction> CudaServer::BuiltinFunction(const kernels::BuiltinCal
   return function;
 }
 
+// Note [Prepared builtin launches]: everything a builtin launch needs that follows from the
+// call and its buffers' sizes alone (the argument block but for the addresses, the grid, the
+// function) is derived once and kept with the validated call (Note [Prepared launches] in
+// kernels/validated_calls.h); an equal launch copies the block and writes its addresses. Deriving
+// them every launch was about a fifth of cubed's own share of the loop per tiny launch
+// (MakeValidatedCudaBuiltinArgs, BuiltinLaunchDims, the function's key; GPU run 84). Only the
+// checks that read addresses (alignment, overlap) and the workspace stay per launch.
+absl::Status CudaServer::PrepareBuiltin(const kernels::BuiltinCall& call,
+                                        absl::Span<const uint64_t> buffer_bytes,
+                                        BuiltinCalls::Kept& kept) {
+  PreparedBuiltin& p = kept.prepared;
+  ASSIGN_OR_RETURN(p.args, kernels::MakeValidatedCudaBuiltinArgs(call, kept.meta, buffer_bytes));
+  p.dims = kernels::BuiltinLaunchDims(call, &p.args, sm_count_);
+  p.matmul = call.name == "matmul";
+  p.function = nullptr;
+  p.ready = true;
+  return absl::OkStatus();
+}
+
 absl::Status CudaServer::ExecuteBuiltin(const Launch& launch) {
   const kernels::BuiltinCall& call = launch.Kernel().builtin;
   absl::InlinedVector<uint64_t, CUBED_CUDA_MAX_BUFFERS> sizes;
   for (const ResolvedBinding& b : launch.buffers) sizes.push_back(b.size);
-  ASSIGN_OR_RETURN(const kernels::ValidatedCall* validated, validated_calls_.Validate(call, sizes));
-  ASSIGN_OR_RETURN(CudaBuiltinArgs args,
-                   kernels::MakeValidatedCudaBuiltinArgs(call, validated->meta, sizes));
+  ASSIGN_OR_RETURN(BuiltinCalls::Kept * kept, builtin_calls_.Validate(call, sizes));
+  PreparedBuiltin& prepared = kept->prepared;
+  if (!prepared.ready) RETURN_IF_ERROR(PrepareBuiltin(call, sizes, *kept));
+  CudaBuiltinArgs args = prepared.args;
   for (size_t i = 0; i < launch.buffers.size(); ++i) {
     ASSIGN_OR_RETURN(args.buffers[i].ptr, DevicePointer(launch.buffers[i]));
   }
-  RETURN_IF_ERROR(CheckBuiltinAddresses(*validated->def, call, args));
+  RETURN_IF_ERROR(CheckBuiltinAddresses(*kept->def, call, args));
   if (launch.count.dynamic) {
     uint32_t xyz[3];
     RETURN_IF_ERROR(ReadCubeCount(launch.count.binding, xyz));
   }
-  if (call.name == "matmul") {
+  if (prepared.matmul) {
     ASSIGN_OR_RETURN(const bool ran, cublas_->Run(call.dtype, call.allow_tf32, args));
     if (ran) return absl::OkStatus();
   }
-  ASSIGN_OR_RETURN(CUfunction function, BuiltinFunction(call, sizes.size()));
-  const kernels::CudaLaunchDims dims = kernels::BuiltinLaunchDims(call, &args, sm_count_);
+  if (prepared.function == nullptr || prepared.function_evictions != modules_->evictions()) {
+    ASSIGN_OR_RETURN(prepared.function, BuiltinFunction(call, sizes.size()));
+    prepared.function_evictions = modules_->evictions();
+  } else {
+    ++builtin_function_hits_;  // A kernel cache hit, as BuiltinFunction's own.
+  }
+  const kernels::CudaLaunchDims& dims = prepared.dims;
   if (dims.workspace_bytes > 0) {
     if (capture_ != nullptr && dims.workspace_bytes > workspace_->bytes()) {
       // Growing waits for the stream, which a capture cannot (Note [CUDA graph replays]).
@@ -113,7 +138,7 @@ absl::Status CudaServer::ExecuteBuiltin(const Launch& launch) {
     ASSIGN_OR_RETURN(args.workspace, workspace_->Get(dims.workspace_bytes));
   }
   void* params[] = {&args};
-  CU_RETURN_IF_ERROR(Cu().LaunchKernel(function, dims.grid[0], dims.grid[1], dims.grid[2],
+  CU_RETURN_IF_ERROR(Cu().LaunchKernel(prepared.function, dims.grid[0], dims.grid[1], dims.grid[2],
                                        dims.block[0], dims.block[1], dims.block[2],
                                        dims.shared_bytes, stream_, params, nullptr));
   return absl::OkStatus();

@@ -230,8 +230,22 @@ class CudaServer final : public ComputeServer {
   absl::Status CaptureGraph(absl::Span<const Launch> launches, CUgraphExec* exec, bool grown);
 
   absl::Status ExecuteBuiltin(const Launch& launch);
+  // Note [Prepared builtin launches] in cuda_execute.cc.
+  struct PreparedBuiltin {
+    bool ready = false;  // The fields below are set.
+    bool matmul = false;
+    CudaBuiltinArgs args;  // Without buffer addresses and workspace.
+    kernels::CudaLaunchDims dims;
+    CUfunction function = nullptr;    // Once found; valid while the evictions below hold.
+    uint64_t function_evictions = 0;  // modules_->evictions() when `function` was found.
+  };
+  using BuiltinCalls = kernels::ValidatedCallsWith<PreparedBuiltin>;
   // The function of a builtin kernel (Note [Builtin launch cache] in cuda_execute.cc).
   absl::StatusOr<CUfunction> BuiltinFunction(const kernels::BuiltinCall& call, size_t num_buffers);
+  // Fills `kept->prepared` (Note [Prepared builtin launches]); INTERNAL as
+  // MakeValidatedCudaBuiltinArgs, leaving it not ready.
+  absl::Status PrepareBuiltin(const kernels::BuiltinCall& call,
+                              absl::Span<const uint64_t> buffer_bytes, BuiltinCalls::Kept& kept);
   // Empties builtin_functions_ once the module cache unloaded a module since it was filled.
   void DropStaleBuiltinFunctions();
   absl::Status ExecuteClient(const Launch& launch);
@@ -288,7 +302,7 @@ class CudaServer final : public ComputeServer {
   };
   absl::flat_hash_map<BuiltinKey, CUfunction> builtin_functions_;
   // Builtin calls validated lately (Note [Validated calls]); ExecuteBuiltin's, on the loop.
-  kernels::ValidatedCalls validated_calls_;
+  BuiltinCalls builtin_calls_;
   uint64_t builtin_functions_evictions_ = 0;  // modules_->evictions() when last valid.
   uint64_t builtin_function_hits_ = 0;
 

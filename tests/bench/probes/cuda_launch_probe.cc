@@ -5,6 +5,11 @@
 //     shorten replayed nodes (P11) or launches (P2)?
 //   * the parts of a 4-byte read as the loop's inline read does it (cuStreamQuery, copies into
 //     pageable and pinned memory, synchronous and async + sync): what bounds L1.
+//   * what a launch of a builtin's 640 B costs the launching thread alone (256 launches into an
+//     idle stream, the queue never full), by how its arguments are passed (kernelParams, `extra`,
+//     cuLaunchKernelEx), against the rate of 20,000 in a row: is P2's baseline the CPU's or the
+//     queue's? And a batch of 32 launches as the replay of an instantiated 32-node graph whose
+//     nodes' arguments are set anew each time (cuGraphExecKernelNodeSetParams): GPU run 85.
 // Not part of the build (no GPU where it builds); here, with the toolkit's stub libcuda:
 //   g++ -O2 -std=c++17 -o cuda_launch_probe tests/bench/probes/cuda_launch_probe.cc \
 //     -I/usr/local/cuda/include -L/usr/local/cuda/lib64/stubs -lcuda
@@ -112,6 +117,105 @@ int main() {
       cuGraphExecDestroy(ge);
       cuGraphDestroy(g);
     }
+  // A builtin-sized launch's cost to the launching thread alone, by how its arguments travel.
+  {
+    CUfunction f;
+    CK(cuModuleGetFunction(&f, m, "s640"));
+    size_t size640 = sizeof big;
+    void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, big, CU_LAUNCH_PARAM_BUFFER_SIZE, &size640,
+                     CU_LAUNCH_PARAM_END};
+    CUlaunchConfig config = {};
+    config.gridDimX = config.gridDimY = config.gridDimZ = 1;
+    config.blockDimX = 256;
+    config.blockDimY = config.blockDimZ = 1;
+    config.hStream = st;
+    struct Way {
+      const char* name;
+      int kind;
+    } ways[] = {{"kernelParams", 0}, {"extra", 1}, {"cuLaunchKernelEx", 2}};
+    auto launch = [&](int kind) {
+      if (kind == 0) return cuLaunchKernel(f, 1, 1, 1, 256, 1, 1, 0, st, p640, nullptr);
+      if (kind == 1) return cuLaunchKernel(f, 1, 1, 1, 256, 1, 1, 0, st, nullptr, extra);
+      return cuLaunchKernelEx(&config, f, p640, nullptr);
+    };
+    for (int round = 0; round < 2; ++round)
+      for (const Way& w : ways) {
+        std::vector<double> alone, row;
+        for (int r = -1; r < 9; ++r) {
+          CK(cuStreamSynchronize(st));
+          auto t0 = std::chrono::steady_clock::now();
+          for (int i = 0; i < 256; ++i) CK(launch(w.kind));
+          double dt =
+              std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0)
+                  .count();
+          if (r >= 0) alone.push_back(dt / 256);
+        }
+        for (int r = -1; r < 5; ++r) {
+          auto t0 = std::chrono::steady_clock::now();
+          for (int i = 0; i < 20000; ++i) CK(launch(w.kind));
+          CK(cuStreamSynchronize(st));
+          double dt =
+              std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0)
+                  .count();
+          if (r >= 0) row.push_back(dt / 20000);
+        }
+        std::sort(alone.begin(), alone.end());
+        std::sort(row.begin(), row.end());
+        printf(
+            "round %d s640 %-16s: launching thread %.3f us [%.3f..%.3f] a launch (256 into an "
+            "idle stream); 20,000 in a row %.3f us [%.3f..%.3f]\n",
+            round, w.name, alone[4] / 1e3, alone[0] / 1e3, alone[8] / 1e3, row[2] / 1e3,
+            row[0] / 1e3, row[4] / 1e3);
+      }
+    // 32 launches as one replay of a 32-node graph, each node's arguments set before the replay.
+    const int batch = 32;
+    CK(cuStreamBeginCapture(st, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    for (int i = 0; i < batch; ++i) CK(cuLaunchKernel(f, 1, 1, 1, 256, 1, 1, 0, st, p640, nullptr));
+    CUgraph g;
+    CK(cuStreamEndCapture(st, &g));
+    size_t count = batch;
+    std::vector<CUgraphNode> graph_nodes(batch);
+    CK(cuGraphGetNodes(g, graph_nodes.data(), &count));
+    CUgraphExec ge;
+    CK(cuGraphInstantiate(&ge, g, 0));
+    CUDA_KERNEL_NODE_PARAMS kp = {};
+    kp.func = f;
+    kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1;
+    kp.blockDimX = 256;
+    kp.blockDimY = kp.blockDimZ = 1;
+    kp.kernelParams = p640;
+    for (int round = 0; round < 2; ++round) {
+      std::vector<double> set_ns, all_ns;
+      for (int r = -1; r < 5; ++r) {
+        double set = 0;
+        auto t0 = std::chrono::steady_clock::now();
+        for (int rep = 0; rep < 20000 / batch; ++rep) {
+          auto s0 = std::chrono::steady_clock::now();
+          for (size_t i = 0; i < count; ++i)
+            CK(cuGraphExecKernelNodeSetParams(ge, graph_nodes[i], &kp));
+          set += std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - s0)
+                     .count();
+          CK(cuGraphLaunch(ge, st));
+        }
+        CK(cuStreamSynchronize(st));
+        double dt =
+            std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+        const double launches = double(20000 / batch) * batch;
+        if (r >= 0) {
+          set_ns.push_back(set / launches);
+          all_ns.push_back(dt / launches);
+        }
+      }
+      std::sort(set_ns.begin(), set_ns.end());
+      std::sort(all_ns.begin(), all_ns.end());
+      printf(
+          "round %d s640 as a %d-node graph replay, arguments set each time: %.3f us a launch "
+          "[%.3f..%.3f], of it setting arguments %.3f us\n",
+          round, batch, all_ns[2] / 1e3, all_ns[0] / 1e3, all_ns[4] / 1e3, set_ns[2] / 1e3);
+    }
+    cuGraphExecDestroy(ge);
+    cuGraphDestroy(g);
+  }
   // A 4-byte read's parts in-process (what the loop's inline read does), medians of 2000.
   auto med = [&](auto&& body) {
     std::vector<double> v;
