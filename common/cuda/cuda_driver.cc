@@ -99,6 +99,12 @@ absl::StatusOr<CudaDriver> OpenCudaDriver(const std::string& library_name) {
   graphs = Resolve(library, "cuGraphExecDestroy", &d.GraphExecDestroy) && graphs;
   graphs = Resolve(library, "cuGraphDestroy", &d.GraphDestroy) && graphs;
   if (!graphs) d.StreamBeginCapture = nullptr;  // All or none: graphs() tests this one.
+  bool batches = graphs && Resolve(library, "cuGraphCreate", &d.GraphCreate);
+  batches = Resolve(library, "cuGraphAddKernelNode_v2", &d.GraphAddKernelNode) && batches;
+  batches =
+      Resolve(library, "cuGraphExecKernelNodeSetParams_v2", &d.GraphExecKernelNodeSetParams) &&
+      batches;
+  if (!batches) d.GraphCreate = nullptr;  // All or none, and only with the graph calls above.
   if (!missing.empty()) {
     dlclose(library);
     return absl::FailedPreconditionError(absl::StrCat(

@@ -81,6 +81,12 @@ struct CudaDriver {
   decltype(&::cuGraphLaunch) GraphLaunch = nullptr;
   decltype(&::cuGraphExecDestroy) GraphExecDestroy = nullptr;
   decltype(&::cuGraphDestroy) GraphDestroy = nullptr;
+  // Launch batches (Note [Launch batches], server/compute/cuda/cuda_launch_batch.h). Optional,
+  // all or none (GraphCreate null when one is missing): without them every launch is a stream
+  // launch.
+  decltype(&::cuGraphCreate) GraphCreate = nullptr;
+  decltype(&::cuGraphAddKernelNode_v2) GraphAddKernelNode = nullptr;
+  decltype(&::cuGraphExecKernelNodeSetParams_v2) GraphExecKernelNodeSetParams = nullptr;
 
   int version = 0;  // cuDriverGetVersion, e.g. 13000.
 };

@@ -163,6 +163,11 @@ class Device {
   // Runs `command`. Its kernel (strings and vectors) is lent to the backend and moved back, so that
   // it is freed by the command's owner: off the loop for stream commands (Note [Spent commands]).
   absl::Status Execute(SessionId session, ExecuteCommand& command, absl::Time now);
+  // A run of Executes follows, and nothing else on this device until EndLaunchBatch: the backend
+  // may hold their launches back and send them together (ComputeServer::BeginLaunchBatch; CUDA:
+  // Note [Launch batches], server/compute/cuda/cuda_launch_batch.h). Loop thread; not nested.
+  void BeginLaunchBatch() { server_->BeginLaunchBatch(); }
+  void EndLaunchBatch() { server_->EndLaunchBatch(); }
 
   // Recorded graphs (Note [Recorded graphs], graph.h). BeginGraph starts the session's recording
   // of graph `graph` with `parameters` (live handles); it starts failed with `invalid` when that

@@ -341,6 +341,15 @@ class ComputeServer {
     return absl::OkStatus();
   }
 
+  // Optional: a run of Execute calls follows, with nothing else on this server until
+  // EndLaunchBatch, so that the backend may hold their launches back and send them together
+  // (CUDA: Note [Launch batches], server/compute/cuda/cuda_launch_batch.h). Each Execute still
+  // validates and answers as alone; by EndLaunchBatch's return every launch of the run is queued
+  // on the device. An error found only then (the device's) is the backend's to report as it
+  // reports errors of queued work. Loop thread; not nested. The default holds nothing back.
+  virtual void BeginLaunchBatch() {}
+  virtual void EndLaunchBatch() {}
+
   // trait: flush.
   virtual absl::Status Flush() = 0;
   // trait: sync. `done` runs once every earlier command has finished.

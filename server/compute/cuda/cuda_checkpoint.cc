@@ -21,6 +21,7 @@ namespace cubed {
 
 absl::Status CudaServer::ReadToHost(absl::Span<const ResolvedBinding> bindings,
                                     HostChunkCallback sink) {
+  LaunchHeldBackOrLog();
   RETURN_IF_ERROR(LostStatus());
   std::vector<CUdeviceptr> ptrs(bindings.size());
   for (size_t i = 0; i < bindings.size(); ++i) {

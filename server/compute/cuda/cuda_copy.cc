@@ -9,6 +9,7 @@
 namespace cubed {
 
 absl::Status CudaServer::CopyWithin(const ResolvedBinding& from, const ResolvedBinding& to) {
+  LaunchHeldBackOrLog();
   RETURN_IF_ERROR(LostStatus());
   if (from.size != to.size) {
     return absl::InternalError(

@@ -30,7 +30,11 @@ bool IsClientLaunchError(CUresult r) {
 absl::Status CudaServer::Execute(const Launch& launch) {
   RETURN_IF_ERROR(LostStatus());
   RETURN_IF_ERROR(context_->MakeCurrent());
-  return Check(launch.Kernel().is_builtin ? ExecuteBuiltin(launch) : ExecuteClient(launch));
+  if (!launch.Kernel().is_builtin) {
+    RETURN_IF_ERROR(LaunchHeldBack());  // Note [Launch batches]: client kernels go alone.
+    return Check(ExecuteClient(launch));
+  }
+  return Check(ExecuteBuiltin(launch));
 }
 
 // Note [Dynamic cube count]: CUDA has no launch whose grid is read from device memory, so the
@@ -109,6 +113,15 @@ absl::Status CudaServer::ExecuteBuiltin(const Launch& launch) {
   ASSIGN_OR_RETURN(BuiltinCalls::Kept * kept, builtin_calls_.Validate(call, sizes));
   PreparedBuiltin& prepared = kept->prepared;
   if (!prepared.ready) RETURN_IF_ERROR(PrepareBuiltin(call, sizes, *kept));
+  const bool function_loaded =
+      prepared.function != nullptr && prepared.function_evictions == modules_->evictions();
+  // Note [Launch batches]: held back only when it needs nothing but the stream and was accepted
+  // by itself before; otherwise what was held back goes first (loading a module may unload one
+  // a held-back launch uses; cuBLAS, the workspace and a dynamic count reach the stream).
+  const bool hold = launch_batch_open_ && prepared.launched && function_loaded &&
+                    !prepared.matmul && !launch.count.dynamic &&
+                    prepared.dims.workspace_bytes == 0 && capture_ == nullptr;
+  if (!hold) RETURN_IF_ERROR(LaunchHeldBack());
   CudaBuiltinArgs args = prepared.args;
   for (size_t i = 0; i < launch.buffers.size(); ++i) {
     ASSIGN_OR_RETURN(args.buffers[i].ptr, DevicePointer(launch.buffers[i]));
@@ -122,13 +135,18 @@ absl::Status CudaServer::ExecuteBuiltin(const Launch& launch) {
     ASSIGN_OR_RETURN(const bool ran, cublas_->Run(call.dtype, call.allow_tf32, args));
     if (ran) return absl::OkStatus();
   }
-  if (prepared.function == nullptr || prepared.function_evictions != modules_->evictions()) {
+  if (!function_loaded) {
     ASSIGN_OR_RETURN(prepared.function, BuiltinFunction(call, sizes.size()));
     prepared.function_evictions = modules_->evictions();
   } else {
     ++builtin_function_hits_;  // A kernel cache hit, as BuiltinFunction's own.
   }
   const kernels::CudaLaunchDims& dims = prepared.dims;
+  if (hold) {
+    if (launch_batch_->full()) RETURN_IF_ERROR(SendLaunchBatch());
+    launch_batch_->Add(prepared.function, dims, args);
+    return absl::OkStatus();
+  }
   if (dims.workspace_bytes > 0) {
     if (capture_ != nullptr && dims.workspace_bytes > workspace_->bytes()) {
       // Growing waits for the stream, which a capture cannot (Note [CUDA graph replays]).
@@ -141,6 +159,7 @@ absl::Status CudaServer::ExecuteBuiltin(const Launch& launch) {
   CU_RETURN_IF_ERROR(Cu().LaunchKernel(prepared.function, dims.grid[0], dims.grid[1], dims.grid[2],
                                        dims.block[0], dims.block[1], dims.block[2],
                                        dims.shared_bytes, stream_, params, nullptr));
+  if (capture_ == nullptr) prepared.launched = true;  // A captured one is not launched yet.
   return absl::OkStatus();
 }
 

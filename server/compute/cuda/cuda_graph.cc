@@ -72,6 +72,7 @@ bool Capturable(absl::Span<const Launch> launches) {
 absl::Status CudaServer::ExecuteGraph(absl::Span<const Launch> launches,
                                       absl::Span<const SliceId> parameters,
                                       std::unique_ptr<GraphExecutable>& executable) {
+  LaunchHeldBackOrLog();
   RETURN_IF_ERROR(LostStatus());
   RETURN_IF_ERROR(context_->MakeCurrent());
   if (executable == nullptr) {

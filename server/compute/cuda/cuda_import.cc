@@ -12,6 +12,7 @@
 namespace cubed {
 
 absl::StatusOr<Allocation> CudaServer::Import(const ImportSource& source) {
+  LaunchHeldBackOrLog();
   RETURN_IF_ERROR(LostStatus());
   if (source.kind != ImportSource::Kind::kCudaIpc) {
     return absl::UnimplementedError(

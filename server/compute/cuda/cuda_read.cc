@@ -122,6 +122,7 @@ bool CudaServer::ReadInline(const std::vector<ResolvedBinding>& bindings,
 
 void CudaServer::Read(std::vector<ResolvedBinding> bindings, std::vector<std::string>* out,
                       DoneCallback done) {
+  LaunchHeldBackOrLog();
   if (absl::Status lost = LostStatus(); !lost.ok()) {
     done(lost);
     return;
@@ -144,6 +145,7 @@ void CudaServer::Read(std::vector<ResolvedBinding> bindings, std::vector<std::st
 
 void CudaServer::ReadTensor(std::vector<ResolvedTensor> tensors, std::vector<std::string>* out,
                             DoneCallback done) {
+  LaunchHeldBackOrLog();
   out->assign(tensors.size(), std::string());
   std::vector<uint8_t*> dst(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -160,6 +162,7 @@ void CudaServer::ReadTensor(std::vector<ResolvedTensor> tensors, std::vector<std
 
 void CudaServer::ReadTensorInto(std::vector<ResolvedTensor> tensors,
                                 std::vector<absl::Span<uint8_t>> out, DoneCallback done) {
+  LaunchHeldBackOrLog();
   std::vector<uint8_t*> dst(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     absl::StatusOr<uint64_t> bytes = TensorBytes(tensors[i].shape, tensors[i].elem_size, "tensor");

@@ -96,6 +96,7 @@ absl::Status CudaServer::Init() {
   }
   cublas_ = std::make_unique<CublasMatmul>(cublas, stream_);
   workspace_ = std::make_unique<CudaWorkspace>(stream_);
+  if (CudaLaunchBatch::Supported()) launch_batch_ = std::make_unique<CudaLaunchBatch>(stream_);
 
   DeviceDescription& d = description_;
   d.backend = DeviceDescription::Backend::kCuda;
@@ -154,6 +155,7 @@ CudaServer::~CudaServer() {
   if (context_ == nullptr) return;
   if (context_->MakeCurrent().ok() && stream_ != nullptr) Cu().StreamSynchronize(stream_);
   cublas_.reset();  // Its handle frees device memory: the context is current.
+  launch_batch_.reset();
   workspace_.reset();
   completion_.reset();  // Runs every pending callback.
   for (auto& [token, event] : profiles_) Cu().EventDestroy(event);
@@ -211,6 +213,7 @@ absl::StatusOr<CUdeviceptr> CudaServer::DevicePointer(const ResolvedBinding& bin
 }
 
 absl::StatusOr<CudaServer::Reserved> CudaServer::Reserve(uint64_t size, MemoryOwner owner) {
+  LaunchHeldBackOrLog();
   RETURN_IF_ERROR(LostStatus());
   ASSIGN_OR_RETURN(Reservation reservation, memory_->Reserve(size, owner));
   Reserved r{reservation.slice, 0, 0, reservation.dirty};
@@ -321,6 +324,7 @@ bool CudaServer::IsRegistered(const uint8_t* data, uint64_t size) const {
 }
 
 absl::Status CudaServer::RegisterHostMemory(absl::Span<uint8_t> memory) {
+  LaunchHeldBackOrLog();
   RETURN_IF_ERROR(LostStatus());
   RETURN_IF_ERROR(context_->MakeCurrent());
   const CUresult r = Cu().MemHostRegister(memory.data(), memory.size(), 0);
@@ -336,6 +340,7 @@ absl::Status CudaServer::RegisterHostMemory(absl::Span<uint8_t> memory) {
 }
 
 void CudaServer::UnregisterHostMemory(absl::Span<uint8_t> memory) {
+  LaunchHeldBackOrLog();
   auto it = registered_.find(memory.data());
   if (it == registered_.end()) return;
   registered_.erase(it);
@@ -435,6 +440,7 @@ absl::StatusOr<Allocation> CudaServer::CreateTensor(absl::Span<const uint8_t> da
 }
 
 void CudaServer::Free(SliceId slice) {
+  LaunchHeldBackOrLog();
   if (IsImportedSlice(slice)) {
     FreeImport(slice);
     return;
@@ -444,6 +450,7 @@ void CudaServer::Free(SliceId slice) {
 
 void CudaServer::Write(const ResolvedTensor& target, uint64_t dense_offset,
                        absl::Span<const absl::Span<const uint8_t>> pieces, DoneCallback done) {
+  LaunchHeldBackOrLog();
   absl::Status status = LostStatus();
   absl::StatusOr<CUdeviceptr> ptr = DevicePointer(target.binding);
   if (status.ok()) status = ptr.status();
@@ -470,6 +477,7 @@ MemoryUsage CudaServer::Usage() const {
 }
 
 void CudaServer::Cleanup() {
+  LaunchHeldBackOrLog();
   memory_->Cleanup();
   if (workspace_ != nullptr && workspace_->bytes() > 0 && context_->MakeCurrent().ok()) {
     workspace_->Release();
@@ -512,9 +520,37 @@ absl::StatusOr<ResourceDescription> CudaServer::GetResource(const ResolvedBindin
   return r;
 }
 
-absl::Status CudaServer::Flush() { return LostStatus(); }
+absl::Status CudaServer::Flush() {
+  RETURN_IF_ERROR(LaunchHeldBack());
+  return LostStatus();
+}
+
+void CudaServer::BeginLaunchBatch() { launch_batch_open_ = launch_batch_ != nullptr; }
+
+void CudaServer::EndLaunchBatch() {
+  launch_batch_open_ = false;
+  LaunchHeldBackOrLog();
+}
+
+absl::Status CudaServer::SendLaunchBatch() {
+  if (absl::Status lost = LostStatus(); !lost.ok()) {
+    launch_batch_->Drop();
+    return lost;
+  }
+  RETURN_IF_ERROR(context_->MakeCurrent());
+  return Check(launch_batch_->Launch());
+}
+
+void CudaServer::LaunchHeldBackOrLog() {
+  const size_t held = launch_batch_ == nullptr ? 0 : launch_batch_->size();
+  if (absl::Status status = LaunchHeldBack(); !status.ok()) {
+    spdlog::error("cuda device {}: sending {} held-back launches: {}", options_.ordinal, held,
+                  status.ToString());
+  }
+}
 
 void CudaServer::Sync(DoneCallback done) {
+  LaunchHeldBackOrLog();
   if (absl::Status lost = LostStatus(); !lost.ok()) {
     done(lost);
     return;
@@ -527,6 +563,7 @@ void CudaServer::Sync(DoneCallback done) {
 }
 
 absl::StatusOr<ProfileToken> CudaServer::StartProfile() {
+  LaunchHeldBackOrLog();
   RETURN_IF_ERROR(LostStatus());
   RETURN_IF_ERROR(context_->MakeCurrent());
   CUevent start = nullptr;
@@ -541,6 +578,7 @@ absl::StatusOr<ProfileToken> CudaServer::StartProfile() {
 }
 
 uint64_t CudaServer::DeviceMark() {
+  LaunchHeldBackOrLog();  // A mark after a held-back launch must follow it on the stream.
   if (!LostStatus().ok() || !context_->MakeCurrent().ok()) return 0;
   CUevent event = nullptr;
   if (Cu().EventCreate(&event, CU_EVENT_DEFAULT) != CUDA_SUCCESS) return 0;
@@ -590,6 +628,7 @@ void CudaServer::TimeMarks(std::vector<uint64_t> marks, MarksCallback done) {
 }
 
 void CudaServer::EndProfile(ProfileToken token, DurationCallback done) {
+  LaunchHeldBackOrLog();
   auto it = profiles_.find(token);
   if (it == profiles_.end()) {
     done(absl::InternalError(absl::StrCat("unknown profile token ", token)));

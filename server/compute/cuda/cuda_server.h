@@ -34,6 +34,7 @@
 #include "server/compute/cuda/cublas_matmul.h"
 #include "server/compute/cuda/cuda_completion.h"
 #include "server/compute/cuda/cuda_launch.h"
+#include "server/compute/cuda/cuda_launch_batch.h"
 #include "server/compute/cuda/cuda_transfer.h"
 #include "server/compute/cuda/cuda_workspace.h"
 #include "storage/cuda/cuda_staging.h"
@@ -134,6 +135,11 @@ class CudaServer final : public ComputeServer {
   // other graph launch by launch.
   absl::Status ExecuteGraph(absl::Span<const Launch> launches, absl::Span<const SliceId> parameters,
                             std::unique_ptr<GraphExecutable>& executable) override;
+  // Builtin launches of the run are held back and sent as one graph replay (Note [Launch
+  // batches] in cuda_launch_batch.h); an error sending them is logged and, when sticky, makes
+  // the device lost.
+  void BeginLaunchBatch() override;
+  void EndLaunchBatch() override;
   // Every command is on the stream when its call returns: nothing is held back to push.
   absl::Status Flush() override;
   void Sync(DoneCallback done) override;
@@ -151,8 +157,10 @@ class CudaServer final : public ComputeServer {
   // The NVRTC compiler's cache counters.
   KernelCacheStats KernelCache() const override;
 
-  // For tests: the pinned staging pool, the NVRTC compiler and the cuBLAS matmul runner.
+  // For tests: the pinned staging pool, the NVRTC compiler, the cuBLAS matmul runner and the
+  // launch batch (null where the driver cannot batch).
   const PinnedStagingPool& staging() const { return *staging_; }
+  const CudaLaunchBatch* launch_batch() const { return launch_batch_.get(); }
   kernels::CudaKernelCompiler& compiler() { return *compiler_; }
   const CublasMatmul& cublas() const { return *cublas_; }
 
@@ -236,10 +244,23 @@ class CudaServer final : public ComputeServer {
     bool matmul = false;
     CudaBuiltinArgs args;  // Without buffer addresses and workspace.
     kernels::CudaLaunchDims dims;
+    bool launched = false;            // Launched once by itself: later launches may be batched.
     CUfunction function = nullptr;    // Once found; valid while the evictions below hold.
     uint64_t function_evictions = 0;  // modules_->evictions() when `function` was found.
   };
   using BuiltinCalls = kernels::ValidatedCallsWith<PreparedBuiltin>;
+  // Sends the launches held back (Note [Launch batches]); OK when none are. Everything that
+  // reaches the stream or frees memory, other than a launch the batch takes, calls this (or
+  // LaunchHeldBackOrLog) first: a no-op outside a batch, and inside one a guard, since only
+  // Execute and DeviceMark are called there.
+  absl::Status LaunchHeldBack() {
+    return launch_batch_ == nullptr || launch_batch_->empty() ? absl::OkStatus()
+                                                              : SendLaunchBatch();
+  }
+  absl::Status SendLaunchBatch();
+  // LaunchHeldBack for calls that cannot answer with its error: logs it (Check has made a
+  // sticky one the device's loss).
+  void LaunchHeldBackOrLog();
   // The function of a builtin kernel (Note [Builtin launch cache] in cuda_execute.cc).
   absl::StatusOr<CUfunction> BuiltinFunction(const kernels::BuiltinCall& call, size_t num_buffers);
   // Fills `kept->prepared` (Note [Prepared builtin launches]); INTERNAL as
@@ -305,6 +326,10 @@ class CudaServer final : public ComputeServer {
   BuiltinCalls builtin_calls_;
   uint64_t builtin_functions_evictions_ = 0;  // modules_->evictions() when last valid.
   uint64_t builtin_function_hits_ = 0;
+
+  // Note [Launch batches]: null where the driver lacks the graph calls.
+  std::unique_ptr<CudaLaunchBatch> launch_batch_;
+  bool launch_batch_open_ = false;  // Between BeginLaunchBatch and EndLaunchBatch.
 
   Capture* capture_ = nullptr;                // Set while CaptureGraph captures.
   std::unique_ptr<CudaWorkspace> workspace_;  // Scratch of builtin launches (split reductions).

@@ -631,6 +631,22 @@ bool StreamState::RunBatch(Device& device, StreamBatch& batch, uint64_t& budget)
   // in-flight quota counts exactly the commands not yet run, not those merely claimed). Every
   // return below happens with no claim left.
   uint64_t claimed = 0;
+  // The claimed executes' launches may be held back and sent together (Note [Launch batches],
+  // server/compute/cuda/cuda_launch_batch.h): nothing else runs on the device until the last
+  // of them has run. Ended on every return.
+  struct LaunchBatchScope {
+    Device& device;
+    bool open = false;
+    void Begin() {
+      if (!open) device.BeginLaunchBatch();
+      open = true;
+    }
+    void End() {
+      if (open) device.EndLaunchBatch();
+      open = false;
+    }
+    ~LaunchBatchScope() { End(); }
+  } launches{device};
   while (batch.next < batch.commands.size()) {
     if (budget == 0) return false;  // The turn is over (Note [Stream turns]); the rest waits.
     StreamCommand& command = batch.commands[batch.next];
@@ -649,6 +665,7 @@ bool StreamState::RunBatch(Device& device, StreamBatch& batch, uint64_t& budget)
                batch.commands[batch.next + claimed].kind == StreamCommand::Kind::kExecute) {
           ++claimed;
         }
+        if (claimed > 1) launches.Begin();
       }
     }
     --claimed;
@@ -664,6 +681,7 @@ bool StreamState::RunBatch(Device& device, StreamBatch& batch, uint64_t& budget)
     }
     const uint64_t seq = command.seq;
     RunMetered(device, command, batch.arrival, sink, clock);
+    if (claimed == 0) launches.End();
     bulk_->Passed(seq);
     // A create's payload is freed now; the rest later, off the loop (Note [Spent commands]).
     if (!command.data.empty()) batch.commands[batch.next] = StreamCommand();

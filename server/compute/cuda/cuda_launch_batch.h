@@ -1,0 +1,111 @@
+#pragma once
+
+// CudaLaunchBatch: builtin launches queued on the loop and sent to the stream together, as the
+// replay of a CUDA graph.
+//
+// Note [Launch batches]
+// A stream launch costs the launching thread 3.4-4 us of the driver's time on an H100 host
+// (cuLaunchKernel, whatever the arguments: GPU runs 84-85), and the device loop launches one
+// kernel at a time, so pipelined tiny kernels could never run faster through the daemon than
+// in-process launches, and ran slower by cubed's own work. The same driver sets the arguments
+// of an instantiated graph's kernel node in 0.17 us and runs a chain of such nodes at 0.8 us a
+// kernel (GPU run 85: a 32-node chain replayed with every node's arguments set anew, 0.807 us a
+// launch in all). So while a session stream runs a run of executes (Note [Claimed executes],
+// server/service/stream/session_stream.cc), the CUDA backend queues their launches here instead
+// of launching each, and at the end of the run (or when 32 are queued, or before anything else
+// touches the stream) sends them as one replay of a chain of as many kernel nodes, each set to its
+// launch: the same kernels, arguments and grids, in the same order on the same stream.
+//
+// What keeps this exact:
+// * Only launches that need nothing but the stream are queued: builtin kernels with a static
+//   cube count, no launch workspace and no cuBLAS, outside a capture, whose function is loaded
+//   and whose call launched once as a stream launch already (so that a launch error, which the
+//   driver reports at the launch, is reported to the command that caused it, and a batch's
+//   launches are ones the driver accepted). Anything else launches the batch first, then itself.
+// * Nothing else reaches the stream while launches are queued: the batch is open only while the
+//   loop runs a stream's claimed executes, and everything the backend does besides such an
+//   Execute launches the batch first (CudaServer::LaunchQueued).
+// * The queued arguments are copied; the buffers they address stay alive until the batch is
+//   sent (no command runs in between that could free them), and the driver copies the arguments
+//   into the graph at cuGraphExecKernelNodeSetParams, so a replay still running when the chain is
+//   set again keeps its own (the driver's contract for executable graphs).
+// * A batch that cannot go as a graph (the graph calls missing, an instantiation that fails) goes
+//   launch by launch, as before. A failure of the replay itself is the device's (the launches were
+//   accepted before), reported like any error of queued work: sticky errors make the device lost.
+// Chains are instantiated once per length, from the first batch of that length.
+
+#include <cuda.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "kernels/cuda/builtin_args.h"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace cubed {
+
+// Owned by the server-loop thread, with the device's context current on it.
+class CudaLaunchBatch {
+ public:
+  static constexpr size_t kMaxLaunches = 32;
+
+  explicit CudaLaunchBatch(CUstream stream);
+  ~CudaLaunchBatch();  // Destroys the chains; replays already queued complete.
+
+  CudaLaunchBatch(const CudaLaunchBatch&) = delete;
+  CudaLaunchBatch& operator=(const CudaLaunchBatch&) = delete;
+
+  // Whether the driver has the graph calls a batch needs.
+  static bool Supported();
+
+  bool empty() const { return queued_.empty(); }
+  size_t size() const { return queued_.size(); }
+  bool full() const { return queued_.size() == kMaxLaunches; }
+
+  // Queues a launch of `function` with `dims` (shared_bytes 0) and a copy of `args`. The batch
+  // must not be full.
+  void Add(CUfunction function, const kernels::CudaLaunchDims& dims, const CudaBuiltinArgs& args);
+
+  // Sends what was queued to the stream, in order, and empties the batch (also on error). One
+  // launch goes as a stream launch; more as a chain's replay. Errors are the driver's, of the
+  // first launch that failed (those after it are not sent).
+  absl::Status Launch();
+
+  // Empties the batch without sending it (the device is lost).
+  void Drop() { queued_.clear(); }
+
+  // Replays sent, and launches sent in them (tests, metrics).
+  uint64_t replays() const { return replays_; }
+  uint64_t replayed_launches() const { return replayed_launches_; }
+
+ private:
+  struct Queued {
+    CUfunction function = nullptr;
+    kernels::CudaLaunchDims dims;
+    CudaBuiltinArgs args;
+  };
+  // An instantiated chain of kernel nodes, each depending on the one before.
+  struct Chain {
+    CUgraph graph = nullptr;
+    CUgraphExec exec = nullptr;
+    std::vector<CUgraphNode> nodes;
+    bool failed = false;  // Its instantiation failed: batches of its length go launch by launch.
+  };
+
+  static CUDA_KERNEL_NODE_PARAMS NodeParams(Queued& q, void** params);
+  // Builds and instantiates the chain of queued_.size() nodes, set to queued_'s launches.
+  absl::Status Instantiate(Chain& chain);
+  absl::Status LaunchOneByOne();
+  absl::Status Replay();
+
+  CUstream stream_;
+  std::vector<Queued> queued_;
+  std::array<Chain, kMaxLaunches + 1> chains_;  // By length.
+  uint64_t replays_ = 0;
+  uint64_t replayed_launches_ = 0;
+};
+
+}  // namespace cubed
