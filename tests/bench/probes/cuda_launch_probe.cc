@@ -10,6 +10,7 @@
 //     cuLaunchKernelEx), against the rate of 20,000 in a row: is P2's baseline the CPU's or the
 //     queue's? And a batch of 32 launches as the replay of an instantiated 32-node graph whose
 //     nodes' arguments are set anew each time (cuGraphExecKernelNodeSetParams): GPU run 85.
+//     Short runs of 2 to 32 launches either way (Note [Launch batches]): GPU run 87.
 // Not part of the build (no GPU where it builds); here, with the toolkit's stub libcuda:
 //   g++ -O2 -std=c++17 -o cuda_launch_probe tests/bench/probes/cuda_launch_probe.cc \
 //     -I/usr/local/cuda/include -L/usr/local/cuda/lib64/stubs -lcuda
@@ -215,6 +216,45 @@ int main() {
     }
     cuGraphExecDestroy(ge);
     cuGraphDestroy(g);
+    // Short runs: what N launches cost the launching thread as N stream launches and as the
+    // replay of an N-node chain with its arguments set (medians of 300, the stream idle before
+    // each): from which N a replay pays (GPU run 87).
+    for (int n : {2, 3, 4, 6, 8, 16, 32}) {
+      CK(cuStreamBeginCapture(st, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+      for (int i = 0; i < n; ++i) CK(cuLaunchKernel(f, 1, 1, 1, 256, 1, 1, 0, st, p640, nullptr));
+      CUgraph gn;
+      CK(cuStreamEndCapture(st, &gn));
+      size_t cn = n;
+      std::vector<CUgraphNode> nn(n);
+      CK(cuGraphGetNodes(gn, nn.data(), &cn));
+      CUgraphExec gen;
+      CK(cuGraphInstantiate(&gen, gn, 0));
+      std::vector<double> direct, replay;
+      for (int r = -20; r < 300; ++r) {
+        CK(cuStreamSynchronize(st));
+        auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < n; ++i) CK(cuLaunchKernel(f, 1, 1, 1, 256, 1, 1, 0, st, p640, nullptr));
+        auto t1 = std::chrono::steady_clock::now();
+        CK(cuStreamSynchronize(st));
+        auto t2 = std::chrono::steady_clock::now();
+        for (size_t i = 0; i < cn; ++i) CK(cuGraphExecKernelNodeSetParams(gen, nn[i], &kp));
+        CK(cuGraphLaunch(gen, st));
+        auto t3 = std::chrono::steady_clock::now();
+        if (r >= 0) {
+          direct.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+          replay.push_back(std::chrono::duration<double, std::micro>(t3 - t2).count());
+        }
+      }
+      CK(cuStreamSynchronize(st));
+      std::sort(direct.begin(), direct.end());
+      std::sort(replay.begin(), replay.end());
+      printf(
+          "run of %2d: %2d stream launches %.2f us, chain replay with arguments set %.2f us "
+          "(launching thread)\n",
+          n, n, direct[150], replay[150]);
+      cuGraphExecDestroy(gen);
+      cuGraphDestroy(gn);
+    }
   }
   // A 4-byte read's parts in-process (what the loop's inline read does), medians of 2000.
   auto med = [&](auto&& body) {
