@@ -166,6 +166,7 @@ CudaServer::~CudaServer() {
   memory_.reset();   // Returns every page to the storage...
   storage_.reset();  // ...which frees it.
   staging_.reset();
+  if (inline_read_buffer_ != nullptr) Cu().MemFreeHost(inline_read_buffer_);
   if (metadata_ring_ != 0) Cu().MemFree(metadata_ring_);
   if (stream_ != nullptr) Cu().StreamDestroy(stream_);
   context_.reset();

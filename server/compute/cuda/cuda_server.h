@@ -285,6 +285,9 @@ class CudaServer final : public ComputeServer {
   std::unique_ptr<CudaStorage> storage_;
   std::unique_ptr<MemoryManager> memory_;
   std::unique_ptr<PinnedStagingPool> staging_;
+  // Note [Inline small reads]: the inline reads' pinned bytes (kInlineReadBytes, made at the first
+  // one; null until then or where the driver refuses it). Loop thread only.
+  uint8_t* inline_read_buffer_ = nullptr;
   std::unique_ptr<CudaCompletionQueue> completion_;
   std::unique_ptr<CudaModuleCache> modules_;
   std::unique_ptr<kernels::CudaKernelCompiler> compiler_;
