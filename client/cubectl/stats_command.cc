@@ -79,6 +79,9 @@ absl::Status StatsCommand(const Context& ctx) {
         TextField(device + "kernel_cache",
                   absl::StrCat(k.hits(), " hits, ", k.misses(), " misses, ", k.disk_hits(),
                                " disk hits, ", k.compile_time_us(), " µs compiling")));
+    fields.push_back(TextField(
+        device + "launches",
+        absl::StrCat(d.batched_launches(), " batched in ", d.launch_batches(), " graph replays")));
   }
   for (const v1::MethodStats& m : stats.methods()) {
     if (m.codes().empty()) continue;

@@ -350,6 +350,7 @@ class Device {
   // Note [Imported memory]: the imports the backend maps now, which Usage never counts.
   ImportedMemory Imports() const { return server_->Imports(); }
   KernelCacheStats KernelCache() const { return server_->KernelCache(); }
+  LaunchBatchStats LaunchBatches() const { return server_->LaunchBatches(); }
   // Live handles across every open session (for metrics; O(sessions)).
   uint64_t handle_count() const { return sessions_.handle_count(); }
   // Region counters; `live` counts over every open session (for metrics; O(sessions)).

@@ -178,6 +178,14 @@ struct KernelCacheStats {
   uint64_t compile_time_us = 0;  // Spent compiling, microseconds.
 };
 
+// Launches a backend sent together (Note [Launch batches],
+// server/compute/cuda/cuda_launch_batch.h): the replays of held-back runs and the launches in them,
+// since the backend started; zero where it batches nothing (CPU).
+struct LaunchBatchStats {
+  uint64_t replays = 0;
+  uint64_t launches = 0;
+};
+
 // A piece of one allocation's bytes in host memory, for a checkpoint's capture or restore
 // (Note [Checkpoint I/O], server/channel/device.h): bytes [offset, offset + bytes.size()) of the
 // call's allocation `index`; `last` when the piece ends that allocation.
@@ -386,6 +394,8 @@ class ComputeServer {
 
   // Optional: kernel cache statistics; zeros by default.
   virtual KernelCacheStats KernelCache() const { return {}; }
+  // Optional: launch batch statistics; zeros by default (a backend that batches nothing).
+  virtual LaunchBatchStats LaunchBatches() const { return {}; }
 
   // Optional (Note [Imported memory]): the imports mapped now, O(imports); zeros by default (a
   // backend without Import).

@@ -27,6 +27,7 @@ DeviceGauges GaugesOf(const Device& d, size_t queued) {
   g.regions = d.region_traffic();
   g.queued_tasks = queued;
   g.kernel_cache = d.KernelCache();
+  g.launch_batches = d.LaunchBatches();
   const absl::Time now = absl::Now();
   d.ForEachSession([&](const Session& s) {
     SessionGauges& out = g.session_list.emplace_back();

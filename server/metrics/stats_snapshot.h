@@ -71,6 +71,7 @@ struct DeviceGauges {
   uint64_t handles = 0;
   uint64_t queued_tasks = 0;
   KernelCacheStats kernel_cache;
+  LaunchBatchStats launch_batches;
   RegionTraffic regions;
   std::vector<SessionGauges> session_list;  // Every open session, by serial.
 };

@@ -93,6 +93,8 @@ void ToWire(const StatsSnapshot& stats, v1::GetStatsResponse* out) {
     k->set_misses(d.kernel_cache.misses);
     k->set_disk_hits(d.kernel_cache.disk_hits);
     k->set_compile_time_us(d.kernel_cache.compile_time_us);
+    w->set_launch_batches(d.launch_batches.replays);
+    w->set_batched_launches(d.launch_batches.launches);
     for (const SessionGauges& s : d.session_list) {
       v1::SessionStats* ws = w->add_session_stats();
       ws->set_serial(s.serial);

@@ -190,7 +190,8 @@ def main():
                      "cubed_kernel_cache_hits", "cubed_kernel_cache_misses",
                      "cubed_kernel_compile_microseconds", "cubed_regions",
                      "cubed_regions_registered", "cubed_region_created_bytes",
-                     "cubed_region_read_bytes", "cubed_imported_bytes", "cubed_imported_buffers"]:
+                     "cubed_region_read_bytes", "cubed_imported_bytes", "cubed_imported_buffers",
+                     "cubed_launch_batches", "cubed_batched_launches"]:
             check(name in families, f"family {name} is exposed")
 
         channel = grpc.insecure_channel(f"unix:{d.socket}")

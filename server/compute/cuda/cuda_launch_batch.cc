@@ -11,10 +11,13 @@ CudaLaunchBatch::CudaLaunchBatch(CUstream stream) : stream_(stream) {
   queued_.reserve(kMaxLaunches);
 }
 
-CudaLaunchBatch::~CudaLaunchBatch() {
+CudaLaunchBatch::~CudaLaunchBatch() { DropChains(); }
+
+void CudaLaunchBatch::DropChains() {
   for (Chain& chain : chains_) {
     if (chain.exec != nullptr) Cu().GraphExecDestroy(chain.exec);
     if (chain.graph != nullptr) Cu().GraphDestroy(chain.graph);
+    chain = Chain();
   }
 }
 
@@ -42,9 +45,10 @@ CUDA_KERNEL_NODE_PARAMS CudaLaunchBatch::NodeParams(Queued& q, void** params) {
 
 absl::Status CudaLaunchBatch::Launch() {
   if (queued_.empty()) return absl::OkStatus();
-  absl::Status status = queued_.size() == 1 || !Supported() || chains_[queued_.size()].failed
-                            ? LaunchOneByOne()
-                            : Replay();
+  Chain& chain = chains_[queued_.size()];
+  if (chain.retry_in > 0) --chain.retry_in;
+  absl::Status status =
+      queued_.size() == 1 || !Supported() || chain.retry_in > 0 ? LaunchOneByOne() : Replay();
   queued_.clear();
   return status;
 }
@@ -78,7 +82,7 @@ absl::Status CudaLaunchBatch::Replay() {
     if (!Instantiate(chain).ok()) {  // Out of memory, say: this length goes one by one.
       if (chain.graph != nullptr) Cu().GraphDestroy(chain.graph);
       chain = Chain();
-      chain.failed = true;
+      chain.retry_in = kRetryAfter;
       return LaunchOneByOne();
     }
   } else {
@@ -92,7 +96,8 @@ absl::Status CudaLaunchBatch::Replay() {
       }
     }
   }
-  CU_RETURN_IF_ERROR(Cu().GraphLaunch(chain.exec, stream_));
+  // A replay that does not start sent nothing either.
+  if (Cu().GraphLaunch(chain.exec, stream_) != CUDA_SUCCESS) return LaunchOneByOne();
   ++replays_;
   replayed_launches_ += queued_.size();
   return absl::OkStatus();

@@ -29,10 +29,17 @@
 //   sent (no command runs in between that could free them), and the driver copies the arguments
 //   into the graph at cuGraphExecKernelNodeSetParams, so a replay still running when the chain is
 //   set again keeps its own (the driver's contract for executable graphs).
-// * A batch that cannot go as a graph (the graph calls missing, an instantiation that fails) goes
-//   launch by launch, as before. A failure of the replay itself is the device's (the launches were
-//   accepted before), reported like any error of queued work: sticky errors make the device lost.
-// Chains are instantiated once per length, from the first batch of that length.
+// * A batch that cannot go as a graph (the graph calls missing, an instantiation, an argument
+//   update or the replay's launch that fails: nothing of the batch was sent then) goes launch by
+//   launch, as before. A held launch that the driver refuses even so, although it accepted the
+//   same call before, makes the device lost (CudaServer::SendLaunchBatch): its command was
+//   answered OK already, and which commands' work is missing can no longer be told apart, so
+//   every later call fails UNAVAILABLE rather than answer over missing work.
+// * Chains are instantiated once per length, from the first batch of that length, and dropped
+//   when the module cache unloaded a module (their nodes may name its functions), as is a chain
+//   whose instantiation failed after kRetryAfter batches of its length went one by one.
+// * A traced command (a session whose trace has a device clock) is timed by device marks, which
+//   send what was held back first: a traced run is timed as stream launches.
 
 #include <cuda.h>
 
@@ -51,6 +58,9 @@ namespace cubed {
 class CudaLaunchBatch {
  public:
   static constexpr size_t kMaxLaunches = 32;
+  // Batches of a length whose chain failed to instantiate that go one by one before it is tried
+  // again.
+  static constexpr uint32_t kRetryAfter = 1024;
 
   explicit CudaLaunchBatch(CUstream stream);
   ~CudaLaunchBatch();  // Destroys the chains; replays already queued complete.
@@ -65,14 +75,18 @@ class CudaLaunchBatch {
   size_t size() const { return queued_.size(); }
   bool full() const { return queued_.size() == kMaxLaunches; }
 
-  // Queues a launch of `function` with `dims` (shared_bytes 0) and a copy of `args`. The batch
-  // must not be full.
+  // Queues a launch of `function` with `dims` and a copy of `args`. The batch must not be full.
   void Add(CUfunction function, const kernels::CudaLaunchDims& dims, const CudaBuiltinArgs& args);
 
   // Sends what was queued to the stream, in order, and empties the batch (also on error). One
-  // launch goes as a stream launch; more as a chain's replay. Errors are the driver's, of the
-  // first launch that failed (those after it are not sent).
+  // launch goes as a stream launch; more as a chain's replay, or one by one where that fails.
+  // Errors are the driver's, of the first stream launch that failed (those after it are not
+  // sent).
   absl::Status Launch();
+
+  // Destroys every chain (the module cache unloaded a module their nodes may name). Replays
+  // already queued complete.
+  void DropChains();
 
   // Empties the batch without sending it (the device is lost).
   void Drop() { queued_.clear(); }
@@ -92,7 +106,7 @@ class CudaLaunchBatch {
     CUgraph graph = nullptr;
     CUgraphExec exec = nullptr;
     std::vector<CUgraphNode> nodes;
-    bool failed = false;  // Its instantiation failed: batches of its length go launch by launch.
+    uint32_t retry_in = 0;  // After a failed instantiation: batches to send one by one first.
   };
 
   static CUDA_KERNEL_NODE_PARAMS NodeParams(Queued& q, void** params);

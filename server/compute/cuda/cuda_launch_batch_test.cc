@@ -4,6 +4,7 @@
 
 #include "server/compute/cuda/cuda_launch_batch.h"
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -97,6 +98,8 @@ TEST_F(CudaLaunchBatchTest, HeldBackLaunchesRunInOrderAsReplays) {
   server_->EndLaunchBatch();
   EXPECT_EQ(replays(), 2u);
   EXPECT_EQ(replayed(), uint64_t{kLaunches});
+  EXPECT_EQ(server_->LaunchBatches().replays, 2u);  // What GetStats and the metrics report.
+  EXPECT_EQ(server_->LaunchBatches().launches, uint64_t{kLaunches});
   // y = 2, then x = 4, y = 8, ...: the 40th launch (into y) writes 2^41.
   EXPECT_EQ(Read(y, n), std::vector<float>(n, 2199023255552.0f));
   EXPECT_EQ(Read(x, n), std::vector<float>(n, 1099511627776.0f));
@@ -106,6 +109,37 @@ TEST_F(CudaLaunchBatchTest, HeldBackLaunchesRunInOrderAsReplays) {
   server_->EndLaunchBatch();
   EXPECT_EQ(replays(), 2u);
   EXPECT_EQ(Read(x, n), std::vector<float>(n, 4398046511104.0f));
+}
+
+// Runs that reuse a chain while its last replay may still run, with launches of two grids
+// alternating in it: every node takes its own function arguments and grid each time.
+TEST_F(CudaLaunchBatchTest, AChainSetAgainTakesEachLaunchsOwnArgumentsAndGrid) {
+  constexpr uint64_t small = 1000, large = uint64_t{3} << 20;
+  Allocation xs = Floats(std::vector<float>(small, 1.0f));
+  Allocation ys = Floats(std::vector<float>(small, 0.0f));
+  Allocation xl = Floats(std::vector<float>(large, 0.5f));
+  Allocation yl = Floats(std::vector<float>(large, 0.0f));
+  Execute(Binary("add", xs, xs, ys, small));  // ys = 2
+  Execute(Binary("add", xl, xl, yl, large));  // yl = 1
+  for (int round = 0; round < 3; ++round) {   // 3 x 64 launches: six replays of 32 nodes.
+    const bool small_first = round != 1;      // Round 1 swaps every node's grid.
+    server_->BeginLaunchBatch();
+    for (int i = 0; i < 64; ++i) {
+      const bool into_x = i % 4 < 2;
+      if ((i % 2 == 0) == small_first) {
+        Execute(into_x ? Binary("add", ys, ys, xs, small) : Binary("add", xs, xs, ys, small));
+      } else {
+        Execute(into_x ? Binary("add", yl, yl, xl, large) : Binary("add", xl, xl, yl, large));
+      }
+    }
+    server_->EndLaunchBatch();
+  }
+  EXPECT_EQ(replays(), 6u);
+  // 1 + 96 doublings each: the last launches wrote ys and yl.
+  EXPECT_EQ(Read(ys, small), std::vector<float>(small, std::ldexp(1.0f, 97)));
+  EXPECT_EQ(Read(yl, large), std::vector<float>(large, std::ldexp(1.0f, 96)));
+  EXPECT_EQ(Read(xs, small), std::vector<float>(small, std::ldexp(1.0f, 96)));
+  EXPECT_EQ(Read(xl, large), std::vector<float>(large, std::ldexp(1.0f, 95)));
 }
 
 // A launch with the workspace, a read and a device mark reach the stream after the launches

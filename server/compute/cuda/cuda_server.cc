@@ -155,6 +155,10 @@ CudaServer::~CudaServer() {
   if (context_ == nullptr) return;
   if (context_->MakeCurrent().ok() && stream_ != nullptr) Cu().StreamSynchronize(stream_);
   cublas_.reset();  // Its handle frees device memory: the context is current.
+  if (launch_batch_ != nullptr && !launch_batch_->empty()) {  // EndLaunchBatch was not called.
+    spdlog::error("cuda device {}: {} held-back launches dropped at shutdown", options_.ordinal,
+                  launch_batch_->size());
+  }
   launch_batch_.reset();
   workspace_.reset();
   completion_.reset();  // Runs every pending callback.
@@ -485,6 +489,11 @@ void CudaServer::Cleanup() {
   }
 }
 
+LaunchBatchStats CudaServer::LaunchBatches() const {
+  if (launch_batch_ == nullptr) return {};
+  return {launch_batch_->replays(), launch_batch_->replayed_launches()};
+}
+
 KernelCacheStats CudaServer::KernelCache() const {
   KernelCacheStats stats;
   if (compiler_ == nullptr) return stats;
@@ -533,13 +542,26 @@ void CudaServer::EndLaunchBatch() {
   LaunchHeldBackOrLog();
 }
 
+// Note [Launch batches]: the batch never stays queued past this call, whatever happens: a
+// launch that cannot be sent makes the device lost (its command was answered OK already).
 absl::Status CudaServer::SendLaunchBatch() {
   if (absl::Status lost = LostStatus(); !lost.ok()) {
     launch_batch_->Drop();
     return lost;
   }
-  RETURN_IF_ERROR(context_->MakeCurrent());
-  return Check(launch_batch_->Launch());
+  absl::Status status = context_->MakeCurrent();
+  if (status.ok()) {
+    if (modules_->evictions() != launch_batch_evictions_) {
+      launch_batch_->DropChains();  // Their nodes may name an unloaded module's functions.
+      launch_batch_evictions_ = modules_->evictions();
+    }
+    status = launch_batch_->Launch();
+  }
+  if (status.ok()) return status;
+  launch_batch_->Drop();
+  return Check(absl::UnavailableError(
+      absl::StrCat("device lost: launches held back and already answered could not be sent (",
+                   status.message(), ")")));
 }
 
 void CudaServer::LaunchHeldBackOrLog() {

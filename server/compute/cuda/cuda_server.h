@@ -136,11 +136,11 @@ class CudaServer final : public ComputeServer {
   absl::Status ExecuteGraph(absl::Span<const Launch> launches, absl::Span<const SliceId> parameters,
                             std::unique_ptr<GraphExecutable>& executable) override;
   // Builtin launches of the run are held back and sent as one graph replay (Note [Launch
-  // batches] in cuda_launch_batch.h); an error sending them is logged and, when sticky, makes
-  // the device lost.
+  // batches] in cuda_launch_batch.h); a launch that cannot be sent then makes the device lost.
   void BeginLaunchBatch() override;
   void EndLaunchBatch() override;
-  // Every command is on the stream when its call returns: nothing is held back to push.
+  // Every command is on the stream when its call returns (launches held back in a batch are
+  // sent first).
   absl::Status Flush() override;
   void Sync(DoneCallback done) override;
   // The pools' usage; bytes_reserved also counts the launch workspace (cuda_workspace.h).
@@ -156,6 +156,7 @@ class CudaServer final : public ComputeServer {
   void TimeMarks(std::vector<uint64_t> marks, MarksCallback done) override;
   // The NVRTC compiler's cache counters.
   KernelCacheStats KernelCache() const override;
+  LaunchBatchStats LaunchBatches() const override;
 
   // For tests: the pinned staging pool, the NVRTC compiler, the cuBLAS matmul runner and the
   // launch batch (null where the driver cannot batch).
@@ -258,8 +259,8 @@ class CudaServer final : public ComputeServer {
                                                               : SendLaunchBatch();
   }
   absl::Status SendLaunchBatch();
-  // LaunchHeldBack for calls that cannot answer with its error: logs it (Check has made a
-  // sticky one the device's loss).
+  // LaunchHeldBack for calls that cannot answer with its error: logs it (the device is lost
+  // then, and the calls fail by that).
   void LaunchHeldBackOrLog();
   // The function of a builtin kernel (Note [Builtin launch cache] in cuda_execute.cc).
   absl::StatusOr<CUfunction> BuiltinFunction(const kernels::BuiltinCall& call, size_t num_buffers);
@@ -332,7 +333,8 @@ class CudaServer final : public ComputeServer {
 
   // Note [Launch batches]: null where the driver lacks the graph calls.
   std::unique_ptr<CudaLaunchBatch> launch_batch_;
-  bool launch_batch_open_ = false;  // Between BeginLaunchBatch and EndLaunchBatch.
+  bool launch_batch_open_ = false;       // Between BeginLaunchBatch and EndLaunchBatch.
+  uint64_t launch_batch_evictions_ = 0;  // modules_->evictions() when its chains were made.
 
   Capture* capture_ = nullptr;                // Set while CaptureGraph captures.
   std::unique_ptr<CudaWorkspace> workspace_;  // Scratch of builtin launches (split reductions).
