@@ -24,7 +24,7 @@
 //   launches are ones the driver accepted). Anything else launches the batch first, then itself.
 // * Nothing else reaches the stream while launches are queued: the batch is open only while the
 //   loop runs a stream's claimed executes, and everything the backend does besides such an
-//   Execute launches the batch first (CudaServer::LaunchQueued).
+//   Execute sends the batch first (CudaServer::LaunchHeldBack).
 // * The queued arguments are copied; the buffers they address stay alive until the batch is
 //   sent (no command runs in between that could free them), and the driver copies the arguments
 //   into the graph at cuGraphExecKernelNodeSetParams, so a replay still running when the chain is
@@ -36,8 +36,8 @@
 //   answered OK already, and which commands' work is missing can no longer be told apart, so
 //   every later call fails UNAVAILABLE rather than answer over missing work.
 // * Chains are instantiated once per length, from the first batch of that length, and dropped
-//   when the module cache unloaded a module (their nodes may name its functions), as is a chain
-//   whose instantiation failed after kRetryAfter batches of its length went one by one.
+//   when the module cache unloaded a module (their nodes may name its functions). A length whose
+//   chain failed to instantiate goes one by one for kRetryAfter batches, then is tried again.
 // * A traced command (a session whose trace has a device clock) is timed by device marks, which
 //   send what was held back first: a traced run is timed as stream launches.
 
