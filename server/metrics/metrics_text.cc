@@ -167,15 +167,15 @@ std::string PrometheusText(const StatsSnapshot& stats) {
   PerDevice(out, stats, "cubed_kernel_cache_disk_hits_total", "counter",
             "Kernels read from --kernel_cache_dir instead of compiled (CUDA; 0 on CPU).",
             [](D d) { return d.kernel_cache.disk_hits; });
+  PerDevice(out, stats, "cubed_kernel_compile_microseconds_total", "counter",
+            "Time spent compiling kernels with NVRTC, microseconds (CUDA; 0 on CPU).",
+            [](D d) { return d.kernel_cache.compile_time_us; });
   PerDevice(out, stats, "cubed_launch_batches_total", "counter",
-            "Runs of a stream's launches sent as one graph replay (CUDA; 0 on CPU).",
+            "Graph replays that sent a stream's held-back launches (CUDA; 0 on CPU).",
             [](D d) { return d.launch_batches.replays; });
   PerDevice(out, stats, "cubed_batched_launches_total", "counter",
             "Launches sent in those replays (CUDA; 0 on CPU).",
             [](D d) { return d.launch_batches.launches; });
-  PerDevice(out, stats, "cubed_kernel_compile_microseconds_total", "counter",
-            "Time spent compiling kernels with NVRTC, microseconds (CUDA; 0 on CPU).",
-            [](D d) { return d.kernel_cache.compile_time_us; });
   return out;
 }
 

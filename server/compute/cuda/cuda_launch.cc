@@ -47,6 +47,7 @@ absl::StatusOr<CUfunction> CudaModuleCache::Function(const kernels::CompiledCuda
       if (e->second.last_use < oldest->second.last_use) oldest = e;
     }
     CU_RETURN_IF_ERROR(Cu().StreamSynchronize(stream_));
+    if (before_unload_) before_unload_();
     Cu().ModuleUnload(oldest->second.module);
     modules_.erase(oldest);
     ++evictions_;

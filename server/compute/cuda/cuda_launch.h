@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "kernels/builtin.h"
@@ -41,6 +42,11 @@ class CudaModuleCache {
   // Modules unloaded to make room so far: a CUfunction kept from an earlier Function call stays
   // valid while this is unchanged.
   uint64_t evictions() const { return evictions_; }
+  // Called before a module is unloaded to make room (after the stream was synchronized), for
+  // what keeps its functions beyond a launch (Note [Launch batches]: the batch's chains).
+  void set_before_unload(absl::AnyInvocable<void()> before_unload) {
+    before_unload_ = std::move(before_unload);
+  }
 
  private:
   struct Entry {
@@ -52,6 +58,7 @@ class CudaModuleCache {
   size_t max_modules_;
   uint64_t clock_ = 0;
   uint64_t evictions_ = 0;
+  absl::AnyInvocable<void()> before_unload_;
   absl::flat_hash_map<std::string, Entry> modules_;
 };
 

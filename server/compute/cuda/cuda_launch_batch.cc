@@ -46,9 +46,15 @@ CUDA_KERNEL_NODE_PARAMS CudaLaunchBatch::NodeParams(Queued& q, void** params) {
 absl::Status CudaLaunchBatch::Launch() {
   if (queued_.empty()) return absl::OkStatus();
   Chain& chain = chains_[queued_.size()];
-  if (chain.retry_in > 0) --chain.retry_in;
-  absl::Status status =
-      queued_.size() == 1 || !Supported() || chain.retry_in > 0 ? LaunchOneByOne() : Replay();
+  absl::Status status;
+  if (queued_.size() == 1 || !Supported()) {
+    status = LaunchOneByOne();
+  } else if (chain.retry_in > 0) {  // Its chain failed lately: this length goes one by one.
+    --chain.retry_in;
+    status = LaunchOneByOne();
+  } else {
+    status = Replay();
+  }
   queued_.clear();
   return status;
 }
@@ -73,6 +79,7 @@ absl::Status CudaLaunchBatch::Instantiate(Chain& chain) {
         &chain.nodes[i], chain.graph, i == 0 ? nullptr : &chain.nodes[i - 1], i == 0 ? 0 : 1, &p));
   }
   CU_RETURN_IF_ERROR(Cu().GraphInstantiate(&chain.exec, chain.graph, 0));
+  ++chains_made_;
   return absl::OkStatus();
 }
 
@@ -89,15 +96,24 @@ absl::Status CudaLaunchBatch::Replay() {
     for (size_t i = 0; i < queued_.size(); ++i) {
       void* params[1];
       const CUDA_KERNEL_NODE_PARAMS p = NodeParams(queued_[i], params);
-      if (Cu().GraphExecKernelNodeSetParams(chain.exec, chain.nodes[i], &p) != CUDA_SUCCESS) {
+      const CUresult set = Cu().GraphExecKernelNodeSetParams(chain.exec, chain.nodes[i], &p);
+      if (set != CUDA_SUCCESS) {
+        if (IsStickyCudaError(set)) return CU_STATUS(set);  // The context is gone.
         // Nothing of this batch was sent: it goes one by one (a launch the driver refuses now
-        // fails there with the driver's error).
+        // fails there with the driver's error), and so does its length for a while.
+        chain.retry_in = kRetryAfter;
         return LaunchOneByOne();
       }
     }
   }
-  // A replay that does not start sent nothing either.
-  if (Cu().GraphLaunch(chain.exec, stream_) != CUDA_SUCCESS) return LaunchOneByOne();
+  const CUresult launched = Cu().GraphLaunch(chain.exec, stream_);
+  if (launched != CUDA_SUCCESS) {
+    if (IsStickyCudaError(launched)) return CU_STATUS(launched);  // The context is gone.
+    // A replay refused with a non-sticky error (out of memory, say) queued nothing: the launches
+    // go one by one.
+    chain.retry_in = kRetryAfter;
+    return LaunchOneByOne();
+  }
   ++replays_;
   replayed_launches_ += queued_.size();
   return absl::OkStatus();

@@ -36,8 +36,10 @@
 //   answered OK already, and which commands' work is missing can no longer be told apart, so
 //   every later call fails UNAVAILABLE rather than answer over missing work.
 // * Chains are instantiated once per length, from the first batch of that length, and dropped
-//   when the module cache unloaded a module (their nodes may name its functions). A length whose
-//   chain failed to instantiate goes one by one for kRetryAfter batches, then is tried again.
+//   before the module cache unloads a module (their nodes may name its functions). A length whose
+//   chain failed (to instantiate, to take a batch's arguments, to start) goes one by one for
+//   kRetryAfter batches, then is tried again; a sticky error is returned as it is (the context is
+//   gone, and with it the device).
 // * A traced command (a session whose trace has a device clock) is timed by device marks, which
 //   send what was held back first: a traced run is timed as stream launches.
 
@@ -58,8 +60,7 @@ namespace cubed {
 class CudaLaunchBatch {
  public:
   static constexpr size_t kMaxLaunches = 32;
-  // Batches of a length whose chain failed to instantiate that go one by one before it is tried
-  // again.
+  // Batches of a length whose chain failed that go one by one before it is tried again.
   static constexpr uint32_t kRetryAfter = 1024;
 
   explicit CudaLaunchBatch(CUstream stream);
@@ -84,16 +85,17 @@ class CudaLaunchBatch {
   // sent).
   absl::Status Launch();
 
-  // Destroys every chain (the module cache unloaded a module their nodes may name). Replays
-  // already queued complete.
+  // Destroys every chain (the module cache is about to unload a module their nodes may name).
+  // Replays already queued complete.
   void DropChains();
 
   // Empties the batch without sending it (the device is lost).
   void Drop() { queued_.clear(); }
 
-  // Replays sent, and launches sent in them (tests, metrics).
+  // Replays sent, launches sent in them, and chains instantiated (tests, metrics).
   uint64_t replays() const { return replays_; }
   uint64_t replayed_launches() const { return replayed_launches_; }
+  uint64_t chains_made() const { return chains_made_; }
 
  private:
   struct Queued {
@@ -106,7 +108,7 @@ class CudaLaunchBatch {
     CUgraph graph = nullptr;
     CUgraphExec exec = nullptr;
     std::vector<CUgraphNode> nodes;
-    uint32_t retry_in = 0;  // After a failed instantiation: batches to send one by one first.
+    uint32_t retry_in = 0;  // After a failure: batches of this length to send one by one first.
   };
 
   static CUDA_KERNEL_NODE_PARAMS NodeParams(Queued& q, void** params);
@@ -120,6 +122,7 @@ class CudaLaunchBatch {
   std::array<Chain, kMaxLaunches + 1> chains_;  // By length.
   uint64_t replays_ = 0;
   uint64_t replayed_launches_ = 0;
+  uint64_t chains_made_ = 0;
 };
 
 }  // namespace cubed

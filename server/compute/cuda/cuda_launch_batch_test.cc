@@ -24,6 +24,18 @@ using testing_cuda::MakeCudaServer;
 using testing_cuda::ReadAll;
 using testing_cuda::SyncNow;
 
+// `name`(a, b) into out, elementwise over n f32.
+Launch Binary(const std::string& name, const Allocation& a, const Allocation& b,
+              const Allocation& out, uint64_t n) {
+  const TensorLayout vec = TensorLayout::Contiguous({n});
+  Launch launch;
+  launch.kernel.builtin.name = name;
+  launch.kernel.builtin.metadata =
+      kernels::ToMetadataWords(*EncodeKernelMetadata({n, n, n}, {vec, vec, vec}));
+  launch.buffers = {{a.slice, 0, n * 4}, {b.slice, 0, n * 4}, {out.slice, 0, n * 4}};
+  return launch;
+}
+
 class CudaLaunchBatchTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -48,18 +60,6 @@ class CudaLaunchBatchTest : public ::testing::Test {
     std::vector<float> values(n);
     if (out.ok() && (*out)[0].size() == n * 4) std::memcpy(values.data(), (*out)[0].data(), n * 4);
     return values;
-  }
-
-  // `name`(a, b) into out, elementwise over n f32.
-  static Launch Binary(const std::string& name, const Allocation& a, const Allocation& b,
-                       const Allocation& out, uint64_t n) {
-    const TensorLayout vec = TensorLayout::Contiguous({n});
-    Launch launch;
-    launch.kernel.builtin.name = name;
-    launch.kernel.builtin.metadata =
-        kernels::ToMetadataWords(*EncodeKernelMetadata({n, n, n}, {vec, vec, vec}));
-    launch.buffers = {{a.slice, 0, n * 4}, {b.slice, 0, n * 4}, {out.slice, 0, n * 4}};
-    return launch;
   }
 
   // The sum of n f32 into one (a split reduction, with the launch workspace, when n is large).
@@ -111,9 +111,11 @@ TEST_F(CudaLaunchBatchTest, HeldBackLaunchesRunInOrderAsReplays) {
   EXPECT_EQ(Read(x, n), std::vector<float>(n, 4398046511104.0f));
 }
 
-// Runs that reuse a chain while its last replay may still run, with launches of two grids
-// alternating in it: every node takes its own function arguments and grid each time.
-TEST_F(CudaLaunchBatchTest, AChainSetAgainTakesEachLaunchsOwnArgumentsAndGrid) {
+// Runs that reuse a chain while its last replay may still run, with launches of two sizes
+// alternating in it and swapping places: every node takes its own arguments each time. (Their
+// grids differ too, but the elementwise kernels stride over the grid, so a wrong grid would not
+// show in the values: only the arguments are checked here.)
+TEST_F(CudaLaunchBatchTest, AChainSetAgainTakesEachLaunchsOwnArguments) {
   constexpr uint64_t small = 1000, large = uint64_t{3} << 20;
   Allocation xs = Floats(std::vector<float>(small, 1.0f));
   Allocation ys = Floats(std::vector<float>(small, 0.0f));
@@ -183,6 +185,53 @@ TEST_F(CudaLaunchBatchTest, WhatCannotBeHeldBackGoesAfterWhatWas) {
   EXPECT_EQ(Read(y, 1)[0], 262144.0f);
   server_->EndLaunchBatch();
   EXPECT_TRUE(SyncNow(*server_).ok());
+}
+
+// Note [Launch batches]: a module unloaded to make room drops the chains (their nodes may name
+// its functions); the next run of the same length gets a chain instantiated anew, and the values
+// stay right. One module kept: every other kernel's load unloads the last one.
+TEST(CudaLaunchBatchEvictionTest, AnUnloadedModuleDropsTheChains) {
+  CUBED_SKIP_WITHOUT_CUDA();
+  CudaServerOptions options;
+  options.memory_limit = uint64_t{1} << 30;
+  options.max_modules = 1;
+  absl::StatusOr<std::unique_ptr<CudaServer>> made = CudaServer::Create(options);
+  ASSERT_TRUE(made.ok()) << made.status();
+  CudaServer& server = **made;
+  if (server.launch_batch() == nullptr) GTEST_SKIP() << "the driver lacks the graph calls";
+  constexpr uint64_t n = 512;
+  auto floats = [&](float v) {
+    const std::vector<float> values(n, v);
+    absl::StatusOr<Allocation> a = server.Create(
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(values.data()), n * 4), kTestOwner);
+    EXPECT_TRUE(a.ok()) << a.status();
+    return a.ok() ? *a : Allocation{};
+  };
+  Allocation x = floats(1.0f), y = floats(0.0f);
+  auto execute = [&](const Launch& launch) {
+    const absl::Status s = server.Execute(launch);
+    EXPECT_TRUE(s.ok()) << s;
+  };
+  auto run_of_adds = [&] {  // Eight adds: x and y doubled four times each.
+    server.BeginLaunchBatch();
+    for (int i = 0; i < 8; ++i) {
+      execute(i % 2 == 0 ? Binary("add", x, x, y, n) : Binary("add", y, y, x, n));
+    }
+    server.EndLaunchBatch();
+  };
+  execute(Binary("add", x, x, y, n));  // y = 2: add's module, launched once.
+  run_of_adds();                       // x = 2^8: a chain of 8 made.
+  EXPECT_EQ(server.launch_batch()->chains_made(), 1u);
+  execute(Binary("mul", x, x, y, n));  // y = 2^16: add's module unloaded.
+  execute(Binary("add", y, y, x, n));  // x = 2^17: mul's unloaded.
+  run_of_adds();                       // x = 2^25: the chain of 8 anew.
+  EXPECT_EQ(server.launch_batch()->chains_made(), 2u);
+  EXPECT_EQ(server.launch_batch()->replays(), 2u);
+  absl::StatusOr<std::vector<std::string>> out = ReadAll(server, {{x.slice, 0, n * 4}});
+  ASSERT_TRUE(out.ok()) << out.status();
+  std::vector<float> values(n);
+  std::memcpy(values.data(), (*out)[0].data(), n * 4);
+  EXPECT_EQ(values, std::vector<float>(n, std::ldexp(1.0f, 25)));
 }
 
 // A launch refused in a run is refused by itself; the launches around it run, in order.

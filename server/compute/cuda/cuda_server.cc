@@ -64,7 +64,7 @@ absl::Status CudaServer::Init() {
   completion_ = std::make_unique<CudaCompletionQueue>(
       context_.get(), [this](absl::Status s) { Check(std::move(s)).IgnoreError(); },
       options_.completion_spin);
-  modules_ = std::make_unique<CudaModuleCache>(stream_);
+  modules_ = std::make_unique<CudaModuleCache>(stream_, options_.max_modules);
 
   kernels::CudaCompilerOptions compiler;
   compiler.arch_major = major;
@@ -96,7 +96,11 @@ absl::Status CudaServer::Init() {
   }
   cublas_ = std::make_unique<CublasMatmul>(cublas, stream_);
   workspace_ = std::make_unique<CudaWorkspace>(stream_);
-  if (CudaLaunchBatch::Supported()) launch_batch_ = std::make_unique<CudaLaunchBatch>(stream_);
+  if (CudaLaunchBatch::Supported()) {
+    launch_batch_ = std::make_unique<CudaLaunchBatch>(stream_);
+    // A chain's nodes may name the functions of a module about to be unloaded.
+    modules_->set_before_unload([batch = launch_batch_.get()] { batch->DropChains(); });
+  }
 
   DeviceDescription& d = description_;
   d.backend = DeviceDescription::Backend::kCuda;
@@ -550,13 +554,7 @@ absl::Status CudaServer::SendLaunchBatch() {
     return lost;
   }
   absl::Status status = context_->MakeCurrent();
-  if (status.ok()) {
-    if (modules_->evictions() != launch_batch_evictions_) {
-      launch_batch_->DropChains();  // Their nodes may name an unloaded module's functions.
-      launch_batch_evictions_ = modules_->evictions();
-    }
-    status = launch_batch_->Launch();
-  }
+  if (status.ok()) status = launch_batch_->Launch();
   if (status.ok()) return status;
   launch_batch_->Drop();
   return Check(absl::UnavailableError(

@@ -49,6 +49,7 @@ struct CudaServerOptions {
   uint64_t max_allocation = 0;   // Bytes; 0 = the memory limit.
   std::string kernel_cache_dir;  // NVRTC's on-disk cache; empty = memory only.
   uint64_t staging_bytes = uint64_t{64} << 20;  // Most pinned host memory for transfers.
+  size_t max_modules = 512;  // Loaded kernel modules kept (CudaModuleCache); tests make it small.
   // How long the completion thread polls before it sleeps (Note [Completion spin]).
   absl::Duration completion_spin = absl::ZeroDuration();
 };
@@ -333,8 +334,7 @@ class CudaServer final : public ComputeServer {
 
   // Note [Launch batches]: null where the driver lacks the graph calls.
   std::unique_ptr<CudaLaunchBatch> launch_batch_;
-  bool launch_batch_open_ = false;       // Between BeginLaunchBatch and EndLaunchBatch.
-  uint64_t launch_batch_evictions_ = 0;  // modules_->evictions() when its chains were made.
+  bool launch_batch_open_ = false;  // Between BeginLaunchBatch and EndLaunchBatch.
 
   Capture* capture_ = nullptr;                // Set while CaptureGraph captures.
   std::unique_ptr<CudaWorkspace> workspace_;  // Scratch of builtin launches (split reductions).
