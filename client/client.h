@@ -489,6 +489,10 @@ class Client {
   using StreamReplyCallback = std::function<void(absl::StatusOr<v1::Reply*>)>;
   absl::StatusOr<uint64_t> NewStreamId();
   absl::Status SendStreamCommand(v1::Command command, StreamReplyCallback on_reply = nullptr);
+  // SendStreamCommand of a command the caller keeps (one parsed onto a stack arena): serialized
+  // where it is before this returns, with no copy; its seq field is set.
+  absl::Status SendStreamCommandInPlace(v1::Command& command,
+                                        StreamReplyCallback on_reply = nullptr);
   // ClientOptions::resume_timeout: how many times the stream resumed so far, and whether a
   // resume is in progress now (the daemon ended the stream and the SDK tries to take the session
   // back). Zero / false without the session stream.

@@ -34,6 +34,14 @@ absl::Status Client::SendStreamCommand(v1::Command command, StreamReplyCallback 
   return impl_->stream->Send(std::move(command), std::move(on_reply));
 }
 
+absl::Status Client::SendStreamCommandInPlace(v1::Command& command, StreamReplyCallback on_reply) {
+  if (impl_->stream == nullptr) {
+    return absl::FailedPreconditionError(
+        "stream commands: the session stream only (unary transport)");
+  }
+  return impl_->stream->SendInPlace(command, std::move(on_reply));
+}
+
 absl::StatusOr<std::string> Client::CallUnary(absl::string_view method, absl::string_view request) {
   grpc::GenericStub stub(impl_->channel);
   grpc::ClientContext context;

@@ -53,6 +53,10 @@ void CompleteReply(ReplyState& state, const std::function<void(ReplyState&)>& fi
 }
 
 int32_t Send(cubed_client* c, v1::Command command, cubed_reply* reply, cubed_error* error) {
+  return SendInPlace(c, command, reply, error);
+}
+
+int32_t SendInPlace(cubed_client* c, v1::Command& command, cubed_reply* reply, cubed_error* error) {
   cubed::Client::StreamReplyCallback on_reply;
   if (reply != nullptr) {
     if (const int32_t code = ClaimReply(c, reply, error)) return code;
@@ -79,7 +83,7 @@ int32_t Send(cubed_client* c, v1::Command command, cubed_reply* reply, cubed_err
     if (c->client == nullptr) {
       sent = Closed();
     } else {
-      sent = c->client->SendStreamCommand(std::move(command), std::move(on_reply));
+      sent = c->client->SendStreamCommandInPlace(command, std::move(on_reply));
     }
   }
   if (!sent.ok()) {

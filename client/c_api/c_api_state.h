@@ -106,5 +106,7 @@ int32_t ClaimReply(cubed_client* c, cubed_reply* reply, cubed_error* error);
 void CompleteReply(ReplyState& state, const std::function<void(ReplyState&)>& fill);
 // Queues `command` on `c`'s stream; `reply`, when set (fresh), gets its answer.
 int32_t Send(cubed_client* c, v1::Command command, cubed_reply* reply, cubed_error* error);
+// Send of a command the caller keeps (parsed onto a stack arena): serialized where it is.
+int32_t SendInPlace(cubed_client* c, v1::Command& command, cubed_reply* reply, cubed_error* error);
 
 }  // namespace cubed::c_api

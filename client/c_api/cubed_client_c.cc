@@ -4,6 +4,7 @@
 #include "client/c_api/cubed_client_c.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -21,6 +22,7 @@
 #include "client/c_api/c_api_state.h"
 #include "client/client.h"
 #include "cubed/v1/session.pb.h"
+#include "google/protobuf/arena.h"
 
 namespace {
 
@@ -32,6 +34,7 @@ using cubed::c_api::Fail;
 using cubed::c_api::Invalid;
 using cubed::c_api::ReplyState;
 using cubed::c_api::Send;
+using cubed::c_api::SendInPlace;
 using cubed::v1::Command;
 using cubed::v1::Reply;
 
@@ -324,7 +327,12 @@ int32_t cubed_client_send(cubed_client* client, const void* command, size_t size
                                        " bytes (at most 2^31 - 1; use cubed_client_create for "
                                        "large data)"));
   }
-  Command parsed;
+  // Parsed onto an arena whose first block is on the stack, and serialized from there (Note
+  // [Commands on the stack] in client/client.cc): a launch's dozen sub-messages cost no heap
+  // allocation (the Python SDK's every launch comes through here).
+  alignas(std::max_align_t) char block[2048];
+  google::protobuf::Arena arena(block, sizeof(block));
+  Command& parsed = *google::protobuf::Arena::CreateMessage<Command>(&arena);
   if (!parsed.ParseFromArray(command, static_cast<int>(size))) {
     return Invalid(
         error, absl::StrCat("cubed_client_send: ", size, " bytes that are not a cubed.v1.Command"));
@@ -345,7 +353,7 @@ int32_t cubed_client_send(cubed_client* client, const void* command, size_t size
                                        Answers(parsed) ? " answers: pass a reply"
                                                        : " does not answer: pass no reply"));
   }
-  return Send(client, std::move(parsed), reply, error);
+  return SendInPlace(client, parsed, reply, error);
 }
 
 int32_t cubed_client_create(cubed_client* client, const void* data, uint64_t size, uint64_t* id,
