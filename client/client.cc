@@ -17,10 +17,10 @@
 #include "client/proto_conversion.h"
 #include "client/ring_session_wire.h"
 #include "client/secure_channel.h"
+#include "client/stack_command.h"
 #include "client/tensor_launch.h"
 #include "common/bulk_lanes.h"
 #include "common/status_macros.h"
-#include "google/protobuf/arena.h"
 #include "grpc/grpc.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -51,26 +51,6 @@ void CopyReporting(uint8_t* to, absl::Span<const uint8_t> data,
     progress(done, data.size());
   }
 }
-
-// Note [Commands on the stack]: an Execute on the stream is built on a protobuf arena whose first
-// block is on the caller's stack, and a direct wire (the command ring) serializes it from there:
-// its dozen sub-messages, strings and repeated fields cost no heap allocation. Commands beyond
-// the block spill into arena blocks on the heap, freed with the arena.
-class StackCommand {
- public:
-  StackCommand()
-      : arena_(block_, sizeof(block_)),
-        command_(google::protobuf::Arena::CreateMessage<v1::Command>(&arena_)) {}
-  StackCommand(const StackCommand&) = delete;
-  StackCommand& operator=(const StackCommand&) = delete;
-  v1::Command* operator->() { return command_; }
-  v1::Command& operator*() { return *command_; }
-
- private:
-  alignas(std::max_align_t) char block_[2048];
-  google::protobuf::Arena arena_;
-  v1::Command* command_;
-};
 
 // Note [gRPC lifetime]: the callback API finishes a call on a gRPC thread that still touches the
 // call after our callback returned (it drops its last reference). If that callback let the user
@@ -501,7 +481,7 @@ namespace {
 // Client::Execute's launch from its parts (a LaunchBindings', or a tensor launch's buffers and
 // metadata with the caller's scalars, not copied): fills the fields ExecuteRequest and the
 // stream's Command.Execute share, so that the stream builds its command directly on the stack
-// (Note [Commands on the stack]).
+// (Note [Commands on the stack] in stack_command.h).
 absl::Status ExecuteParts(Client::Impl& impl, const BuiltinKernel& kernel, CubeCount count,
                           absl::Span<const Binding> buffers, absl::Span<const uint32_t> metadata,
                           absl::Span<const Scalars> scalars, ExecutionMode mode) {

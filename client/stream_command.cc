@@ -27,11 +27,7 @@ absl::StatusOr<uint64_t> Client::NewStreamId() {
 }
 
 absl::Status Client::SendStreamCommand(v1::Command command, StreamReplyCallback on_reply) {
-  if (impl_->stream == nullptr) {
-    return absl::FailedPreconditionError(
-        "stream commands: the session stream only (unary transport)");
-  }
-  return impl_->stream->Send(std::move(command), std::move(on_reply));
+  return SendStreamCommandInPlace(command, std::move(on_reply));
 }
 
 absl::Status Client::SendStreamCommandInPlace(v1::Command& command, StreamReplyCallback on_reply) {

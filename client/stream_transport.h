@@ -28,8 +28,8 @@
 // nor once the stream closes (the writer may be ending it).
 //
 // Note [Serialized queue]: a queued command is serialized as Send queues it, straight from the
-// caller's message (a stack arena's: Note [Commands on the stack] in client.cc), onto the end of
-// the newest batch: the bytes of a SessionRequest (AppendSerializedCommand), which the writer
+// caller's message (a stack arena's: Note [Commands on the stack] in stack_command.h), onto the end
+// of the newest batch: the bytes of a SessionRequest (AppendSerializedCommand), which the writer
 // hands to the wire as they are (SessionWire::WriteSerialized). No command is copied onto the
 // heap, none crosses threads as an object, and written batches' buffers are reused: the sending
 // thread's allocations and the writer's frees were the bound of P2 over TCP (a dozen mallocs a
@@ -133,8 +133,8 @@ class StreamTransport {
   absl::Status Send(v1::Command command, Callback on_reply = nullptr, uint64_t* seq_out = nullptr,
                     absl::Duration timeout = absl::ZeroDuration());
   // Send for a command the caller keeps (one built on a stack arena: Note [Commands on the
-  // stack] in client.cc): it is serialized where it is, with no copy (Note [Serialized queue]).
-  // Sets `command`'s seq.
+  // stack] in stack_command.h): it is serialized where it is, with no copy (Note [Serialized
+  // queue]). Sets `command`'s seq.
   absl::Status SendInPlace(v1::Command& command, Callback on_reply = nullptr);
 
   // Sends what is queued now (without waiting for the interval).

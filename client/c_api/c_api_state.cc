@@ -52,11 +52,7 @@ void CompleteReply(ReplyState& state, const std::function<void(ReplyState&)>& fi
   }
 }
 
-int32_t Send(cubed_client* c, v1::Command command, cubed_reply* reply, cubed_error* error) {
-  return SendInPlace(c, command, reply, error);
-}
-
-int32_t SendInPlace(cubed_client* c, v1::Command& command, cubed_reply* reply, cubed_error* error) {
+int32_t Send(cubed_client* c, v1::Command& command, cubed_reply* reply, cubed_error* error) {
   cubed::Client::StreamReplyCallback on_reply;
   if (reply != nullptr) {
     if (const int32_t code = ClaimReply(c, reply, error)) return code;

@@ -104,9 +104,9 @@ int32_t ClaimReply(cubed_client* c, cubed_reply* reply, cubed_error* error);
 // Completes `state`: `fill` writes its result (under its lock), then it is done, and its tag
 // goes to the client's queue when cubed_reply_notify asked for it. Any thread, once.
 void CompleteReply(ReplyState& state, const std::function<void(ReplyState&)>& fill);
-// Queues `command` on `c`'s stream; `reply`, when set (fresh), gets its answer.
-int32_t Send(cubed_client* c, v1::Command command, cubed_reply* reply, cubed_error* error);
-// Send of a command the caller keeps (parsed onto a stack arena): serialized where it is.
-int32_t SendInPlace(cubed_client* c, v1::Command& command, cubed_reply* reply, cubed_error* error);
+// Queues `command` on `c`'s stream, serialized where it is (it may live on a stack arena: Note
+// [Commands on the stack] in client/stack_command.h); its seq field is set. `reply`, when set
+// (fresh), gets its answer.
+int32_t Send(cubed_client* c, v1::Command& command, cubed_reply* reply, cubed_error* error);
 
 }  // namespace cubed::c_api

@@ -4,7 +4,6 @@
 #include "client/c_api/cubed_client_c.h"
 
 #include <algorithm>
-#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -21,8 +20,8 @@
 #include "absl/time/time.h"
 #include "client/c_api/c_api_state.h"
 #include "client/client.h"
+#include "client/stack_command.h"
 #include "cubed/v1/session.pb.h"
-#include "google/protobuf/arena.h"
 
 namespace {
 
@@ -34,7 +33,6 @@ using cubed::c_api::Fail;
 using cubed::c_api::Invalid;
 using cubed::c_api::ReplyState;
 using cubed::c_api::Send;
-using cubed::c_api::SendInPlace;
 using cubed::v1::Command;
 using cubed::v1::Reply;
 
@@ -327,12 +325,10 @@ int32_t cubed_client_send(cubed_client* client, const void* command, size_t size
                                        " bytes (at most 2^31 - 1; use cubed_client_create for "
                                        "large data)"));
   }
-  // Parsed onto an arena whose first block is on the stack, and serialized from there (Note
-  // [Commands on the stack] in client/client.cc): a launch's dozen sub-messages cost no heap
-  // allocation (the Python SDK's every launch comes through here).
-  alignas(std::max_align_t) char block[2048];
-  google::protobuf::Arena arena(block, sizeof(block));
-  Command& parsed = *google::protobuf::Arena::CreateMessage<Command>(&arena);
+  // Parsed onto the stack and sent from there (Note [Commands on the stack] in
+  // client/stack_command.h): the Python SDK's every launch comes through here.
+  cubed::StackCommand stack;
+  Command& parsed = *stack;
   if (!parsed.ParseFromArray(command, static_cast<int>(size))) {
     return Invalid(
         error, absl::StrCat("cubed_client_send: ", size, " bytes that are not a cubed.v1.Command"));
@@ -353,7 +349,7 @@ int32_t cubed_client_send(cubed_client* client, const void* command, size_t size
                                        Answers(parsed) ? " answers: pass a reply"
                                                        : " does not answer: pass no reply"));
   }
-  return SendInPlace(client, parsed, reply, error);
+  return Send(client, parsed, reply, error);
 }
 
 int32_t cubed_client_create(cubed_client* client, const void* data, uint64_t size, uint64_t* id,
@@ -397,13 +393,14 @@ int32_t cubed_client_execute(cubed_client* client, const void* command, size_t s
     return Invalid(error, absl::StrCat("cubed_client_execute: need a serialized Command, got ",
                                        size, " bytes"));
   }
-  Command parsed;
+  cubed::StackCommand stack;
+  Command& parsed = *stack;
   if (!parsed.ParseFromArray(command, static_cast<int>(size)) || !parsed.has_execute()) {
     return Invalid(error,
                    "cubed_client_execute: the bytes are not a cubed.v1.Command with "
                    "`execute` set");
   }
-  return Send(client, std::move(parsed), nullptr, error);
+  return Send(client, parsed, nullptr, error);
 }
 
 int32_t cubed_client_release(cubed_client* client, const uint64_t* ids, size_t count,
@@ -423,7 +420,7 @@ int32_t cubed_client_release(cubed_client* client, const uint64_t* ids, size_t c
     const size_t n = std::min(kPerCommand, count - start);
     Command command;
     command.mutable_release()->mutable_ids()->Add(ids + start, ids + start + n);
-    if (int32_t code = Send(client, std::move(command), nullptr, error); code != 0) {
+    if (int32_t code = Send(client, command, nullptr, error); code != 0) {
       return code;
     }
   }
@@ -447,7 +444,7 @@ int32_t cubed_client_sync(cubed_client* client, cubed_reply* reply, cubed_error*
   }
   Command command;
   command.mutable_sync();
-  return Send(client, std::move(command), reply, error);
+  return Send(client, command, reply, error);
 }
 
 int32_t cubed_client_memory_usage(cubed_client* client, cubed_memory_usage* usage,

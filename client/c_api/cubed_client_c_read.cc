@@ -37,7 +37,7 @@ int32_t cubed_client_read(cubed_client* client, uint64_t id, uint64_t offset_sta
   b->set_handle(id);
   b->set_offset_start(offset_start);
   b->set_offset_end(offset_end);
-  return Send(client, std::move(command), reply, error);
+  return Send(client, command, reply, error);
 }
 
 namespace {

@@ -114,8 +114,8 @@ absl::Status CudaLaunchBatch::Replay() {
     chain.retry_in = kRetryAfter;
     return LaunchOneByOne();
   }
-  ++replays_;
-  replayed_launches_ += queued_.size();
+  ++stats_.replays;
+  stats_.launches += queued_.size();
   return absl::OkStatus();
 }
 

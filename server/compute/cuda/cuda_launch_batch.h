@@ -53,6 +53,7 @@
 #include "absl/status/status.h"
 #include "kernels/cuda/builtin_args.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "server/compute/compute_server.h"
 
 namespace cubed {
 
@@ -92,9 +93,8 @@ class CudaLaunchBatch {
   // Empties the batch without sending it (the device is lost).
   void Drop() { queued_.clear(); }
 
-  // Replays sent, launches sent in them, and chains instantiated (tests, metrics).
-  uint64_t replays() const { return replays_; }
-  uint64_t replayed_launches() const { return replayed_launches_; }
+  // Replays sent and the launches in them (GetStats, metrics), and chains instantiated (tests).
+  const LaunchBatchStats& stats() const { return stats_; }
   uint64_t chains_made() const { return chains_made_; }
 
  private:
@@ -120,8 +120,7 @@ class CudaLaunchBatch {
   CUstream stream_;
   std::vector<Queued> queued_;
   std::array<Chain, kMaxLaunches + 1> chains_;  // By length.
-  uint64_t replays_ = 0;
-  uint64_t replayed_launches_ = 0;
+  LaunchBatchStats stats_;
   uint64_t chains_made_ = 0;
 };
 

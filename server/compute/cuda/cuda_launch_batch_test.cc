@@ -77,8 +77,8 @@ class CudaLaunchBatchTest : public ::testing::Test {
     EXPECT_TRUE(s.ok()) << s;
   }
 
-  uint64_t replays() const { return server_->launch_batch()->replays(); }
-  uint64_t replayed() const { return server_->launch_batch()->replayed_launches(); }
+  uint64_t replays() const { return server_->launch_batch()->stats().replays; }
+  uint64_t replayed() const { return server_->launch_batch()->stats().launches; }
 
   std::unique_ptr<CudaServer> server_;
 };
@@ -226,7 +226,7 @@ TEST(CudaLaunchBatchEvictionTest, AnUnloadedModuleDropsTheChains) {
   execute(Binary("add", y, y, x, n));  // x = 2^17: mul's unloaded.
   run_of_adds();                       // x = 2^25: the chain of 8 anew.
   EXPECT_EQ(server.launch_batch()->chains_made(), 2u);
-  EXPECT_EQ(server.launch_batch()->replays(), 2u);
+  EXPECT_EQ(server.launch_batch()->stats().replays, 2u);
   absl::StatusOr<std::vector<std::string>> out = ReadAll(server, {{x.slice, 0, n * 4}});
   ASSERT_TRUE(out.ok()) << out.status();
   std::vector<float> values(n);

@@ -169,7 +169,6 @@ void CudaServer::Read(std::vector<ResolvedBinding> bindings, std::vector<std::st
 
 void CudaServer::ReadTensor(std::vector<ResolvedTensor> tensors, std::vector<std::string>* out,
                             DoneCallback done) {
-  LaunchHeldBackOrLog();
   out->assign(tensors.size(), std::string());
   std::vector<uint8_t*> dst(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -186,7 +185,6 @@ void CudaServer::ReadTensor(std::vector<ResolvedTensor> tensors, std::vector<std
 
 void CudaServer::ReadTensorInto(std::vector<ResolvedTensor> tensors,
                                 std::vector<absl::Span<uint8_t>> out, DoneCallback done) {
-  LaunchHeldBackOrLog();
   std::vector<uint8_t*> dst(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     absl::StatusOr<uint64_t> bytes = TensorBytes(tensors[i].shape, tensors[i].elem_size, "tensor");
@@ -202,6 +200,7 @@ void CudaServer::ReadTensorInto(std::vector<ResolvedTensor> tensors,
 
 void CudaServer::ReadTensorsTo(const std::vector<ResolvedTensor>& tensors,
                                const std::vector<uint8_t*>& dsts, DoneCallback done) {
+  LaunchHeldBackOrLog();
   if (absl::Status lost = LostStatus(); !lost.ok()) {
     done(lost);
     return;

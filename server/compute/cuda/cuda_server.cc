@@ -494,8 +494,7 @@ void CudaServer::Cleanup() {
 }
 
 LaunchBatchStats CudaServer::LaunchBatches() const {
-  if (launch_batch_ == nullptr) return {};
-  return {launch_batch_->replays(), launch_batch_->replayed_launches()};
+  return launch_batch_ == nullptr ? LaunchBatchStats() : launch_batch_->stats();
 }
 
 KernelCacheStats CudaServer::KernelCache() const {
