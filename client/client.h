@@ -28,6 +28,7 @@
 #include "client/shared_memory.h"
 #include "common/elem_type.h"
 #include "common/memory_usage.h"
+#include "common/spin_wait.h"
 #include "cubed/v1/compute.pb.h"
 #include "cubed/v1/session.pb.h"
 #include "cubed/v1/types.pb.h"
@@ -270,16 +271,9 @@ struct DaemonInfo {
 // future.get(), after polling `future` for `spin` (Note [Waiting awake], Client::reply_spin).
 template <typename T>
 T AwaitPolling(std::future<T> future, absl::Duration spin) {
-  if (spin > absl::ZeroDuration() &&
-      future.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
-    const auto until = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(spin);
-    while (future.wait_for(std::chrono::seconds(0)) != std::future_status::ready &&
-           std::chrono::steady_clock::now() < until) {
-#if defined(__x86_64__)
-      __builtin_ia32_pause();
-#endif
-    }
-  }
+  SpinUntil(spin, [&] {  // Note [Spin checks] in common/spin_wait.h.
+    return future.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  });
   return future.get();
 }
 

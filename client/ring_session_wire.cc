@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/fd_passing.h"
+#include "common/spin_wait.h"
 #include "cubed/v1/ring.pb.h"
 
 namespace cubed {
@@ -94,12 +95,9 @@ void RingSessionWire::RingDaemon() {
 
 template <typename Ready>
 bool RingSessionWire::Wait(int doorbell, RingOffset waiting, Ready ready) {
-  if (spin_ > absl::ZeroDuration()) {
-    const absl::Time until = absl::Now() + spin_;
-    while (!ready() && !cancelled_.load(std::memory_order_relaxed) && absl::Now() < until) {
-      for (int i = 0; i < 32; ++i) RingCpuRelax();
-    }
-  }
+  SpinUntil(spin_, [&] {  // Note [Spin checks].
+    return ready() || cancelled_.load(std::memory_order_relaxed);
+  });
   for (;;) {
     if (cancelled_.load(std::memory_order_acquire)) return false;
     StoreWaiting(memory_.word32(waiting), 1);

@@ -40,7 +40,7 @@
 // published until the sleeper ran and cleared it (on the 2-core VM one write(2) per 2-9 commands
 // of P2; the pure-Python core still only reads it: correct, with more doorbells). A sleeper sets
 // the word again before each sleep. Each side may spin for a few
-// microseconds before it sleeps.
+// microseconds before it sleeps (Note [Spin checks] in common/spin_wait.h).
 //
 // Hostile writers (the daemon's view): the client may change any byte at any moment. The readers
 // and writers here keep their own positions and never read back what they write; every value
@@ -122,15 +122,6 @@ uint64_t LoadAcquire(const uint64_t* word);
 bool TakeWaiting(uint32_t* word);
 void StoreWaiting(uint32_t* word, uint32_t value);  // Sequentially consistent.
 void StoreSeqCst(uint64_t* word, uint64_t value);   // A position another side may sleep on.
-
-// One step of a spin-wait: tells the CPU this thread is spinning (x86 pause, arm yield).
-inline void RingCpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 // Writes 1 to an eventfd (wakes its sleeper); EAGAIN (the counter is full) is ignored.
 void RingDoorbell(int eventfd);

@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "client/c_api/cubed_client_c.h"
 #include "client/client.h"
+#include "common/spin_wait.h"
 #include "cubed/v1/session.pb.h"
 
 namespace cubed::c_api {
@@ -58,15 +59,7 @@ struct ReplyState {
   // Polls `ready` for `spin`, then sleeps on mu until `done` or `timeout` passed; true once
   // done. Any thread.
   bool Wait(absl::Duration timeout) {
-    if (spin > absl::ZeroDuration() && !Done()) {
-      const absl::Time until = absl::Now() + std::min(spin, timeout);
-      while (!Done() && absl::Now() < until) {
-#if defined(__x86_64__)
-        __builtin_ia32_pause();
-#endif
-      }
-    }
-    if (Done()) return true;
+    if (SpinUntil(std::min(spin, timeout), [this] { return Done(); })) return true;
     absl::MutexLock lock(&mu);
     return mu.AwaitWithTimeout(absl::Condition(&done), timeout);
   }

@@ -131,14 +131,17 @@ class SdistWithProtos(sdist):
 
 
 # The compiled launch (cubed_client/_speedups.c; Note [Compiled launch] in _native.py): CPython's
-# stable ABI from 3.10, so the one build loads on later versions too. Optional: without a C
-# compiler or Python's headers (Debian: python3-dev) the build goes on and the SDK runs the same
-# launch in Python. CUBED_NO_SPEEDUPS=1 leaves it out on purpose (the suite's pure-Python run).
+# stable ABI of the building Python, 3.10 or 3.11 (3.11 brings the buffer protocol its compiled
+# read needs), so the one build loads on later versions too. Optional: without a C compiler or
+# Python's headers (Debian: python3-dev) the build goes on and the SDK runs the same launch in
+# Python. CUBED_NO_SPEEDUPS=1 leaves it out on purpose (the suite's pure-Python run).
+LIMITED_API = (0x030B0000, "cp311") if sys.version_info >= (3, 11) else (0x030A0000, "cp310")
 SPEEDUPS = [] if os.environ.get("CUBED_NO_SPEEDUPS") == "1" else [
     Extension("cubed_client._speedups", ["cubed_client/_speedups.c"], py_limited_api=True,
-              define_macros=[("Py_LIMITED_API", "0x030A0000")], optional=True,
+              define_macros=[("Py_LIMITED_API", hex(LIMITED_API[0]))], optional=True,
               extra_compile_args=["-O2"])]
 
 setup(install_requires=runtime_requirements(), ext_modules=SPEEDUPS,
-      options={"bdist_wheel": {"py_limited_api": "cp310"}} if sys.version_info >= (3, 10) else {},
+      options={"bdist_wheel": {"py_limited_api": LIMITED_API[1]}}
+      if sys.version_info >= (3, 10) else {},
       cmdclass={"build_py": BuildPyWithStubs, "sdist": SdistWithProtos})

@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/shm_ring.h"
+#include "common/spin_wait.h"
 #include "common/thread_name.h"
 #include "spdlog/spdlog.h"
 
@@ -74,13 +74,7 @@ size_t DeviceLoop::queued() const {
 // count for up to --loop_spin_us (automatic: 50 us on hosts with 8 or more cores, else 0, as for
 // the ring threads) before it sleeps; an idle loop spins once, then sleeps, so it burns nothing.
 void DeviceLoop::SpinForTask(uint64_t seen) const {
-  if (spin_ <= absl::ZeroDuration()) return;
-  const absl::Time until = absl::Now() + spin_;
-  for (int i = 0;; ++i) {
-    if (posted_.load(std::memory_order_acquire) != seen) return;
-    if ((i & 63) == 63 && absl::Now() >= until) return;
-    RingCpuRelax();
-  }
+  SpinUntil(spin_, [&] { return posted_.load(std::memory_order_acquire) != seen; });
 }
 
 void DeviceLoop::Run() {

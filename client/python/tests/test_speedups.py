@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import os
 import random
+import sys
 
 import numpy as np
 import pytest
@@ -223,3 +224,54 @@ def test_a_launch_on_a_closed_transport_raises_the_librarys_error(daemon: Daemon
         transport.execute_views(b"", [view], b"", b"")
     with pytest.raises(FailedPreconditionError, match="closed"):
         transport.empty(64)
+
+
+def _small_reads(c: cubed_client.Client) -> list:
+    """Small reads of several dtypes (bfloat16, which the buffer protocol cannot name, too),
+    shapes and offsets: what Client.read's small-read path serves."""
+    import ml_dtypes
+    x = np.arange(64 * 33, dtype=np.float32).reshape(64, 33)
+    t = c.create(x)
+    return [c.read(t), c.read(t[5]), c.read(t[7, 3:9]), c.read(c.create(np.int8([-3]))),
+            c.read(c.create(np.float16([1.5, -0.0]))),
+            c.read(c.create(np.array([2.5, -1.0], ml_dtypes.bfloat16))), c.read(c.sum(t))]
+
+
+@pytest.mark.skipif(not _native.available(), reason="the native core is not installed")
+def test_small_reads_agree_with_and_without_the_compiled_read(daemon: Daemon) -> None:
+    """Note [Compiled read]: the same reads through _speedups.read_into and through ctypes give
+    the same dtypes, shapes and bytes; a read of an unknown handle raises the same error."""
+    with cubed_client.connect(daemon.address, core="native") as c:
+        transport = c._transport
+        if os.environ.get("CUBED_EXPECT_SPEEDUPS") == "1" and sys.version_info >= (3, 11):
+            assert transport._read_target is not None, "the extension has no read_into"
+        compiled = _small_reads(c)
+        plan = (1 << 40, 0, 12)  # A handle this session never had.
+        errors = []
+        for read_target in (transport._read_target, None):
+            transport._read_target = read_target
+            with pytest.raises(cubed_client.CubedError) as raised:
+                transport.read_into(plan, np.empty(3, np.float32), 10.0)
+            errors.append((type(raised.value), str(raised.value)))
+        plain = _small_reads(c)
+    for a, b in zip(compiled, plain):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert a.tobytes() == b.tobytes()
+    assert errors[0] == errors[1]
+
+
+@needs_speedups
+def test_the_compiled_read_refuses_bad_arguments() -> None:
+    if not hasattr(speedups, "read_into"):
+        pytest.skip("built for the stable ABI of 3.10: no compiled read")
+    target = (1, 1, 1, 1)
+    with pytest.raises(TypeError):
+        speedups.read_into(target, 1, 0, 0, 4)  # Too few.
+    with pytest.raises(TypeError):
+        speedups.read_into(target, 0, 1, 0, 4, np.empty(1, np.float32), -1)  # Null address.
+    with pytest.raises(OverflowError):
+        speedups.read_into(target, 1, -1, 0, 4, np.empty(1, np.float32), -1)
+    with pytest.raises((BufferError, TypeError)):
+        speedups.read_into(target, 1, 1, 0, 4, b"read-only", -1)
+    with pytest.raises((BufferError, TypeError, ValueError)):
+        speedups.read_into(target, 1, 1, 0, 4, np.empty((4, 4), np.float32)[:, 1], -1)

@@ -28,6 +28,7 @@ bool IsClientLaunchError(CUresult r) {
 }  // namespace
 
 absl::Status CudaServer::Execute(const Launch& launch) {
+  stream_seen_idle_ = false;  // Note [Inline small reads]: a held-back launch is queued work too.
   RETURN_IF_ERROR(LostStatus());
   RETURN_IF_ERROR(context_->MakeCurrent());
   if (!launch.Kernel().is_builtin) {

@@ -225,11 +225,12 @@ class CudaServer final : public ComputeServer {
       absl::FunctionRef<absl::Status(CUdeviceptr, uint8_t*, uint64_t)> copy);
   // Runs `done` with the read's status after everything queued for it.
   void FinishRead(std::shared_ptr<PendingRead> op, absl::Status loop_status, bool queued_any);
-  // Note [Inline small reads]: reads `bindings` into `out` on this thread and runs `done` (moved
-  // from) when they are small and the device and the completion queue are idle; false, with
-  // nothing done, otherwise.
+  // Reads `bindings` into `out` on this thread and runs `done` (moved from) when they are small
+  // and the device and the completion queue are idle; false, with nothing done, otherwise (Note
+  // [Inline small reads] in cuda_read.cc). `seen_idle`: stream_seen_idle_ as Read found it (then
+  // the stream is not queried).
   bool ReadInline(const std::vector<ResolvedBinding>& bindings, std::vector<std::string>* out,
-                  DoneCallback& done);
+                  DoneCallback& done, bool seen_idle);
 
   // A capture in progress (Note [CUDA graph replays]): what it found it needs.
   struct Capture {
@@ -255,7 +256,10 @@ class CudaServer final : public ComputeServer {
   // reaches the stream or frees memory, other than a launch the batch takes, calls this (or
   // LaunchHeldBackOrLog) first: a no-op outside a batch, and inside one a guard, since only
   // Execute and DeviceMark are called there.
+  // Also forgets that the stream was seen idle (Note [Inline small reads]): the same calls are
+  // the ones that may queue work on it.
   absl::Status LaunchHeldBack() {
+    stream_seen_idle_ = false;
     return launch_batch_ == nullptr || launch_batch_->empty() ? absl::OkStatus()
                                                               : SendLaunchBatch();
   }
@@ -290,6 +294,9 @@ class CudaServer final : public ComputeServer {
   // Note [Inline small reads]: the inline reads' pinned bytes (kInlineReadBytes, made at the first
   // one; null until then or where the driver refuses it). Loop thread only.
   uint8_t* inline_read_buffer_ = nullptr;
+  // Whether the stream has had nothing queued since an inline read's sync left it idle (Note
+  // [Inline small reads] in cuda_read.cc; cleared by Execute and LaunchHeldBack). Loop thread.
+  bool stream_seen_idle_ = false;
   std::unique_ptr<CudaCompletionQueue> completion_;
   std::unique_ptr<CudaModuleCache> modules_;
   std::unique_ptr<kernels::CudaKernelCompiler> compiler_;

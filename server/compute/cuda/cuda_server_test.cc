@@ -82,6 +82,23 @@ class CudaServerTest : public ::testing::Test {
     return launch;
   }
 
+  // A kernel of one thread that spins ~20 ms, then writes 42.0f to `y` (a 4-byte allocation).
+  Launch SlowWrite(const Allocation& y) {
+    Launch slow = ClientLaunch(R"(
+extern "C" __global__ void slow_write(float* y, const unsigned int* metadata) {
+  const long long start = clock64();
+  while (clock64() - start < 40000000LL) {
+  }
+  y[0] = 42.0f;
+})",
+                               "slow_write");
+    slow.kernel.cuda.cube_dim[0] = 1;
+    slow.count.x = 1;
+    slow.buffers = {{y.slice, 0, y.size}};
+    slow.kernel.builtin.metadata = kernels::ToMetadataWords(*EncodeKernelMetadata({1}, {}));
+    return slow;
+  }
+
   std::unique_ptr<CudaServer> server_;
 };
 
@@ -124,27 +141,17 @@ TEST_F(CudaServerTest, ManyReadsInOneCallComeBackInOrder) {
 // Note [Inline small reads]: a small read on an idle device is answered before Read returns; one
 // behind a running kernel waits for it, and one behind an answer still to come is answered after
 // it. Each sees the bytes the work before it wrote.
+float AsFloat(const std::string& bytes) {
+  float v = 0;
+  if (bytes.size() == 4) std::memcpy(&v, bytes.data(), 4);
+  return v;
+}
+
 TEST_F(CudaServerTest, SmallReadsSeeEarlierWorkAndAnswerInOrder) {
   const std::string zero(4, '\0');
   Allocation y = CreateOrDie(zero);
-  // One thread spins ~20 ms, then writes 42.0f.
-  Launch slow = ClientLaunch(R"(
-extern "C" __global__ void slow_write(float* y, const unsigned int* metadata) {
-  const long long start = clock64();
-  while (clock64() - start < 40000000LL) {
-  }
-  y[0] = 42.0f;
-})",
-                             "slow_write");
-  slow.kernel.cuda.cube_dim[0] = 1;
-  slow.count.x = 1;
-  slow.buffers = {{y.slice, 0, y.size}};
-  slow.kernel.builtin.metadata = kernels::ToMetadataWords(*EncodeKernelMetadata({1}, {}));
-  auto as_float = [](const std::string& bytes) {
-    float v = 0;
-    if (bytes.size() == 4) std::memcpy(&v, bytes.data(), 4);
-    return v;
-  };
+  Launch slow = SlowWrite(y);
+  auto as_float = AsFloat;
 
   // Behind a running kernel: not answered at once, then the kernel's value.
   ASSERT_TRUE(server_->Execute(slow).ok());
@@ -200,6 +207,37 @@ extern "C" __global__ void slow_write(float* y, const unsigned int* metadata) {
   ASSERT_TRUE(SyncNow(*server_).ok());  // The usual path's answer, where it was taken, is in.
   EXPECT_TRUE(answered);
   EXPECT_EQ(as_float(idle[0]), 42.0f);
+  server_->Free(y.slice);
+}
+
+// Note [Inline small reads]: after an inline read the stream is remembered idle (no query before
+// the next); a launch forgets it, so a read behind a running kernel still waits for the kernel.
+TEST_F(CudaServerTest, AStreamSeenIdleIsForgottenByALaunch) {
+  if (Cu().StreamQuery == nullptr) GTEST_SKIP() << "no cuStreamQuery: no inline reads";
+  Allocation y = CreateOrDie(std::string(4, '\0'));
+  ASSERT_TRUE(SyncNow(*server_).ok());
+  for (int i = 0; i < 3; ++i) {  // The first queries the stream, the others need not.
+    std::vector<std::string> out;
+    bool answered = false;
+    server_->Read({{y.slice, 0, y.size}}, &out, [&](absl::Status s) {
+      EXPECT_TRUE(s.ok()) << s;
+      answered = true;
+    });
+    EXPECT_TRUE(answered) << "read " << i << " on an idle stream was not answered inline";
+    EXPECT_EQ(AsFloat(out[0]), 0.0f);
+  }
+  ASSERT_TRUE(server_->Execute(SlowWrite(y)).ok());
+  std::vector<std::string> behind_kernel;
+  absl::Notification read_done;
+  absl::Status read_status;
+  server_->Read({{y.slice, 0, y.size}}, &behind_kernel, [&](absl::Status s) {
+    read_status = s;
+    read_done.Notify();
+  });
+  EXPECT_FALSE(read_done.HasBeenNotified()) << "answered inline while the kernel still ran";
+  read_done.WaitForNotification();
+  ASSERT_TRUE(read_status.ok()) << read_status;
+  EXPECT_EQ(AsFloat(behind_kernel[0]), 42.0f);
   server_->Free(y.slice);
 }
 

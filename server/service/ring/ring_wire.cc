@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/spin_wait.h"
 #include "common/thread_name.h"
 #include "cubed/v1/ring.pb.h"
 
@@ -276,13 +277,7 @@ void RingWire::Sleep(absl::Time deadline, bool want_read, bool want_room) {
     if (kicked_.load(std::memory_order_acquire) != 0) return true;
     return want_read && commands_.HasPublished();
   };
-  if (options_.spin > absl::ZeroDuration()) {
-    const absl::Time spin_until = absl::Now() + options_.spin;
-    while (!ready()) {
-      if (absl::Now() >= spin_until) break;
-      for (int i = 0; i < 32; ++i) RingCpuRelax();
-    }
-  }
+  SpinUntil(options_.spin, ready);  // Note [Spin checks].
   {
     absl::MutexLock lock(&mu_);
     sleeping_ = true;
