@@ -487,6 +487,12 @@ class Client {
   // where it is before this returns, with no copy; its seq field is set.
   absl::Status SendStreamCommandInPlace(v1::Command& command,
                                         StreamReplyCallback on_reply = nullptr);
+  // SendStreamCommand of a command already serialized, which the caller vouches parses as a
+  // v1::Command that does not answer and is no sync (the C ABI's prepared launches, which build
+  // it from checked parts: Note [Prepared C ABI launches] in
+  // client/c_api/cubed_client_c_launch.cc); its seq is appended. A command that breaks that promise
+  // fails the stream, not one command.
+  absl::Status SendStreamSerialized(absl::string_view command);
   // ClientOptions::resume_timeout: how many times the stream resumed so far, and whether a
   // resume is in progress now (the daemon ended the stream and the SDK tries to take the session
   // back). Zero / false without the session stream.

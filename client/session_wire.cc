@@ -1,6 +1,7 @@
 #include "client/session_wire.h"
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -32,6 +33,31 @@ absl::Status AppendSerializedCommand(const v1::Command& command, std::string* ou
   p = CodedOutputStream::WriteVarint32ToArray(kTag, p);
   p = CodedOutputStream::WriteVarint32ToArray(static_cast<uint32_t>(size), p);
   command.SerializeWithCachedSizesToArray(p);
+  return absl::OkStatus();
+}
+
+absl::Status AppendSerializedCommandBytes(absl::string_view command, uint64_t seq,
+                                          std::string* out) {
+  using google::protobuf::io::CodedOutputStream;
+  constexpr uint32_t kTag = (v1::SessionRequest::kCommandsFieldNumber << 3) | 2;
+  constexpr uint32_t kSeqTag = (v1::Command::kSeqFieldNumber << 3) | 0;
+  const size_t size = command.size() + CodedOutputStream::VarintSize32(kSeqTag) +
+                      CodedOutputStream::VarintSize64(seq);
+  if (size > static_cast<size_t>(INT32_MAX)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("command of ", size, " bytes: over the 2 GiB a request can carry"));
+  }
+  const size_t framed = CodedOutputStream::VarintSize32(kTag) +
+                        CodedOutputStream::VarintSize32(static_cast<uint32_t>(size)) + size;
+  const size_t at = out->size();
+  out->resize(at + framed);
+  uint8_t* p = reinterpret_cast<uint8_t*>(out->data() + at);
+  p = CodedOutputStream::WriteVarint32ToArray(kTag, p);
+  p = CodedOutputStream::WriteVarint32ToArray(static_cast<uint32_t>(size), p);
+  if (!command.empty()) std::memcpy(p, command.data(), command.size());
+  p += command.size();
+  p = CodedOutputStream::WriteVarint32ToArray(kSeqTag, p);
+  CodedOutputStream::WriteVarint64ToArray(seq, p);
   return absl::OkStatus();
 }
 

@@ -21,6 +21,13 @@ namespace cubed {
 // serialized SessionRequest that carries those commands in that order. INVALID_ARGUMENT naming
 // the size, with nothing appended, for a command of 2 GiB or more (protobuf cannot frame it).
 absl::Status AppendSerializedCommand(const v1::Command& command, std::string* out);
+// AppendSerializedCommand for a command already serialized, `command` (whatever seq it holds),
+// with `seq` as its seq: the bytes as they are, then the seq field, which protobuf's last-one-wins
+// rule makes the command's (Note [Prepared C ABI launches] in
+// client/c_api/cubed_client_c_launch.cc). The caller vouches that `command` parses as a
+// v1::Command. INVALID_ARGUMENT as above.
+absl::Status AppendSerializedCommandBytes(absl::string_view command, uint64_t seq,
+                                          std::string* out);
 
 class SessionWire {
  public:

@@ -38,6 +38,14 @@ absl::Status Client::SendStreamCommandInPlace(v1::Command& command, StreamReplyC
   return impl_->stream->SendInPlace(command, std::move(on_reply));
 }
 
+absl::Status Client::SendStreamSerialized(absl::string_view command) {
+  if (impl_->stream == nullptr) {
+    return absl::FailedPreconditionError(
+        "stream commands: the session stream only (unary transport)");
+  }
+  return impl_->stream->SendSerialized(command);
+}
+
 absl::StatusOr<std::string> Client::CallUnary(absl::string_view method, absl::string_view request) {
   grpc::GenericStub stub(impl_->channel);
   grpc::ClientContext context;

@@ -114,16 +114,30 @@ uint64_t StreamTransport::NextId() {
 
 absl::Status StreamTransport::Send(v1::Command command, Callback on_reply, uint64_t* seq_out,
                                    absl::Duration timeout) {
-  if (direct_) return SendDirect(command, std::move(on_reply), seq_out, timeout);
-  return Enqueue(command, std::move(on_reply), seq_out, timeout);
+  const Outgoing outgoing{&command, {}};
+  if (direct_) return SendDirect(outgoing, std::move(on_reply), seq_out, timeout);
+  return Enqueue(outgoing, std::move(on_reply), seq_out, timeout);
 }
 
 absl::Status StreamTransport::SendInPlace(v1::Command& command, Callback on_reply) {
-  if (direct_) return SendDirect(command, std::move(on_reply), nullptr, absl::ZeroDuration());
-  return Enqueue(command, std::move(on_reply), nullptr, absl::ZeroDuration());
+  const Outgoing outgoing{&command, {}};
+  if (direct_) return SendDirect(outgoing, std::move(on_reply), nullptr, absl::ZeroDuration());
+  return Enqueue(outgoing, std::move(on_reply), nullptr, absl::ZeroDuration());
 }
 
-absl::Status StreamTransport::Enqueue(v1::Command& command, Callback on_reply, uint64_t* seq_out,
+absl::Status StreamTransport::SendSerialized(absl::string_view command) {
+  const Outgoing outgoing{nullptr, command};
+  if (direct_) return SendDirect(outgoing, nullptr, nullptr, absl::ZeroDuration());
+  return Enqueue(outgoing, nullptr, nullptr, absl::ZeroDuration());
+}
+
+absl::Status StreamTransport::Outgoing::AppendFramed(uint64_t seq, std::string* out) const {
+  if (parsed == nullptr) return AppendSerializedCommandBytes(serialized, seq, out);
+  parsed->set_seq(seq);
+  return AppendSerializedCommand(*parsed, out);
+}
+
+absl::Status StreamTransport::Enqueue(const Outgoing& command, Callback on_reply, uint64_t* seq_out,
                                       absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   for (;;) {  // Checked again after each wait: the stream may end or close meanwhile.
@@ -133,11 +147,10 @@ absl::Status StreamTransport::Enqueue(v1::Command& command, Callback on_reply, u
     space_.Wait(&mu_);
   }
   const uint64_t seq = next_seq_;
-  command.set_seq(seq);
   if (queue_.empty() || queue_.back().commands >= kMaxPerRequest) NewBatch();
   std::string& tail = queue_.back().request;
   const size_t before = tail.size();
-  absl::Status refused = AppendSerializedCommand(command, &tail);
+  absl::Status refused = command.AppendFramed(seq, &tail);
   if (refused.ok() && tail.size() - before > max_request_bytes_) {
     refused = absl::InvalidArgumentError(
         absl::StrCat("command of ", tail.size() - before, " bytes: over the ", max_request_bytes_,
@@ -162,7 +175,7 @@ absl::Status StreamTransport::Enqueue(v1::Command& command, Callback on_reply, u
   ++queued_;
   ++batch.commands;
   batch.last_seq = seq;
-  if (command.has_sync()) {
+  if (command.is_sync()) {
     batch.syncs.push_back(seq);
     if (on_reply != nullptr && !lost_commands_.ok()) {
       // Note [Stream resume]: the first sync after a resume reports the commands it lost.
@@ -251,8 +264,8 @@ void StreamTransport::NewBatch() {
   }
 }
 
-absl::Status StreamTransport::SendDirect(v1::Command& command, Callback on_reply, uint64_t* seq_out,
-                                         absl::Duration timeout) {
+absl::Status StreamTransport::SendDirect(const Outgoing& command, Callback on_reply,
+                                         uint64_t* seq_out, absl::Duration timeout) {
   absl::MutexLock write_lock(&write_mu_);
   uint64_t seq;
   {
@@ -264,9 +277,8 @@ absl::Status StreamTransport::SendDirect(v1::Command& command, Callback on_reply
   }
   // Framed as a one-command SessionRequest in a reused buffer (no allocation once it has grown),
   // before anything is registered: a command that cannot be framed is refused alone.
-  command.set_seq(seq);
   direct_buffer_.clear();
-  RETURN_IF_ERROR(AppendSerializedCommand(command, &direct_buffer_));
+  RETURN_IF_ERROR(command.AppendFramed(seq, &direct_buffer_));
   {
     absl::MutexLock lock(&mu_);
     if (ended_) return end_status_;  // The reader failed what was pending meanwhile.

@@ -136,6 +136,10 @@ class StreamTransport {
   // stack] in stack_command.h): it is serialized where it is, with no copy (Note [Serialized
   // queue]). Sets `command`'s seq.
   absl::Status SendInPlace(v1::Command& command, Callback on_reply = nullptr);
+  // Send for a command already serialized (AppendSerializedCommandBytes: its seq is appended),
+  // which the caller vouches parses as a v1::Command, does not answer and is no sync (Note
+  // [Prepared C ABI launches] in client/c_api/cubed_client_c_launch.cc). Errors as Send's.
+  absl::Status SendSerialized(absl::string_view command);
 
   // Sends what is queued now (without waiting for the interval).
   void Push();
@@ -155,9 +159,18 @@ class StreamTransport {
 
  private:
   StreamTransport() = default;
+  // What Enqueue and SendDirect frame: a parsed command (its seq set as it is framed) or, where
+  // `parsed` is null, `serialized`, one that never answers and is no sync.
+  struct Outgoing {
+    v1::Command* parsed = nullptr;
+    absl::string_view serialized;
+    bool is_sync() const { return parsed != nullptr && parsed->has_sync(); }
+    // AppendSerializedCommand(Bytes) of the command with `seq`.
+    absl::Status AppendFramed(uint64_t seq, std::string* out) const;
+  };
   void WriterLoop();
   // Serializes `command` onto the queue for the writer thread (Note [Serialized queue]).
-  absl::Status Enqueue(v1::Command& command, Callback on_reply, uint64_t* seq_out,
+  absl::Status Enqueue(const Outgoing& command, Callback on_reply, uint64_t* seq_out,
                        absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
   // Appends an empty batch to queue_, with a spare buffer if there is one.
   void NewBatch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -173,7 +186,7 @@ class StreamTransport {
   // The daemon answered command `seq`: it read every request up to the one that carried it.
   void NoteAnswered(uint64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Send over a direct wire.
-  absl::Status SendDirect(v1::Command& command, Callback on_reply, uint64_t* seq_out,
+  absl::Status SendDirect(const Outgoing& command, Callback on_reply, uint64_t* seq_out,
                           absl::Duration timeout);
   void ReaderLoop();
   // Fails pending callbacks whose deadline passed, until the stream ends or closes.

@@ -43,7 +43,7 @@
 extern "C" {
 #endif
 
-#define CUBED_C_API_VERSION 2
+#define CUBED_C_API_VERSION 3
 
 #if defined(__GNUC__)
 #define CUBED_C_EXPORT __attribute__((visibility("default")))
@@ -191,6 +191,33 @@ CUBED_C_EXPORT int32_t cubed_client_empty(cubed_client* client, uint64_t size, u
 // kernel errors poison the outputs and come back from the next sync and their reads.
 CUBED_C_EXPORT int32_t cubed_client_execute(cubed_client* client, const void* command, size_t size,
                                             cubed_error* error);
+
+// A prepared launch (Note [Prepared C ABI launches] in cubed_client_c_launch.cc): the fixed parts
+// of an Execute sent many times with other buffers and scalars, checked once. Not tied to a client:
+// any client and any thread may send it; freed by cubed_launch_free after its last send returned.
+typedef struct cubed_launch cubed_launch;
+
+// Prepares `execute` (`size` bytes): a serialized cubed.v1.Command.Execute with its kernel,
+// count, mode and the metadata of its bindings, and neither buffers nor scalars. *launch gets
+// the prepared launch (NULL on error). INVALID_ARGUMENT when the bytes do not parse as one, it
+// has no kernel, or its bindings hold buffers or scalars. Any thread.
+CUBED_C_EXPORT int32_t cubed_launch_prepare(const void* execute, size_t size, cubed_launch** launch,
+                                            cubed_error* error);
+CUBED_C_EXPORT void cubed_launch_free(cubed_launch* launch);
+
+// trait: execute, prepared: sends `launch` on the session stream with `count` buffers
+// (`buffers`: 3 * count u64, each buffer's handle, offset_start and offset_end as in
+// cubed.v1.Binding) and `scalars` (`scalars_size` bytes, may be empty: a serialized
+// cubed.v1.Bindings holding scalars only) as the one Execute they make, as cubed_client_send
+// would send it, and as fast as the library can frame it. Returns once queued; no reply: kernel
+// errors poison the outputs and come back from the next sync and their reads (as for
+// cubed_client_execute). INVALID_ARGUMENT for scalars that are not such a Bindings, more than
+// 2^20 buffers (the daemon refuses more than 64) or NULL pointers; FAILED_PRECONDITION on the
+// unary transport or a closed client. Thread-safe, as cubed_client_send.
+CUBED_C_EXPORT int32_t cubed_client_send_launch(cubed_client* client, const cubed_launch* launch,
+                                                const uint64_t* buffers, size_t count,
+                                                const void* scalars, size_t scalars_size,
+                                                cubed_error* error);
 
 // Releases one reference of each of the `count` handles `ids`, behind the commands sent before.
 // count 0 is a no-op. On the stream unknown ids fail at the next sync; on unary calls the

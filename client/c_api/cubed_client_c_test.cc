@@ -91,6 +91,40 @@ std::string AddCommand(uint64_t lhs, uint64_t rhs, uint64_t out, uint64_t n) {
   return command;
 }
 
+// A serialized Command.Execute of builtin `name` on f32 over `buffers` dense tensors of `n`
+// elements each, with its metadata and no buffers or scalars (cubed_launch_prepare's input).
+std::string PreparedExecute(const std::string& name, uint64_t buffers, uint64_t n) {
+  std::string builtin, kernel, count, dims, bindings, execute;
+  Message(&builtin, 1, name);
+  U64(&builtin, 2, 1);  // ELEM_TYPE_F32
+  Message(&kernel, 1, builtin);
+  U64(&dims, 1, (n + 255) / 256);
+  U64(&dims, 2, 1);
+  U64(&dims, 3, 1);
+  Message(&count, 1, dims);
+  const cubed::TensorLayout t = cubed::TensorLayout::Contiguous({n});
+  absl::StatusOr<std::vector<uint32_t>> words = cubed::EncodeKernelMetadata(
+      std::vector<uint64_t>(buffers, n), std::vector<cubed::TensorLayout>(buffers, t));
+  EXPECT_TRUE(words.ok()) << words.status();
+  if (words.ok()) {
+    for (uint32_t w : *words) U64(&bindings, 2, w);
+  }
+  Message(&execute, 1, kernel);
+  Message(&execute, 2, count);
+  Message(&execute, 3, bindings);
+  return execute;
+}
+
+// A serialized Bindings holding one ScalarGroup of f32 `value` (Bindings.scalars).
+std::string F32Scalar(double value) {
+  std::string group, packed(8, '\0'), bindings;
+  std::memcpy(packed.data(), &value, 8);
+  U64(&group, 1, 1);  // ELEM_TYPE_F32
+  Message(&group, 2, packed);
+  Message(&bindings, 3, group);
+  return bindings;
+}
+
 std::string Floats(const std::vector<float>& v) {
   std::string s(v.size() * sizeof(float), '\0');
   std::memcpy(s.data(), v.data(), s.size());
@@ -270,6 +304,101 @@ TEST_F(CApiTest, CreateExecuteReadOnEveryCarrier) {
     EXPECT_EQ(cubed_reply_status(r, &e), 0) << e.text();
     EXPECT_EQ(cubed_reply_failed_commands(r), 0u);
   }
+}
+
+struct LaunchDeleter {
+  void operator()(cubed_launch* l) const { cubed_launch_free(l); }
+};
+using LaunchPtr = std::unique_ptr<cubed_launch, LaunchDeleter>;
+
+// Note [Prepared C ABI launches]: a launch prepared once runs with each send's buffers (offsets
+// too) and scalars, on every carrier, from several clients; bad parts are refused by the call that
+// gets them, and nothing refused reaches the stream.
+TEST_F(CApiTest, PreparedLaunchesRunWithEachSendsBuffersAndScalars) {
+  Error e;
+  cubed_launch* raw = nullptr;
+  const std::string add_bytes = PreparedExecute("add", 3, 4);
+  ASSERT_EQ(cubed_launch_prepare(add_bytes.data(), add_bytes.size(), &raw, &e), 0) << e.text();
+  LaunchPtr add(raw);
+  const std::string fill_bytes = PreparedExecute("fill", 1, 2);
+  ASSERT_EQ(cubed_launch_prepare(fill_bytes.data(), fill_bytes.size(), &raw, &e), 0) << e.text();
+  LaunchPtr fill(raw);
+  for (int32_t carrier : {1, 2}) {
+    SCOPED_TRACE(carrier);
+    ClientPtr c = Connect(carrier);
+    ASSERT_NE(c, nullptr);
+    const std::string a = Floats({1, 2, 3, 4, 5}), b = Floats({10, 20, 30, 40});
+    uint64_t ia = 0, ib = 0, out = 0, two = 0;
+    ASSERT_EQ(cubed_client_create(c.get(), a.data(), a.size(), &ia, &e), 0) << e.text();
+    ASSERT_EQ(cubed_client_create(c.get(), b.data(), b.size(), &ib, &e), 0) << e.text();
+    ASSERT_EQ(cubed_client_empty(c.get(), 16, &out, &e), 0) << e.text();
+    ASSERT_EQ(cubed_client_empty(c.get(), 8, &two, &e), 0) << e.text();
+    const uint64_t sum[] = {ia, 0, 4, ib, 0, 0, out, 0, 0};
+    ASSERT_EQ(cubed_client_send_launch(c.get(), add.get(), sum, 3, nullptr, 0, &e), 0) << e.text();
+    EXPECT_EQ(Read(c.get(), out), Floats({11, 22, 33, 44}));
+    const uint64_t shifted[] = {ia, 4, 0, ib, 0, 0, out, 0, 0};  // a[1:] + b.
+    ASSERT_EQ(cubed_client_send_launch(c.get(), add.get(), shifted, 3, nullptr, 0, &e), 0)
+        << e.text();
+    EXPECT_EQ(Read(c.get(), out), Floats({12, 23, 34, 45}));
+    const uint64_t filled[] = {two, 0, 0};
+    for (double v : {2.5, -1.0, 2.5}) {
+      const std::string scalar = F32Scalar(v);
+      ASSERT_EQ(cubed_client_send_launch(c.get(), fill.get(), filled, 1, scalar.data(),
+                                         scalar.size(), &e),
+                0)
+          << e.text();
+      EXPECT_EQ(Read(c.get(), two), Floats({static_cast<float>(v), static_cast<float>(v)}));
+    }
+    // Refused here, sending nothing: scalars that are not a Bindings of scalars only, NULLs.
+    std::string buffer_binding;
+    Message(&buffer_binding, 1, "\x08\x01");
+    for (const std::string& bad : {std::string("\xff\xff\xff"), buffer_binding}) {
+      EXPECT_EQ(
+          cubed_client_send_launch(c.get(), fill.get(), filled, 1, bad.data(), bad.size(), &e),
+          kInvalidArgument);
+      EXPECT_TRUE(absl::StrContains(e.text(), "scalars only")) << e.text();
+    }
+    EXPECT_EQ(cubed_client_send_launch(c.get(), nullptr, filled, 1, nullptr, 0, &e),
+              kInvalidArgument);
+    EXPECT_EQ(cubed_client_send_launch(c.get(), fill.get(), nullptr, 1, nullptr, 0, &e),
+              kInvalidArgument);
+    // The daemon's refusal of a well-formed launch (an unknown handle) fails it alone.
+    const uint64_t unknown[] = {987654321, 0, 0};
+    ASSERT_EQ(cubed_client_send_launch(c.get(), fill.get(), unknown, 1, nullptr, 0, &e), 0)
+        << e.text();
+    ReplyPtr sync(cubed_reply_create(0));
+    ASSERT_EQ(cubed_client_sync(c.get(), sync.get(), &e), 0) << e.text();
+    ASSERT_EQ(cubed_reply_wait(sync.get(), 20000, &e), 0) << e.text();
+    EXPECT_NE(cubed_reply_status(sync.get(), &e), 0);
+    EXPECT_EQ(cubed_reply_failed_commands(sync.get()), 1u);
+    EXPECT_EQ(Read(c.get(), out), Floats({12, 23, 34, 45}));  // The session goes on.
+  }
+  // The unary transport has no stream.
+  ClientPtr unary = Connect(0, "", 0, /*transport=*/1);
+  ASSERT_NE(unary, nullptr);
+  const uint64_t one[] = {1, 0, 0};
+  EXPECT_EQ(cubed_client_send_launch(unary.get(), add.get(), one, 1, nullptr, 0, &e),
+            kFailedPrecondition);
+}
+
+TEST_F(CApiTest, APreparedLaunchIsCheckedOnce) {
+  Error e;
+  cubed_launch* launch = reinterpret_cast<cubed_launch*>(1);
+  EXPECT_EQ(cubed_launch_prepare("\xff\xff", 2, &launch, &e), kInvalidArgument);
+  EXPECT_EQ(launch, nullptr);
+  EXPECT_TRUE(absl::StrContains(e.text(), "not a cubed.v1.Command.Execute")) << e.text();
+  EXPECT_EQ(cubed_launch_prepare("", 0, &launch, &e), kInvalidArgument);  // No kernel.
+  EXPECT_TRUE(absl::StrContains(e.text(), "no kernel")) << e.text();
+  std::string with_buffer = PreparedExecute("add", 3, 4), binding, bindings;
+  U64(&binding, 1, 5);
+  Message(&bindings, 1, binding);
+  Message(&with_buffer, 3, bindings);  // A second bindings field: merged, holding a buffer.
+  EXPECT_EQ(cubed_launch_prepare(with_buffer.data(), with_buffer.size(), &launch, &e),
+            kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(e.text(), "buffers or scalars")) << e.text();
+  EXPECT_EQ(cubed_launch_prepare(nullptr, 3, &launch, &e), kInvalidArgument);
+  EXPECT_EQ(cubed_launch_prepare("", 0, nullptr, &e), kInvalidArgument);
+  cubed_launch_free(nullptr);  // A no-op.
 }
 
 TEST_F(CApiTest, UnaryCallsGoToTheSessionsDaemon) {

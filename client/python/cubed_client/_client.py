@@ -547,9 +547,8 @@ class Client(KernelMethods):
             key = (name, dt, out._dtype, axis, index_dtype, allow_tf32,
                    tuple([v[0] for v in views]))
             head, tail = _launch.parts(key)
-            if scalars:
-                tail += _launch.scalar_field(scalars)
-            self._live().execute_views(head, views, tail, _launch.CHECKED)
+            self._live().execute_views(head, views, tail, _launch.CHECKED,
+                                       _launch.scalar_field(scalars) if scalars else b"")
         except BaseException:
             out.close()  # Unary: the launch failed; its output must not outlive the error.
             raise

@@ -63,7 +63,7 @@ COMPILED_LAUNCH = _speedups is not None
 
 LIBRARY_ENV = "CUBED_CLIENT_LIBRARY"
 LIBRARY_NAME = "libcubed_client_c.so"
-ABI_VERSION = 2  # CUBED_C_API_VERSION this module speaks.
+ABI_VERSION = 3  # CUBED_C_API_VERSION this module speaks.
 
 _DEADLINE_EXCEEDED = 4
 
@@ -118,6 +118,10 @@ _SIGNATURES = {
     "cubed_client_empty": (_i32, [_ptr, _u64, _P(_u64), _P(_Error)]),
     "cubed_client_execute": (_i32, [_ptr, ctypes.c_char_p, _size, _P(_Error)]),
     "cubed_client_release": (_i32, [_ptr, _P(_u64), _size, _P(_Error)]),
+    "cubed_launch_prepare": (_i32, [ctypes.c_char_p, _size, _P(_ptr), _P(_Error)]),
+    "cubed_launch_free": (None, [_ptr]),
+    "cubed_client_send_launch": (_i32, [_ptr, _ptr, _P(_u64), _size, ctypes.c_char_p, _size,
+                                        _P(_Error)]),
     "cubed_client_read": (_i32, [_ptr, _u64, _u64, _u64, _ptr, _P(_Error)]),
     "cubed_client_read_into_async": (_i32, [_ptr, _u64, _u64, _u64, _ptr, _u64, _ptr,
                                              _P(_Error)]),
@@ -185,6 +189,39 @@ def load() -> ctypes.CDLL:
                             f"this SDK version {ABI_VERSION}")
         _lib = lib
         return lib
+
+
+class _PreparedLaunch:
+    """A cubed_launch* of the library (Note [Prepared C ABI launches] in
+    client/c_api/cubed_client_c_launch.cc), freed with this object: an entry of _prepared."""
+
+    __slots__ = ("address", "_lib")
+
+    def __init__(self, lib: ctypes.CDLL, address: int) -> None:
+        self._lib = lib
+        self.address = address
+
+    def __del__(self) -> None:
+        self._lib.cubed_launch_free(self.address)
+
+
+# (head, tail, mode) of a launch key (_launch.parts) -> its _PreparedLaunch, for every client of
+# the process (a prepared launch belongs to no client); bounded like the launch cache. An entry
+# dropped while a launch of another thread still uses it stays alive in that launch's frame.
+_prepared: Dict[Tuple[bytes, bytes, bytes], _PreparedLaunch] = {}
+
+
+def _prepare(lib: ctypes.CDLL, head: bytes, tail: bytes, mode: bytes) -> _PreparedLaunch:
+    """The prepared launch of an Execute of `head`, bindings `tail` and `mode` (execute_views'
+    parts without buffers or scalars), made and cached; the library's error as CubedError."""
+    from ._types import cache_put
+    execute = head + b"\x1a" + _wire.varint(len(tail)) + tail + mode
+    address, err = _ptr(), _Error()
+    code = lib.cubed_launch_prepare(execute, len(execute), ctypes.byref(address),
+                                    ctypes.byref(err))
+    if code:
+        _raise(lib, code, err)
+    return cache_put(_prepared, (head, tail, mode), _PreparedLaunch(lib, address.value))
 
 
 def available() -> bool:
@@ -450,6 +487,8 @@ class NativeTransport:
         # on a GPU host (the error and size structs, the byrefs, nine converted arguments), a
         # fifth of a 4-byte read's round trip.
         self._read_target: Optional[int] = None
+        # The address of cubed_client_send_launch (execute_views' prepared launches).
+        self._send_launch = ctypes.cast(lib.cubed_client_send_launch, _ptr).value
         if self._target is not None and hasattr(_speedups, "read_into"):
             self._read_target = ctypes.cast(lib.cubed_client_read_into, _ptr).value
         # tag -> (Future, converter, cubed_reply): answers nobody claimed yet.
@@ -641,14 +680,20 @@ class NativeTransport:
                                                 "bindings": bindings, "mode": mode}))
 
     def execute_views(self, head: bytes, views: Sequence[Tuple[Any, bytes]], tail: bytes,
-                      mode: bytes) -> None:
+                      mode: bytes, scalars: bytes = b"") -> None:
         """execute() of a builtin launch in its encoded parts (_wire.execute's arguments, each
-        view a Tensor._launch_view() pair): assembled and sent by the compiled extension where
-        it is installed (Note [Compiled launch]), else in Python."""
+        view a Tensor._launch_view() pair, the scalars field apart from the tail): sent through
+        a prepared launch of the library by the compiled extension where it is installed (Note
+        [Compiled launch]; Note [Prepared C ABI launches] in
+        client/c_api/cubed_client_c_launch.cc), else assembled in Python."""
         if self._target is None:
-            self._send(_wire.execute(head, [v[1] for v in views], tail, mode))
+            self._send(_wire.execute(head, [v[1] for v in views], tail + scalars, mode))
             return
-        failed = _speedups.execute(self._target, head, views, tail, mode)
+        prepared = _prepared.get((head, tail, mode))
+        if prepared is None:
+            prepared = _prepare(self._lib, head, tail, mode)
+        failed = _speedups.launch(self._target, self._send_launch, prepared.address, views,
+                                  scalars)
         if failed is not None:
             raise error_from_number(*failed)
         self._next_seq += 1

@@ -33,20 +33,24 @@ typedef int32_t (*cubed_send_fn)(void* client, const void* command, size_t size,
                                  cubed_error* error);
 typedef void (*cubed_error_clear_fn)(cubed_error* error);
 typedef int32_t (*cubed_next_id_fn)(void* client, uint64_t* id, cubed_error* error);
+typedef int32_t (*cubed_send_launch_fn)(void* client, const void* launch, const uint64_t* buffers,
+                                        size_t count, const void* scalars, size_t scalars_size,
+                                        cubed_error* error);
 typedef int32_t (*cubed_read_into_fn)(void* client, uint64_t id, uint64_t offset_start,
                                       uint64_t offset_end, void* out, uint64_t capacity,
                                       uint64_t* size, int64_t timeout_ms, cubed_error* error);
 
 enum {
-  kEmptyTag = 0x22,    /* Command.empty = 4, length-delimited. */
-  kIdTag = 0x08,       /* Command.Empty.id = 1, varint. */
-  kSizeTag = 0x10,     /* Command.Empty.size = 2, varint. */
-  kExecuteTag = 0x32,  /* Command.execute = 6, length-delimited. */
-  kBindingsTag = 0x1a, /* Command.Execute.bindings = 3, length-delimited. */
-  kBufferTag = 0x0a,   /* Bindings.buffers = 1, length-delimited. */
-  kHandleTag = 0x08,   /* Binding.handle = 1, varint. */
-  kOffsetTag = 0x10,   /* Binding.offset_start = 2, varint. */
-  kStackBytes = 1024,  /* Commands up to this size are assembled without malloc. */
+  kEmptyTag = 0x22,     /* Command.empty = 4, length-delimited. */
+  kIdTag = 0x08,        /* Command.Empty.id = 1, varint. */
+  kSizeTag = 0x10,      /* Command.Empty.size = 2, varint. */
+  kExecuteTag = 0x32,   /* Command.execute = 6, length-delimited. */
+  kBindingsTag = 0x1a,  /* Command.Execute.bindings = 3, length-delimited. */
+  kBufferTag = 0x0a,    /* Bindings.buffers = 1, length-delimited. */
+  kHandleTag = 0x08,    /* Binding.handle = 1, varint. */
+  kOffsetTag = 0x10,    /* Binding.offset_start = 2, varint. */
+  kOffsetEndTag = 0x18, /* Binding.offset_end = 3, varint. */
+  kStackBytes = 1024,   /* Commands up to this size are assembled without malloc. */
 };
 
 /* Writes the varint of n at p; returns its length (at most 10). */
@@ -205,6 +209,95 @@ static PyObject* execute(PyObject* module, PyObject* const* args, Py_ssize_t nar
   return failure(&target, code, &error);
 }
 
+/* Reads the varint at *p (before end) into *out and advances *p; 0 when it is cut short or
+ * longer than 10 bytes. */
+static int get_varint(const uint8_t** p, const uint8_t* end, uint64_t* out) {
+  uint64_t v = 0;
+  for (int shift = 0; shift < 70 && *p < end; shift += 7) {
+    const uint8_t byte = *(*p)++;
+    v |= (uint64_t)(byte & 0x7f) << shift;
+    if ((byte & 0x80) == 0) {
+      *out = v;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* The handle, offset_start and offset_end of an encoded Bindings.buffers entry (binding()'s, or
+ * _wire.binding's bytes); 0 when it is not exactly one such entry of varint fields 1-3. */
+static int decode_buffer(const uint8_t* p, size_t size, uint64_t out[3]) {
+  const uint8_t* end = p + size;
+  out[0] = out[1] = out[2] = 0;
+  if (size < 2 || p[0] != kBufferTag || p[1] != size - 2) return 0;
+  p += 2;
+  while (p < end) {
+    const uint8_t tag = *p++;
+    if (tag != kHandleTag && tag != kOffsetTag && tag != kOffsetEndTag) return 0;
+    if (!get_varint(&p, end, &out[(tag >> 3) - 1])) return 0;
+  }
+  return 1;
+}
+
+/* launch(target, send_launch, prepared, views, scalars) -> None or (code, message)
+ *
+ * execute()'s launch through a prepared launch (Note [Prepared C ABI launches] in
+ * client/c_api/cubed_client_c_launch.cc): `send_launch` is the address of
+ * cubed_client_send_launch, `prepared` a cubed_launch* of the launch's head, metadata and mode,
+ * `views` as execute's (each binding's encoded bytes are decoded back to its handle and offsets),
+ * `scalars` the encoded scalars field of Bindings (may be empty). Returns None once queued, or the
+ * library's (code, message) when it refused it; TypeError for arguments of the wrong shape
+ * (nothing sent). The GIL is released around the send. */
+static PyObject* launch(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
+  (void)module;
+  if (nargs != 5) {
+    PyErr_SetString(PyExc_TypeError,
+                    "launch: takes (target, send_launch, prepared, views, scalars)");
+    return NULL;
+  }
+  Target target;
+  if (!parse_target(args[0], &target)) return NULL;
+  const cubed_send_launch_fn send = (cubed_send_launch_fn)PyLong_AsVoidPtr(args[1]);
+  const void* prepared = PyLong_AsVoidPtr(args[2]);
+  if (send == NULL || prepared == NULL) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "launch: a null address");
+    return NULL;
+  }
+  Py_ssize_t scalars_size;
+  const char* scalars = bytes_of(args[4], &scalars_size, "scalars");
+  if (scalars == NULL) return NULL;
+  PyObject* views = args[3];
+  const int is_list = PyList_Check(views);
+  if (!is_list && !PyTuple_Check(views)) {
+    PyErr_SetString(PyExc_TypeError, "launch: views must be a list or tuple");
+    return NULL;
+  }
+  const Py_ssize_t count = is_list ? PyList_Size(views) : PyTuple_Size(views);
+  uint64_t stack[3 * 16];
+  uint64_t* buffers = count <= 16 ? stack : (uint64_t*)malloc(sizeof(uint64_t) * 3 * (size_t)count);
+  if (buffers == NULL) return PyErr_NoMemory();
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    PyObject* view = is_list ? PyList_GetItem(views, i) : PyTuple_GetItem(views, i);
+    PyObject* binding =
+        PyTuple_Check(view) && PyTuple_Size(view) == 2 ? PyTuple_GetItem(view, 1) : NULL;
+    if (binding == NULL || !PyBytes_Check(binding) ||
+        !decode_buffer((const uint8_t*)PyBytes_AsString(binding), (size_t)PyBytes_Size(binding),
+                       buffers + 3 * i)) {
+      if (buffers != stack) free(buffers);
+      PyErr_Format(PyExc_TypeError, "launch: views[%zd] must be (layout, an encoded binding)", i);
+      return NULL;
+    }
+  }
+  cubed_error error = {0, NULL};
+  PyThreadState* gil = PyEval_SaveThread(); /* The send may wait for room in the ring. */
+  const int32_t code =
+      send(target.client, prepared, buffers, (size_t)count, scalars, (size_t)scalars_size, &error);
+  PyEval_RestoreThread(gil);
+  if (buffers != stack) free(buffers);
+  if (code == 0) Py_RETURN_NONE;
+  return failure(&target, code, &error);
+}
+
 /* empty(target, size) -> the new handle id, or (code, message)
  *
  * Takes a fresh client id (cubed_client_next_id) and sends Command{empty: {id, size}}, as
@@ -332,6 +425,9 @@ static PyMethodDef kMethods[] = {
     {"execute", (PyCFunction)(void (*)(void))execute, METH_FASTCALL,
      "execute(target, head, views, tail, mode) -> None or (code, message): sends a builtin "
      "launch's Command through the native client core (cubed_client._native)."},
+    {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,
+     "launch(target, send_launch, prepared, views, scalars) -> None or (code, message): sends a "
+     "builtin launch through a prepared launch of the native client core."},
     {"empty", (PyCFunction)(void (*)(void))empty, METH_FASTCALL,
      "empty(target, size) -> id or (code, message): takes a client id and sends an empty of "
      "`size` bytes through the native client core."},

@@ -125,11 +125,11 @@ class UnaryTransport:
                                                          count=count, bindings=bindings, mode=mode))
 
     def execute_views(self, head: bytes, views: Sequence[Tuple[Any, bytes]], tail: bytes,
-                      mode: bytes) -> None:
+                      mode: bytes, scalars: bytes = b"") -> None:
         """execute() of a builtin launch in its encoded parts (_wire.execute's arguments, each
-        view a Tensor._launch_view() pair)."""
+        view a Tensor._launch_view() pair, the scalars field apart from the tail)."""
         e = session_pb2.Command.FromString(
-            _wire.execute(head, [v[1] for v in views], tail, mode)).execute
+            _wire.execute(head, [v[1] for v in views], tail + scalars, mode)).execute
         self.execute(e.kernel, e.count, e.bindings, e.mode)
 
     def release(self, ids: List[int]) -> None:
@@ -604,10 +604,11 @@ class StreamTransport:
                                                 "bindings": bindings, "mode": mode}))
 
     def execute_views(self, head: bytes, views: Sequence[Tuple[Any, bytes]], tail: bytes,
-                      mode: bytes) -> None:
+                      mode: bytes, scalars: bytes = b"") -> None:
         """execute() of a builtin launch in its encoded parts (_wire.execute's arguments, each
-        view a Tensor._launch_view() pair; Note [Hand-encoded commands])."""
-        self._send(_wire.execute(head, [v[1] for v in views], tail, mode))
+        view a Tensor._launch_view() pair, the scalars field apart from the tail; Note
+        [Hand-encoded commands])."""
+        self._send(_wire.execute(head, [v[1] for v in views], tail + scalars, mode))
 
     def release(self, ids: List[int]) -> None:
         for start in range(0, len(ids), 65536):

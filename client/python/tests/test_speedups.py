@@ -220,8 +220,11 @@ def test_a_launch_on_a_closed_transport_raises_the_librarys_error(daemon: Daemon
     view = t._launch_view()
     transport = c._transport
     c.close()
+    head = session_pb2.Command.Execute(
+        kernel=cubed_client.BuiltinKernel("fill", np.dtype(np.float32)).to_proto()
+    ).SerializeToString()
     with pytest.raises(FailedPreconditionError, match="closed"):
-        transport.execute_views(b"", [view], b"", b"")
+        transport.execute_views(head, [view], b"", b"")
     with pytest.raises(FailedPreconditionError, match="closed"):
         transport.empty(64)
 
@@ -275,3 +278,30 @@ def test_the_compiled_read_refuses_bad_arguments() -> None:
         speedups.read_into(target, 1, 1, 0, 4, b"read-only", -1)
     with pytest.raises((BufferError, TypeError, ValueError)):
         speedups.read_into(target, 1, 1, 0, 4, np.empty((4, 4), np.float32)[:, 1], -1)
+
+
+@pytest.mark.skipif(not _native.available(), reason="the native core is not installed")
+def test_a_launch_key_is_prepared_once_and_refused_parts_raise(daemon: Daemon) -> None:
+    """Note [Prepared C ABI launches] (client/c_api/cubed_client_c_launch.cc): launches of one
+    key share one prepared launch of the library, across clients; parts the library refuses
+    raise its error and send nothing; bad views are TypeErrors."""
+    if not _native.COMPILED_LAUNCH:
+        pytest.skip("the SDK runs its launches in Python")
+    with cubed_client.connect(daemon.address, core="native") as c, \
+            cubed_client.connect(daemon.address, core="native") as d:
+        before = set(_native._prepared)
+        for client in (c, d):
+            x = client.create(np.arange(6 * 131, dtype=np.float32))  # A shape of its own.
+            np.testing.assert_array_equal(client.add(x, x).numpy(), 2 * np.arange(6 * 131))
+        keys = [k for k in _native._prepared if k not in before]
+        assert len(keys) == 1, keys
+        transport = c._transport
+        t = c.create(np.ones(4, np.float32))
+        with pytest.raises(cubed_client.InvalidArgumentError, match="no kernel"):
+            transport.execute_views(b"", [t._launch_view()], b"", b"")
+        head, tail, mode = keys[0]
+        with pytest.raises(cubed_client.InvalidArgumentError, match="scalars only"):
+            transport.execute_views(head, [t._launch_view()] * 3, tail, mode, b"\xff\xff")
+        with pytest.raises(TypeError):
+            transport.execute_views(head, [(None, b"\x0a\x05\x08")], tail, mode)
+        np.testing.assert_array_equal(c.read(c.add(t, t)), [2, 2, 2, 2])  # It goes on.
