@@ -208,6 +208,9 @@ struct Case {
   // Values written into input 0 after the random fill: (element, value); NaN only for floats.
   std::vector<std::pair<uint64_t, double>> plant;
   bool split = false;  // Expect the launch to split its axis over blocks.
+  // Launched as on a GPU of this many SMs (0: the real count): a small grid, so that a few
+  // elements take the grid-stride loop through many steps (Note [Cast steps]).
+  uint32_t sm_count = 0;
 };
 
 // Relative tolerance for a kernel's float results; 0 = bitwise (NaN matches any NaN).
@@ -331,7 +334,8 @@ void RunCase(Gpu& gpu, const Case& c) {
     }
     args->buffers[i].ptr = dev[i] + off;
   }
-  const CudaLaunchDims dims = BuiltinLaunchDims(call, &*args, gpu.d.sm_count);
+  const CudaLaunchDims dims =
+      BuiltinLaunchDims(call, &*args, c.sm_count != 0 ? c.sm_count : gpu.d.sm_count);
   EXPECT_EQ(args->splits > 1, c.split) << "splits " << args->splits;
   gpu.SetWorkspace(dims.workspace_bytes, &*args);
   void* params[] = {&*args};
@@ -398,6 +402,8 @@ std::vector<Case> CasesFor(const CudaBuiltinSignature& s, CudaFamily family) {
     case CudaFamily::kCast:
     case CudaFamily::kUnary:
       add("dense", {Dense({3, 1001}), Dense({3, 1001})});
+      // One SM's grid (32 blocks of 256): ~7 steps of S packs, then a partial one and a tail.
+      add("grid-strided", {Dense({7, 16411}), Dense({7, 16411})}).sm_count = 1;
       add("misaligned", {Dense({1003}), Dense({1003})}, 0, 1);
       add("transposed", {Strided({30, 20}, {1, 30}), Strided({30, 20}, {24, 1})});
       break;
