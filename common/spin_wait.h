@@ -3,6 +3,8 @@
 // Spin-waits of the threads that hand work to each other on one host (the command ring's
 // threads, the device loop, the SDKs' waits for a reply): Note [Spin checks].
 
+#include <cstdint>
+
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
@@ -31,7 +33,7 @@ bool SpinUntil(absl::Duration spin, Ready&& ready) {
   if (ready()) return true;
   if (spin <= absl::ZeroDuration()) return false;
   const absl::Time until = absl::Now() + spin;
-  for (int i = 1;; ++i) {
+  for (uint32_t i = 1;; ++i) {  // Wraps after 2^32 pauses: harmless, the clock is read anyway.
     CpuRelax();
     if (ready()) return true;
     if ((i & 63) == 0 && absl::Now() >= until) return false;

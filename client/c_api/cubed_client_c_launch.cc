@@ -67,6 +67,17 @@ void AppendLength(uint64_t n, std::string* out) {
   out->append(reinterpret_cast<const char*>(bytes), end - bytes);
 }
 
+// Parses `bytes` into `message` as the daemon will parse it, `depth` messages deep in a
+// SessionRequest: with protobuf's recursion limit less those levels, so that nesting the check
+// accepts cannot fail the daemon's parse of the whole request (which ends the stream).
+bool ParseAtDepth(absl::string_view bytes, int depth, google::protobuf::MessageLite* message) {
+  if (bytes.size() > INT32_MAX) return false;
+  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                            static_cast<int>(bytes.size()));
+  in.SetRecursionLimit(google::protobuf::io::CodedInputStream::GetDefaultRecursionLimit() - depth);
+  return message->ParseFromCodedStream(&in) && in.ConsumedEntireMessage();
+}
+
 // Whether `scalars` is a serialized Bindings holding scalars only (Note [Prepared C ABI launches]).
 bool ScalarsOnly(absl::string_view scalars) {
   thread_local std::string last_checked;
@@ -74,9 +85,9 @@ bool ScalarsOnly(absl::string_view scalars) {
   alignas(std::max_align_t) char block[1024];
   google::protobuf::Arena arena(block, sizeof(block));
   auto* bindings = google::protobuf::Arena::CreateMessage<cubed::v1::Bindings>(&arena);
-  if (scalars.size() > INT32_MAX ||
-      !bindings->ParseFromArray(scalars.data(), static_cast<int>(scalars.size())) ||
-      bindings->buffers_size() != 0 || bindings->metadata_size() != 0) {
+  // SessionRequest.commands -> Command.execute -> Execute.bindings: three levels down.
+  if (!ParseAtDepth(scalars, 3, bindings) || bindings->buffers_size() != 0 ||
+      bindings->metadata_size() != 0) {
     return false;
   }
   last_checked.assign(scalars.data(), scalars.size());
@@ -96,8 +107,8 @@ int32_t cubed_launch_prepare(const void* execute, size_t size, cubed_launch** la
     return Invalid(error, absl::StrCat("cubed_launch_prepare: an Execute of ", size,
                                        " bytes (at most 2^31 - 1)"));
   }
-  cubed::v1::Command::Execute parsed;
-  if (!parsed.ParseFromArray(execute, static_cast<int>(size))) {
+  cubed::v1::Command::Execute parsed;  // Two levels down: SessionRequest.commands -> execute.
+  if (!ParseAtDepth(absl::string_view(static_cast<const char*>(execute), size), 2, &parsed)) {
     return Invalid(error, absl::StrCat("cubed_launch_prepare: ", size,
                                        " bytes that are not a cubed.v1.Command.Execute"));
   }

@@ -341,7 +341,7 @@ TEST_F(CApiTest, PreparedLaunchesRunWithEachSendsBuffersAndScalars) {
         << e.text();
     EXPECT_EQ(Read(c.get(), out), Floats({12, 23, 34, 45}));
     const uint64_t filled[] = {two, 0, 0};
-    for (double v : {2.5, -1.0, 2.5}) {
+    for (double v : {2.5, 2.5, -1.0, 2.5}) {  // The same bytes twice: the checked memo's hit.
       const std::string scalar = F32Scalar(v);
       ASSERT_EQ(cubed_client_send_launch(c.get(), fill.get(), filled, 1, scalar.data(),
                                          scalar.size(), &e),
@@ -352,7 +352,10 @@ TEST_F(CApiTest, PreparedLaunchesRunWithEachSendsBuffersAndScalars) {
     // Refused here, sending nothing: scalars that are not a Bindings of scalars only, NULLs.
     std::string buffer_binding;
     Message(&buffer_binding, 1, "\x08\x01");
-    for (const std::string& bad : {std::string("\xff\xff\xff"), buffer_binding}) {
+    // 98 nested unknown groups: a top-level parse takes them (protobuf's recursion limit is 100),
+    // the daemon's, three messages deeper, would not, and would end the stream.
+    const std::string deep = std::string(98, '\x7b') + std::string(98, '\x7c');
+    for (const std::string& bad : {std::string("\xff\xff\xff"), buffer_binding, deep}) {
       EXPECT_EQ(
           cubed_client_send_launch(c.get(), fill.get(), filled, 1, bad.data(), bad.size(), &e),
           kInvalidArgument);

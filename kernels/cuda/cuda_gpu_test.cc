@@ -209,7 +209,7 @@ struct Case {
   std::vector<std::pair<uint64_t, double>> plant;
   bool split = false;  // Expect the launch to split its axis over blocks.
   // Launched as on a GPU of this many SMs (0: the real count): a small grid, so that a few
-  // elements take the grid-stride loop through many steps (Note [Cast steps]).
+  // thousand elements take the dense path's grid-stride loop through several steps.
   uint32_t sm_count = 0;
 };
 
@@ -402,7 +402,8 @@ std::vector<Case> CasesFor(const CudaBuiltinSignature& s, CudaFamily family) {
     case CudaFamily::kCast:
     case CudaFamily::kUnary:
       add("dense", {Dense({3, 1001}), Dense({3, 1001})});
-      // One SM's grid (32 blocks of 256): ~7 steps of S packs, then a partial one and a tail.
+      // One SM's grid (32 blocks of 256 threads): 2-7 steps of the grid-stride loop by the pack
+      // size, the last one partial, then the tail.
       add("grid-strided", {Dense({7, 16411}), Dense({7, 16411})}).sm_count = 1;
       add("misaligned", {Dense({1003}), Dense({1003})}, 0, 1);
       add("transposed", {Strided({30, 20}, {1, 30}), Strided({30, 20}, {24, 1})});

@@ -6,7 +6,6 @@
 
 #include <atomic>
 #include <cstring>
-#include <iostream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -216,7 +215,8 @@ TEST(CudaDaemonTest, HeldBackLaunchesThatCannotBeSentLoseTheDevice) {
   EXPECT_LT(*exit_code, 128) << "the daemon died of a signal\n" << (*daemon)->Log();
   EXPECT_THAT((*daemon)->Log(), HasSubstr("device lost"));
   if ((*daemon)->Log().find("could not be sent") == std::string::npos) {
-    std::cout << "the driver took the held launches; the Sync found the loss\n";
+    GTEST_SKIP() << "the driver took the held launches and the Sync found the loss: the held "
+                    "launches' failed send, what this drill is for, did not happen here";
   }
 }
 

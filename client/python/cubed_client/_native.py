@@ -60,6 +60,9 @@ except ImportError:
 # CUBED_NO_SPEEDUPS=1 at install, empty and execute_views run as before in Python.
 # COMPILED_LAUNCH says which one this process runs.
 COMPILED_LAUNCH = _speedups is not None
+# Whether the extension sends through prepared launches (Note [Prepared C ABI launches] in
+# client/c_api/cubed_client_c_launch.cc); an extension built before them assembles the command.
+_PREPARED_LAUNCH = COMPILED_LAUNCH and hasattr(_speedups, "launch")
 
 LIBRARY_ENV = "CUBED_CLIENT_LIBRARY"
 LIBRARY_NAME = "libcubed_client_c.so"
@@ -178,15 +181,17 @@ def load() -> ctypes.CDLL:
         except OSError as e:
             raise error_for(grpc.StatusCode.FAILED_PRECONDITION,
                             f"the native client core {path} cannot be loaded: {e}") from None
-        for name, (restype, argtypes) in _SIGNATURES.items():
-            fn = getattr(lib, name)
-            fn.restype = restype
-            fn.argtypes = argtypes
+        # The version first: a library of another version may lack functions named below.
+        lib.cubed_c_api_version.restype, lib.cubed_c_api_version.argtypes = _i32, []
         version = lib.cubed_c_api_version()
         if version != ABI_VERSION:
             raise error_for(grpc.StatusCode.FAILED_PRECONDITION,
                             f"the native client core {path} speaks C ABI version {version}, "
                             f"this SDK version {ABI_VERSION}")
+        for name, (restype, argtypes) in _SIGNATURES.items():
+            fn = getattr(lib, name)
+            fn.restype = restype
+            fn.argtypes = argtypes
         _lib = lib
         return lib
 
@@ -689,11 +694,14 @@ class NativeTransport:
         if self._target is None:
             self._send(_wire.execute(head, [v[1] for v in views], tail + scalars, mode))
             return
-        prepared = _prepared.get((head, tail, mode))
-        if prepared is None:
-            prepared = _prepare(self._lib, head, tail, mode)
-        failed = _speedups.launch(self._target, self._send_launch, prepared.address, views,
-                                  scalars)
+        if _PREPARED_LAUNCH:
+            prepared = _prepared.get((head, tail, mode))
+            if prepared is None:
+                prepared = _prepare(self._lib, head, tail, mode)
+            failed = _speedups.launch(self._target, self._send_launch, prepared.address, views,
+                                      scalars)
+        else:  # An extension built before prepared launches (a stale in-place build).
+            failed = _speedups.execute(self._target, head, views, tail + scalars, mode)
         if failed is not None:
             raise error_from_number(*failed)
         self._next_seq += 1

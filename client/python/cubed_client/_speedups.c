@@ -10,9 +10,10 @@
  *
  * It knows protobuf's wire format for the fields it writes (Note [Hand-encoded commands] in
  * _wire.py: Command.execute = 6 and its bindings = 3, Command.empty = 4 and its id and size; the
- * rest comes encoded) and the C ABI's cubed_client_send, cubed_error_clear and
- * cubed_client_next_id (client/c_api/cubed_client_c.h), whose addresses the caller passes: the
- * extension links against neither libprotobuf nor the library.
+ * rest comes encoded) and the C ABI's cubed_client_send, cubed_client_send_launch,
+ * cubed_client_read_into, cubed_error_clear and cubed_client_next_id
+ * (client/c_api/cubed_client_c.h), whose addresses the caller passes: the extension links against
+ * neither libprotobuf nor the library.
  */
 
 #ifndef Py_LIMITED_API /* setup.py defines it; the same value for a build by hand. */

@@ -248,6 +248,8 @@ def test_small_reads_agree_with_and_without_the_compiled_read(daemon: Daemon) ->
         transport = c._transport
         if os.environ.get("CUBED_EXPECT_SPEEDUPS") == "1" and sys.version_info >= (3, 11):
             assert transport._read_target is not None, "the extension has no read_into"
+        if transport._read_target is None:
+            pytest.skip("no compiled read here: both halves would go through ctypes")
         compiled = _small_reads(c)
         plan = (1 << 40, 0, 12)  # A handle this session never had.
         errors = []
