@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/status_conversion.h"
+#include "common/status_macros.h"
 #include "cubed/v1/session.grpc.pb.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "grpcpp/client_context.h"
@@ -16,11 +17,14 @@
 
 namespace cubed {
 
-absl::Status AppendSerializedCommand(const v1::Command& command, std::string* out) {
-  // Protobuf's encoding of one length-delimited field: its tag, the length, the bytes.
+namespace {
+
+// Appends the tag and length of a SessionRequest `commands` field holding `size` bytes to `out`,
+// with room for those bytes after them, and returns where they go. INVALID_ARGUMENT, with nothing
+// appended, for 2 GiB or more (protobuf cannot frame it).
+absl::StatusOr<uint8_t*> AppendCommandFrame(size_t size, std::string* out) {
   using google::protobuf::io::CodedOutputStream;
   constexpr uint32_t kTag = (v1::SessionRequest::kCommandsFieldNumber << 3) | 2;
-  const size_t size = command.ByteSizeLong();
   if (size > static_cast<size_t>(INT32_MAX)) {
     return absl::InvalidArgumentError(
         absl::StrCat("command of ", size, " bytes: over the 2 GiB a request can carry"));
@@ -31,7 +35,13 @@ absl::Status AppendSerializedCommand(const v1::Command& command, std::string* ou
   out->resize(at + framed);
   uint8_t* p = reinterpret_cast<uint8_t*>(out->data() + at);
   p = CodedOutputStream::WriteVarint32ToArray(kTag, p);
-  p = CodedOutputStream::WriteVarint32ToArray(static_cast<uint32_t>(size), p);
+  return CodedOutputStream::WriteVarint32ToArray(static_cast<uint32_t>(size), p);
+}
+
+}  // namespace
+
+absl::Status AppendSerializedCommand(const v1::Command& command, std::string* out) {
+  ASSIGN_OR_RETURN(uint8_t* const p, AppendCommandFrame(command.ByteSizeLong(), out));
   command.SerializeWithCachedSizesToArray(p);
   return absl::OkStatus();
 }
@@ -39,21 +49,10 @@ absl::Status AppendSerializedCommand(const v1::Command& command, std::string* ou
 absl::Status AppendSerializedCommandBytes(absl::string_view command, uint64_t seq,
                                           std::string* out) {
   using google::protobuf::io::CodedOutputStream;
-  constexpr uint32_t kTag = (v1::SessionRequest::kCommandsFieldNumber << 3) | 2;
   constexpr uint32_t kSeqTag = (v1::Command::kSeqFieldNumber << 3) | 0;
   const size_t size = command.size() + CodedOutputStream::VarintSize32(kSeqTag) +
                       CodedOutputStream::VarintSize64(seq);
-  if (size > static_cast<size_t>(INT32_MAX)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("command of ", size, " bytes: over the 2 GiB a request can carry"));
-  }
-  const size_t framed = CodedOutputStream::VarintSize32(kTag) +
-                        CodedOutputStream::VarintSize32(static_cast<uint32_t>(size)) + size;
-  const size_t at = out->size();
-  out->resize(at + framed);
-  uint8_t* p = reinterpret_cast<uint8_t*>(out->data() + at);
-  p = CodedOutputStream::WriteVarint32ToArray(kTag, p);
-  p = CodedOutputStream::WriteVarint32ToArray(static_cast<uint32_t>(size), p);
+  ASSIGN_OR_RETURN(uint8_t * p, AppendCommandFrame(size, out));
   if (!command.empty()) std::memcpy(p, command.data(), command.size());
   p += command.size();
   p = CodedOutputStream::WriteVarint32ToArray(kSeqTag, p);

@@ -63,37 +63,10 @@ std::string FlushCommand() {
   return c;
 }
 
-// out = lhs + rhs over `n` dense f32 elements (builtin "add"), as a serialized Command.
-std::string AddCommand(uint64_t lhs, uint64_t rhs, uint64_t out, uint64_t n) {
-  std::string builtin, kernel, count, dims, bindings, execute, command;
-  Message(&builtin, 1, "add");
-  U64(&builtin, 2, 1);  // ELEM_TYPE_F32
-  Message(&kernel, 1, builtin);
-  U64(&dims, 1, (n + 255) / 256);
-  U64(&dims, 2, 1);
-  U64(&dims, 3, 1);
-  Message(&count, 1, dims);
-  for (uint64_t h : {lhs, rhs, out}) {
-    std::string b;
-    U64(&b, 1, h);
-    Message(&bindings, 1, b);
-  }
-  const cubed::TensorLayout t = cubed::TensorLayout::Contiguous({n});
-  absl::StatusOr<std::vector<uint32_t>> words = cubed::EncodeKernelMetadata({n, n, n}, {t, t, t});
-  EXPECT_TRUE(words.ok()) << words.status();
-  if (words.ok()) {
-    for (uint32_t w : *words) U64(&bindings, 2, w);
-  }
-  Message(&execute, 1, kernel);
-  Message(&execute, 2, count);
-  Message(&execute, 3, bindings);
-  Message(&command, 6, execute);
-  return command;
-}
-
 // A serialized Command.Execute of builtin `name` on f32 over `buffers` dense tensors of `n`
-// elements each, with its metadata and no buffers or scalars (cubed_launch_prepare's input).
-std::string PreparedExecute(const std::string& name, uint64_t buffers, uint64_t n) {
+// elements each: its kernel, count and bindings (the `handles` given, then the metadata).
+std::string ExecuteOf(const std::string& name, uint64_t buffers, uint64_t n,
+                      const std::vector<uint64_t>& handles) {
   std::string builtin, kernel, count, dims, bindings, execute;
   Message(&builtin, 1, name);
   U64(&builtin, 2, 1);  // ELEM_TYPE_F32
@@ -102,6 +75,11 @@ std::string PreparedExecute(const std::string& name, uint64_t buffers, uint64_t 
   U64(&dims, 2, 1);
   U64(&dims, 3, 1);
   Message(&count, 1, dims);
+  for (uint64_t h : handles) {
+    std::string b;
+    U64(&b, 1, h);
+    Message(&bindings, 1, b);
+  }
   const cubed::TensorLayout t = cubed::TensorLayout::Contiguous({n});
   absl::StatusOr<std::vector<uint32_t>> words = cubed::EncodeKernelMetadata(
       std::vector<uint64_t>(buffers, n), std::vector<cubed::TensorLayout>(buffers, t));
@@ -113,6 +91,18 @@ std::string PreparedExecute(const std::string& name, uint64_t buffers, uint64_t 
   Message(&execute, 2, count);
   Message(&execute, 3, bindings);
   return execute;
+}
+
+// out = lhs + rhs over `n` dense f32 elements (builtin "add"), as a serialized Command.
+std::string AddCommand(uint64_t lhs, uint64_t rhs, uint64_t out, uint64_t n) {
+  std::string command;
+  Message(&command, 6, ExecuteOf("add", 3, n, {lhs, rhs, out}));
+  return command;
+}
+
+// The same without buffers: cubed_launch_prepare's input.
+std::string PreparedExecute(const std::string& name, uint64_t buffers, uint64_t n) {
+  return ExecuteOf(name, buffers, n, {});
 }
 
 // A serialized Bindings holding one ScalarGroup of f32 `value` (Bindings.scalars).

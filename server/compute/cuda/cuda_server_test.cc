@@ -52,6 +52,13 @@ extern "C" __global__ void axpby(const float* x, float* y, const unsigned int* m
 }
 )";
 
+// The f32 in 4 bytes (0 for any other size).
+float AsFloat(const std::string& bytes) {
+  float v = 0;
+  if (bytes.size() == 4) std::memcpy(&v, bytes.data(), 4);
+  return v;
+}
+
 class CudaServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -99,6 +106,23 @@ extern "C" __global__ void slow_write(float* y, const unsigned int* metadata) {
     return slow;
   }
 
+  // Runs SlowWrite(y), then reads y: not answered at once (not inline while the kernel runs),
+  // then answered with the kernel's 42.0f.
+  void ExpectAReadWaitsForTheSlowWrite(const Allocation& y) {
+    ASSERT_TRUE(server_->Execute(SlowWrite(y)).ok());
+    std::vector<std::string> behind_kernel;
+    absl::Notification read_done;
+    absl::Status read_status;
+    server_->Read({{y.slice, 0, y.size}}, &behind_kernel, [&](absl::Status s) {
+      read_status = s;
+      read_done.Notify();
+    });
+    EXPECT_FALSE(read_done.HasBeenNotified()) << "answered while the kernel still ran";
+    read_done.WaitForNotification();
+    ASSERT_TRUE(read_status.ok()) << read_status;
+    EXPECT_EQ(AsFloat(behind_kernel[0]), 42.0f);
+  }
+
   std::unique_ptr<CudaServer> server_;
 };
 
@@ -141,12 +165,6 @@ TEST_F(CudaServerTest, ManyReadsInOneCallComeBackInOrder) {
 // Note [Inline small reads]: a small read on an idle device is answered before Read returns; one
 // behind a running kernel waits for it, and one behind an answer still to come is answered after
 // it. Each sees the bytes the work before it wrote.
-float AsFloat(const std::string& bytes) {
-  float v = 0;
-  if (bytes.size() == 4) std::memcpy(&v, bytes.data(), 4);
-  return v;
-}
-
 TEST_F(CudaServerTest, SmallReadsSeeEarlierWorkAndAnswerInOrder) {
   const std::string zero(4, '\0');
   Allocation y = CreateOrDie(zero);
@@ -154,18 +172,7 @@ TEST_F(CudaServerTest, SmallReadsSeeEarlierWorkAndAnswerInOrder) {
   auto as_float = AsFloat;
 
   // Behind a running kernel: not answered at once, then the kernel's value.
-  ASSERT_TRUE(server_->Execute(slow).ok());
-  std::vector<std::string> behind_kernel;
-  absl::Notification read_done;
-  absl::Status read_status;
-  server_->Read({{y.slice, 0, y.size}}, &behind_kernel, [&](absl::Status s) {
-    read_status = s;
-    read_done.Notify();
-  });
-  EXPECT_FALSE(read_done.HasBeenNotified()) << "answered while the kernel still ran";
-  read_done.WaitForNotification();
-  ASSERT_TRUE(read_status.ok()) << read_status;
-  EXPECT_EQ(as_float(behind_kernel[0]), 42.0f);
+  ExpectAReadWaitsForTheSlowWrite(y);
 
   // Behind an answer still to come (a sync after a kernel): answered after it.
   ASSERT_TRUE(server_->Execute(slow).ok());
@@ -226,18 +233,7 @@ TEST_F(CudaServerTest, AStreamSeenIdleIsForgottenByALaunch) {
     EXPECT_TRUE(answered) << "read " << i << " on an idle stream was not answered inline";
     EXPECT_EQ(AsFloat(out[0]), 0.0f);
   }
-  ASSERT_TRUE(server_->Execute(SlowWrite(y)).ok());
-  std::vector<std::string> behind_kernel;
-  absl::Notification read_done;
-  absl::Status read_status;
-  server_->Read({{y.slice, 0, y.size}}, &behind_kernel, [&](absl::Status s) {
-    read_status = s;
-    read_done.Notify();
-  });
-  EXPECT_FALSE(read_done.HasBeenNotified()) << "answered inline while the kernel still ran";
-  read_done.WaitForNotification();
-  ASSERT_TRUE(read_status.ok()) << read_status;
-  EXPECT_EQ(AsFloat(behind_kernel[0]), 42.0f);
+  ExpectAReadWaitsForTheSlowWrite(y);
   server_->Free(y.slice);
 }
 
