@@ -40,6 +40,13 @@ _MAX_BYTES = (1 << 63) - 1
 _LARGE_READ = 4 << 20
 # Collected tensors whose releases are sent together (Client._live).
 RELEASE_BATCH = 32
+# Note [Large releases]: a collected tensor of this many bytes or more is released with the next
+# command instead of waiting for a batch. Batching saves a command per small tensor in a chain of
+# small operations; for a large one the daemon would hold dead memory (32 of 512 MiB would be 16
+# GiB) and a loop like ``y = x.cast(...)`` would allocate new pages while its last round's outputs
+# waited to be freed (GPU run 92: the first samples of each new output size in
+# kernels_vs_torch.py's casts ran 20-40% slow on the daemon's new pages).
+LARGE_RELEASE = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,15 @@ def _gc_release(client_ref: "weakref.ReferenceType[Client]", handle_id: int) -> 
     client = client_ref()
     if client is not None and not client._closed:
         client._gc_releases.append(handle_id)
+
+
+def _gc_release_now(client_ref: "weakref.ReferenceType[Client]", handle_id: int) -> None:
+    # A large tensor's release (Note [Large releases]): queued, and the next command sends the
+    # queue. Any thread: an append and a flag's store.
+    client = client_ref()
+    if client is not None and not client._closed:
+        client._gc_releases.append(handle_id)
+        client._gc_release_now = True
 
 
 def _close_transport(transport: Any, channel: grpc.Channel, timeout: float) -> None:
@@ -114,12 +130,16 @@ class Client(KernelMethods):
         A permission: where ``info().matmul_types`` lists no ``"tf32*tf32+f32"`` (the CPU
         backend) the product stays exact."""
         self._gc_releases: Deque[int] = collections.deque()
+        # Set when a large tensor's release is queued: the next command sends the queue (Note
+        # [Large releases]).
+        self._gc_release_now = False
         # Producers of imported handles already released here, kept until the daemon answered a
         # command sent after their releases (Note [Tensor import] in _import.py).
         self._import_graveyard: Deque[Any] = collections.deque()
         self._self_ref = weakref.ref(self)
         # What a collected tensor's handle calls with its id (Client._live sends the releases).
         self._release_collected = functools.partial(_gc_release, self._self_ref)
+        self._release_collected_now = functools.partial(_gc_release_now, self._self_ref)
         self._finalizer = weakref.finalize(self, _close_transport, transport, channel, timeout)
         # Recorded graphs (_graph.py): ids from 1 up, the graph recording now (one at a time,
         # set under _graph_lock), and the ids of collected graphs that _live releases.
@@ -203,12 +223,15 @@ class Client(KernelMethods):
 
     def _live(self, flush_releases: bool = False) -> Any:
         """The transport. Releases of collected tensors go out with it once RELEASE_BATCH are
-        queued, or now when ``flush_releases`` (before anything that answers: reads, sync,
-        memory usage, profiles), so that a chain of operations does not send one release per
-        step and an answer never reports memory that was already let go."""
+        queued, when one of them is large (Note [Large releases]), or now when
+        ``flush_releases`` (before anything that answers: reads, sync, memory usage, profiles),
+        so that a chain of operations does not send one release per step and an answer never
+        reports memory that was already let go."""
         if self._closed:
             raise error_for(grpc.StatusCode.FAILED_PRECONDITION, "the client is closed")
-        if self._gc_releases and (flush_releases or len(self._gc_releases) >= RELEASE_BATCH):
+        if self._gc_releases and (flush_releases or self._gc_release_now
+                                  or len(self._gc_releases) >= RELEASE_BATCH):
+            self._gc_release_now = False  # Before draining: a release queued meanwhile sets it.
             ids = []
             while self._gc_releases:
                 try:
@@ -254,7 +277,8 @@ class Client(KernelMethods):
         return result
 
     def _handle(self, handle_id: int, nbytes: int) -> _Handle:
-        return _Handle(handle_id, nbytes, self._release_collected)
+        return _Handle(handle_id, nbytes, self._release_collected_now
+                       if nbytes >= LARGE_RELEASE else self._release_collected)
 
     def _own(self, t: Tensor, what: str) -> Tensor:
         if not isinstance(t, Tensor):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import time
 
 import numpy as np
 import pytest
@@ -184,6 +185,33 @@ def test_garbage_collection_and_close_release(client):
     assert usage_tuple(client.memory_usage()) == usage_tuple(base)
     with pytest.raises(cubed_client.NotFoundError):
         client.read(u)
+
+
+def test_a_large_tensor_is_released_with_the_next_command(daemon, client):
+    # Note [Large releases]: a small tensor's release waits for a batch, a large one's goes out
+    # with the next command (a launch, which answers nothing), taking the batch with it.
+    fill = [cubed_client.Scalars(np.float32, [1.0])]
+    with cubed_client.connect(daemon.address, transport="unary") as observer:
+        keep = client.create(np.zeros(4, np.float32))
+        small = client.create(np.zeros(4, np.float32))
+        big = client.create(np.zeros(cubed_client._client.LARGE_RELEASE // 4, np.float32))
+        client.sync()
+        before = observer.memory_usage().number_allocs
+        small_id = small.id
+        del small
+        gc.collect()
+        client._launch("fill", [], keep, scalars=fill)
+        assert list(client._gc_releases) == [small_id]  # Batched: nothing sent yet.
+        del big
+        gc.collect()
+        client._launch("fill", [], keep, scalars=fill)
+        assert not client._gc_releases
+        deadline = time.monotonic() + 10
+        while (observer.memory_usage().number_allocs != before - 2
+               and time.monotonic() < deadline):
+            time.sleep(0.01)
+        assert observer.memory_usage().number_allocs == before - 2
+        np.testing.assert_array_equal(client.read(keep), np.ones(4, np.float32))
 
 
 def test_memory_cleanup_and_info(client):
