@@ -30,6 +30,7 @@ import numpy as np
 from ._errors import error_from_number
 from . import _wire
 from ._proto import session_pb2, types_pb2
+from ._types import _FLOAT_ELEMS, _UINT_ELEMS, Scalars, elem_type
 # The library itself (_native_lib.py); available, library_path, load and _prepared under the
 # names callers know from this module.
 from ._native_lib import (  # noqa: F401
@@ -64,6 +65,38 @@ COMPILED_LAUNCH = _speedups is not None
 # Whether the extension sends through prepared launches (Note [Prepared C ABI launches] in
 # client/c_api/cubed_client_c_launch.cc); an extension built before them assembles the command.
 _PREPARED_LAUNCH = COMPILED_LAUNCH and hasattr(_speedups, "launch")
+# Note [Launch memo]
+# A Python launch spent ~1.9 us of its ~2.4 us (the 2-core VM; 2.3 us and 0.44x the C++ SDK's P2
+# on an H100, GPU run 92) building its key in Python (each tensor's layout, a tuple of seven
+# fields hashed with its dtypes every call), the scalars' cache key and the prepared launch's
+# lookup; the send itself ~0.5 us. _speedups.memo_launch does all of it in one C call: the key
+# is the addresses of the launch's objects (the kernel's name, its dtypes, each tensor's layout,
+# which Tensor._launch_view interns so that equal layouts are one object, each scalar group's
+# dtype) and its numbers (axis, allow_tf32, how many tensors and groups), looked up in a dict
+# whose entries hold every object their key names (so no address in a key can be taken by
+# another object while the entry lives) and the prepared launch; the scalars' values are encoded
+# in C as ScalarGroup.to_proto would. A miss returns the key, for Client._launch to take its
+# Python path once and remember the result (remember_launch); a launch the memo does not take
+# (odd scalar values, more than 16 tensors) takes the Python path every time. The memo is the
+# process's, as the prepared launches are: key bytes -> (prepared launch address, each scalar
+# group's elem and kind, what the entry holds); cleared when full, as the interned layouts are.
+_launch_memo: Dict[bytes, Tuple[int, bytes, Any]] = {}
+_MAX_MEMO = 4096
+_MEMO_LAUNCH = _PREPARED_LAUNCH and hasattr(_speedups, "memo_launch")
+# How memo_launch encodes a group's values (kKind* in _speedups.c).
+_FLOAT, _UINT, _BOOL, _INT = 0, 1, 2, 3
+
+
+def scalar_kinds(scalars: Sequence[Scalars]) -> bytes:
+    """A memo entry's groups bytes (Note [Launch memo] in _native.py): each group's elem and
+    how its values are encoded, as ScalarGroup.to_proto chooses the field."""
+    kinds = bytearray()
+    for group in scalars:
+        elem = elem_type(group.dtype)
+        kinds += bytes((elem, _FLOAT if elem in _FLOAT_ELEMS else _BOOL
+                        if elem == types_pb2.ELEM_TYPE_BOOL else _UINT
+                        if elem in _UINT_ELEMS else _INT))
+    return bytes(kinds)
 
 
 
@@ -316,6 +349,8 @@ class NativeTransport:
         self._read_target: Optional[int] = None
         # The address of cubed_client_send_launch (execute_views' prepared launches).
         self._send_launch = ctypes.cast(lib.cubed_client_send_launch, _ptr).value
+        # Client._launch's memo where the extension has it (Note [Launch memo]), else None.
+        self.launch_memo = _launch_memo if self._target is not None and _MEMO_LAUNCH else None
         if self._target is not None and hasattr(_speedups, "read_into"):
             self._read_target = ctypes.cast(lib.cubed_client_read_into, _ptr).value
         # tag -> (Future, converter, cubed_reply): answers nobody claimed yet.
@@ -527,6 +562,18 @@ class NativeTransport:
         if failed is not None:
             raise error_from_number(*failed)
         self._next_seq += 1
+
+    def remember_launch(self, key: bytes, keep: Any, head: bytes, tail: bytes, mode: bytes,
+                        scalars: Sequence[Scalars]) -> None:
+        """Enters a launch that memo_launch missed (`key`, `keep`: its answer) into the memo,
+        after execute_views sent it (so its prepared launch exists): the prepared launch and how
+        each scalar group is encoded (Note [Launch memo] in _native.py)."""
+        prepared = _prepared.get((head, tail, mode))
+        if prepared is None or self.launch_memo is None:
+            return
+        if len(self.launch_memo) >= _MAX_MEMO:
+            self.launch_memo.clear()
+        self.launch_memo[key] = (prepared.address, scalar_kinds(scalars), (keep, prepared))
 
     def release(self, ids: List[int]) -> None:
         self._next_seq += (len(ids) + 65535) // 65536

@@ -10,7 +10,8 @@
  *
  * It knows protobuf's wire format for the fields it writes (Note [Hand-encoded commands] in
  * _wire.py: Command.execute = 6 and its bindings = 3, Command.empty = 4 and its id and size; the
- * rest comes encoded) and the C ABI's cubed_client_send, cubed_client_send_launch,
+ * rest comes encoded; memo_launch's scalars: Bindings.scalars = 3, ScalarGroup's fields) and the
+ * C ABI's cubed_client_send, cubed_client_send_launch,
  * cubed_client_read_into, cubed_error_clear and cubed_client_next_id
  * (client/c_api/cubed_client_c.h), whose addresses the caller passes: the extension links against
  * neither libprotobuf nor the library.
@@ -366,6 +367,311 @@ static PyObject* binding(PyObject* module, PyObject* const* args, Py_ssize_t nar
   return PyBytes_FromStringAndSize((const char*)out, (Py_ssize_t)n);
 }
 
+/* The launch memo: Client._launch in one C call (Note [Launch memo] in _native.py). */
+
+static PyObject* kWireAttr;       /* "_wire" */
+static PyObject* kDtypeAttr;      /* "_dtype" */
+static PyObject* kLaunchViewAttr; /* "_launch_view" */
+static PyObject* kValuesAttr;     /* "values" */
+static PyObject* kGroupDtypeAttr; /* "dtype" */
+
+enum {
+  kMemoTensors = 16,  /* Launches of more tensors take the Python path. */
+  kMemoGroups = 8,    /* Likewise scalar groups. */
+  kScalarBytes = 512, /* Likewise an encoded scalars field longer than this. */
+  kGroupTag = 0x1a,   /* Bindings.scalars = 3, length-delimited. */
+  kElemTag = 0x08,    /* ScalarGroup.elem = 1, varint. */
+  kFloatsTag = 0x12,  /* ScalarGroup.floats = 2, packed doubles. */
+  kIntsTag = 0x1a,    /* ScalarGroup.ints = 3, packed varints (two's complement). */
+  kUintsTag = 0x22,   /* ScalarGroup.uints = 4, packed varints. */
+  kKindFloat = 0,     /* How a group's values are encoded (memo entry's groups bytes). */
+  kKindUint = 1,
+  kKindBool = 2,
+  kKindInt = 3,
+};
+
+/* The items of a list or tuple (borrowed; the caller holds the sequence) and their number, or -1
+ * when `o` is neither. */
+static Py_ssize_t items_of(PyObject* o, PyObject* items[], Py_ssize_t capacity) {
+  const int is_list = PyList_Check(o);
+  if (!is_list && !PyTuple_Check(o)) return -1;
+  const Py_ssize_t n = is_list ? PyList_Size(o) : PyTuple_Size(o);
+  if (n > capacity) return -1;
+  for (Py_ssize_t i = 0; i < n; ++i)
+    items[i] = is_list ? PyList_GetItem(o, i) : PyTuple_GetItem(o, i);
+  return n;
+}
+
+/* One value of a scalar group as its packed field holds it: the double's bits, or the varint's
+ * number. 0 when the value needs Python's conversion (the Python path then encodes the group, and
+ * raises what it raises); no exception is left set. */
+static int scalar_value(PyObject* v, int kind, uint64_t* out) {
+  if (kind == kKindFloat) {
+    double d;
+    if (PyFloat_Check(v)) {
+      d = PyFloat_AsDouble(v);
+    } else if (PyLong_CheckExact(v)) {
+      d = PyLong_AsDouble(v);
+      if (d == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+      }
+    } else {
+      return 0;
+    }
+    memcpy(out, &d, sizeof d);
+    return 1;
+  }
+  if (kind == kKindBool) {
+    if (v != Py_True && v != Py_False && !PyLong_CheckExact(v)) return 0;
+    const int truth = PyObject_IsTrue(v);
+    if (truth < 0) {
+      PyErr_Clear();
+      return 0;
+    }
+    *out = (uint64_t)truth;
+    return 1;
+  }
+  if (!PyLong_Check(v)) return 0;
+  if (kind == kKindUint) {
+    *out = (uint64_t)PyLong_AsUnsignedLongLong(v);
+  } else {
+    *out = (uint64_t)PyLong_AsLongLong(v);
+  }
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    return 0;
+  }
+  return 1;
+}
+
+/* Appends the Bindings.scalars entries of `groups` (their values attributes) encoded as
+ * `kinds` (elem, kind per group) say to out[*n ...], at most kScalarBytes in all. 0 when a value
+ * needs the Python path or the field would be longer; -1 with an exception. */
+static int encode_scalars(PyObject* const groups[], Py_ssize_t count, const uint8_t* kinds,
+                          uint8_t* out, size_t* n) {
+  for (Py_ssize_t g = 0; g < count; ++g) {
+    PyObject* values = PyObject_GetAttr(groups[g], kValuesAttr);
+    if (values == NULL) return -1;
+    PyObject* items[64];
+    const Py_ssize_t k = items_of(values, items, 64);
+    const int elem = kinds[2 * g], kind = kinds[2 * g + 1];
+    uint8_t packed[kScalarBytes];
+    size_t p = 0;
+    int ok = k >= 0;
+    for (Py_ssize_t i = 0; ok && i < k; ++i) {
+      uint64_t bits;
+      ok = scalar_value(items[i], kind, &bits) && p + 10 <= sizeof packed;
+      if (!ok) break;
+      if (kind == kKindFloat) {
+        for (int b = 0; b < 8; ++b) packed[p++] = (uint8_t)(bits >> (8 * b));
+      } else {
+        p += put_varint(packed + p, bits);
+      }
+    }
+    Py_DECREF(values);
+    if (!ok) return 0;
+    /* ScalarGroup: elem (omitted when 0, as protobuf does), then the packed values (omitted when
+     * none). */
+    const size_t field = p == 0 ? 0 : 1 + varint_size(p) + p;
+    const size_t group = (elem != 0 ? 1 + varint_size((uint64_t)elem) : 0) + field;
+    if (*n + 1 + varint_size(group) + group > kScalarBytes) return 0;
+    out[(*n)++] = kGroupTag;
+    *n += put_varint(out + *n, group);
+    if (elem != 0) {
+      out[(*n)++] = kElemTag;
+      *n += put_varint(out + *n, (uint64_t)elem);
+    }
+    if (p != 0) {
+      out[(*n)++] = kind == kKindFloat ? kFloatsTag : kind == kKindInt ? kIntsTag : kUintsTag;
+      *n += put_varint(out + *n, p);
+      memcpy(out + *n, packed, p);
+      *n += p;
+    }
+  }
+  return 1;
+}
+
+/* What memo_launch gathered of one launch: its key, its buffers, the objects the key names. */
+typedef struct {
+  uint64_t key[6 + kMemoTensors + kMemoGroups];
+  size_t key_words;
+  uint64_t buffers[3 * kMemoTensors];
+  Py_ssize_t count;                               /* Tensors: the inputs, then the output. */
+  PyObject* held[2 + kMemoTensors + kMemoGroups]; /* New references: dtypes, views. */
+  Py_ssize_t held_count;
+} MemoLaunch;
+
+/* Holds `o` (a new reference, or NULL with an exception) in m; 0 when it is NULL. */
+static int hold(MemoLaunch* m, PyObject* o) {
+  if (o == NULL) return 0;
+  m->held[m->held_count++] = o;
+  return 1;
+}
+
+/* Fills m's key and buffers from the launch's objects (memo_launch's arguments); 0 with an
+ * exception. */
+static int gather(MemoLaunch* m, PyObject* name, PyObject* dtype, long long axis,
+                  PyObject* index_dtype, int tf32, PyObject* const tensors[], Py_ssize_t count,
+                  PyObject* const groups[], Py_ssize_t group_count) {
+  PyObject* out_dtype = PyObject_GetAttr(tensors[count - 1], kDtypeAttr);
+  if (!hold(m, out_dtype)) return 0;
+  if (dtype == Py_None) {
+    dtype = count > 1 ? PyObject_GetAttr(tensors[0], kDtypeAttr) : out_dtype;
+    if (count == 1) Py_INCREF(dtype);
+  } else {
+    Py_INCREF(dtype);
+  }
+  if (!hold(m, dtype)) return 0;
+  uint64_t* key = m->key;
+  key[0] = (uint64_t)(uintptr_t)name;
+  key[1] = (uint64_t)(uintptr_t)dtype;
+  key[2] = (uint64_t)(uintptr_t)out_dtype;
+  key[3] = (uint64_t)(uintptr_t)index_dtype;
+  key[4] = (uint64_t)axis;
+  key[5] = ((uint64_t)count << 32) | ((uint64_t)group_count << 8) | (uint64_t)tf32;
+  m->key_words = 6;
+  m->count = count;
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    PyObject* view = PyObject_GetAttr(tensors[i], kWireAttr);
+    if (view == Py_None) {
+      Py_DECREF(view);
+      view = PyObject_CallMethodObjArgs(tensors[i], kLaunchViewAttr, NULL);
+    }
+    if (!hold(m, view)) return 0;
+    PyObject* layout =
+        PyTuple_Check(view) && PyTuple_Size(view) == 2 ? PyTuple_GetItem(view, 0) : NULL;
+    PyObject* encoded = layout != NULL ? PyTuple_GetItem(view, 1) : NULL;
+    if (encoded == NULL || !PyBytes_Check(encoded) ||
+        !decode_buffer((const uint8_t*)PyBytes_AsString(encoded), (size_t)PyBytes_Size(encoded),
+                       m->buffers + 3 * i)) {
+      PyErr_Format(PyExc_TypeError, "memo_launch: tensor %zd's view is not (layout, binding)", i);
+      return 0;
+    }
+    key[m->key_words++] = (uint64_t)(uintptr_t)layout;
+  }
+  for (Py_ssize_t g = 0; g < group_count; ++g) {
+    PyObject* group_dtype = PyObject_GetAttr(groups[g], kGroupDtypeAttr);
+    if (!hold(m, group_dtype)) return 0;
+    key[m->key_words++] = (uint64_t)(uintptr_t)group_dtype;
+  }
+  return 1;
+}
+
+/* [key, keep] of a miss: keep holds name, index_dtype and m's objects, every address in the key. */
+static PyObject* miss(const MemoLaunch* m, PyObject* key, PyObject* name, PyObject* index_dtype) {
+  PyObject* keep = PyTuple_New(m->held_count + 2);
+  if (keep == NULL) {
+    Py_DECREF(key);
+    return NULL;
+  }
+  Py_INCREF(name);
+  PyTuple_SetItem(keep, 0, name);
+  Py_INCREF(index_dtype);
+  PyTuple_SetItem(keep, 1, index_dtype);
+  for (Py_ssize_t i = 0; i < m->held_count; ++i) {
+    Py_INCREF(m->held[i]);
+    PyTuple_SetItem(keep, i + 2, m->held[i]);
+  }
+  return Py_BuildValue("[NN]", key, keep);
+}
+
+/* Sends m's launch through `entry` (a memo entry, held by the caller): None, (code, message),
+ * False (a scalar value for the Python path) or NULL with an exception. */
+static PyObject* send_entry(const MemoLaunch* m, PyObject* entry, const Target* target,
+                            cubed_send_launch_fn send, PyObject* const groups[],
+                            Py_ssize_t group_count) {
+  PyObject* address =
+      PyTuple_Check(entry) && PyTuple_Size(entry) == 3 ? PyTuple_GetItem(entry, 0) : NULL;
+  PyObject* kinds = address != NULL ? PyTuple_GetItem(entry, 1) : NULL;
+  const void* prepared = address != NULL ? PyLong_AsVoidPtr(address) : NULL;
+  if (prepared == NULL || kinds == NULL || !PyBytes_Check(kinds) ||
+      PyBytes_Size(kinds) != 2 * group_count) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "memo_launch: a malformed entry");
+    return NULL;
+  }
+  uint8_t scalars[kScalarBytes];
+  size_t scalars_size = 0;
+  const int encoded = encode_scalars(groups, group_count, (const uint8_t*)PyBytes_AsString(kinds),
+                                     scalars, &scalars_size);
+  if (encoded < 0) return NULL;
+  if (encoded == 0) Py_RETURN_FALSE;
+  cubed_error error = {0, NULL};
+  PyThreadState* gil = PyEval_SaveThread(); /* The send may wait for room in the ring. */
+  const int32_t code =
+      send(target->client, prepared, m->buffers, (size_t)m->count, scalars, scalars_size, &error);
+  PyEval_RestoreThread(gil);
+  if (code == 0) Py_RETURN_NONE;
+  return failure(target, code, &error);
+}
+
+/* memo_launch(memo, target, send_launch, name, dtype, axis, index_dtype, allow_tf32, inputs, out,
+ *             scalars) -> None, (code, message), [key, keep] or False
+ *
+ * Client._launch's launch through the memo (Note [Launch memo]): `memo` a dict of key bytes ->
+ * (prepared launch address, groups bytes: each scalar group's elem and kind, keep), `target` and
+ * `send_launch` as launch()'s, the rest _launch's arguments (`inputs` a list or tuple of Tensors,
+ * `scalars` a list or tuple of Scalars). A tensor without its view gets it from _launch_view().
+ * Returns None once sent, the library's (code, message) when it refused the launch, [key, keep] on
+ * a miss (keep: a tuple of the objects whose addresses the key holds, for the entry to hold), and
+ * False for a launch the memo does not take (a None target: the transport's compiled launches are
+ * off; more than 16 tensors or 8 scalar groups, an axis or allow_tf32 that are not an int and a
+ * bool, a scalar value that needs Python's conversion).
+ * Exceptions of the tensors' attributes propagate. The GIL is released around the send. */
+static PyObject* memo_launch(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
+  (void)module;
+  if (nargs != 11 || !PyDict_Check(args[0])) {
+    PyErr_SetString(PyExc_TypeError,
+                    "memo_launch: takes (memo, target, send_launch, name, dtype, axis, "
+                    "index_dtype, allow_tf32, inputs, out, scalars)");
+    return NULL;
+  }
+  if (args[1] == Py_None) Py_RETURN_FALSE; /* The transport's compiled launches are off. */
+  Target target;
+  if (!parse_target(args[1], &target)) return NULL;
+  const cubed_send_launch_fn send = (cubed_send_launch_fn)PyLong_AsVoidPtr(args[2]);
+  if (send == NULL) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "memo_launch: a null address");
+    return NULL;
+  }
+  PyObject* tensors[kMemoTensors];
+  const Py_ssize_t inputs = items_of(args[8], tensors, kMemoTensors - 1);
+  PyObject* groups[kMemoGroups];
+  const Py_ssize_t group_count = items_of(args[10], groups, kMemoGroups);
+  if (inputs < 0 || group_count < 0 || !PyLong_CheckExact(args[5]) ||
+      (args[7] != Py_True && args[7] != Py_False)) {
+    Py_RETURN_FALSE;
+  }
+  const long long axis = PyLong_AsLongLong(args[5]);
+  if (axis == -1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    Py_RETURN_FALSE;
+  }
+  tensors[inputs] = args[9];
+
+  MemoLaunch m;
+  m.held_count = 0;
+  PyObject* result = NULL;
+  if (gather(&m, args[3], args[4], axis, args[6], args[7] == Py_True, tensors, inputs + 1, groups,
+             group_count)) {
+    PyObject* key =
+        PyBytes_FromStringAndSize((const char*)m.key, (Py_ssize_t)(m.key_words * sizeof m.key[0]));
+    PyObject* entry = key != NULL ? PyDict_GetItemWithError(args[0], key) : NULL; /* Borrowed. */
+    if (entry != NULL) {
+      Py_DECREF(key);
+      Py_INCREF(entry); /* Held across the send: another thread may drop it from the memo. */
+      result = send_entry(&m, entry, &target, send, groups, group_count);
+      Py_DECREF(entry);
+    } else if (key != NULL && !PyErr_Occurred()) {
+      result = miss(&m, key, args[3], args[6]);
+    } else {
+      Py_XDECREF(key);
+    }
+  }
+  for (Py_ssize_t i = 0; i < m.held_count; ++i) Py_DECREF(m.held[i]);
+  return result;
+}
+
 #if Py_LIMITED_API + 0 >= 0x030B0000 /* The buffer protocol is in the stable ABI from 3.11. */
 #define CUBED_COMPILED_READ 1
 /* read_into(target, read_into, handle, offset_start, offset_end, out, timeout_ms)
@@ -432,6 +738,10 @@ static PyMethodDef kMethods[] = {
     {"empty", (PyCFunction)(void (*)(void))empty, METH_FASTCALL,
      "empty(target, size) -> id or (code, message): takes a client id and sends an empty of "
      "`size` bytes through the native client core."},
+    {"memo_launch", (PyCFunction)(void (*)(void))memo_launch, METH_FASTCALL,
+     "memo_launch(memo, target, send_launch, name, dtype, axis, index_dtype, allow_tf32, inputs, "
+     "out, scalars) -> None, (code, message), [key, keep] or False: Client._launch through the "
+     "launch memo (Note [Launch memo])."},
     {"binding", (PyCFunction)(void (*)(void))binding, METH_FASTCALL,
      "binding(handle, offset_start) -> bytes: _wire.binding's encoding, in C."},
 #ifdef CUBED_COMPILED_READ
@@ -454,4 +764,15 @@ static struct PyModuleDef kModule = {
     NULL,
 };
 
-PyMODINIT_FUNC PyInit__speedups(void) { return PyModule_Create(&kModule); }
+PyMODINIT_FUNC PyInit__speedups(void) {
+  kWireAttr = PyUnicode_InternFromString("_wire");
+  kDtypeAttr = PyUnicode_InternFromString("_dtype");
+  kLaunchViewAttr = PyUnicode_InternFromString("_launch_view");
+  kValuesAttr = PyUnicode_InternFromString("values");
+  kGroupDtypeAttr = PyUnicode_InternFromString("dtype");
+  if (kWireAttr == NULL || kDtypeAttr == NULL || kLaunchViewAttr == NULL || kValuesAttr == NULL ||
+      kGroupDtypeAttr == NULL) {
+    return NULL;
+  }
+  return PyModule_Create(&kModule);
+}

@@ -63,6 +63,11 @@ class _Handle:
                 pass
 
 
+# Tensor._launch_view's layouts, each the one object of its value (Note [Launch memo]).
+_LAYOUTS: dict = {}
+_MAX_LAYOUTS = 4096
+
+
 class Tensor:
     """A tensor on the daemon (CubeCL's handle with its layout). Created by Client.create,
     Client.empty and every kernel wrapper; never constructed directly.
@@ -112,8 +117,12 @@ class Tensor:
         w = self._wire
         if w is None:
             itemsize = self._dtype.itemsize
-            w = self._wire = ((self._shape, self._strides, itemsize, self._offset,
-                               self._handle.nbytes),
+            layout = (self._shape, self._strides, itemsize, self._offset, self._handle.nbytes)
+            # Note [Launch memo] in _native.py: equal layouts are one object, whose address
+            # the memo's keys hold. Bounded: a layout dropped here only costs a miss.
+            if len(_LAYOUTS) >= _MAX_LAYOUTS:
+                _LAYOUTS.clear()
+            w = self._wire = (_LAYOUTS.setdefault(layout, layout),
                               _wire.binding(self._handle.id, self._offset * itemsize))
         return w
 

@@ -73,6 +73,9 @@ def _from_grpc_future(call: grpc.Future, convert: Callable[[object], object], wh
 class UnaryTransport:
     """One blocking RPC per call on a session opened with OpenSession (or joined)."""
 
+    # The launch memo (Note [Launch memo] in _native.py): the native transport's only.
+    launch_memo: Optional[Dict[bytes, Any]] = None
+
     kind = "unary"
 
     def __init__(self, channel: grpc.Channel, metadata: Metadata, timeout: float, device: int,
@@ -178,6 +181,9 @@ class UnaryTransport:
 
 class StreamTransport:
     """The client end of cubed.v1.SessionStream/Session: one stream is one session."""
+
+    # The launch memo (Note [Launch memo] in _native.py): the native transport's only.
+    launch_memo: Optional[Dict[bytes, Any]] = None
 
     kind = "stream"
 
