@@ -453,6 +453,7 @@ static int encode_scalars(PyObject* const groups[], Py_ssize_t count, const uint
   for (Py_ssize_t g = 0; g < count; ++g) {
     PyObject* values = PyObject_GetAttr(groups[g], kValuesAttr);
     if (values == NULL) return -1;
+    /* Borrowed from `values`, which this holds: scalar_value runs no Python code. */
     PyObject* items[64];
     const Py_ssize_t k = items_of(values, items, 64);
     const int elem = kinds[2 * g], kind = kinds[2 * g + 1];
@@ -648,6 +649,9 @@ static PyObject* memo_launch(PyObject* module, PyObject* const* args, Py_ssize_t
     Py_RETURN_FALSE;
   }
   tensors[inputs] = args[9];
+  /* Held, not borrowed: _launch_view() and the attributes may run Python code. */
+  for (Py_ssize_t i = 0; i <= inputs; ++i) Py_INCREF(tensors[i]);
+  for (Py_ssize_t g = 0; g < group_count; ++g) Py_INCREF(groups[g]);
 
   MemoLaunch m;
   m.held_count = 0;
@@ -669,6 +673,8 @@ static PyObject* memo_launch(PyObject* module, PyObject* const* args, Py_ssize_t
     }
   }
   for (Py_ssize_t i = 0; i < m.held_count; ++i) Py_DECREF(m.held[i]);
+  for (Py_ssize_t i = 0; i <= inputs; ++i) Py_DECREF(tensors[i]);
+  for (Py_ssize_t g = 0; g < group_count; ++g) Py_DECREF(groups[g]);
   return result;
 }
 
