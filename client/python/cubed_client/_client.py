@@ -569,7 +569,10 @@ class Client(KernelMethods):
         """Runs builtin ``name`` on tensors of this client (the wrappers' own execute, Note
         [Launch fast path] in _launch.py); returns ``out``."""
         try:
-            transport = self._live()
+            # _live()'s work only when there is some (closed, releases queued): a call less.
+            transport = self._transport
+            if self._closed or self._gc_releases or self._gc_graph_releases:
+                transport = self._live()
             memo = transport.launch_memo
             if memo is not None:  # Note [Launch memo] in _native.py.
                 sent = _speedups.memo_launch(memo, transport._target, transport._send_launch,
