@@ -100,10 +100,7 @@ void StreamTransport::Close(absl::Duration timeout) {
     wire->Cancel();
   }
   if (reader_.joinable()) reader_.join();
-  {
-    absl::MutexLock lock(&mu_);
-    stop_watchdog_ = true;
-  }
+  if (!stop_watchdog_.HasBeenNotified()) stop_watchdog_.Notify();
   if (watchdog_.joinable()) watchdog_.join();
 }
 
@@ -525,9 +522,9 @@ void StreamTransport::WatchdogLoop() {
   NameThisThread("cubed-sdk-watch");
   for (;;) {
     std::vector<std::pair<uint64_t, Callback>> expired;
+    if (stop_watchdog_.WaitForNotificationWithTimeout(absl::Milliseconds(20))) return;
     {
       absl::MutexLock lock(&mu_);
-      if (mu_.AwaitWithTimeout(absl::Condition(&stop_watchdog_), absl::Milliseconds(20))) return;
       const absl::Time now = absl::Now();
       while (!deadlines_.empty() && deadlines_.begin()->second <= now) {
         const uint64_t seq = deadlines_.begin()->first;
