@@ -568,6 +568,7 @@ class Client(KernelMethods):
                 allow_tf32: bool = False) -> Tensor:
         """Runs builtin ``name`` on tensors of this client (the wrappers' own execute, Note
         [Launch fast path] in _launch.py); returns ``out``."""
+        missed = None
         try:
             # _live()'s work only when there is some (closed, releases queued): a call less.
             transport = self._transport
@@ -583,18 +584,24 @@ class Client(KernelMethods):
                     return out
                 if sent.__class__ is tuple:
                     raise error_from_number(*sent)
-            dt = dtype if dtype is not None else (inputs[0]._dtype if inputs else out._dtype)
-            views = [t._wire or t._launch_view() for t in (*inputs, out)]
+                if sent:  # A miss, [key, keep]: the dtype and views its key was made of.
+                    missed = sent
+            if missed is not None:
+                keep = missed[1]
+                dt, views = keep[3], list(keep[4:5 + len(inputs)])
+            else:
+                dt = dtype if dtype is not None else (inputs[0]._dtype if inputs else out._dtype)
+                views = [t._wire or t._launch_view() for t in (*inputs, out)]
             key = (name, dt, out._dtype, axis, index_dtype, allow_tf32,
                    tuple([v[0] for v in views]))
             head, tail = _launch.parts(key)
             transport.execute_views(head, views, tail, _launch.CHECKED,
                                     _launch.scalar_field(scalars) if scalars else b"")
-            if memo is not None and sent:  # A miss: [key, keep].
-                transport.remember_launch(sent[0], sent[1], head, tail, _launch.CHECKED, scalars)
         except BaseException:
             out.close()  # Unary: the launch failed; its output must not outlive the error.
             raise
+        if missed is not None:  # Sent: what the memo remembers is no longer the launch's fate.
+            transport.remember_launch(missed[0], missed[1], head, tail, _launch.CHECKED, scalars)
         return out
 
     # --- recorded graphs (_graph.py) ------------------------------------------------------------

@@ -406,9 +406,10 @@ static Py_ssize_t items_of(PyObject* o, PyObject* items[], Py_ssize_t capacity) 
  * number. 0 when the value needs Python's conversion (the Python path then encodes the group, and
  * raises what it raises); no exception is left set. */
 static int scalar_value(PyObject* v, int kind, uint64_t* out) {
+  /* Exact types only: a subclass may override __float__ / __int__, which to_proto calls. */
   if (kind == kKindFloat) {
     double d;
-    if (PyFloat_Check(v)) {
+    if (PyFloat_CheckExact(v)) {
       d = PyFloat_AsDouble(v);
     } else if (PyLong_CheckExact(v)) {
       d = PyLong_AsDouble(v);
@@ -432,7 +433,7 @@ static int scalar_value(PyObject* v, int kind, uint64_t* out) {
     *out = (uint64_t)truth;
     return 1;
   }
-  if (!PyLong_Check(v)) return 0;
+  if (!PyLong_CheckExact(v) && !PyBool_Check(v)) return 0;
   if (kind == kKindUint) {
     *out = (uint64_t)PyLong_AsUnsignedLongLong(v);
   } else {
@@ -614,7 +615,9 @@ static PyObject* send_entry(const MemoLaunch* m, PyObject* entry, const Target* 
  * `send_launch` as launch()'s, the rest _launch's arguments (`inputs` a list or tuple of Tensors,
  * `scalars` a list or tuple of Scalars). A tensor without its view gets it from _launch_view().
  * Returns None once sent, the library's (code, message) when it refused the launch, [key, keep] on
- * a miss (keep: a tuple of the objects whose addresses the key holds, for the entry to hold), and
+ * a miss (keep: the objects whose addresses the key holds, for the entry to hold: (name,
+ * index_dtype, out's dtype, the launch's dtype, each tensor's view, each group's dtype), whose
+ * dtype and views the caller's Python path uses, so that what it remembers is what was keyed), and
  * False for a launch the memo does not take (a None target: the transport's compiled launches are
  * off; more than 16 tensors or 8 scalar groups, an axis or allow_tf32 that are not an int and a
  * bool, a scalar value that needs Python's conversion).

@@ -34,6 +34,8 @@ _ELEM: Dict[np.dtype, int] = {
     np.dtype("<u2"): types_pb2.ELEM_TYPE_U16,
     np.dtype(np.bool_): types_pb2.ELEM_TYPE_BOOL,
 }
+# Each element type's one dtype object (wire_dtype).
+_CANONICAL: Dict[np.dtype, np.dtype] = {dt: dt for dt in _ELEM}
 if BFLOAT16 is not None:
     _ELEM[BFLOAT16] = types_pb2.ELEM_TYPE_BF16
 _DTYPE: Dict[int, np.dtype] = {v: k for k, v in _ELEM.items()}
@@ -58,7 +60,12 @@ MAX_RANK = 8
 def wire_dtype(dtype: DTypeLike) -> np.dtype:
     """``dtype`` as stored on the daemon: numpy's dtype in little-endian byte order."""
     dt = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
-    return dt.newbyteorder("<") if dt.byteorder == ">" else dt
+    if dt.byteorder != ">":
+        return dt
+    # numpy makes a new object for each swapped dtype: the element type's own object instead,
+    # one per type, as the launch memo's keys want (Note [Launch memo] in _native.py).
+    little = dt.newbyteorder("<")
+    return _CANONICAL.get(little, little)
 
 
 def elem_type(dtype: DTypeLike) -> int:

@@ -14,6 +14,7 @@ import pytest
 
 import cubed_client
 from cubed_client import _native, _tensor, _wire
+from cubed_client._errors import FailedPreconditionError
 from cubed_client._proto import types_pb2
 
 from conftest import Daemon
@@ -34,6 +35,16 @@ _Clear = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 class _Error(ctypes.Structure):
     _fields_ = [("code", ctypes.c_int32), ("message", ctypes.c_char_p)]
+
+
+class _Odd(float):
+    def __float__(self) -> float:
+        return 42.0
+
+
+class _OddInt(int):
+    def __int__(self) -> int:
+        return 42
 
 
 class _FakeTensor:
@@ -121,7 +132,8 @@ def test_a_hit_sends_the_buffers_and_protobufs_scalars(scalars: list) -> None:
     (client, launch, buffers, encoded), = lib.calls
     assert (client, launch) == (0x5150, 0xABC0)
     assert buffers == [7, 0, 0, 2 ** 40, 40, 0]
-    assert encoded == types_pb2.Bindings(scalars=[s.to_proto() for s in scalars]).SerializeToString()
+    expected = types_pb2.Bindings(scalars=[s.to_proto() for s in scalars])
+    assert encoded == expected.SerializeToString()
 
 
 @needs_memo
@@ -162,6 +174,10 @@ def test_launches_the_memo_does_not_take_are_false_and_send_nothing() -> None:
         "negative uint": [cubed_client.Scalars(np.uint32, [-1])],
         "int64 overflow": [cubed_client.Scalars(np.int64, [2 ** 63])],
         "a numpy array": [cubed_client.Scalars(np.float32, np.ones(2, np.float32))],
+        # Subclasses may convert otherwise than their stored value (to_proto calls float()).
+        "a float subclass": [cubed_client.Scalars(np.float32, [_Odd(1.5)])],
+        "an int subclass": [cubed_client.Scalars(np.int32, [_OddInt(3)])],
+        "an np.float64": [cubed_client.Scalars(np.float64, [np.float64(2.5)])],
     }
     for what, scalars in groups.items():
         memo.clear()
@@ -238,3 +254,30 @@ def test_the_memo_and_the_layouts_stay_bounded(daemon: Daemon,
         for n in range(1, 40):
             np.testing.assert_array_equal(c.neg(x[:n]).numpy(), -np.arange(n, dtype=np.float32))
             assert len(_native._launch_memo) <= 8 and len(_tensor._LAYOUTS) <= 8
+
+
+@needs_memo
+@pytest.mark.skipif(not _native.available(), reason="the native core is not installed")
+def test_a_refused_launch_raises_its_error_and_closes_its_output(
+        daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    lib = _Library(code=9, message=b"refused by the stand-in library")
+    with cubed_client.connect(daemon.address, core="native") as c:
+        t = c.create(np.ones(4, np.float32))
+        c.neg(t)
+        c.neg(t)  # The launch's key is in the memo.
+        out = c._alloc((4,), np.dtype(np.float32))
+        monkeypatch.setattr(c._transport, "_target", lib.target)
+        monkeypatch.setattr(c._transport, "_send_launch", lib.send_launch)
+        with pytest.raises(FailedPreconditionError, match="refused by the stand-in library"):
+            c._launch("neg", [t], out)
+        assert len(lib.calls) == 1 and lib.cleared == 1
+        assert out._handle._release is None  # Closed: its release went out.
+        monkeypatch.undo()
+        np.testing.assert_array_equal(c.neg(t).numpy(), -np.ones(4, np.float32))
+
+
+def test_a_swapped_dtype_is_its_element_types_one_object() -> None:
+    # A new object per call would miss the memo every time (and crowd out its other entries).
+    from cubed_client._types import wire_dtype
+    assert wire_dtype(">f4") is wire_dtype(np.dtype(">f4")) is np.dtype("<f4")
+    assert wire_dtype(">i8") is np.dtype("<i8")
