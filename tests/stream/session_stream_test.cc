@@ -337,6 +337,23 @@ TEST_F(SessionStreamTest, ARequestLongerThanATurnRunsWholeAndInOrder) {
   EXPECT_TRUE(s.Close().ok());
 }
 
+// Note [Coalesced batches]: requests of one command each, sent without waiting, queue up behind
+// the loop and join the batch waiting there: they still run whole, in order, each read answered
+// in its place.
+TEST_F(SessionStreamTest, OneCommandRequestsQueuedBehindTheLoopRunInOrder) {
+  Stream s(*stream_stub_);
+  ASSERT_TRUE(s.opened());
+  constexpr uint64_t kN = 256;
+  AddChain chain = MakeAddChain(s, 1500, kN);
+  for (v1::Command& command : chain.commands) {
+    std::vector<v1::Command> one;
+    one.push_back(std::move(command));
+    ASSERT_TRUE(s.Send(std::move(one)));
+  }
+  ExpectAddChainAnswers(s, chain, kN);
+  EXPECT_TRUE(s.Close().ok());
+}
+
 TEST_F(SessionStreamTest, FailedExecutePoisonsItsOutputWithTheOriginalError) {
   Stream s(*stream_stub_);
   ASSERT_TRUE(s.opened());
