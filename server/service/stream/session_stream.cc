@@ -36,7 +36,11 @@ constexpr uint64_t kTurnCommands = 256;
 // (GPU runs 90 and 94: 882k against 458k cmd/s, 716k against 573k). A request that finds the
 // queue empty is a batch of its own, as before: a lone command waits for nothing. The merged
 // batch keeps the earlier arrival (its commands' queue times count from it), adds the bytes and
-// the principal's in-flight slots; the open batch is never merged into.
+// the principal's in-flight slots; the open batch is never merged into. Only a batch nothing has
+// run from takes more: one the loop put back part-run (its turn ended) would keep growing under a
+// steady client and hold its run commands, their bytes and slots until it ended (a helper's
+// review). Not for a principal with in-flight quotas: a batch gives its slots back when it ends,
+// so merged commands would hold theirs longer than their own requests did.
 constexpr size_t kMaxMergedCommands = 4096;
 // Executes claimed at one look at the stream's state under its lock (Note [Claimed executes]).
 constexpr uint64_t kExecutesPerClaim = 32;
@@ -418,8 +422,11 @@ void StreamState::OnReadDone(bool ok, uint64_t wire_bytes) {
   pending_commands_.fetch_add(batch->commands.size(), std::memory_order_relaxed);
   pending_bytes_ += batch->bytes;
   StreamBatch* last = batches_.empty() ? nullptr : &batches_.back();
-  if (last != nullptr && !last->open && !batch->open &&
-      last->commands.size() - last->next + batch->commands.size() <= kMaxMergedCommands) {
+  const bool quotas =
+      principal_ != nullptr && (principal_->quotas.max_inflight_commands != 0 ||
+                                principal_->quotas.max_session_inflight_commands != 0);
+  if (last != nullptr && last->next == 0 && !last->open && !batch->open && !quotas &&
+      last->commands.size() + batch->commands.size() <= kMaxMergedCommands) {
     // Note [Coalesced batches]. The loop runs only batches it took out of batches_ under mu_:
     // the last one here is waiting, so its end is free to grow.
     last->commands.insert(last->commands.end(), std::make_move_iterator(batch->commands.begin()),
