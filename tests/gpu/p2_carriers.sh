@@ -18,7 +18,13 @@ for ((r = 1; r <= rounds; ++r)); do
   for daemon in "$@"; do
     path=$(command -v "$daemon") || { echo "$daemon: not found" >&2; exit 2; }
     # Measurement 3: P2 (ring), P2g (gRPC over a Unix socket), P2t (TCP), P2u (unary), P2s/P2ts.
-    timeout 300 cubed_gpu_bench --cubed="$path" --only=3 --repeats=3 --execute_count=20000 2>&1 |
-      grep -E '^ *P2' | sed "s|^|round $r $daemon: |"
+    log=$(timeout 300 cubed_gpu_bench --cubed="$path" --only=3 --repeats=3 \
+      --execute_count=20000 2>&1)
+    rc=$?
+    grep -E '^ *P2' <<<"$log" | sed "s|^|round $r $daemon: |"
+    if ((rc != 0)); then
+      echo "round $r $daemon: cubed_gpu_bench failed ($rc): $(tail -n 3 <<<"$log")" >&2
+      exit 1
+    fi
   done
 done
