@@ -75,9 +75,11 @@ _PREPARED_LAUNCH = COMPILED_LAUNCH and hasattr(_speedups, "launch")
 # dtype) and its numbers (axis, allow_tf32, how many tensors and groups), looked up in a dict
 # whose entries hold every object their key names (so no address in a key can be taken by
 # another object while the entry lives) and the prepared launch; the scalars' values are encoded
-# in C as ScalarGroup.to_proto would. A miss returns the key, for Client._launch to take its
-# Python path once and remember the result (remember_launch); a launch the memo does not take
-# (odd scalar values, more than 16 tensors) takes the Python path every time. The memo is the
+# in C as ScalarGroup.to_proto would, for values of exactly float, int or bool (a subclass may
+# convert otherwise than its stored value). A miss returns the key and the views it was made of,
+# for Client._launch to take its Python path once with them and remember the result
+# (remember_launch); a launch the memo does not take (numpy scalars, more than 16 tensors) takes
+# the Python path every time. The memo is the
 # process's, as the prepared launches are: key bytes -> (prepared launch address, each scalar
 # group's elem and kind, what the entry holds); cleared when full, as the interned layouts are.
 _launch_memo: Dict[bytes, Tuple[int, bytes, Any]] = {}
