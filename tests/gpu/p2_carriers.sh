@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # P2 (pipelined tiny Execute) over the command ring and over TCP loopback, for one or more
 # daemons alternated on one machine (docs/gpu-runs.md; Note [Coalesced batches] in
-# server/service/stream/session_stream.cc says why the two carriers are compared). Expects the
+# server/service/stream/stream_batch.cc says why the two carriers are compared). Expects the
 # programs packed by ../shared/tools/device-pack.sh (`. .device/env.sh` first): cubed_gpu_bench,
 # and each daemon named on the command line. Prints cubed_gpu_bench's P2 rows per daemon and round.
 #

@@ -24,7 +24,7 @@ from ._errors import (CubedError, InvalidArgumentError, UnimplementedError, erro
                       error_from_number, error_from_rpc)
 from ._graph import Graph
 from . import _devices
-from . import _import, _interop, _launch
+from . import _import, _interop, _launch, _releases
 from ._proto import compute_pb2, compute_pb2_grpc, types_pb2
 from ._address import region_socket_path
 from ._kernels import KernelMethods
@@ -42,15 +42,6 @@ _MAX_BYTES = (1 << 63) - 1
 # read_async of this many bytes or more on the native core lands straight in the new array
 # (the C++ SDK's bulk_threshold: such reads are downloaded in bulk lanes).
 _LARGE_READ = 4 << 20
-# Collected tensors whose releases are sent together (Client._live).
-RELEASE_BATCH = 32
-# Note [Large releases]: a collected tensor of this many bytes or more is released with the next
-# command instead of waiting for a batch. Batching saves a command per small tensor in a chain of
-# small operations; for a large one the daemon would hold dead memory (32 of 512 MiB would be 16
-# GiB) and a loop like ``y = x.cast(...)`` would allocate new pages while its last round's outputs
-# waited to be freed (GPU run 92: the first samples of each new output size in
-# kernels_vs_torch.py's casts ran 20-40% slow on the daemon's new pages).
-LARGE_RELEASE = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -76,22 +67,6 @@ class Profile:
 
     def __repr__(self) -> str:
         return f"Profile(duration_ns={self.duration_ns})"
-
-
-def _gc_release(client_ref: "weakref.ReferenceType[Client]", handle_id: int) -> None:
-    # Runs from the garbage collector on any thread: only appends (deque.append is atomic).
-    client = client_ref()
-    if client is not None and not client._closed:
-        client._gc_releases.append(handle_id)
-
-
-def _gc_release_now(client_ref: "weakref.ReferenceType[Client]", handle_id: int) -> None:
-    # A large tensor's release (Note [Large releases]): queued, and the next command sends the
-    # queue. Any thread: an append and a flag's store.
-    client = client_ref()
-    if client is not None and not client._closed:
-        client._gc_releases.append(handle_id)
-        client._gc_release_now = True
 
 
 def _close_transport(transport: Any, channel: grpc.Channel, timeout: float) -> None:
@@ -142,8 +117,9 @@ class Client(KernelMethods):
         self._import_graveyard: Deque[Any] = collections.deque()
         self._self_ref = weakref.ref(self)
         # What a collected tensor's handle calls with its id (Client._live sends the releases).
-        self._release_collected = functools.partial(_gc_release, self._self_ref)
-        self._release_collected_now = functools.partial(_gc_release_now, self._self_ref)
+        self._release_collected = functools.partial(_releases.collected, self._self_ref)
+        self._release_collected_now = functools.partial(_releases.collected, self._self_ref,
+                                                        now=True)
         self._finalizer = weakref.finalize(self, _close_transport, transport, channel, timeout)
         # Recorded graphs (_graph.py): ids from 1 up, the graph recording now (one at a time,
         # set under _graph_lock), and the ids of collected graphs that _live releases.
@@ -234,25 +210,16 @@ class Client(KernelMethods):
         if self._closed:
             raise error_for(grpc.StatusCode.FAILED_PRECONDITION, "the client is closed")
         if self._gc_releases and (flush_releases or self._gc_release_now
-                                  or len(self._gc_releases) >= RELEASE_BATCH):
+                                  or len(self._gc_releases) >= _releases.RELEASE_BATCH):
             self._gc_release_now = False  # Before draining: a release queued meanwhile sets it.
-            ids = []
-            while self._gc_releases:
-                try:
-                    ids.append(self._gc_releases.popleft())
-                except IndexError:
-                    break
+            ids = _releases.take_all(self._gc_releases)
             if ids:
                 try:
                     self._transport.release(ids)
                 except CubedError:
                     pass  # Unary: a handle whose session expired; nothing left to free.
         if self._gc_graph_releases:  # Graphs keep memory: released with the next command.
-            while self._gc_graph_releases:
-                try:
-                    graph = self._gc_graph_releases.popleft()
-                except IndexError:
-                    break
+            for graph in _releases.take_all(self._gc_graph_releases):
                 self._transport.release_graph(graph)
         return self._transport
 
@@ -282,7 +249,7 @@ class Client(KernelMethods):
 
     def _handle(self, handle_id: int, nbytes: int) -> _Handle:
         return _Handle(handle_id, nbytes, self._release_collected_now
-                       if nbytes >= LARGE_RELEASE else self._release_collected)
+                       if nbytes >= _releases.LARGE_RELEASE else self._release_collected)
 
     def _own(self, t: Tensor, what: str) -> Tensor:
         if not isinstance(t, Tensor):
@@ -570,10 +537,7 @@ class Client(KernelMethods):
         [Launch fast path] in _launch.py); returns ``out``."""
         missed = None
         try:
-            # _live()'s work only when there is some (closed, releases queued): a call less.
-            transport = self._transport
-            if self._closed or self._gc_releases or self._gc_graph_releases:
-                transport = self._live()
+            transport = self._live()
             memo = transport.launch_memo
             if memo is not None:  # Note [Launch memo] in _native.py.
                 sent = _speedups.memo_launch(memo, transport._target, transport._send_launch,

@@ -115,6 +115,17 @@ static int parse_target(PyObject* target, Target* out) {
   return 1;
 }
 
+/* The address an int holds (a function of the library, a prepared launch); NULL with an
+ * exception when it is not an int or is 0 (TypeError naming `fn`, the function it was passed to).
+ */
+static void* address_of(PyObject* o, const char* fn) {
+  void* address = PyLong_AsVoidPtr(o);
+  if (address == NULL && !PyErr_Occurred()) {
+    PyErr_Format(PyExc_TypeError, "%s: a null address", fn);
+  }
+  return address;
+}
+
 /* (code, message) of a failed library call, its message freed through cubed_error_clear. */
 static PyObject* failure(const Target* target, int32_t code, cubed_error* error) {
   const char* message = error->message != NULL ? error->message : "";
@@ -259,12 +270,10 @@ static PyObject* launch(PyObject* module, PyObject* const* args, Py_ssize_t narg
   }
   Target target;
   if (!parse_target(args[0], &target)) return NULL;
-  const cubed_send_launch_fn send = (cubed_send_launch_fn)PyLong_AsVoidPtr(args[1]);
-  const void* prepared = PyLong_AsVoidPtr(args[2]);
-  if (send == NULL || prepared == NULL) {
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "launch: a null address");
-    return NULL;
-  }
+  const cubed_send_launch_fn send = (cubed_send_launch_fn)address_of(args[1], "launch");
+  if (send == NULL) return NULL;
+  const void* prepared = address_of(args[2], "launch");
+  if (prepared == NULL) return NULL;
   Py_ssize_t scalars_size;
   const char* scalars = bytes_of(args[4], &scalars_size, "scalars");
   if (scalars == NULL) return NULL;
@@ -633,11 +642,8 @@ static PyObject* memo_launch(PyObject* module, PyObject* const* args, Py_ssize_t
   if (args[1] == Py_None) Py_RETURN_FALSE; /* The transport's compiled launches are off. */
   Target target;
   if (!parse_target(args[1], &target)) return NULL;
-  const cubed_send_launch_fn send = (cubed_send_launch_fn)PyLong_AsVoidPtr(args[2]);
-  if (send == NULL) {
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "memo_launch: a null address");
-    return NULL;
-  }
+  const cubed_send_launch_fn send = (cubed_send_launch_fn)address_of(args[2], "memo_launch");
+  if (send == NULL) return NULL;
   PyObject* tensors[kMemoTensors];
   const Py_ssize_t inputs = items_of(args[8], tensors, kMemoTensors - 1);
   PyObject* groups[kMemoGroups];
@@ -705,11 +711,8 @@ static PyObject* read_into(PyObject* module, PyObject* const* args, Py_ssize_t n
   }
   Target target;
   if (!parse_target(args[0], &target)) return NULL;
-  const cubed_read_into_fn read = (cubed_read_into_fn)PyLong_AsVoidPtr(args[1]);
-  if (read == NULL) {
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "read_into: a null address");
-    return NULL;
-  }
+  const cubed_read_into_fn read = (cubed_read_into_fn)address_of(args[1], "read_into");
+  if (read == NULL) return NULL;
   uint64_t numbers[3];
   for (int i = 0; i < 3; ++i) {
     numbers[i] = PyLong_AsUnsignedLongLong(args[2 + i]);

@@ -194,7 +194,7 @@ def test_a_large_tensor_is_released_with_the_next_command(daemon, client):
     with cubed_client.connect(daemon.address, transport="unary") as observer:
         keep = client.create(np.zeros(4, np.float32))
         small = client.create(np.zeros(4, np.float32))
-        big = client.create(np.zeros(cubed_client._client.LARGE_RELEASE // 4, np.float32))
+        big = client.create(np.zeros(cubed_client._releases.LARGE_RELEASE // 4, np.float32))
         client.sync()
         before = observer.memory_usage().number_allocs
         small_id = small.id

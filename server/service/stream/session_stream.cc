@@ -15,6 +15,7 @@
 #include "server/service/status_conversion.h"
 #include "server/service/stream/bulk_transfers.h"
 #include "server/service/stream/request_arena.h"
+#include "server/service/stream/stream_batch.h"
 #include "server/service/stream/stream_command_conversion.h"
 #include "server/service/wire_conversion.h"
 #include "spdlog/spdlog.h"
@@ -25,23 +26,6 @@ using Reactor = grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>
 
 // Commands a stream runs in one turn on its loop (Note [Stream turns]): the ring's merged read.
 constexpr uint64_t kTurnCommands = 256;
-// Note [Coalesced batches]: a SessionRequest that arrives while earlier ones still wait for the
-// loop joins the last of them, up to this many commands waiting in it. The command ring carries
-// one command a request when its reader keeps up with the client (a daemon thread spinning on
-// the ring reads each record as it lands), and the loop paid per batch what it pays per request
-// over gRPC, where a request carries ~256: two locks, the session lookup, the claim; and a claim
-// of executes, which holds their launches back to send them together (Note [Launch batches],
-// server/compute/cuda/cuda_launch_batch.h), never reaches past its batch, so one-command batches
-// launched one by one. Pipelined launches ran faster over TCP than over the ring on the H200
-// (GPU runs 90 and 94: 882k against 458k cmd/s, 716k against 573k). A request that finds the
-// queue empty is a batch of its own, as before: a lone command waits for nothing. The merged
-// batch keeps the earlier arrival (its commands' queue times count from it), adds the bytes and
-// the principal's in-flight slots; the open batch is never merged into. Only a batch nothing has
-// run from takes more: one the loop put back part-run (its turn ended) would keep growing under a
-// steady client and hold its run commands, their bytes and slots until it ended (a helper's
-// review). Not for a principal with in-flight quotas: a batch gives its slots back when it ends,
-// so merged commands would hold theirs longer than their own requests did.
-constexpr size_t kMaxMergedCommands = 4096;
 // Executes claimed at one look at the stream's state under its lock (Note [Claimed executes]).
 constexpr uint64_t kExecutesPerClaim = 32;
 
@@ -73,50 +57,6 @@ std::string RpcOfKind(StreamCommand::Kind kind) {
   }
   return rpc;
 }
-
-// Slots of a principal's quota max_inflight_commands, given back when destroyed. Move-only.
-class InflightSlots {
- public:
-  InflightSlots() = default;
-  InflightSlots(PrincipalPtr principal, uint64_t n) : principal_(std::move(principal)), n_(n) {}
-  InflightSlots(InflightSlots&& other) noexcept
-      : principal_(std::move(other.principal_)), n_(std::exchange(other.n_, 0)) {}
-  InflightSlots& operator=(InflightSlots&& other) noexcept {
-    if (this != &other) {
-      Give();
-      principal_ = std::move(other.principal_);
-      n_ = std::exchange(other.n_, 0);
-    }
-    return *this;
-  }
-  ~InflightSlots() { Give(); }
-
-  // Takes over `other`'s slots (one stream's batches: one principal).
-  void Absorb(InflightSlots&& other) {
-    if (principal_ == nullptr) principal_ = std::move(other.principal_);
-    n_ += std::exchange(other.n_, 0);
-  }
-
- private:
-  void Give() {
-    if (principal_ != nullptr && n_ != 0) principal_->ReleaseInflight(n_);
-    n_ = 0;
-  }
-  PrincipalPtr principal_;
-  uint64_t n_ = 0;
-};
-
-// One received SessionRequest, converted, waiting for the loop.
-struct StreamBatch {
-  bool open = false;
-  uint64_t lease_ms = 0;
-  SessionId resume;  // open.resume_session (0: open a new session).
-  std::vector<StreamCommand> commands;
-  size_t next = 0;         // Commands before this one already ran (a parked batch).
-  uint64_t bytes = 0;      // Wire size, for Note [Stream backpressure].
-  absl::Time arrival;      // When it was received (metrics: queue time).
-  InflightSlots inflight;  // Its slots of the principal's max_inflight_commands.
-};
 
 // Everything one stream shares between its wire (a gRPC reactor on gRPC threads, or a command
 // ring's thread), its loop tasks and backend completions; owned jointly by all of them, so a task
@@ -421,21 +361,12 @@ void StreamState::OnReadDone(bool ok, uint64_t wire_bytes) {
   }
   pending_commands_.fetch_add(batch->commands.size(), std::memory_order_relaxed);
   pending_bytes_ += batch->bytes;
-  StreamBatch* last = batches_.empty() ? nullptr : &batches_.back();
+  // Note [Coalesced batches]. The loop runs only batches it took out of batches_ under mu_: the
+  // last one here is waiting, so its end is free to grow.
   const bool quotas =
       principal_ != nullptr && (principal_->quotas.max_inflight_commands != 0 ||
                                 principal_->quotas.max_session_inflight_commands != 0);
-  if (last != nullptr && last->next == 0 && !last->open && !batch->open && !quotas &&
-      last->commands.size() + batch->commands.size() <= kMaxMergedCommands) {
-    // Note [Coalesced batches]. The loop runs only batches it took out of batches_ under mu_:
-    // the last one here is waiting, so its end is free to grow.
-    last->commands.insert(last->commands.end(), std::make_move_iterator(batch->commands.begin()),
-                          std::make_move_iterator(batch->commands.end()));
-    last->bytes += batch->bytes;
-    last->inflight.Absorb(std::move(batch->inflight));
-    batch->commands.clear();  // Moved-from commands: their room holds the next request.
-    if (batch->commands.capacity() > recycled_.capacity()) recycled_.swap(batch->commands);
-  } else {
+  if (batches_.empty() || !CoalesceInto(batches_.back(), *batch, quotas, recycled_)) {
     batches_.push_back(*std::move(batch));
   }
   ScheduleDrainLocked();
