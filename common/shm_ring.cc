@@ -120,13 +120,18 @@ void DrainDoorbell(int eventfd) {
 }
 
 absl::StatusOr<bool> RingWriter::Append(RingChunk kind, absl::string_view& rest) {
-  const uint64_t head = LoadAcquire(head_word_);
-  const uint64_t used = tail_ - head;
-  if (used > capacity_ || (head & 7) != 0) {
-    return Corrupt(absl::StrCat("the reader's head (", head, ") is not within the ", capacity_,
-                                " bytes behind the tail (", tail_, ")"));
+  // Note [Cached positions]: the head is read from shared memory only when the one this writer
+  // saw last leaves too little room for the whole message.
+  if (capacity_ - (tail_ - head_) < kChunkHeader + Pad8(rest.size())) {
+    const uint64_t head = LoadAcquire(head_word_);
+    const uint64_t used = tail_ - head;
+    if (used > capacity_ || (head & 7) != 0) {
+      return Corrupt(absl::StrCat("the reader's head (", head, ") is not within the ", capacity_,
+                                  " bytes behind the tail (", tail_, ")"));
+    }
+    head_ = head;
   }
-  uint64_t free = capacity_ - used;
+  uint64_t free = capacity_ - (tail_ - head_);
   bool first = true;
   while (free >= kChunkHeader + (rest.empty() ? 0 : 8) && (first || !rest.empty())) {
     first = false;
@@ -157,12 +162,15 @@ bool RingReader::HasPublished() const { return LoadAcquire(tail_word_) != head_;
 
 absl::StatusOr<bool> RingReader::Next(std::string* message, RingChunk* kind) {
   for (;;) {
-    const uint64_t tail = LoadAcquire(tail_word_);
-    const uint64_t published = tail - head_;
-    if (published > capacity_ || (tail & 7) != 0) {
-      return Corrupt(absl::StrCat("the writer's tail (", tail, ") is not within the ", capacity_,
-                                  " bytes ahead of the head (", head_, ")"));
+    if (tail_ == head_) {  // Note [Cached positions]: read the tail only when all seen is read.
+      const uint64_t tail = LoadAcquire(tail_word_);
+      if (tail - head_ > capacity_ || (tail & 7) != 0) {
+        return Corrupt(absl::StrCat("the writer's tail (", tail, ") is not within the ", capacity_,
+                                    " bytes ahead of the head (", head_, ")"));
+      }
+      tail_ = tail;
     }
+    const uint64_t published = tail_ - head_;
     if (published == 0) return false;
     if (published < kChunkHeader) return Corrupt("a chunk shorter than its header was published");
     uint32_t header[2];

@@ -545,6 +545,58 @@ TEST_F(RingTest, AKilledRingClientLeavesNothingBehind) {
   EXPECT_TRUE(AllGone()) << left_;
 }
 
+// Note [Cached positions]: a writer reads the head again only when its last view leaves too
+// little room, a reader the tail only when it has read up to its last view; a stale view never
+// loses or invents bytes, and a corrupt word is still found once the cached one is used up.
+TEST(RingPositions, EachSideReadsTheOtherOnlyWhenItsLastViewSaysWait) {
+  std::vector<uint64_t> words(cubed::kRingHeaderBytes / 8 + 2 * kCapacity / 8, 0);
+  RingMemory m{reinterpret_cast<uint8_t*>(words.data()), kCapacity, kCapacity};
+  cubed::InitRingHeader(m);
+  RingWriter writer(m.command_data(), kCapacity, m.word64(cubed::kCommandTailAt),
+                    m.word64(cubed::kCommandHeadAt));
+  RingReader reader(m.command_data(), kCapacity, m.word64(cubed::kCommandTailAt),
+                    m.word64(cubed::kCommandHeadAt), kCapacity);
+  const std::string big(kCapacity - 64, 'x');  // Leaves 56 bytes: one 40-byte message more.
+  absl::string_view rest = big;
+  ASSERT_TRUE(writer.Append(RingChunk::kRequest, rest).value());
+  const std::string small(40, 's');
+  rest = small;
+  ASSERT_TRUE(writer.Append(RingChunk::kRequest, rest).value());
+  std::string message;
+  RingChunk kind;
+  ASSERT_TRUE(reader.Next(&message, &kind).value());
+  EXPECT_EQ(message, big);
+  message.clear();
+  // The writer's view of the head is from before the read: 8 bytes free. It reads the head again
+  // for a message that does not fit that view, and the message goes in whole.
+  const std::string after(100, 'a');
+  rest = after;
+  ASSERT_TRUE(writer.Append(RingChunk::kRequest, rest).value());
+  ASSERT_TRUE(reader.Next(&message, &kind).value());
+  EXPECT_EQ(message, small);
+  message.clear();
+  ASSERT_TRUE(reader.Next(&message, &kind).value());  // Past its view: it read the tail again.
+  EXPECT_EQ(message, after);
+  message.clear();
+  // Two more, of which the reader reads one; then the writer moves its tail back (a hostile
+  // client): the reader still reads what it saw published, then reads the tail again and finds
+  // it corrupt.
+  for (const std::string& next : {small, after}) {
+    rest = next;
+    ASSERT_TRUE(writer.Append(RingChunk::kRequest, rest).value());
+  }
+  ASSERT_TRUE(reader.Next(&message, &kind).value());
+  EXPECT_EQ(message, small);
+  message.clear();
+  cubed::StoreSeqCst(m.word64(cubed::kCommandTailAt), reader.head() - 8);
+  ASSERT_TRUE(reader.Next(&message, &kind).value());
+  EXPECT_EQ(message, after);
+  message.clear();
+  absl::StatusOr<bool> corrupt = reader.Next(&message, &kind);
+  ASSERT_FALSE(corrupt.ok());
+  EXPECT_EQ(corrupt.status().code(), absl::StatusCode::kDataLoss) << corrupt.status();
+}
+
 // Note [Waiting awake]: the SDK's waits poll for four times the spin the daemon suggests when it
 // opens the ring (at most 1 ms), none over gRPC, what ClientOptions::reply_spin says when set;
 // Client::Await returns what future.get() would.
