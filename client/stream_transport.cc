@@ -264,29 +264,25 @@ void StreamTransport::NewBatch() {
 absl::Status StreamTransport::SendDirect(const Outgoing& command, Callback on_reply,
                                          uint64_t* seq_out, absl::Duration timeout) {
   absl::MutexLock write_lock(&write_mu_);
-  uint64_t seq;
+  const uint64_t seq = direct_seq_;
+  // Framed as a one-command SessionRequest in a reused buffer (no allocation once it has grown),
+  // before anything is registered, and checked with the stream's state under one lock of mu_.
+  direct_buffer_.clear();
+  const absl::Status framed = command.AppendFramed(seq, &direct_buffer_);
   {
     absl::MutexLock lock(&mu_);
     if (ended_) return end_status_;
     if (closing_) return absl::FailedPreconditionError("session stream is closing");
     if (broken_) return absl::UnavailableError("SessionStream: the command ring broke");
-    seq = next_seq_;  // Only direct sends take seqs, each under write_mu_: it stays ours.
-  }
-  // Framed as a one-command SessionRequest in a reused buffer (no allocation once it has grown),
-  // before anything is registered: a command that cannot be framed is refused alone.
-  direct_buffer_.clear();
-  RETURN_IF_ERROR(command.AppendFramed(seq, &direct_buffer_));
-  {
-    absl::MutexLock lock(&mu_);
-    if (ended_) return end_status_;  // The reader failed what was pending meanwhile.
-    next_seq_ = seq + 1;
-    if (seq_out != nullptr) *seq_out = seq;
+    if (!framed.ok()) return framed;  // Refused alone: nothing was registered or written.
     if (on_reply != nullptr) {
       pending_.emplace(seq, std::move(on_reply));
       deadlines_.emplace(seq,
                          absl::Now() + (timeout != absl::ZeroDuration() ? timeout : call_timeout_));
     }
   }
+  direct_seq_ = seq + 1;
+  if (seq_out != nullptr) *seq_out = seq;
   if (!wire_->WriteSerialized(direct_buffer_)) {
     absl::MutexLock lock(&mu_);
     broken_ = true;  // The reader sees the end and fails what is pending.
