@@ -242,7 +242,7 @@ class StreamTransport {
   bool ended_ ABSL_GUARDED_BY(mu_) = false;       // The reader saw the stream's end.
   absl::Status end_status_ ABSL_GUARDED_BY(mu_);  // Set when ended_ or a write failed.
   bool broken_ ABSL_GUARDED_BY(mu_) = false;      // A write failed or the stream ended.
-  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;  // Queued sends' (Enqueue).
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;    // Queued sends' (Enqueue).
   // Note [Stream resume]: a resume in progress (the writer parks); the highest seq handed to the
   // wire; the error the next sync reports for commands a resume found lost.
   bool resuming_ ABSL_GUARDED_BY(mu_) = false;
@@ -275,7 +275,7 @@ class StreamTransport {
   bool direct_ = false;
   absl::Mutex write_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   std::string direct_buffer_ ABSL_GUARDED_BY(write_mu_);  // SendDirect's serialized command.
-  uint64_t direct_seq_ ABSL_GUARDED_BY(write_mu_) = 1;     // The seq SendDirect sends next.
+  uint64_t direct_seq_ ABSL_GUARDED_BY(write_mu_) = 1;    // The seq SendDirect sends next.
 };
 
 }  // namespace cubed
