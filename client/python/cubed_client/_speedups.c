@@ -95,7 +95,18 @@ typedef struct {
   cubed_next_id_fn next_id;
 } Target;
 
+/* The last target parsed and its parse: a transport passes the same tuple with every call, so one
+ * identity check replaces four conversions. Held, so that no other tuple can take its address
+ * while it is remembered; a tuple's parse never changes (its ints are immutable). Touched only
+ * with the GIL held. */
+static PyObject* last_target = NULL;
+static Target last_parsed;
+
 static int parse_target(PyObject* target, Target* out) {
+  if (target == last_target) {
+    *out = last_parsed;
+    return 1;
+  }
   if (!PyTuple_Check(target) || PyTuple_Size(target) != 4) {
     PyErr_SetString(PyExc_TypeError, "target must be (send, error_clear, client, next_id)");
     return 0;
@@ -112,6 +123,11 @@ static int parse_target(PyObject* target, Target* out) {
   out->clear = (cubed_error_clear_fn)addresses[1];
   out->client = addresses[2];
   out->next_id = (cubed_next_id_fn)addresses[3];
+  PyObject* old = last_target;
+  Py_INCREF(target);
+  last_target = target;
+  last_parsed = *out;
+  Py_XDECREF(old); /* After the state is whole again. */
   return 1;
 }
 
@@ -608,10 +624,9 @@ static PyObject* send_entry(const MemoLaunch* m, PyObject* entry, const Target* 
   if (encoded < 0) return NULL;
   if (encoded == 0) Py_RETURN_FALSE;
   cubed_error error = {0, NULL};
-  PyThreadState* gil = PyEval_SaveThread(); /* The send may wait for room in the ring. */
+  /* With the GIL held (Note [Launches keep the GIL] in _native.py). */
   const int32_t code =
       send(target->client, prepared, m->buffers, (size_t)m->count, scalars, scalars_size, &error);
-  PyEval_RestoreThread(gil);
   if (code == 0) Py_RETURN_NONE;
   return failure(target, code, &error);
 }
@@ -630,7 +645,8 @@ static PyObject* send_entry(const MemoLaunch* m, PyObject* entry, const Target* 
  * False for a launch the memo does not take (a None target: the transport's compiled launches are
  * off; more than 16 tensors or 8 scalar groups, an axis or allow_tf32 that are not an int and a
  * bool, a scalar value that needs Python's conversion).
- * Exceptions of the tensors' attributes propagate. The GIL is released around the send. */
+ * Exceptions of the tensors' attributes propagate. The GIL stays held across the send (Note
+ * [Launches keep the GIL] in _native.py). */
 static PyObject* memo_launch(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
   (void)module;
   if (nargs != 11 || !PyDict_Check(args[0])) {

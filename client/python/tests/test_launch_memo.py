@@ -281,3 +281,47 @@ def test_a_swapped_dtype_is_its_element_types_one_object() -> None:
     from cubed_client._types import wire_dtype
     assert wire_dtype(">f4") is wire_dtype(np.dtype(">f4")) is np.dtype("<f4")
     assert wire_dtype(">i8") is np.dtype("<i8")
+
+
+@needs_memo
+@pytest.mark.skipif(not _native.available(), reason="the native core is not installed")
+def test_threads_launching_with_the_gil_held_and_threads_reading_all_finish(
+        daemon: Daemon) -> None:
+    # Note [Launches keep the GIL]: a launch that waits for room in the ring keeps the GIL; the
+    # room comes from the daemon alone, so launching and reading threads all get through. 80,000
+    # fills of 64K elements keep the daemon busy for a second or more while the launchers write
+    # them in a fraction of that: past the 4,096 a stream may have in flight, the 4 MiB ring
+    # (~58,000 such commands) fills, and the launchers wait for room.
+    import threading
+    with cubed_client.connect(daemon.address, core="native") as c:
+        one = [cubed_client.Scalars(np.float32, [1.0])]
+        outs = [c.create(np.zeros(1 << 16, np.float32)) for _ in range(4)]
+        failures: list = []
+
+        def launch(i: int) -> None:
+            try:
+                for n in range(20000):
+                    c._launch("fill", [], outs[i], scalars=[cubed_client.Scalars(
+                        np.float32, [float(n)])] if n % 997 == 0 else one)
+                c.sync()
+            except BaseException as e:  # noqa: BLE001 - reported below
+                failures.append(e)
+
+        def read() -> None:
+            try:
+                probe = c.create(np.arange(8, dtype=np.float32))
+                for _ in range(300):
+                    np.testing.assert_array_equal(c.read(probe), np.arange(8, dtype=np.float32))
+            except BaseException as e:  # noqa: BLE001 - reported below
+                failures.append(e)
+
+        threads = [threading.Thread(target=launch, args=(i,)) for i in range(4)]
+        threads += [threading.Thread(target=read) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert not any(t.is_alive() for t in threads), "a thread did not finish in 120 s"
+        assert not failures, failures
+        for t in outs:
+            np.testing.assert_array_equal(c.read(t), np.ones(1 << 16, np.float32))
