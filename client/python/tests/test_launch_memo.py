@@ -287,7 +287,7 @@ def test_a_swapped_dtype_is_its_element_types_one_object() -> None:
 @pytest.mark.skipif(not _native.available(), reason="the native core is not installed")
 def test_threads_launching_with_the_gil_held_and_threads_reading_all_finish(
         daemon: Daemon) -> None:
-    # Note [Launches keep the GIL]: a launch that waits for room in the ring keeps the GIL; the
+    # A launch that waits for room in the ring keeps the GIL (Note [Launches keep the GIL]); the
     # room comes from the daemon alone, so launching and reading threads all get through. 80,000
     # fills of 64K elements keep the daemon busy for a second or more while the launchers write
     # them in a fraction of that: past the 4,096 a stream may have in flight, the 4 MiB ring
