@@ -2,6 +2,7 @@
 // generated stub: what a client of the fast path sees. Ordering under pipelining, poisoning and
 // its error text, client-chosen ids, backpressure, and that the stream's end frees everything.
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -307,6 +308,61 @@ class SessionStreamTest : public ::testing::Test {
 
 std::unique_ptr<DaemonProcess> SessionStreamTest::daemon_;
 std::string SessionStreamTest::start_error_;
+
+// Note [Raw session stream]: the daemon parses each request itself. Bytes that are no
+// SessionRequest end the stream INVALID_ARGUMENT, naming the request's size, and the daemon
+// serves the next stream as before.
+TEST_F(SessionStreamTest, ARequestThatDoesNotParseEndsTheStreamNamingIt) {
+  grpc::GenericStub generic(channel_);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(In(absl::Seconds(10)));
+  auto next = [&](intptr_t want) {
+    void* tag = nullptr;
+    bool ok = false;
+    EXPECT_TRUE(cq.Next(&tag, &ok));
+    EXPECT_EQ(reinterpret_cast<intptr_t>(tag), want);
+    return ok;
+  };
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
+      generic.PrepareCall(&ctx, "/cubed.v1.SessionStream/Session", &cq);
+  call->StartCall(reinterpret_cast<void*>(1));
+  ASSERT_TRUE(next(1));
+  // Field 2 (commands) as a length-delimited entry claiming 100 bytes, with 3 behind it.
+  const char garbage[] = {0x12, 0x64, 0x01, 0x02, 0x03};
+  grpc::Slice slice(garbage, sizeof(garbage));
+  grpc::ByteBuffer request(&slice, 1);
+  call->Write(request, reinterpret_cast<void*>(2));
+  next(2);  // May fail once the daemon ended the stream.
+  grpc::ByteBuffer response;
+  call->Read(&response, reinterpret_cast<void*>(3));
+  EXPECT_FALSE(next(3)) << "the stream answered bytes that do not parse";
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(4));
+  ASSERT_TRUE(next(4));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_TRUE(absl::StrContains(status.error_message(), "a request of 5 bytes does not parse"))
+      << status.error_message();
+  cq.Shutdown();
+  void* tag;
+  bool ok;
+  while (cq.Next(&tag, &ok)) {
+  }
+  // The daemon serves the next stream.
+  grpc::ClientContext again;
+  again.set_deadline(In(absl::Seconds(10)));
+  auto stream = stream_stub_->Session(&again);
+  v1::SessionRequest open;
+  open.mutable_open();
+  ASSERT_TRUE(stream->Write(open));
+  v1::SessionResponse opened;
+  ASSERT_TRUE(stream->Read(&opened));
+  EXPECT_TRUE(opened.has_opened());
+  stream->WritesDone();
+  while (stream->Read(&opened)) {
+  }
+  EXPECT_TRUE(stream->Finish().ok());
+}
 
 TEST_F(SessionStreamTest, PipelinedCommandsRunInOrder) {
   Stream s(*stream_stub_);

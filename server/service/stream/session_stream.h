@@ -56,8 +56,10 @@ class BulkTransfers;
 // download chunks written as a small serialized header plus the piece's bytes as one slice,
 // without copying the bytes into or out of a message (Note [Bulk transfers], bulk_transfers.h).
 // On the wire they are the UploadChunk / UploadDone / DownloadChunk of session.proto.
-using SessionStreamServiceBase =
-    v1::SessionStream::WithCallbackMethod_Session<v1::SessionStream::WithRawCallbackMethod_Upload<
+// Session is raw too: its reactor parses requests and serializes responses itself (Note [Raw
+// session stream], session_stream.cc).
+using SessionStreamServiceBase = v1::SessionStream::WithRawCallbackMethod_Session<
+    v1::SessionStream::WithRawCallbackMethod_Upload<
         v1::SessionStream::WithRawCallbackMethod_Download<v1::SessionStream::Service>>>;
 
 class SessionStreamService final : public SessionStreamServiceBase {
@@ -76,7 +78,9 @@ class SessionStreamService final : public SessionStreamServiceBase {
   // the stream's principal. Without one (unit tests) everything is allowed. Call before serving.
   void SetAuthenticator(const Authenticator* auth) { auth_ = auth; }
 
-  grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* Session(
+  // The session stream, raw (Note [Raw session stream]): serialized SessionRequests in,
+  // serialized SessionResponses out, as the generated typed method would carry them.
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Session(
       grpc::CallbackServerContext* ctx) override;
 
   // Serves one session stream over another wire than gRPC (the command ring, Note [Command

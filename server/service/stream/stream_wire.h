@@ -32,8 +32,9 @@ class StreamEvents {
  public:
   virtual ~StreamEvents() = default;
   // A read finished: `ok` false when the client half-closed or the wire broke. `wire_bytes`: the
-  // request's serialized size when the wire knows it (the ring, which copied the bytes), else 0
-  // (the stream then computes it: a walk over every parsed message).
+  // request's serialized size (both wires parse the bytes they read: the ring, and gRPC's raw
+  // method, Note [Raw session stream]); 0 when unknown or empty (the stream then computes it: a
+  // walk over every parsed message).
   virtual void OnReadDone(bool ok, uint64_t wire_bytes) = 0;
   // A write finished: `ok` false when the wire broke.
   virtual void OnWriteDone(bool ok) = 0;
