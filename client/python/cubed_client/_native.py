@@ -82,17 +82,6 @@ _PREPARED_LAUNCH = COMPILED_LAUNCH and hasattr(_speedups, "launch")
 # the Python path every time. The memo is the
 # process's, as the prepared launches are: key bytes -> (prepared launch address, each scalar
 # group's elem and kind, what the entry holds); cleared when full, as the interned layouts are.
-#
-# Note [Launches keep the GIL]
-# memo_launch sends with the GIL held, as PyTorch holds it across cudaLaunchKernel: giving it up
-# and taking it back was ~0.07 us of a ~1.1 us launch (the 2-core VM), the largest single cost
-# of the memo's C call. A launch's send returns at once unless the ring or the writer's queue is
-# full (65,536 commands; a resume of the gRPC stream parks the writer until it is decided, at most
-# resume_timeout); then it waits for the daemon or the resume, neither of which needs Python code
-# of this process (the library's reader thread resolves answers and resumes in C++, the done queue
-# the replies thread takes from has no bound), so holding the GIL can delay other Python threads
-# while the daemon is behind, as a full CUDA launch queue does under PyTorch, but cannot deadlock.
-# Everything that waits for an answer (reads, syncs, the replies thread) still gives the GIL up.
 _launch_memo: Dict[bytes, Tuple[int, bytes, Any]] = {}
 _MAX_MEMO = 4096
 _MEMO_LAUNCH = _PREPARED_LAUNCH and hasattr(_speedups, "memo_launch")

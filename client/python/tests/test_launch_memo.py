@@ -285,10 +285,10 @@ def test_a_swapped_dtype_is_its_element_types_one_object() -> None:
 
 @needs_memo
 @pytest.mark.skipif(not _native.available(), reason="the native core is not installed")
-def test_threads_launching_with_the_gil_held_and_threads_reading_all_finish(
+def test_threads_launching_into_a_full_ring_and_threads_reading_all_finish(
         daemon: Daemon) -> None:
-    # A launch that waits for room in the ring keeps the GIL (Note [Launches keep the GIL]); the
-    # room comes from the daemon alone, so launching and reading threads all get through. 80,000
+    # A launch that waits for room in the ring gives the GIL up (memo_launch), and the room
+    # comes from the daemon alone: launching and reading threads all get through. 80,000
     # fills of 64K elements keep the daemon busy for a second or more while the launchers write
     # them in a fraction of that: past the 4,096 a stream may have in flight, the 4 MiB ring
     # (~58,000 such commands) fills, and the launchers wait for room.
