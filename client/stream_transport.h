@@ -264,7 +264,7 @@ class StreamTransport {
   std::deque<std::pair<uint64_t, size_t>> unanswered_writes_ ABSL_GUARDED_BY(mu_);
   size_t unanswered_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // Set by Close: the watchdog waits on it, not on mu_ with a condition, since while a thread
-  // waits on mu_ with a condition every unlock of mu_ (two a direct send) takes the slow path.
+  // waits on mu_ with a condition every unlock of mu_ (one a direct send) takes the slow path.
   absl::Notification stop_watchdog_;
   std::thread watchdog_;
   bool closed_ = false;  // Close() ran; only touched by the owner.

@@ -204,8 +204,8 @@ namespace {
 class StreamReactor final : public Reactor, public StreamWire {
  public:
   // Start the stream with state()->Start once it is registered.
-  explicit StreamReactor(SessionStreamService* service)
-      : state_(std::make_shared<StreamState>(service, this)) {}
+  StreamReactor(SessionStreamService* service, grpc::CallbackServerContext* context)
+      : state_(std::make_shared<StreamState>(service, this)), context_(context) {}
   std::shared_ptr<StreamState> state() const { return state_; }
 
   void OnReadDone(bool ok) override {
@@ -231,7 +231,8 @@ class StreamReactor final : public Reactor, public StreamWire {
   }
   void OnWriteDone(bool ok) override { state_->OnWriteDone(ok); }
   void OnCancel() override {
-    state_->OnBroken(absl::CancelledError("the client cancelled the stream"));
+    state_->OnBroken(unserializable_.ok() ? absl::CancelledError("the client cancelled the stream")
+                                          : unserializable_);
   }
   void OnDone() override { delete this; }
 
@@ -240,14 +241,21 @@ class StreamReactor final : public Reactor, public StreamWire {
     Reactor::StartRead(&read_buffer_);
   }
   void StartWrite(const v1::SessionResponse* response) override {
-    write_buffer_
-        .Clear();  // The last write's (done: one write at a time); the writer needs it empty.
+    // The last write's buffer: done (one write at a time), and the serializer needs it empty.
+    write_buffer_.Clear();
     bool own = false;
     const grpc::Status serialized =
         grpc::SerializationTraits<v1::SessionResponse>::Serialize(*response, &write_buffer_, &own);
-    if (!serialized.ok()) {  // Only past 2 GiB, which a response never reaches.
-      Reactor::Finish(serialized);
-      return;
+    if (!serialized.ok()) {
+      // Only past 2 GiB, which a response never reaches. The call is cancelled and an empty
+      // message written in its place: that write fails, and the stream learns it as from any
+      // failed write (OnWriteDone(false)), then finishes the call itself, once.
+      unserializable_ = absl::InternalError(absl::StrCat(
+          "SessionStream: a response does not serialize: ", serialized.error_message()));
+      spdlog::error("{}", std::string(unserializable_.message()));
+      context_->TryCancel();  // OnCancel, which reads unserializable_, comes after it.
+      grpc::Slice empty;
+      write_buffer_ = grpc::ByteBuffer(&empty, 1);
     }
     Reactor::StartWrite(&write_buffer_);
   }
@@ -255,7 +263,9 @@ class StreamReactor final : public Reactor, public StreamWire {
 
  private:
   std::shared_ptr<StreamState> state_;
-  v1::SessionRequest* into_ = nullptr;  // The read's target, from StartRead to OnReadDone.
+  grpc::CallbackServerContext* context_;  // The call's; valid until OnDone.
+  absl::Status unserializable_;           // Set before StartWrite cancels the call.
+  v1::SessionRequest* into_ = nullptr;    // The read's target, from StartRead to OnReadDone.
   grpc::ByteBuffer read_buffer_;
   grpc::ByteBuffer write_buffer_;  // The response being written, until OnWriteDone.
 };
@@ -761,7 +771,7 @@ SessionStreamService::SessionStreamService(std::vector<DeviceLoop*> loops, Reque
 SessionStreamService::~SessionStreamService() = default;
 
 Reactor* SessionStreamService::Session(grpc::CallbackServerContext* ctx) {
-  auto* reactor = new StreamReactor(this);
+  auto* reactor = new StreamReactor(this, ctx);
   std::shared_ptr<StreamState> state = reactor->state();
   {
     absl::MutexLock lock(&mu_);
