@@ -122,7 +122,8 @@ void DrainDoorbell(int eventfd) {
 absl::StatusOr<bool> RingWriter::Append(RingChunk kind, absl::string_view& rest) {
   // Note [Cached positions]: the head is read from shared memory only when the one this writer
   // saw last leaves too little room for the whole message.
-  if (capacity_ - (tail_ - head_) < kChunkHeader + Pad8(rest.size())) {
+  uint64_t free = capacity_ - (tail_ - head_);
+  if (free < kChunkHeader + Pad8(rest.size())) {
     const uint64_t head = LoadAcquire(head_word_);
     const uint64_t used = tail_ - head;
     if (used > capacity_ || (head & 7) != 0) {
@@ -130,8 +131,8 @@ absl::StatusOr<bool> RingWriter::Append(RingChunk kind, absl::string_view& rest)
                                   " bytes behind the tail (", tail_, ")"));
     }
     head_ = head;
+    free = capacity_ - used;
   }
-  uint64_t free = capacity_ - (tail_ - head_);
   bool first = true;
   while (free >= kChunkHeader + (rest.empty() ? 0 : 8) && (first || !rest.empty())) {
     first = false;

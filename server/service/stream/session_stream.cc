@@ -11,12 +11,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "grpcpp/support/byte_buffer.h"
-#include "grpcpp/support/proto_buffer_reader.h"
-#include "grpcpp/support/proto_buffer_writer.h"
 #include "server/channel/stream_runner.h"
-#include "server/service/status_conversion.h"
 #include "server/service/stream/bulk_transfers.h"
+#include "server/service/stream/grpc_stream_wire.h"
 #include "server/service/stream/request_arena.h"
 #include "server/service/stream/stream_batch.h"
 #include "server/service/stream/stream_command_conversion.h"
@@ -24,8 +21,6 @@
 #include "spdlog/spdlog.h"
 
 namespace cubed {
-
-using Reactor = grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>;
 
 // Commands a stream runs in one turn on its loop (Note [Stream turns]): the ring's merged read.
 constexpr uint64_t kTurnCommands = 256;
@@ -192,85 +187,6 @@ class StreamState final : public ReplySink,
   absl::flat_hash_map<uint64_t, RunningCommand> answering_ ABSL_GUARDED_BY(mu_);
   MethodMetrics& stream_metrics() { return service_->metrics_->method(Method::kSession); }
 };
-
-namespace {
-
-// The gRPC stream's reactor: a thin shell, and the stream's wire; StreamState does the work.
-// Note [Raw session stream]: the method is raw (grpc::ByteBuffer both ways), and the reactor parses
-// each request and serializes each response itself, as gRPC's generated code would, so that a
-// read reports its wire size: with typed messages the stream walked every parsed request again
-// for it (ByteSizeLong: ~5% of the gRPC thread's samples in P2 over TCP on the 2-core VM). Bytes
-// that do not parse end the stream INVALID_ARGUMENT, as on the command ring.
-class StreamReactor final : public Reactor, public StreamWire {
- public:
-  // Start the stream with state()->Start once it is registered.
-  StreamReactor(SessionStreamService* service, grpc::CallbackServerContext* context)
-      : state_(std::make_shared<StreamState>(service, this)), context_(context) {}
-  std::shared_ptr<StreamState> state() const { return state_; }
-
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      state_->OnReadDone(false, 0);
-      return;
-    }
-    const uint64_t bytes = read_buffer_.Length();
-    bool parsed;
-    {
-      grpc::ProtoBufferReader reader(&read_buffer_);
-      parsed = reader.status().ok() && into_->ParseFromZeroCopyStream(&reader);
-    }
-    read_buffer_.Clear();
-    if (!parsed) {
-      state_->OnBroken(
-          absl::InvalidArgumentError(absl::StrCat("SessionStream: a request of ", bytes,
-                                                  " bytes does not parse as a "
-                                                  "cubed.v1.SessionRequest")));
-      return;
-    }
-    state_->OnReadDone(true, bytes);  // 0 for an empty request: the stream finds 0 again.
-  }
-  void OnWriteDone(bool ok) override { state_->OnWriteDone(ok); }
-  void OnCancel() override {
-    state_->OnBroken(unserializable_.ok() ? absl::CancelledError("the client cancelled the stream")
-                                          : unserializable_);
-  }
-  void OnDone() override { delete this; }
-
-  void StartRead(v1::SessionRequest* into) override {
-    into_ = into;
-    Reactor::StartRead(&read_buffer_);
-  }
-  void StartWrite(const v1::SessionResponse* response) override {
-    // The last write's buffer: done (one write at a time), and the serializer needs it empty.
-    write_buffer_.Clear();
-    bool own = false;
-    const grpc::Status serialized =
-        grpc::SerializationTraits<v1::SessionResponse>::Serialize(*response, &write_buffer_, &own);
-    if (!serialized.ok()) {
-      // Only past 2 GiB, which a response never reaches. The call is cancelled and an empty
-      // message written in its place: that write fails, and the stream learns it as from any
-      // failed write (OnWriteDone(false)), then finishes the call itself, once.
-      unserializable_ = absl::InternalError(absl::StrCat(
-          "SessionStream: a response does not serialize: ", serialized.error_message()));
-      spdlog::error("{}", std::string(unserializable_.message()));
-      context_->TryCancel();  // OnCancel, which reads unserializable_, comes after it.
-      grpc::Slice empty;
-      write_buffer_ = grpc::ByteBuffer(&empty, 1);
-    }
-    Reactor::StartWrite(&write_buffer_);
-  }
-  void Finish(const absl::Status& status) override { Reactor::Finish(ToGrpcStatus(status)); }
-
- private:
-  std::shared_ptr<StreamState> state_;
-  grpc::CallbackServerContext* context_;  // The call's; valid until OnDone.
-  absl::Status unserializable_;           // Set before StartWrite cancels the call.
-  v1::SessionRequest* into_ = nullptr;    // The read's target, from StartRead to OnReadDone.
-  grpc::ByteBuffer read_buffer_;
-  grpc::ByteBuffer write_buffer_;  // The response being written, until OnWriteDone.
-};
-
-}  // namespace
 
 void StreamState::Start(bool draining) {
   bulk_ = std::make_shared<BulkTransfers>([weak = weak_from_this()] {
@@ -770,9 +686,11 @@ SessionStreamService::SessionStreamService(std::vector<DeviceLoop*> loops, Reque
 
 SessionStreamService::~SessionStreamService() = default;
 
-Reactor* SessionStreamService::Session(grpc::CallbackServerContext* ctx) {
-  auto* reactor = new StreamReactor(this, ctx);
-  std::shared_ptr<StreamState> state = reactor->state();
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* SessionStreamService::Session(
+    grpc::CallbackServerContext* ctx) {
+  auto* reactor = new GrpcStreamWire(ctx);
+  auto state = std::make_shared<StreamState>(this, reactor);
+  reactor->Bind(state);
   {
     absl::MutexLock lock(&mu_);
     open_.emplace(state.get(), state);

@@ -57,7 +57,7 @@ class BulkTransfers;
 // without copying the bytes into or out of a message (Note [Bulk transfers], bulk_transfers.h).
 // On the wire they are the UploadChunk / UploadDone / DownloadChunk of session.proto.
 // Session is raw too: its reactor parses requests and serializes responses itself (Note [Raw
-// session stream], session_stream.cc).
+// session stream], grpc_stream_wire.cc).
 using SessionStreamServiceBase = v1::SessionStream::WithRawCallbackMethod_Session<
     v1::SessionStream::WithRawCallbackMethod_Upload<
         v1::SessionStream::WithRawCallbackMethod_Download<v1::SessionStream::Service>>>;

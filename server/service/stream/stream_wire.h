@@ -1,7 +1,7 @@
 #pragma once
 
 // StreamWire: the transport under one session stream: gRPC's bidirectional stream
-// (session_stream.cc's reactor) or the command ring (server/service/ring/ring_wire.h). The
+// (GrpcStreamWire, grpc_stream_wire.h) or the command ring (server/service/ring/ring_wire.h). The
 // stream's logic (SessionStreamService's StreamState) reads requests and writes responses through
 // it, and the wire reports what happened through StreamEvents.
 //
