@@ -3,8 +3,9 @@
 # and runs the whole ctest suite, then builds `build-asan` (-DCUBED_SANITIZE=ON: address and
 # undefined-behaviour sanitizers) and runs the whole suite again, then builds `build-fuzz` (clang,
 # -DCUBED_FUZZ=ON: only the libFuzzer targets and what they link) and fuzzes request validation for
-# FUZZ_SECONDS (default 60) and the command ring for FUZZ_RING_SECONDS (default 30); counted as
-# one test (tests/fuzz). Exits non-zero if any fails.
+# FUZZ_SECONDS (default 60), the command ring for FUZZ_RING_SECONDS (default 30) and the request
+# decoder against protobuf for 30 s; counted as one test (tests/fuzz). Exits non-zero if any
+# fails.
 #
 #   tests/run.sh            all three configurations (what CI runs)
 #   tests/run.sh --no-asan  without the sanitizer configuration (quicker, for development)
@@ -92,7 +93,7 @@ fi
 if ((fuzz)); then
   # clang-14 and its fuzzer runtime come from deploy/setup.sh. The CUDA headers are hidden so that
   # this configuration builds only the CPU backend (the fuzz target drives a CPU device).
-  CC=clang-14 CXX=clang++-14 SUITE_TARGETS="cubed_fuzz_requests cubed_fuzz_seeds cubed_fuzz_ring" \
+  CC=clang-14 CXX=clang++-14 SUITE_TARGETS="cubed_fuzz_requests cubed_fuzz_seeds cubed_fuzz_ring cubed_fuzz_decoder" \
     suite fuzz build-fuzz -DCUBED_FUZZ=ON -DCUBED_BUILD_TESTS=OFF \
       -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON "-DCMAKE_IGNORE_PATH=/usr/local/cuda/include;/usr/local/include"
   result[fuzz]=$?

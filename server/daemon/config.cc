@@ -56,6 +56,9 @@ ABSL_FLAG(std::string, max_region_bytes, "16GiB",
 ABSL_FLAG(bool, command_ring, true,
           "Serve session streams over shared-memory command rings (the ring socket, --listen's "
           "path + \".ring\"; Note [Command ring]).");
+ABSL_FLAG(bool, fast_execute_decode, false,
+          "Decode session streams' builtin executes straight from their wire bytes instead of "
+          "through protobuf (Note [Fast execute decode]); off until measured on a GPU host.");
 ABSL_FLAG(int32_t, ring_spin_us, -1,
           "Microseconds a command ring's thread spins before it sleeps; -1 = 50 on hosts with 8 "
           "or more cores, else 0.");
@@ -377,6 +380,7 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   }
   c.max_region_bytes = *max_region;
   c.command_ring = absl::GetFlag(FLAGS_command_ring);
+  c.fast_execute_decode = absl::GetFlag(FLAGS_fast_execute_decode);
   ASSIGN_OR_RETURN(c.ring_spin, SpinFlag("ring_spin_us", absl::GetFlag(FLAGS_ring_spin_us)));
   ASSIGN_OR_RETURN(c.loop_spin, SpinFlag("loop_spin_us", absl::GetFlag(FLAGS_loop_spin_us)));
   ASSIGN_OR_RETURN(c.completion_spin,

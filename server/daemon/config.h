@@ -42,6 +42,8 @@ struct DaemonConfig {
   uint64_t max_region_bytes = uint64_t{16} << 30;
   // Session streams over command rings (ring_listener.h); off: no ring socket.
   bool command_ring = true;
+  // Session streams decode builtin executes without protobuf (Note [Fast execute decode]).
+  bool fast_execute_decode = false;
   absl::Duration ring_spin = absl::ZeroDuration();  // A ring thread's spin before sleeping.
   absl::Duration loop_spin = absl::ZeroDuration();  // The device loop's (Note [Loop spin]).
   // CUDA's completion thread's (Note [Completion spin]).

@@ -349,8 +349,10 @@ void Daemon::StartServices() {
   compute_->SetDrainHandler(
       [this](bool checkpoint, auto done) { OnDrain(checkpoint, std::move(done)); });
   health_ = std::make_unique<HealthService>(static_cast<uint32_t>(loops_.size()));
-  streams_ = std::make_unique<SessionStreamService>(loops, RequestLimits{}, SessionStreamLimits{},
-                                                    metrics_.get());
+  SessionStreamLimits stream_limits;
+  stream_limits.fast_execute_decode = config_.fast_execute_decode;
+  streams_ =
+      std::make_unique<SessionStreamService>(loops, RequestLimits{}, stream_limits, metrics_.get());
 }
 
 absl::Status Daemon::StartGrpc() {

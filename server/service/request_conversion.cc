@@ -25,22 +25,24 @@ void AppendLittleEndian(T value, kernels::ScalarBytes& out) {
   out.insert(out.end(), bytes, bytes + sizeof(T));
 }
 
-// `index`: the group's index in bindings.scalars, named in errors (the field name is built only
-// then: no allocation per command on the happy path).
-absl::StatusOr<kernels::ScalarGroup> ToScalarGroup(const v1::ScalarGroup& group, int index) {
+}  // namespace
+
+absl::Status AppendScalarGroup(const ScalarGroupFields& group, int index,
+                               kernels::ScalarGroups& groups) {
+  // The field name is built only for an error: no allocation per command on the happy path.
   const auto field = [index] { return absl::StrCat("bindings.scalars[", index, "]"); };
   kernels::ScalarGroup out;
   {
-    absl::StatusOr<ElemType> elem = ElemTypeFromWire(group.elem(), "");
-    if (!elem.ok()) return ElemTypeFromWire(group.elem(), absl::StrCat(field(), ".elem")).status();
+    absl::StatusOr<ElemType> elem = ElemTypeFromWire(group.elem, "");
+    if (!elem.ok()) return ElemTypeFromWire(group.elem, absl::StrCat(field(), ".elem")).status();
     out.elem = *elem;
   }
   const absl::string_view name = ElemTypeName(out.elem);
   const bool wants_floats = IsFloat(out.elem);
   const bool wants_uints = !wants_floats && !IsSigned(out.elem);  // u8, u16, u32, bool.
   const bool wants_ints = !wants_floats && !wants_uints;
-  if ((!wants_floats && group.floats_size() > 0) || (!wants_ints && group.ints_size() > 0) ||
-      (!wants_uints && group.uints_size() > 0)) {
+  if ((!wants_floats && !group.floats.empty()) || (!wants_ints && !group.ints.empty()) ||
+      (!wants_uints && !group.uints.empty())) {
     return absl::InvalidArgumentError(absl::StrCat(field(), ": ", name, " scalars go in `",
                                                    wants_floats ? "floats"
                                                    : wants_ints ? "ints"
@@ -50,19 +52,19 @@ absl::StatusOr<kernels::ScalarGroup> ToScalarGroup(const v1::ScalarGroup& group,
   // Values go in as little-endian elements of the type: floats rounded to nearest (f16/bf16 once,
   // from the double), integers range-checked against the type, bool 0 or 1.
   const uint32_t size = ElemSize(out.elem);
-  for (int i = 0; i < group.floats_size(); ++i) {
+  for (const double f : group.floats) {
     if (out.elem == ElemType::kF32) {
-      AppendLittleEndian(static_cast<float>(group.floats(i)), out.bytes);
+      AppendLittleEndian(static_cast<float>(f), out.bytes);
     } else if (out.elem == ElemType::kF16) {
-      AppendLittleEndian(Half(group.floats(i)).bits, out.bytes);
+      AppendLittleEndian(Half(f).bits, out.bytes);
     } else if (out.elem == ElemType::kBF16) {
-      AppendLittleEndian(BFloat16(group.floats(i)).bits, out.bytes);
+      AppendLittleEndian(BFloat16(f).bits, out.bytes);
     } else {
-      AppendLittleEndian(group.floats(i), out.bytes);
+      AppendLittleEndian(f, out.bytes);
     }
   }
-  for (int i = 0; i < group.ints_size(); ++i) {
-    const int64_t v = group.ints(i);
+  for (size_t i = 0; i < group.ints.size(); ++i) {
+    const int64_t v = group.ints[i];
     if (size < 8) {
       const int64_t hi = (int64_t{1} << (8 * size - 1)) - 1;
       if (v < -hi - 1 || v > hi) {
@@ -73,8 +75,8 @@ absl::StatusOr<kernels::ScalarGroup> ToScalarGroup(const v1::ScalarGroup& group,
     const uint64_t bits = static_cast<uint64_t>(v);
     for (uint32_t b = 0; b < size; ++b) out.bytes.push_back(static_cast<uint8_t>(bits >> (8 * b)));
   }
-  for (int i = 0; i < group.uints_size(); ++i) {
-    const uint64_t v = group.uints(i);
+  for (size_t i = 0; i < group.uints.size(); ++i) {
+    const uint64_t v = group.uints[i];
     const uint64_t hi = out.elem == ElemType::kBool ? 1 : (uint64_t{1} << (8 * size)) - 1;
     if (v > hi) {
       return absl::InvalidArgumentError(
@@ -83,8 +85,64 @@ absl::StatusOr<kernels::ScalarGroup> ToScalarGroup(const v1::ScalarGroup& group,
     }
     for (uint32_t b = 0; b < size; ++b) out.bytes.push_back(static_cast<uint8_t>(v >> (8 * b)));
   }
-  return out;
+  // A search over the groups so far, not a table indexed by the type's wire value: there are at
+  // most as many groups as element types, and no table to outgrow when a type is added.
+  if (absl::c_any_of(groups, [&](const kernels::ScalarGroup& g) { return g.elem == out.elem; })) {
+    return absl::InvalidArgumentError(absl::StrCat(field(), ": a second group of ", name,
+                                                   " scalars; put all of them in one group"));
+  }
+  groups.push_back(std::move(out));
+  return absl::OkStatus();
 }
+
+absl::Status ToBuiltinCall(const BuiltinKernelFields& b, kernels::BuiltinCall& call) {
+  if (b.name.empty() || b.name.size() > 64) {
+    return absl::InvalidArgumentError(
+        "kernel.builtin.name: must be 1 .. 64 characters (e.g. \"add\")");
+  }
+  call.name = std::string(b.name);
+  ASSIGN_OR_RETURN(call.dtype, ElemTypeFromWire(b.dtype, "kernel.builtin.dtype"));
+  if (b.out_dtype == v1::ELEM_TYPE_UNSPECIFIED) {
+    if (b.name == "cast") {
+      return absl::InvalidArgumentError("kernel.builtin.out_dtype: required for cast");
+    }
+    call.out_dtype = call.dtype;
+  } else {
+    ASSIGN_OR_RETURN(call.out_dtype, ElemTypeFromWire(b.out_dtype, "kernel.builtin.out_dtype"));
+  }
+  call.axis = b.axis;
+  call.allow_tf32 = b.allow_tf32;                    // Validation checks where it applies.
+  if (b.index_dtype != v1::ELEM_TYPE_UNSPECIFIED) {  // Validation checks i32 or i64.
+    ASSIGN_OR_RETURN(call.index_dtype,
+                     ElemTypeFromWire(b.index_dtype, "kernel.builtin.index_dtype"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckExecuteFields(int mode, size_t buffers, size_t metadata_words,
+                                const RequestLimits& limits, ExecuteCommand& command) {
+  switch (mode) {
+    case v1::EXECUTION_MODE_UNSPECIFIED:
+    case v1::EXECUTION_MODE_CHECKED:
+      break;
+    case v1::EXECUTION_MODE_UNCHECKED:
+      command.unchecked = true;
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("mode: ", mode, " is not an ExecutionMode"));
+  }
+  if (buffers > limits.max_buffers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bindings.buffers: ", buffers, " given; at most ", limits.max_buffers));
+  }
+  if (metadata_words > limits.max_metadata_words) {
+    return absl::InvalidArgumentError(absl::StrCat("bindings.metadata: ", metadata_words,
+                                                   " words; at most ", limits.max_metadata_words));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
 
 absl::Status CheckCubeDim(const v1::CubeDim& dim, absl::string_view field) {
   const uint64_t x = dim.x(), y = dim.y(), z = dim.z();
@@ -101,28 +159,9 @@ absl::Status ToKernelCall(const v1::Kernel& kernel, const RequestLimits& limits,
   switch (kernel.kind_case()) {
     case v1::Kernel::kBuiltin: {
       const v1::BuiltinKernel& b = kernel.builtin();
-      if (b.name().empty() || b.name().size() > 64) {
-        return absl::InvalidArgumentError(
-            "kernel.builtin.name: must be 1 .. 64 characters (e.g. \"add\")");
-      }
-      call.builtin.name = b.name();
-      ASSIGN_OR_RETURN(call.builtin.dtype, ElemTypeFromWire(b.dtype(), "kernel.builtin.dtype"));
-      if (b.out_dtype() == v1::ELEM_TYPE_UNSPECIFIED) {
-        if (b.name() == "cast") {
-          return absl::InvalidArgumentError("kernel.builtin.out_dtype: required for cast");
-        }
-        call.builtin.out_dtype = call.builtin.dtype;
-      } else {
-        ASSIGN_OR_RETURN(call.builtin.out_dtype,
-                         ElemTypeFromWire(b.out_dtype(), "kernel.builtin.out_dtype"));
-      }
-      call.builtin.axis = b.axis();
-      call.builtin.allow_tf32 = b.allow_tf32();            // Validation checks where it applies.
-      if (b.index_dtype() != v1::ELEM_TYPE_UNSPECIFIED) {  // Validation checks i32 or i64.
-        ASSIGN_OR_RETURN(call.builtin.index_dtype,
-                         ElemTypeFromWire(b.index_dtype(), "kernel.builtin.index_dtype"));
-      }
-      return absl::OkStatus();
+      return ToBuiltinCall(
+          {b.name(), b.dtype(), b.out_dtype(), b.axis(), b.index_dtype(), b.allow_tf32()},
+          call.builtin);
     }
     case v1::Kernel::kCudaSource:
     case v1::Kernel::kPtx: {
@@ -267,42 +306,18 @@ absl::Status ToExecuteCommand(const v1::Kernel& kernel, const v1::CubeCount& cou
     case v1::CubeCount::KIND_NOT_SET:
       return absl::InvalidArgumentError("count: no cube count set (static_count or dynamic)");
   }
-  switch (mode) {
-    case v1::EXECUTION_MODE_UNSPECIFIED:
-    case v1::EXECUTION_MODE_CHECKED:
-      break;
-    case v1::EXECUTION_MODE_UNCHECKED:
-      command.unchecked = true;
-      break;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat("mode: ", mode, " is not an ExecutionMode"));
-  }
-  if (static_cast<uint32_t>(b.buffers_size()) > limits.max_buffers) {
-    return absl::InvalidArgumentError(absl::StrCat("bindings.buffers: ", b.buffers_size(),
-                                                   " given; at most ", limits.max_buffers));
-  }
-  if (static_cast<uint32_t>(b.metadata_size()) > limits.max_metadata_words) {
-    return absl::InvalidArgumentError(absl::StrCat("bindings.metadata: ", b.metadata_size(),
-                                                   " words; at most ", limits.max_metadata_words));
-  }
+  RETURN_IF_ERROR(CheckExecuteFields(mode, static_cast<size_t>(b.buffers_size()),
+                                     static_cast<size_t>(b.metadata_size()), limits, command));
   command.buffers.reserve(b.buffers_size());
   for (const v1::Binding& buffer : b.buffers()) command.buffers.push_back(ToBindingRef(buffer));
   // Metadata and scalars travel in the builtin call for every kind of kernel: client CUDA
   // kernels receive them too (docs/kernel-abi.md).
   command.kernel.builtin.metadata.assign(b.metadata().begin(), b.metadata().end());
   command.kernel.builtin.scalars.reserve(b.scalars_size());
-  kernels::ScalarGroups& groups = command.kernel.builtin.scalars;
   for (int i = 0; i < b.scalars_size(); ++i) {
-    ASSIGN_OR_RETURN(kernels::ScalarGroup group, ToScalarGroup(b.scalars(i), i));
-    // A search over the groups so far, not a table indexed by the type's wire value: there are
-    // at most as many groups as element types, and no table to outgrow when a type is added.
-    if (absl::c_any_of(groups,
-                       [&](const kernels::ScalarGroup& g) { return g.elem == group.elem; })) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("bindings.scalars[", i, "]: a second group of ", ElemTypeName(group.elem),
-                       " scalars; put all of them in one group"));
-    }
-    groups.push_back(std::move(group));
+    const v1::ScalarGroup& group = b.scalars(i);
+    RETURN_IF_ERROR(AppendScalarGroup({group.elem(), group.floats(), group.ints(), group.uints()},
+                                      i, command.kernel.builtin.scalars));
   }
   return absl::OkStatus();
 }

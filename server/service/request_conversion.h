@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "cubed/v1/compute.pb.h"
 #include "server/channel/commands.h"
 
@@ -28,6 +30,37 @@ struct RequestLimits {
 // product(shape) * elem_size fits in 63 bits. Returns that byte size.
 absl::StatusOr<uint64_t> CheckTensorShape(absl::Span<const uint64_t> shape, uint32_t elem_size,
                                           absl::string_view field);
+
+// An execute's parts as plain values, for the conversions below that both protobuf's parse
+// (ToExecuteCommand) and the session stream's fast execute decoder (Note [Fast execute decode],
+// server/service/stream/execute_decoder.h) go through, so that the checks and their errors exist
+// once. Enum fields carry the wire's number, checked here; views point into the caller's memory.
+struct BuiltinKernelFields {
+  absl::string_view name;
+  int dtype = 0;
+  int out_dtype = 0;
+  uint32_t axis = 0;
+  int index_dtype = 0;
+  bool allow_tf32 = false;
+};
+struct ScalarGroupFields {
+  int elem = 0;
+  absl::Span<const double> floats;
+  absl::Span<const int64_t> ints;
+  absl::Span<const uint64_t> uints;
+};
+
+// Fills `call` (default-constructed) from a builtin kernel's fields; INVALID_ARGUMENT naming the
+// field (kernel.builtin.*) otherwise.
+absl::Status ToBuiltinCall(const BuiltinKernelFields& fields, kernels::BuiltinCall& call);
+// Converts bindings.scalars[`index`] and appends it to `groups`; INVALID_ARGUMENT for values in
+// the wrong list or out of the type's range, or a second group of one type.
+absl::Status AppendScalarGroup(const ScalarGroupFields& group, int index,
+                               kernels::ScalarGroups& groups);
+// An execute's mode (sets command.unchecked) and the counts of its buffers and metadata words
+// against `limits`, checked in this order.
+absl::Status CheckExecuteFields(int mode, size_t buffers, size_t metadata_words,
+                                const RequestLimits& limits, ExecuteCommand& command);
 
 BindingRef ToBindingRef(const v1::Binding& binding);
 

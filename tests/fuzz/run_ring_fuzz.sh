@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs cubed_fuzz_ring (fuzz_ring.cc) for FUZZ_RING_SECONDS (default 30) on a fresh corpus in
-# WORK_DIR; crash-* reproducers land there. Exits non-zero when the fuzzer found a crash, leak,
+# Runs a fuzzer that needs no seeds, cubed_fuzz_ring (fuzz_ring.cc) or cubed_fuzz_decoder
+# (fuzz_decoder.cc), for FUZZ_RING_SECONDS (default 30; a -max_total_time among the extra flags
+# overrides it) on a fresh corpus in WORK_DIR; crash-* reproducers land there. Exits non-zero when the fuzzer found a crash, leak,
 # timeout or broken invariant.
 #
 #   run_ring_fuzz.sh FUZZER WORK_DIR [extra libFuzzer flags...]

@@ -66,6 +66,12 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(Options opti
     if (!tls) args.push_back("--insecure_tcp");
   }
   for (auto& f : options.flags) args.push_back(f);
+  // Flags for every daemon of a run (e.g. a suite repeated with --fast_execute_decode).
+  if (const char* extra = getenv("CUBED_TEST_DAEMON_FLAGS")) {
+    for (absl::string_view f : absl::StrSplit(extra, ' ', absl::SkipEmpty())) {
+      args.emplace_back(f);
+    }
+  }
 
   pid_t pid = fork();
   if (pid < 0) return absl::InternalError("fork failed");

@@ -20,6 +20,11 @@ namespace {
 // [Command ring]: a client may write each command as its own request).
 constexpr int kMergeCommands = 256;
 
+// A request the decoder refused, as the ring reports it.
+absl::Status CommandRingError(const absl::Status& refused) {
+  return absl::Status(refused.code(), absl::StrCat("command ring: ", refused.message()));
+}
+
 }  // namespace
 
 RingWire::RingWire(std::unique_ptr<SharedRegion> file, RingMemory memory, int daemon_doorbell,
@@ -66,7 +71,7 @@ void RingWire::Hangup() {
   WakeLocked();
 }
 
-void RingWire::StartRead(v1::SessionRequest* into) {
+void RingWire::StartRead(RequestDecoder* into) {
   absl::MutexLock lock(&mu_);
   read_into_ = into;
   WakeLocked();
@@ -131,7 +136,7 @@ void RingWire::Run() {
     bool report_broken = false;
     absl::Status broken;
     bool want_room = false;
-    v1::SessionRequest* into = nullptr;
+    RequestDecoder* into = nullptr;
     {
       absl::MutexLock lock(&mu_);
       sleeping_ = false;
@@ -192,13 +197,12 @@ void RingWire::Run() {
         // append); only the first request of a stream may carry `open`, so none is merged into
         // it and a merged one must not bring one.
         uint64_t read_bytes = message.size();
-        if (!into->ParseFromString(message)) {
-          fault = absl::InvalidArgumentError(
-              "command ring: a request does not parse as a cubed.v1.SessionRequest");
+        if (absl::Status merged = into->Merge(message); !merged.ok()) {
+          fault = CommandRingError(merged);
         }
         message.clear();
         const bool first = into->has_open();
-        while (fault.ok() && !first && into->commands_size() < kMergeCommands) {
+        while (fault.ok() && !first && into->commands().size() < kMergeCommands) {
           RingChunk next_kind = RingChunk::kRequest;
           absl::StatusOr<bool> more = commands_.Next(&message, &next_kind);
           if (!more.ok()) {
@@ -213,9 +217,8 @@ void RingWire::Run() {
                                                      " (a reply's) in the command ring"));
           } else {
             read_bytes += message.size();
-            if (!into->MergeFromString(message)) {
-              fault = absl::InvalidArgumentError(
-                  "command ring: a request does not parse as a cubed.v1.SessionRequest");
+            if (absl::Status merged = into->Merge(message); !merged.ok()) {
+              fault = CommandRingError(merged);
             } else if (into->has_open()) {
               fault =
                   absl::InvalidArgumentError("open: only the first SessionRequest may carry open");

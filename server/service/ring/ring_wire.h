@@ -57,7 +57,7 @@ class RingWire final : public StreamWire {
   // Ends the thread without waiting for the stream (daemon shutdown after the streams drained).
   void Stop();
 
-  void StartRead(v1::SessionRequest* into) override;
+  void StartRead(RequestDecoder* into) override;
   void StartWrite(const v1::SessionResponse* response) override;
   void Finish(const absl::Status& status) override;
 
@@ -90,7 +90,7 @@ class RingWire final : public StreamWire {
   RingWriter replies_ ABSL_GUARDED_BY(mu_);
   bool sleeping_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  v1::SessionRequest* read_into_ ABSL_GUARDED_BY(mu_) = nullptr;
+  RequestDecoder* read_into_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool requests_done_ ABSL_GUARDED_BY(mu_) = false;  // The client half-closed.
   // The write in progress: its serialized bytes and what is not in the ring yet.
   bool writing_ ABSL_GUARDED_BY(mu_) = false;

@@ -9,14 +9,16 @@
 
 namespace cubed {
 
-// Note [Raw session stream]: the Session method is raw (grpc::ByteBuffer both ways); this wire
-// parses each request and serializes each response through gRPC's own protobuf serialization
-// traits, as the generated typed method would, so that a read reports its wire size: with typed
-// messages the stream walked every parsed request again for it (ByteSizeLong: ~5% of the gRPC
-// thread's samples in P2 over TCP on the 2-core VM). Bytes that do not parse end the stream
-// INVALID_ARGUMENT, as on the command ring.
+// Note [Raw session stream]: the Session method is raw (grpc::ByteBuffer both ways). A read
+// hands the request's bytes to the stream's RequestDecoder, which decodes builtin executes
+// straight from them (Note [Fast execute decode], execute_decoder.h) and the rest through
+// protobuf, and knows the request's wire size: with typed messages gRPC parsed every command into
+// protobuf messages first, and the stream walked every parsed request again for its size
+// (ByteSizeLong: ~5% of the gRPC thread's samples in P2 over TCP on the 2-core VM). Responses are
+// serialized through gRPC's own protobuf serialization traits, as the typed method would. Bytes
+// that do not parse end the stream INVALID_ARGUMENT, as on the command ring.
 
-void GrpcStreamWire::StartRead(v1::SessionRequest* into) {
+void GrpcStreamWire::StartRead(RequestDecoder* into) {
   into_ = into;
   ServerBidiReactor::StartRead(&read_buffer_);
 }
@@ -26,15 +28,24 @@ void GrpcStreamWire::OnReadDone(bool ok) {
     events_->OnReadDone(false, 0);
     return;
   }
-  const uint64_t bytes = read_buffer_.Length();
-  // Parses and clears the buffer, as a typed method's read would.
-  if (!grpc::SerializationTraits<v1::SessionRequest>::Deserialize(&read_buffer_, into_).ok()) {
+  // One slice as gRPC received it (usually), else the slices copied into one (a large request,
+  // or a compressed one, which this decompresses).
+  grpc::Slice bytes;
+  if (!read_buffer_.TrySingleSlice(&bytes).ok() && !read_buffer_.DumpToSingleSlice(&bytes).ok()) {
     events_->OnBroken(absl::InvalidArgumentError(
-        absl::StrCat("SessionStream: a request of ", bytes,
-                     " bytes does not parse as a cubed.v1.SessionRequest")));
+        "SessionStream: a request's bytes could not be read (a compressed message that does not "
+        "decompress?)"));
     return;
   }
-  events_->OnReadDone(true, bytes);  // 0 for an empty request: the stream finds 0 again.
+  read_buffer_.Clear();
+  const absl::Status merged =
+      into_->Merge(absl::string_view(reinterpret_cast<const char*>(bytes.begin()), bytes.size()));
+  if (!merged.ok()) {
+    events_->OnBroken(
+        absl::Status(merged.code(), absl::StrCat("SessionStream: ", merged.message())));
+    return;
+  }
+  events_->OnReadDone(true, bytes.size());
 }
 
 void GrpcStreamWire::StartWrite(const v1::SessionResponse* response) {

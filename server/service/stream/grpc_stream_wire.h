@@ -27,10 +27,10 @@ class GrpcStreamWire final : public grpc::ServerBidiReactor<grpc::ByteBuffer, gr
   // The stream this wire reports to; kept alive by the wire until OnDone.
   void Bind(std::shared_ptr<StreamEvents> events) { events_ = std::move(events); }
 
-  // StreamWire. A read parses the request into `into` and reports its wire size; bytes that do
+  // StreamWire. A read decodes the request with `into` and reports its wire size; bytes that do
   // not parse end the stream INVALID_ARGUMENT. A response that cannot be serialized (past 2 GiB)
   // cancels the call; the stream then sees a failed write and ends INTERNAL, naming it.
-  void StartRead(v1::SessionRequest* into) override;
+  void StartRead(RequestDecoder* into) override;
   void StartWrite(const v1::SessionResponse* response) override;
   void Finish(const absl::Status& status) override;
 
@@ -43,8 +43,8 @@ class GrpcStreamWire final : public grpc::ServerBidiReactor<grpc::ByteBuffer, gr
  private:
   grpc::CallbackServerContext* context_;
   std::shared_ptr<StreamEvents> events_;
-  absl::Status unserializable_;         // Set before StartWrite cancels the call.
-  v1::SessionRequest* into_ = nullptr;  // The read's target, from StartRead to OnReadDone.
+  absl::Status unserializable_;     // Set before StartWrite cancels the call.
+  RequestDecoder* into_ = nullptr;  // The read's target, from StartRead to OnReadDone.
   grpc::ByteBuffer read_buffer_;
   grpc::ByteBuffer write_buffer_;  // The response being written, until OnWriteDone.
 };

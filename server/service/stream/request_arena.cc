@@ -17,7 +17,6 @@ void RequestArena::Make() {
     options.initial_block_size = first_block_bytes_;
   }
   arena_ = std::make_unique<google::protobuf::Arena>(options);
-  request_ = google::protobuf::Arena::CreateMessage<v1::SessionRequest>(arena_.get());
 }
 
 void RequestArena::Reset() {
@@ -30,7 +29,6 @@ void RequestArena::Reset() {
     return;
   }
   arena_->Reset();
-  request_ = google::protobuf::Arena::CreateMessage<v1::SessionRequest>(arena_.get());
 }
 
 }  // namespace cubed

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "cubed/v1/session.pb.h"
 #include "gtest/gtest.h"
 
 namespace cubed {
@@ -24,16 +25,18 @@ TEST(RequestArenaTest, ASteadyStreamOfRequestsReusesTheFirstBlock) {
   RequestArena arena;
   EXPECT_EQ(arena.first_block_bytes(), 0u);
   const std::string bytes = ExecutesRequest(256);
-  ASSERT_TRUE(arena.request()->ParseFromString(bytes));
-  EXPECT_EQ(arena.request()->commands_size(), 256);
+  auto* request = arena.Create<v1::SessionRequest>();
+  ASSERT_TRUE(request->ParseFromString(bytes));
+  EXPECT_EQ(request->commands_size(), 256);
   arena.Reset();  // Outgrown: the first block grows to what the request took.
   const size_t block = arena.first_block_bytes();
   EXPECT_GT(block, 0u);
   EXPECT_LE(block, RequestArena::kMaxFirstBlockBytes);
-  EXPECT_EQ(arena.request()->commands_size(), 0) << "a fresh request after Reset";
   for (int i = 0; i < 5; ++i) {
-    ASSERT_TRUE(arena.request()->ParseFromString(bytes));
-    EXPECT_EQ(arena.request()->commands_size(), 256);
+    request = arena.Create<v1::SessionRequest>();
+    EXPECT_EQ(request->commands_size(), 0) << "a fresh request after Reset";
+    ASSERT_TRUE(request->ParseFromString(bytes));
+    EXPECT_EQ(request->commands_size(), 256);
     arena.Reset();
     EXPECT_EQ(arena.first_block_bytes(), block) << "the same request fits the block: no growth";
   }
@@ -43,13 +46,15 @@ TEST(RequestArenaTest, TheFirstBlockStopsGrowingAtItsLimit) {
   RequestArena arena;
   const std::string bytes = ExecutesRequest(4096);  // Far more than kMaxFirstBlockBytes parsed.
   for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(arena.request()->ParseFromString(bytes));
-    EXPECT_EQ(arena.request()->commands_size(), 4096);
+    auto* request = arena.Create<v1::SessionRequest>();
+    ASSERT_TRUE(request->ParseFromString(bytes));
+    EXPECT_EQ(request->commands_size(), 4096);
     arena.Reset();
     EXPECT_EQ(arena.first_block_bytes(), RequestArena::kMaxFirstBlockBytes);
   }
-  ASSERT_TRUE(arena.request()->ParseFromString(ExecutesRequest(3)));
-  EXPECT_EQ(arena.request()->commands(2).execute().bindings().buffers(0).handle(), 3u);
+  auto* request = arena.Create<v1::SessionRequest>();
+  ASSERT_TRUE(request->ParseFromString(ExecutesRequest(3)));
+  EXPECT_EQ(request->commands(2).execute().bindings().buffers(0).handle(), 3u);
 }
 
 }  // namespace

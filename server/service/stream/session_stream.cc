@@ -14,9 +14,8 @@
 #include "server/channel/stream_runner.h"
 #include "server/service/stream/bulk_transfers.h"
 #include "server/service/stream/grpc_stream_wire.h"
-#include "server/service/stream/request_arena.h"
+#include "server/service/stream/request_decoder.h"
 #include "server/service/stream/stream_batch.h"
-#include "server/service/stream/stream_command_conversion.h"
 #include "server/service/wire_conversion.h"
 #include "spdlog/spdlog.h"
 
@@ -64,7 +63,11 @@ class StreamState final : public ReplySink,
                           public StreamEvents,
                           public std::enable_shared_from_this<StreamState> {
  public:
-  StreamState(SessionStreamService* service, StreamWire* wire) : service_(service), wire_(wire) {}
+  StreamState(SessionStreamService* service, StreamWire* wire)
+      : service_(service),
+        wire_(wire),
+        incoming_(service->limits_, service->stream_limits_.max_commands,
+                  service->stream_limits_.fast_execute_decode) {}
 
   // The stream's principal (null without an authenticator); set before Start, then fixed.
   void SetPrincipal(PrincipalPtr principal) { principal_ = std::move(principal); }
@@ -82,8 +85,8 @@ class StreamState final : public ReplySink,
   void Fill(uint64_t slot, StreamReply reply) override;
 
  private:
-  // Converts incoming_ into a batch (its commands in recycled_'s room), or returns the protocol
-  // error that ends the stream. `wire_bytes`: the request's serialized size, or 0 to compute it.
+  // Takes incoming_'s commands as a batch (giving it recycled_'s room for the next read), or
+  // returns the protocol error that ends the stream. `wire_bytes`: the request's serialized size.
   absl::StatusOr<StreamBatch> TakeIncoming(uint64_t wire_bytes);
   // Destroys the commands of `spent` and keeps the largest vector's room in recycled_.
   void Recycle(std::vector<std::vector<StreamCommand>> spent);
@@ -132,8 +135,8 @@ class StreamState final : public ReplySink,
   bool ending_ ABSL_GUARDED_BY(mu_) = false;  // Cancelled or failed: stop, close, finish.
   absl::Status end_status_ ABSL_GUARDED_BY(mu_);
   bool got_first_ = false;  // Touched only in OnReadDone (one read at a time).
-  // The read target (Note [Request arena]); touched only while no read is in flight.
-  RequestArena incoming_;
+  // The read target, which decodes what the wire reads; touched only while no read is in flight.
+  RequestDecoder incoming_;
   bool read_in_flight_ ABSL_GUARDED_BY(mu_) = false;
   bool read_closed_ ABSL_GUARDED_BY(mu_) = false;
 
@@ -216,7 +219,7 @@ const std::string& StreamCommandRpc(StreamCommand::Kind kind) {
 }
 
 absl::StatusOr<StreamBatch> StreamState::TakeIncoming(uint64_t wire_bytes) {
-  v1::SessionRequest& in = *incoming_.request();
+  RequestDecoder& in = incoming_;
   const bool first = !got_first_;
   got_first_ = true;
   if (first && !in.has_open()) {
@@ -226,24 +229,19 @@ absl::StatusOr<StreamBatch> StreamState::TakeIncoming(uint64_t wire_bytes) {
   if (!first && in.has_open()) {
     return absl::InvalidArgumentError("open: only the first SessionRequest may carry open");
   }
-  if (static_cast<uint64_t>(in.commands_size()) > limits().max_commands) {
-    return absl::InvalidArgumentError(absl::StrCat("commands: ", in.commands_size(),
-                                                   " in one SessionRequest; at most ",
-                                                   limits().max_commands));
+  if (in.too_many() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "commands: ", in.too_many(), " in one SessionRequest; at most ", limits().max_commands));
   }
   StreamBatch batch;
-  batch.commands = std::move(recycled_);  // Empty, maybe with room.
-  recycled_ = {};
+  batch.commands.swap(in.commands());  // Decoded by the wire's read (RequestDecoder::Merge).
+  if (recycled_.capacity() > in.commands().capacity()) in.commands().swap(recycled_);
   batch.open = first;
   batch.lease_ms = in.open().lease_ms();
   batch.resume = SessionId(in.open().resume_session());
-  batch.bytes = wire_bytes != 0 ? wire_bytes : in.ByteSizeLong();
+  batch.bytes = wire_bytes;
   batch.arrival = absl::Now();
   stream_metrics().bytes_received.fetch_add(batch.bytes, std::memory_order_relaxed);
-  batch.commands.reserve(in.commands_size());
-  for (v1::Command& c : *in.mutable_commands()) {
-    ToStreamCommand(c, service_->limits_, batch.commands.emplace_back());
-  }
   ApplyPrincipal(batch);
   return batch;
 }
@@ -290,11 +288,11 @@ void StreamState::OnReadDone(bool ok, uint64_t wire_bytes) {
     return;
   }
   DeviceLoop* loop = nullptr;
-  if (!got_first_ && incoming_.request()->has_open()) {
+  if (!got_first_ && incoming_.has_open()) {
     // A resumed session routes by its id (Note [Checkpoint and restore], device.h).
-    const uint64_t resume = incoming_.request()->open().resume_session();
+    const uint64_t resume = incoming_.open().resume_session();
     const uint32_t device =
-        resume != 0 ? DeviceOfSession(SessionId(resume)) : incoming_.request()->open().device();
+        resume != 0 ? DeviceOfSession(SessionId(resume)) : incoming_.open().device();
     if (device >= service_->loops_.size() && resume != 0) {
       End(SessionNotFound(SessionId(resume)));
       return;
@@ -318,7 +316,7 @@ void StreamState::OnReadDone(bool ok, uint64_t wire_bytes) {
     Recycle(std::move(spent));
   }
   absl::StatusOr<StreamBatch> batch = TakeIncoming(wire_bytes);
-  incoming_.Reset();  // Conversion moved out what commands keep (Note [Request arena]).
+  incoming_.Reset();  // Its commands moved into the batch (Note [Request arena]).
   absl::MutexLock lock(&mu_);
   read_in_flight_ = false;
   if (!batch.ok()) {
@@ -634,7 +632,7 @@ bool StreamState::RunBatch(Device& device, StreamBatch& batch, uint64_t& budget)
 void StreamState::MaybeReadLocked() {
   if (finished_ || ending_ || read_in_flight_ || read_closed_ || InFlightOverLocked()) return;
   read_in_flight_ = true;
-  wire_->StartRead(incoming_.request());
+  wire_->StartRead(&incoming_);
 }
 
 void StreamState::MaybeWriteLocked() {

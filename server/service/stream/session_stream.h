@@ -45,6 +45,8 @@ struct SessionStreamLimits {
   uint64_t max_commands = 4096;              // In flight; also the most per SessionRequest.
   uint64_t max_bytes = uint64_t{256} << 20;  // Payload in flight, bytes.
   uint64_t max_response_bytes = 4 << 20;     // Replies gathered into one SessionResponse.
+  // Builtin executes decoded straight from their bytes (Note [Fast execute decode]).
+  bool fast_execute_decode = false;
 };
 
 class StreamState;

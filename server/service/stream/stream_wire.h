@@ -13,14 +13,17 @@
 
 #include "absl/status/status.h"
 #include "cubed/v1/session.pb.h"
+#include "server/service/stream/request_decoder.h"
 
 namespace cubed {
 
 class StreamWire {
  public:
   virtual ~StreamWire() = default;
-  // Reads the next request into `into`, which stays valid until OnReadDone.
-  virtual void StartRead(v1::SessionRequest* into) = 0;
+  // Reads the next request (on the ring, maybe several, merged) and decodes it with `into`
+  // (RequestDecoder::Merge), which stays valid until OnReadDone; bytes that do not decode end the
+  // stream through OnBroken with Merge's error.
+  virtual void StartRead(RequestDecoder* into) = 0;
   // Writes `response`, which stays valid (and unchanged) until OnWriteDone.
   virtual void StartWrite(const v1::SessionResponse* response) = 0;
   // Ends the stream with `status`, after the writes started before it.
@@ -32,9 +35,7 @@ class StreamEvents {
  public:
   virtual ~StreamEvents() = default;
   // A read finished: `ok` false when the client half-closed or the wire broke. `wire_bytes`: the
-  // request's serialized size (both wires parse the bytes they read: the ring, and gRPC's raw
-  // method, Note [Raw session stream]); 0 when unknown or empty (the stream then computes it: a
-  // walk over every parsed message).
+  // size of the request(s) read, as serialized.
   virtual void OnReadDone(bool ok, uint64_t wire_bytes) = 0;
   // A write finished: `ok` false when the wire broke.
   virtual void OnWriteDone(bool ok) = 0;
