@@ -13,11 +13,11 @@
 #include "absl/strings/str_cat.h"
 #include "client/bulk_transfer.h"
 #include "client/client_impl.h"
+#include "client/execute_encoding.h"
 #include "client/handle_state.h"
 #include "client/proto_conversion.h"
 #include "client/ring_session_wire.h"
 #include "client/secure_channel.h"
-#include "client/stack_command.h"
 #include "client/tensor_launch.h"
 #include "common/bulk_lanes.h"
 #include "common/status_macros.h"
@@ -479,9 +479,8 @@ absl::StatusOr<Resource> Client::GetResource(const Binding& binding) {
 namespace {
 
 // Client::Execute's launch from its parts (a LaunchBindings', or a tensor launch's buffers and
-// metadata with the caller's scalars, not copied): fills the fields ExecuteRequest and the
-// stream's Command.Execute share, so that the stream builds its command directly on the stack
-// (Note [Commands on the stack] in stack_command.h).
+// metadata with the caller's scalars, not copied): on the stream, the command's bytes written
+// directly (Note [Encoded executes] in execute_encoding.h); unary, an ExecuteRequest.
 absl::Status ExecuteParts(Client::Impl& impl, const BuiltinKernel& kernel, CubeCount count,
                           absl::Span<const Binding> buffers, absl::Span<const uint32_t> metadata,
                           absl::Span<const Scalars> scalars, ExecutionMode mode) {
@@ -502,11 +501,13 @@ absl::Status ExecuteParts(Client::Impl& impl, const BuiltinKernel& kernel, CubeC
   const v1::ExecutionMode wire_mode =
       mode == ExecutionMode::kUnchecked ? v1::EXECUTION_MODE_UNCHECKED : v1::EXECUTION_MODE_CHECKED;
   if (impl.stream != nullptr) {
-    StackCommand command;
-    v1::Command::Execute* e = command->mutable_execute();
-    RETURN_IF_ERROR(fill(e->mutable_kernel(), e->mutable_count(), e->mutable_bindings()));
-    e->set_mode(wire_mode);
-    return impl.stream->SendInPlace(*command);
+    // Note [Encoded executes]: the command's bytes, written directly into a buffer this thread
+    // keeps (no allocation once it has grown).
+    thread_local std::string encoded;
+    encoded.clear();
+    RETURN_IF_ERROR(
+        AppendExecuteCommand(kernel, count, buffers, metadata, scalars, mode, &encoded));
+    return impl.stream->SendSerialized(encoded);
   }
   v1::ExecuteRequest request;
   request.set_session(impl.session);

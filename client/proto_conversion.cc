@@ -1,6 +1,7 @@
 #include "client/proto_conversion.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace cubed {
 namespace {
@@ -32,7 +33,7 @@ absl::Status ToProto(const Tensor& tensor, v1::BindingWithMeta* out) {
   return absl::OkStatus();
 }
 
-absl::Status ToProto(const Scalars& scalars, v1::ScalarGroup* out) {
+absl::Status CheckScalarLists(const Scalars& scalars) {
   const bool float_type = IsFloat(scalars.elem);
   const bool uint_type = !float_type && !IsSigned(scalars.elem);  // u8, u16, u32, bool.
   const bool int_type = !float_type && !uint_type;
@@ -45,6 +46,11 @@ absl::Status ToProto(const Scalars& scalars, v1::ScalarGroup* out) {
                                                                : "ints",
                                                    " list"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status ToProto(const Scalars& scalars, v1::ScalarGroup* out) {
+  RETURN_IF_ERROR(CheckScalarLists(scalars));
   out->set_elem(ToWire(scalars.elem));
   out->mutable_floats()->Add(scalars.floats.begin(), scalars.floats.end());
   out->mutable_ints()->Add(scalars.ints.begin(), scalars.ints.end());

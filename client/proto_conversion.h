@@ -15,6 +15,9 @@ absl::Status ToProto(const Binding& binding, v1::Binding* out);
 // INVALID_ARGUMENT when the tensor's handle is empty or its strides and shape differ in rank.
 absl::Status ToProto(const Tensor& tensor, v1::BindingWithMeta* out);
 // INVALID_ARGUMENT when values are given in a list that does not match `scalars.elem`.
+// INVALID_ARGUMENT when `scalars` has values in a list other than its type's (floats for float
+// types, ints for signed, uints for unsigned and bool).
+absl::Status CheckScalarLists(const Scalars& scalars);
 absl::Status ToProto(const Scalars& scalars, v1::ScalarGroup* out);
 void ToProto(const BuiltinKernel& kernel, v1::BuiltinKernel* out);
 
