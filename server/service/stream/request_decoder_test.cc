@@ -252,10 +252,12 @@ TEST(RequestDecoderTest, ARequestOverTheCommandBoundIsReportedWithItsCount) {
   std::vector<v1::Command> five;
   for (uint64_t i = 0; i < 5; ++i) five.push_back(FillExecute(i, 5));
   ASSERT_TRUE(decoder.Merge(RequestOf({five[0], five[1]})).ok());
-  EXPECT_EQ(decoder.too_many(), 0u);
+  ASSERT_TRUE(decoder.Merge(RequestOf({five[2], five[3]})).ok());
+  EXPECT_EQ(decoder.too_many(), 0u) << "two requests within the bound, merged past it: fine";
+  EXPECT_EQ(decoder.commands().size(), 4u);
   ASSERT_TRUE(decoder.Merge(RequestOf(five)).ok());
   EXPECT_EQ(decoder.too_many(), 5u) << "bounded per request, not per merged read";
-  EXPECT_EQ(decoder.commands().size(), 5u) << "2 + the first 3 of the five";
+  EXPECT_EQ(decoder.commands().size(), 7u) << "4 + the first 3 of the five";
 }
 
 TEST(RequestDecoderTest, ATopLevelFormOutsideTheFastPathIsParsedWhole) {
