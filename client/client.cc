@@ -484,22 +484,6 @@ namespace {
 absl::Status ExecuteParts(Client::Impl& impl, const BuiltinKernel& kernel, CubeCount count,
                           absl::Span<const Binding> buffers, absl::Span<const uint32_t> metadata,
                           absl::Span<const Scalars> scalars, ExecutionMode mode) {
-  auto fill = [&](v1::Kernel* k, v1::CubeCount* cube_count, v1::Bindings* b) -> absl::Status {
-    ToProto(kernel, k->mutable_builtin());
-    v1::CubeCount::Static* c = cube_count->mutable_static_count();
-    c->set_x(count.x);
-    c->set_y(count.y);
-    c->set_z(count.z);
-    b->mutable_buffers()->Reserve(static_cast<int>(buffers.size()));
-    for (const Binding& binding : buffers) {
-      RETURN_IF_ERROR(ToProto(binding, b->add_buffers()));
-    }
-    b->mutable_metadata()->Add(metadata.begin(), metadata.end());
-    for (const Scalars& s : scalars) RETURN_IF_ERROR(ToProto(s, b->add_scalars()));
-    return absl::OkStatus();
-  };
-  const v1::ExecutionMode wire_mode =
-      mode == ExecutionMode::kUnchecked ? v1::EXECUTION_MODE_UNCHECKED : v1::EXECUTION_MODE_CHECKED;
   if (impl.stream != nullptr) {
     // Note [Encoded executes]: the command's bytes, written directly into a buffer this thread
     // keeps (no allocation once it has grown).
@@ -511,9 +495,17 @@ absl::Status ExecuteParts(Client::Impl& impl, const BuiltinKernel& kernel, CubeC
   }
   v1::ExecuteRequest request;
   request.set_session(impl.session);
-  RETURN_IF_ERROR(
-      fill(request.mutable_kernel(), request.mutable_count(), request.mutable_bindings()));
-  request.set_mode(wire_mode);
+  ToProto(kernel, request.mutable_kernel()->mutable_builtin());
+  v1::CubeCount::Static* c = request.mutable_count()->mutable_static_count();
+  c->set_x(count.x);
+  c->set_y(count.y);
+  c->set_z(count.z);
+  v1::Bindings* b = request.mutable_bindings();
+  b->mutable_buffers()->Reserve(static_cast<int>(buffers.size()));
+  for (const Binding& binding : buffers) RETURN_IF_ERROR(ToProto(binding, b->add_buffers()));
+  b->mutable_metadata()->Add(metadata.begin(), metadata.end());
+  for (const Scalars& s : scalars) RETURN_IF_ERROR(ToProto(s, b->add_scalars()));
+  request.set_mode(ToWire(mode));
   v1::ExecuteResponse response;
   return impl.Call("Execute", &Client::Impl::Stub::Execute, request, &response);
 }

@@ -19,10 +19,10 @@ constexpr uint8_t Tag(int field, WireType type) {
 }
 
 size_t VarintSize(uint64_t v) { return CodedOutputStream::VarintSize64(v); }
-// A varint field, left out when 0 (proto3, as protobuf serializes it).
-size_t VarintField(uint64_t v) { return v == 0 ? 0 : 1 + VarintSize(v); }
-// A length-delimited field whose body is `size` bytes.
-size_t LengthField(size_t size) { return 1 + VarintSize(size) + size; }
+// The bytes of a varint field, left out when 0 (proto3, as protobuf serializes it).
+size_t VarintFieldSize(uint64_t v) { return v == 0 ? 0 : 1 + VarintSize(v); }
+// The bytes of a length-delimited field whose body is `size` bytes.
+size_t LengthFieldSize(size_t size) { return 1 + VarintSize(size) + size; }
 uint64_t EnumValue(ElemType t) { return static_cast<uint64_t>(static_cast<int>(t)); }
 
 // The sizes of a command's nested bodies, computed first (each length precedes its body).
@@ -31,7 +31,6 @@ struct Sizes {
   size_t kernel = 0;
   size_t static_count = 0;
   size_t count = 0;
-  absl::InlinedVector<size_t, 4> buffers;
   size_t metadata = 0;  // The packed words, without tag and length.
   struct Group {
     size_t body = 0, ints = 0, uints = 0;
@@ -40,10 +39,6 @@ struct Sizes {
   size_t bindings = 0;
   size_t execute = 0;
 };
-
-size_t BindingBody(const Binding& b) {
-  return VarintField(b.handle.id()) + VarintField(b.offset_start) + VarintField(b.offset_end);
-}
 
 // Writes into a buffer sized beforehand.
 struct Writer {
@@ -63,47 +58,59 @@ struct Writer {
 
 }  // namespace
 
+size_t BufferEntrySize(uint64_t handle, uint64_t offset_start, uint64_t offset_end) {
+  return 2 + VarintFieldSize(handle) + VarintFieldSize(offset_start) + VarintFieldSize(offset_end);
+}
+
+uint8_t* WriteBufferEntry(uint64_t handle, uint64_t offset_start, uint64_t offset_end,
+                          uint8_t* at) {
+  Writer w{at + 2};
+  w.VarintField(v1::Binding::kHandleFieldNumber, handle);
+  w.VarintField(v1::Binding::kOffsetStartFieldNumber, offset_start);
+  w.VarintField(v1::Binding::kOffsetEndFieldNumber, offset_end);
+  at[0] = Tag(v1::Bindings::kBuffersFieldNumber, kLength);
+  at[1] = static_cast<uint8_t>(w.at - at - 2);  // At most 33: one byte.
+  return w.at;
+}
+
 absl::Status AppendExecuteCommand(const BuiltinKernel& kernel, CubeCount count,
                                   absl::Span<const Binding> buffers,
                                   absl::Span<const uint32_t> metadata,
                                   absl::Span<const Scalars> scalars, ExecutionMode mode,
                                   std::string* out) {
-  for (const Binding& b : buffers) {
-    if (!b.handle) return absl::InvalidArgumentError("binding has an empty handle");
-  }
+  for (const Binding& b : buffers) RETURN_IF_ERROR(CheckBinding(b));
   for (const Scalars& s : scalars) RETURN_IF_ERROR(CheckScalarLists(s));
-  const uint64_t wire_mode =
-      mode == ExecutionMode::kUnchecked ? v1::EXECUTION_MODE_UNCHECKED : v1::EXECUTION_MODE_CHECKED;
+  const uint64_t wire_mode = static_cast<uint64_t>(ToWire(mode));
 
   Sizes z;
-  z.builtin = (kernel.name.empty() ? 0 : LengthField(kernel.name.size())) +
-              VarintField(EnumValue(kernel.dtype)) + VarintField(EnumValue(kernel.out_dtype)) +
-              VarintField(kernel.axis) + VarintField(EnumValue(kernel.index_dtype)) +
-              (kernel.allow_tf32 ? 2 : 0);
-  z.kernel = LengthField(z.builtin);
-  z.static_count = VarintField(count.x) + VarintField(count.y) + VarintField(count.z);
-  z.count = LengthField(z.static_count);
+  z.builtin = (kernel.name.empty() ? 0 : LengthFieldSize(kernel.name.size())) +
+              VarintFieldSize(EnumValue(kernel.dtype)) +
+              VarintFieldSize(EnumValue(kernel.out_dtype)) + VarintFieldSize(kernel.axis) +
+              VarintFieldSize(EnumValue(kernel.index_dtype)) + (kernel.allow_tf32 ? 2 : 0);
+  z.kernel = LengthFieldSize(z.builtin);
+  z.static_count = VarintFieldSize(count.x) + VarintFieldSize(count.y) + VarintFieldSize(count.z);
+  z.count = LengthFieldSize(z.static_count);
   for (const Binding& b : buffers) {
-    z.buffers.push_back(BindingBody(b));
-    z.bindings += LengthField(z.buffers.back());
+    z.bindings += BufferEntrySize(b.handle.id(), b.offset_start, b.offset_end);
   }
   for (const uint32_t word : metadata) z.metadata += VarintSize(word);
-  if (!metadata.empty()) z.bindings += LengthField(z.metadata);
+  if (!metadata.empty()) z.bindings += LengthFieldSize(z.metadata);
   for (const Scalars& s : scalars) {
     Sizes::Group g;
     for (const int64_t v : s.ints) g.ints += VarintSize(static_cast<uint64_t>(v));
     for (const uint64_t v : s.uints) g.uints += VarintSize(v);
-    g.body =
-        VarintField(EnumValue(s.elem)) + (s.floats.empty() ? 0 : LengthField(8 * s.floats.size())) +
-        (s.ints.empty() ? 0 : LengthField(g.ints)) + (s.uints.empty() ? 0 : LengthField(g.uints));
+    g.body = VarintFieldSize(EnumValue(s.elem)) +
+             (s.floats.empty() ? 0 : LengthFieldSize(8 * s.floats.size())) +
+             (s.ints.empty() ? 0 : LengthFieldSize(g.ints)) +
+             (s.uints.empty() ? 0 : LengthFieldSize(g.uints));
     z.groups.push_back(g);
-    z.bindings += LengthField(g.body);
+    z.bindings += LengthFieldSize(g.body);
   }
-  z.execute = LengthField(z.kernel) + LengthField(z.count) + LengthField(z.bindings) +
-              VarintField(wire_mode);
+  z.execute = LengthFieldSize(z.kernel) + LengthFieldSize(z.count) + LengthFieldSize(z.bindings) +
+              VarintFieldSize(wire_mode);
 
   const size_t start = out->size();
-  out->resize(start + LengthField(z.execute));
+  out->resize(start + LengthFieldSize(z.execute));
   Writer w{reinterpret_cast<uint8_t*>(&(*out)[start])};
   w.Length(v1::Command::kExecuteFieldNumber, z.execute);
   w.Length(v1::Command::Execute::kKernelFieldNumber, z.kernel);
@@ -124,11 +131,8 @@ absl::Status AppendExecuteCommand(const BuiltinKernel& kernel, CubeCount count,
   w.VarintField(v1::CubeCount::Static::kYFieldNumber, count.y);
   w.VarintField(v1::CubeCount::Static::kZFieldNumber, count.z);
   w.Length(v1::Command::Execute::kBindingsFieldNumber, z.bindings);
-  for (size_t i = 0; i < buffers.size(); ++i) {
-    w.Length(v1::Bindings::kBuffersFieldNumber, z.buffers[i]);
-    w.VarintField(v1::Binding::kHandleFieldNumber, buffers[i].handle.id());
-    w.VarintField(v1::Binding::kOffsetStartFieldNumber, buffers[i].offset_start);
-    w.VarintField(v1::Binding::kOffsetEndFieldNumber, buffers[i].offset_end);
+  for (const Binding& b : buffers) {
+    w.at = WriteBufferEntry(b.handle.id(), b.offset_start, b.offset_end, w.at);
   }
   if (!metadata.empty()) {
     w.Length(v1::Bindings::kMetadataFieldNumber, z.metadata);

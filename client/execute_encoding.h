@@ -18,6 +18,13 @@
 
 namespace cubed {
 
+// A Bindings.buffers entry (its tag, a one-byte length and the Binding's non-zero fields, as
+// protobuf serializes it): its size, at most kMaxBufferEntryBytes, and its bytes written at `at`
+// (returns their end). Shared with the C ABI's prepared launches (cubed_client_c_launch.cc).
+inline constexpr size_t kMaxBufferEntryBytes = 2 + 3 * (1 + 10);
+size_t BufferEntrySize(uint64_t handle, uint64_t offset_start, uint64_t offset_end);
+uint8_t* WriteBufferEntry(uint64_t handle, uint64_t offset_start, uint64_t offset_end, uint8_t* at);
+
 // Appends to `out` the serialized cubed.v1.Command (without its seq, which the transport adds:
 // AppendSerializedCommandBytes) of an execute of the builtin `kernel` with a static `count`,
 // `buffers`, `metadata`, `scalars` and `mode`: the bytes protobuf's SerializeToString gives for

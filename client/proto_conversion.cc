@@ -10,8 +10,18 @@ v1::ElemType ToWire(ElemType t) { return static_cast<v1::ElemType>(static_cast<i
 
 }  // namespace
 
-absl::Status ToProto(const Binding& binding, v1::Binding* out) {
+absl::Status CheckBinding(const Binding& binding) {
   if (!binding.handle) return absl::InvalidArgumentError("binding has an empty handle");
+  return absl::OkStatus();
+}
+
+v1::ExecutionMode ToWire(ExecutionMode mode) {
+  return mode == ExecutionMode::kUnchecked ? v1::EXECUTION_MODE_UNCHECKED
+                                           : v1::EXECUTION_MODE_CHECKED;
+}
+
+absl::Status ToProto(const Binding& binding, v1::Binding* out) {
+  RETURN_IF_ERROR(CheckBinding(binding));
   out->set_handle(binding.handle.id());
   out->set_offset_start(binding.offset_start);
   out->set_offset_end(binding.offset_end);

@@ -11,7 +11,10 @@
 namespace cubed {
 
 // INVALID_ARGUMENT when `binding` has an empty handle.
+// INVALID_ARGUMENT for a binding with an empty handle.
+absl::Status CheckBinding(const Binding& binding);
 absl::Status ToProto(const Binding& binding, v1::Binding* out);
+v1::ExecutionMode ToWire(ExecutionMode mode);
 // INVALID_ARGUMENT when the tensor's handle is empty or its strides and shape differ in rank.
 absl::Status ToProto(const Tensor& tensor, v1::BindingWithMeta* out);
 // INVALID_ARGUMENT when values are given in a list that does not match `scalars.elem`.

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/c_api/c_api_state.h"
 #include "client/c_api/cubed_client_c.h"
+#include "client/execute_encoding.h"
 #include "cubed/v1/session.pb.h"
 #include "cubed/v1/types.pb.h"
 #include "google/protobuf/arena.h"
@@ -41,25 +42,6 @@ using google::protobuf::io::CodedOutputStream;
 // Wire tags (field number << 3 | wire type) of what a send writes.
 constexpr uint8_t kExecuteTag = (cubed::v1::Command::kExecuteFieldNumber << 3) | 2;
 constexpr uint8_t kBindingsTag = (cubed::v1::Command::Execute::kBindingsFieldNumber << 3) | 2;
-constexpr uint8_t kBufferTag = (cubed::v1::Bindings::kBuffersFieldNumber << 3) | 2;
-constexpr uint8_t kHandleTag = (cubed::v1::Binding::kHandleFieldNumber << 3) | 0;
-constexpr uint8_t kOffsetStartTag = (cubed::v1::Binding::kOffsetStartFieldNumber << 3) | 0;
-constexpr uint8_t kOffsetEndTag = (cubed::v1::Binding::kOffsetEndFieldNumber << 3) | 0;
-
-// Appends a Binding entry of Bindings.buffers (each field left out when 0, as protobuf does).
-void AppendBuffer(const uint64_t* b, std::string* out) {
-  uint8_t entry[2 + 3 * (1 + 10)];
-  uint8_t* p = entry + 2;
-  const uint8_t tags[3] = {kHandleTag, kOffsetStartTag, kOffsetEndTag};
-  for (int i = 0; i < 3; ++i) {
-    if (b[i] == 0) continue;
-    *p++ = tags[i];
-    p = CodedOutputStream::WriteVarint64ToArray(b[i], p);
-  }
-  entry[0] = kBufferTag;
-  entry[1] = static_cast<uint8_t>(p - entry - 2);  // At most 33: one byte.
-  out->append(reinterpret_cast<const char*>(entry), p - entry);
-}
 
 void AppendLength(uint64_t n, std::string* out) {
   uint8_t bytes[10];
@@ -156,7 +138,12 @@ int32_t cubed_client_send_launch(cubed_client* client, const cubed_launch* launc
   thread_local std::string bindings;
   thread_local std::string command;
   bindings.clear();
-  for (size_t i = 0; i < count; ++i) AppendBuffer(buffers + 3 * i, &bindings);
+  for (size_t i = 0; i < count; ++i) {
+    const uint64_t* b = buffers + 3 * i;
+    uint8_t entry[cubed::kMaxBufferEntryBytes];
+    bindings.append(reinterpret_cast<const char*>(entry),
+                    cubed::WriteBufferEntry(b[0], b[1], b[2], entry) - entry);
+  }
   bindings.append(launch->metadata);
   bindings.append(scalar_bytes.data(), scalar_bytes.size());
   const uint64_t execute_size =

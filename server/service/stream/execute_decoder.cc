@@ -86,13 +86,15 @@ bool ReadBuiltin(WireReader& in, BuiltinKernelFields& b) {
   });
 }
 
-// Kernel { builtin }: nothing else (a client kernel is declined).
-bool ReadKernel(WireReader& in, BuiltinKernelFields& b) {
+// A message of one oneof whose member field 1, a message read by `read(body)`, must be the one
+// set: Kernel { builtin } (a client kernel is declined), CubeCount { static_count } (a dynamic
+// count is declined).
+template <typename Read>
+bool ReadFirstMember(WireReader& in, Read read) {
   uint32_t seen = 0;
   return ReadFields(in,
                     [&](uint32_t tag) {
-                      return tag == Tag(1, kLength) && First(seen, 1) &&
-                             ReadNested(in, [&](WireReader& body) { return ReadBuiltin(body, b); });
+                      return tag == Tag(1, kLength) && First(seen, 1) && ReadNested(in, read);
                     }) &&
          seen == 1;
 }
@@ -105,19 +107,6 @@ bool ReadStaticCount(WireReader& in, uint32_t (&count)[3]) {
     if ((tag & 7) != kVarint || field < 1 || field > 3) return false;
     return First(seen, 1u << field) && ReadU32(in, count[field - 1]);
   });
-}
-
-// CubeCount { static_count }: a dynamic count is declined.
-bool ReadCount(WireReader& in, uint32_t (&count)[3]) {
-  uint32_t seen = 0;
-  return ReadFields(in,
-                    [&](uint32_t tag) {
-                      return tag == Tag(1, kLength) && First(seen, 1) &&
-                             ReadNested(in, [&](WireReader& body) {
-                               return ReadStaticCount(body, count);
-                             });
-                    }) &&
-         seen == 1;
 }
 
 bool ReadBinding(WireReader& in, BindingRef& binding) {
@@ -217,11 +206,16 @@ bool ExecuteDecoder::ReadExecute(WireReader& in, StreamCommand& out) {
   const bool ok = ReadFields(in, [&](uint32_t tag) {
     switch (tag) {
       case Tag(1, kLength):
-        return First(seen, 1) &&
-               ReadNested(in, [&](WireReader& body) { return ReadKernel(body, builtin_); });
+        return First(seen, 1) && ReadNested(in, [&](WireReader& kernel) {
+                 return ReadFirstMember(
+                     kernel, [&](WireReader& builtin) { return ReadBuiltin(builtin, builtin_); });
+               });
       case Tag(2, kLength):
-        return First(seen, 2) &&
-               ReadNested(in, [&](WireReader& body) { return ReadCount(body, out.execute.count); });
+        return First(seen, 2) && ReadNested(in, [&](WireReader& count) {
+                 return ReadFirstMember(count, [&](WireReader& static_count) {
+                   return ReadStaticCount(static_count, out.execute.count);
+                 });
+               });
       case Tag(3, kLength):
         return First(seen, 4) &&
                ReadNested(in, [&](WireReader& body) { return ReadBindings(body, out.execute); });

@@ -31,15 +31,19 @@ void RequestDecoder::Reset() {
   arena_.Reset();
 }
 
+void RequestDecoder::ConvertParsed(v1::SessionRequest& parsed, int count, size_t first) {
+  for (int i = 0; i < count; ++i) {
+    ToStreamCommand(*parsed.mutable_commands(i), limits_,
+                    commands_[first + static_cast<size_t>(i)]);
+  }
+}
+
 bool RequestDecoder::ParseRun(absl::string_view run, size_t first, size_t count) {
   auto* parsed = arena_.Create<v1::SessionRequest>();
   if (!parsed->ParseFromArray(run.data(), static_cast<int>(run.size()))) return false;
   // The run holds exactly the placeholders' commands, in order.
   if (static_cast<size_t>(parsed->commands_size()) != count) return false;
-  for (int i = 0; i < parsed->commands_size(); ++i) {
-    ToStreamCommand(*parsed->mutable_commands(i), limits_,
-                    commands_[first + static_cast<size_t>(i)]);
-  }
+  ConvertParsed(*parsed, parsed->commands_size(), first);
   return true;
 }
 
@@ -145,10 +149,10 @@ absl::Status RequestDecoder::MergeParsed(absl::string_view request) {
   }
   const uint64_t count = static_cast<uint64_t>(parsed->commands_size());
   if (count > max_commands_) too_many_ = std::max(too_many_, count);
-  const int converted = static_cast<int>(std::min(count, max_commands_));
-  for (int i = 0; i < converted; ++i) {
-    ToStreamCommand(*parsed->mutable_commands(i), limits_, commands_.emplace_back());
-  }
+  const size_t first = commands_.size();
+  const uint64_t converted = std::min(count, max_commands_);
+  commands_.resize(first + converted);
+  ConvertParsed(*parsed, static_cast<int>(converted), first);
   return absl::OkStatus();
 }
 

@@ -59,6 +59,8 @@ class RequestDecoder {
   // parse).
   absl::Status MergeParsed(absl::string_view request);
   bool ParseRun(absl::string_view run, size_t first, size_t count);
+  // Converts parsed's first `count` commands into the placeholders commands_[first ..].
+  void ConvertParsed(v1::SessionRequest& parsed, int count, size_t first);
 
   const RequestLimits limits_;
   const uint64_t max_commands_;
